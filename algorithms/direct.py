@@ -1,0 +1,190 @@
+"""Direct convolution: one thread per output element, straight from the definition.
+
+Loop nests (C' = C/groups, K' = K/groups, g = the element's group):
+
+    forward  y[n,k,p,q]  = bias[k] + sum_{c<C', r<R, s<S} x[n, g*C'+c, p*sh-ph+r*dh, q*sw-pw+s*dw] * w[k,c,r,s]
+    dgrad    dx[n,c,h,w] = bias[c] + sum_{k<K', r, s : h+ph-r*dh = p*sh, w+pw-s*dw = q*sw, p<P, q<Q}
+                                     dy[n, g*K'+k, p, q] * w[g*K'+k, c mod C', r, s]
+    wgrad    dw[k,c,r,s] = sum over splits j of  sum_{(n,p,q) in chunk j} x[n, g*C'+c, h, w] * dy[n,k,p,q]
+
+Every option (stride, padding, dilation, groups, bias) is supported, so this plugin is the fallback that
+accepts every valid problem. wgrad's long reduction (N*P*Q) is split into chunks summed by a second,
+deterministic kernel when the split buffer fits the workspace limit; otherwise one thread sums it all.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from convlab import Algorithm, Config, Problem, Verdict, register, runtime
+from convlab.runtime import cuda
+
+THREADS = 128  # threads per block, every kernel
+_WGRAD_CHUNK = 256  # target products per thread in split wgrad
+
+
+@functools.cache
+def _kernels(dtype: str):
+    """The three kernels for one dtype (the accumulator's zero is a compile-time constant)."""
+    zero = np.dtype(dtype).type(0)
+
+    @runtime.jit
+    def forward(x, w, bias, y, sh, sw, ph, pw, dh, dw, has_bias):
+        idx = cuda.grid(1)
+        n_, k_, p_, q_ = y.shape
+        if idx >= n_ * k_ * p_ * q_:
+            return
+        q = idx % q_
+        t = idx // q_
+        p = t % p_
+        t = t // p_
+        k = t % k_
+        n = t // k_
+        cpg, r_, s_ = w.shape[1], w.shape[2], w.shape[3]
+        c0 = (k // (k_ // (x.shape[1] // cpg))) * cpg
+        acc = zero
+        for c in range(cpg):
+            for r in range(r_):
+                h = p * sh - ph + r * dh
+                if 0 <= h < x.shape[2]:
+                    for s in range(s_):
+                        ww = q * sw - pw + s * dw
+                        if 0 <= ww < x.shape[3]:
+                            acc += x[n, c0 + c, h, ww] * w[k, c, r, s]
+        if has_bias:
+            acc += bias[k]
+        y[n, k, p, q] = acc
+
+    @runtime.jit
+    def dgrad(dy, w, bias, dx, sh, sw, ph, pw, dh, dw, has_bias):
+        idx = cuda.grid(1)
+        n_, c_, h_, w_ = dx.shape
+        if idx >= n_ * c_ * h_ * w_:
+            return
+        x_w = idx % w_
+        t = idx // w_
+        x_h = t % h_
+        t = t // h_
+        c = t % c_
+        n = t // c_
+        k_, cpg, r_, s_ = w.shape
+        kpg = k_ // (c_ // cpg)
+        g = c // cpg
+        cl = c - g * cpg
+        acc = zero
+        for r in range(r_):
+            hh = x_h + ph - r * dh
+            if hh >= 0 and hh % sh == 0 and hh // sh < dy.shape[2]:
+                p = hh // sh
+                for s in range(s_):
+                    wq = x_w + pw - s * dw
+                    if wq >= 0 and wq % sw == 0 and wq // sw < dy.shape[3]:
+                        q = wq // sw
+                        for kk in range(kpg):
+                            k = g * kpg + kk
+                            acc += dy[n, k, p, q] * w[k, cl, r, s]
+        if has_bias:
+            acc += bias[c]
+        dx[n, c, x_h, x_w] = acc
+
+    @runtime.jit
+    def wgrad_partial(x, dy, part, sh, sw, ph, pw, dh, dw, chunk):
+        """part[j, k, c, r, s] = sum over (n, p, q) in [j*chunk, (j+1)*chunk) of x * dy."""
+        idx = cuda.grid(1)
+        splits, k_, cpg, r_, s_ = part.shape
+        if idx >= splits * k_ * cpg * r_ * s_:
+            return
+        s = idx % s_
+        t = idx // s_
+        r = t % r_
+        t = t // r_
+        c = t % cpg
+        t = t // cpg
+        k = t % k_
+        j = t // k_
+        n_, p_, q_ = dy.shape[0], dy.shape[2], dy.shape[3]
+        ci = (k // (k_ // (x.shape[1] // cpg))) * cpg + c
+        acc = zero
+        stop = min((j + 1) * chunk, n_ * p_ * q_)
+        for m in range(j * chunk, stop):
+            q = m % q_
+            p = (m // q_) % p_
+            n = m // (q_ * p_)
+            h = p * sh - ph + r * dh
+            ww = q * sw - pw + s * dw
+            if 0 <= h < x.shape[2] and 0 <= ww < x.shape[3]:
+                acc += x[n, ci, h, ww] * dy[n, k, p, q]
+        part[j, k, c, r, s] = acc
+
+    @runtime.jit
+    def sum_splits(part, out):
+        """out[i] = sum_j part[j, i] in a fixed order (deterministic)."""
+        i = cuda.grid(1)
+        if i >= out.size:
+            return
+        acc = zero
+        for j in range(part.shape[0]):
+            acc += part[j, i]
+        out[i] = acc
+
+    return forward, dgrad, wgrad_partial, sum_splits
+
+
+def _blocks(total: int) -> int:
+    return max(1, math.ceil(total / THREADS))
+
+
+def wgrad_splits(problem: Problem, workspace_limit: int) -> int:
+    """Chunks of the N*P*Q reduction: about 256 products per thread, within the workspace limit."""
+    length = problem.n * problem.p * problem.q
+    dw_size = int(np.prod(problem.w_shape))
+    wanted = max(1, min(length // _WGRAD_CHUNK, (1 << 20) // max(dw_size, 1) + 1))
+    if wanted > 1 and wanted * dw_size * problem.itemsize > workspace_limit:
+        wanted = max(1, workspace_limit // (dw_size * problem.itemsize))
+    return wanted if wanted > 1 else 1
+
+
+@register
+class Direct(Algorithm):
+    """The reference-like kernel: always applicable, never fast."""
+
+    name = "direct"
+    ops = frozenset({"forward", "dgrad", "wgrad"})
+    priority = 0
+    description = "one thread per output element; every stride/padding/dilation/groups/bias"
+
+    def check(self, problem: Problem) -> Verdict:
+        return Verdict.yes()
+
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+        if problem.op != "wgrad":
+            return 0
+        splits = wgrad_splits(problem, workspace_limit)
+        return 0 if splits == 1 else splits * int(np.prod(problem.w_shape)) * problem.itemsize
+
+    def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+        forward, dgrad, wgrad_partial, sum_splits = _kernels(problem.dtype)
+        (sh, sw), (ph, pw), (dh, dw) = problem.stride, problem.padding, problem.dilation
+        has_bias = bias is not None
+        if not has_bias:
+            bias = runtime.empty((1,), problem.dtype)
+        total = int(np.prod(out.shape))
+        if problem.op == "forward":
+            forward[_blocks(total), THREADS](a, b, bias, out, sh, sw, ph, pw, dh, dw, has_bias)
+        elif problem.op == "dgrad":
+            dgrad[_blocks(total), THREADS](a, b, bias, out, sh, sw, ph, pw, dh, dw, has_bias)
+        else:
+            splits = wgrad_splits(problem, workspace_limit)
+            length = problem.n * problem.p * problem.q
+            chunk = math.ceil(length / splits)
+            if splits == 1:
+                part = out.reshape((1,) + tuple(out.shape))
+                wgrad_partial[_blocks(total), THREADS](a, b, part, sh, sw, ph, pw, dh, dw, chunk)
+            else:
+                part = runtime.empty((splits,) + tuple(out.shape), problem.dtype)
+                wgrad_partial[_blocks(total * splits), THREADS](a, b, part, sh, sw, ph, pw, dh, dw,
+                                                                chunk)
+                sum_splits[_blocks(total), THREADS](part.reshape((splits, total)),
+                                                    out.reshape((total,)))

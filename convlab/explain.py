@@ -1,0 +1,83 @@
+"""``convlab.explain``: which plugins apply to a problem, why the others do not, and what is picked."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import registry, strategy
+from .problem import Problem
+
+
+@dataclass
+class PluginRow:
+    """One plugin's answer for a problem (timings are filled in by the autotuner when it ran)."""
+
+    name: str
+    priority: int
+    eligible: bool
+    reason: str
+    configs: int
+    workspace_bytes: int | None
+    median_ms: float | None = None
+    check: str = ""
+
+
+@dataclass
+class Explanation:
+    problem: Problem
+    rows: list[PluginRow]
+    chosen: str | None
+    chosen_config: str | None
+    source: str  # how the choice was made: "priority", "forced", "cache", "tuned", ...
+    notes: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"problem: {self.problem.describe()}",
+                 f"GEMM view (M, N, K) per group: {self.problem.gemm_shape()}, "
+                 f"{self.problem.flops / 1e9:.3g} GFLOP"]
+        width = max([len(r.name) for r in self.rows] + [6])
+        for r in self.rows:
+            mark = "*" if r.name == self.chosen else " "
+            status = "eligible" if r.eligible else f"declines: {r.reason}"
+            extra = ""
+            if r.eligible and r.workspace_bytes:
+                extra += f"  workspace {r.workspace_bytes / 2**20:.2f} MiB"
+            if r.median_ms is not None:
+                extra += f"  median {r.median_ms:.4g} ms"
+            if r.check:
+                extra += f"  check {r.check}"
+            lines.append(f" {mark} {r.name:<{width}}  prio {r.priority:>3}  {status}{extra}")
+        lines.append(f"picked: {self.chosen}[{self.chosen_config}] ({self.source})")
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython display
+        p.text(str(self))
+
+
+def plugin_rows(prob: Problem, workspace_limit: int) -> list[PluginRow]:
+    rows = []
+    for plugin in registry.plugins():
+        configs = registry.safe_configs(plugin, prob)
+        verdict = registry.verdict(plugin, prob, configs[0] if configs else None, workspace_limit)
+        ws = None
+        if verdict and configs:
+            try:
+                ws = plugin.workspace_bytes(prob, configs[0], workspace_limit)
+            except Exception:
+                ws = None
+        rows.append(PluginRow(plugin.name, plugin.priority, verdict.ok, verdict.reason, len(configs), ws))
+    return rows
+
+
+def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: int) -> Explanation:
+    rows = plugin_rows(prob, workspace_limit)
+    notes: list[str] = []
+    try:
+        cand = strategy.resolve(prob, algorithm, workspace_limit)
+        chosen, cfg = cand.plugin.name, cand.config.name
+        source = "priority" if algorithm == "auto" else "forced"
+    except ValueError as exc:
+        chosen, cfg, source = None, None, "none"
+        notes.append(str(exc))
+    return Explanation(prob, rows, chosen, cfg, source, notes)

@@ -1,0 +1,289 @@
+"""The public ops. Each validates its arguments (before any launch), builds a canonical
+:class:`~convlab.problem.Problem`, picks a plugin through :mod:`convlab.strategy` and runs it.
+
+Arrays: numpy in -> numpy out (copied to the device and back); a Numba device array in -> device array
+out; any ``__cuda_array_interface__`` object (CuPy, PyTorch CUDA tensors) is used in place, no copy.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import runtime, strategy
+from .problem import Problem, as_pair, make_problem
+from .reference import transpose_output_size
+from .settings import check_workspace_limit
+
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+# ---- argument checking ----------------------------------------------------------------------------
+def _spec(obj: Any, name: str, ndim: int) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of an array argument, checking rank and dtype."""
+    if obj is None or not hasattr(obj, "shape") or not hasattr(obj, "dtype"):
+        raise TypeError(f"{name} must be an array (numpy, Numba device array or CUDA array interface), "
+                        f"got {type(obj).__name__}")
+    shape = tuple(int(s) for s in obj.shape)
+    if len(shape) != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {shape}")
+    try:
+        dtype = np.dtype(obj.dtype)
+    except TypeError:
+        dtype = np.dtype(str(obj.dtype).replace("torch.", ""))
+    if dtype not in _DTYPES:
+        raise TypeError(f"{name} must be float32 or float64, got {dtype}")
+    return shape, dtype
+
+
+def _same_dtype(**arrays: tuple[tuple[int, ...], np.dtype] | None) -> str:
+    items = [(k, v[1]) for k, v in arrays.items() if v is not None]
+    first_name, first = items[0]
+    for name, dtype in items[1:]:
+        if dtype != first:
+            raise TypeError(f"{name} has dtype {dtype} but {first_name} has {first}; dtypes must match")
+    return str(first)
+
+
+def _shape_arg(value: Any, name: str) -> tuple[int, int, int, int]:
+    try:
+        shape = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of 4 ints, got {value!r}") from None
+    if len(shape) != 4 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                                  for v in shape):
+        raise TypeError(f"{name} must be a sequence of 4 ints, got {value!r}")
+    if min(shape) < 0:
+        raise ValueError(f"{name} must not have negative sizes, got {shape}")
+    return tuple(int(v) for v in shape)  # type: ignore[return-value]
+
+
+def _check_bias(bias: Any, channels: int):
+    if bias is None:
+        return None
+    spec = _spec(bias, "bias", 1)
+    if spec[0] != (channels,):
+        raise ValueError(f"bias must have shape ({channels},), got {spec[0]}")
+    return spec
+
+
+def _forward_problem(x, w, bias, stride, padding, dilation, groups) -> Problem:
+    xs, ws = _spec(x, "x", 4), _spec(w, "weight", 4)
+    (n, c, h, wd), (k, cg, r, s) = xs[0], ws[0]
+    bs = _check_bias(bias, k)
+    dtype = _same_dtype(x=xs, weight=ws, bias=bs)
+    _check_groups(groups, c, "x", k)
+    if cg * groups != c:
+        raise ValueError(f"channel mismatch: x has C={c} channels but weight {ws[0]} expects "
+                         f"C/groups * groups = {cg} * {groups} = {cg * groups}")
+    return make_problem("forward", n, c, h, wd, k, r, s, stride=stride, padding=padding,
+                        dilation=dilation, groups=groups, dtype=dtype, bias=bias is not None)
+
+
+def _check_groups(groups: Any, c: int, c_name: str, k: int) -> None:
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)):
+        raise TypeError(f"groups must be an int, got {groups!r}")
+    if groups < 1:
+        raise ValueError(f"groups must be >= 1, got {groups}")
+    if c % groups:
+        raise ValueError(f"channels of {c_name} (C={c}) must be divisible by groups={groups}")
+    if k % groups:
+        raise ValueError(f"output channels K={k} must be divisible by groups={groups}")
+
+
+def _dgrad_problem(grad_out, w, input_shape, stride, padding, dilation, groups) -> Problem:
+    gs, ws = _spec(grad_out, "grad_out", 4), _spec(w, "weight", 4)
+    n, c, h, wd = _shape_arg(input_shape, "input_shape")
+    (gn, gk, gp, gq), (k, cg, r, s) = gs[0], ws[0]
+    dtype = _same_dtype(grad_out=gs, weight=ws)
+    _check_groups(groups, c, "input_shape", k)
+    if cg * groups != c:
+        raise ValueError(f"channel mismatch: input_shape has C={c} but weight {ws[0]} expects "
+                         f"{cg} * groups({groups}) = {cg * groups}")
+    if (gn, gk) != (n, k):
+        raise ValueError(f"grad_out {gs[0]} must have batch {n} (input_shape) and K={k} channels (weight)")
+    prob = make_problem("dgrad", n, c, h, wd, k, r, s, stride=stride, padding=padding,
+                        dilation=dilation, groups=groups, dtype=dtype)
+    if (gp, gq) != (prob.p, prob.q):
+        raise ValueError(f"grad_out spatial size {gp}x{gq} does not match the forward output "
+                         f"{prob.p}x{prob.q} of input_shape {input_shape} with these stride/padding/dilation")
+    return prob
+
+
+def _wgrad_problem(x, grad_out, weight_shape, stride, padding, dilation, groups) -> Problem:
+    xs, gs = _spec(x, "x", 4), _spec(grad_out, "grad_out", 4)
+    k, cg, r, s = _shape_arg(weight_shape, "weight_shape")
+    (n, c, h, wd), (gn, gk, gp, gq) = xs[0], gs[0]
+    dtype = _same_dtype(x=xs, grad_out=gs)
+    _check_groups(groups, c, "x", k)
+    if cg * groups != c:
+        raise ValueError(f"channel mismatch: x has C={c} but weight_shape {weight_shape} expects "
+                         f"{cg} * groups({groups}) = {cg * groups}")
+    if (gn, gk) != (n, k):
+        raise ValueError(f"grad_out {gs[0]} must have batch {n} (x) and K={k} channels (weight_shape)")
+    prob = make_problem("wgrad", n, c, h, wd, k, r, s, stride=stride, padding=padding,
+                        dilation=dilation, groups=groups, dtype=dtype)
+    if (gp, gq) != (prob.p, prob.q):
+        raise ValueError(f"grad_out spatial size {gp}x{gq} does not match the forward output "
+                         f"{prob.p}x{prob.q} of x with these stride/padding/dilation")
+    return prob
+
+
+def _transpose_problem(x, w, bias, stride, padding, output_padding, groups, dilation) -> Problem:
+    xs, ws = _spec(x, "x", 4), _spec(w, "weight", 4)
+    (n, cin, hin, win), (wk, cout_g, r, s) = xs[0], ws[0]
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise (TypeError if not isinstance(groups, (int, np.integer)) else ValueError)(
+            f"groups must be an int >= 1, got {groups!r}")
+    if wk != cin:
+        raise ValueError(f"channel mismatch: x has {cin} channels but weight {ws[0]} has "
+                         f"{wk} input channels (weight is (C_in, C_out/groups, R, S))")
+    cout = cout_g * groups
+    bs = _check_bias(bias, cout)
+    dtype = _same_dtype(x=xs, weight=ws, bias=bs)
+    _check_groups(groups, cout, "the output", cin)
+    st = as_pair(stride, "stride", minimum=1)
+    pd = as_pair(padding, "padding", minimum=0)
+    dl = as_pair(dilation, "dilation", minimum=1)
+    op = as_pair(output_padding, "output_padding", minimum=0)
+    for axis in range(2):
+        if op[axis] >= st[axis] and op[axis] >= dl[axis]:
+            raise ValueError(f"output_padding {op} must be smaller than either stride {st} or "
+                             f"dilation {dl} on each axis")
+    hout = transpose_output_size(hin, r, st[0], pd[0], op[0], dl[0])
+    wout = transpose_output_size(win, s, st[1], pd[1], op[1], dl[1])
+    if hout < 1 or wout < 1:
+        raise ValueError(f"the conv_transpose2d output would be empty ({hout}x{wout}): input "
+                         f"{hin}x{win}, kernel {r}x{s}, stride {st}, padding {pd}, dilation {dl}")
+    return make_problem("dgrad", n, cout, hout, wout, cin, r, s, p=hin, q=win, stride=st, padding=pd,
+                        dilation=dl, groups=groups, dtype=dtype, bias=bias is not None)
+
+
+# ---- running --------------------------------------------------------------------------------------
+def _to_device(obj: Any, name: str) -> tuple[Any, bool]:
+    """(device array, came_from_host) for an operand."""
+    if isinstance(obj, np.ndarray):
+        return runtime.to_device(obj), True
+    if runtime.is_cuda_array_like(obj):
+        dev = runtime.as_device_array(obj)
+        if not dev.is_c_contiguous():
+            raise ValueError(f"{name} is a non-contiguous device array; pass a C-contiguous one")
+        return dev, False
+    raise TypeError(f"{name} must be a numpy array or a CUDA array, got {type(obj).__name__}")
+
+
+def _execute(prob: Problem, operands: dict[str, Any], bias: Any, out: Any, algorithm: Any,
+             workspace_limit: int | None) -> Any:
+    limit = check_workspace_limit(workspace_limit)
+    out_shape = prob.operand_shapes[2]
+    if out is not None:
+        oshape, odtype = _spec(out, "out", 4)
+        if oshape != out_shape or str(odtype) != prob.dtype:
+            raise ValueError(f"out must have shape {out_shape} and dtype {prob.dtype}, "
+                             f"got {oshape} {odtype}")
+    candidate = strategy.resolve(prob, algorithm, limit)  # validates algorithm= before any copy
+    (a_name, a), (b_name, b) = operands.items()
+    if prob.n == 0:  # nothing to compute: empty output, or a zero gradient for wgrad
+        result = np.zeros(out_shape, prob.dtype)
+        return _deliver(result, out, host=isinstance(a, np.ndarray) and isinstance(b, np.ndarray))
+    da, a_host = _to_device(a, a_name)
+    db, b_host = _to_device(b, b_name)
+    dbias = None if bias is None else _to_device(bias, "bias")[0]
+    host = a_host and b_host
+    if out is not None and not isinstance(out, np.ndarray):
+        dout = _to_device(out, "out")[0]
+    else:
+        dout = runtime.empty(out_shape, prob.dtype)
+    candidate.plugin.run(prob, candidate.config, da, db, dbias, dout, workspace_limit=limit)
+    if out is not None and not isinstance(out, np.ndarray):
+        return out
+    return _deliver(dout.copy_to_host() if host or isinstance(out, np.ndarray) else dout, out, host)
+
+
+def _deliver(result: Any, out: Any, host: bool) -> Any:
+    if isinstance(out, np.ndarray):
+        out[...] = result
+        return out
+    if out is not None:
+        out_dev = runtime.as_device_array(out)
+        out_dev.copy_to_device(result)
+        return out
+    if isinstance(result, np.ndarray) and not host:
+        return runtime.to_device(result)
+    return result
+
+
+def conv2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=1, groups: int = 1, *,
+           algorithm: Any = "auto", out: Any = None, workspace_limit: int | None = None) -> Any:
+    """y (N, K, P, Q) = conv2d(x (N, C, H, W), weight (K, C/groups, R, S)) + bias (K,)."""
+    prob = _forward_problem(x, weight, bias, stride, padding, dilation, groups)
+    return _execute(prob, {"x": x, "weight": weight}, bias, out, algorithm, workspace_limit)
+
+
+def conv2d_backward_data(grad_out: Any, weight: Any, input_shape: Sequence[int], stride=1, padding=0,
+                         dilation=1, groups: int = 1, *, algorithm: Any = "auto",
+                         workspace_limit: int | None = None) -> Any:
+    """dx (input_shape) from grad_out (N, K, P, Q) and weight (K, C/groups, R, S)."""
+    prob = _dgrad_problem(grad_out, weight, input_shape, stride, padding, dilation, groups)
+    return _execute(prob, {"grad_out": grad_out, "weight": weight}, None, None, algorithm,
+                    workspace_limit)
+
+
+def conv2d_backward_weight(x: Any, grad_out: Any, weight_shape: Sequence[int], stride=1, padding=0,
+                           dilation=1, groups: int = 1, *, algorithm: Any = "auto",
+                           workspace_limit: int | None = None) -> Any:
+    """dw (weight_shape = (K, C/groups, R, S)) from x (N, C, H, W) and grad_out (N, K, P, Q)."""
+    prob = _wgrad_problem(x, grad_out, weight_shape, stride, padding, dilation, groups)
+    return _execute(prob, {"x": x, "grad_out": grad_out}, None, None, algorithm, workspace_limit)
+
+
+def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, output_padding=0,
+                     groups: int = 1, dilation=1, *, algorithm: Any = "auto", out: Any = None,
+                     workspace_limit: int | None = None) -> Any:
+    """y (N, C_out, H_out, W_out) from x (N, C_in, H, W), weight (C_in, C_out/groups, R, S), bias (C_out,).
+
+    Computed as the backward-data problem of the forward convolution that maps y's shape to x's.
+    """
+    prob = _transpose_problem(x, weight, bias, stride, padding, output_padding, groups, dilation)
+    return _execute(prob, {"x": x, "weight": weight}, bias, out, algorithm, workspace_limit)
+
+
+_BUILDERS = {"conv2d": _forward_problem, "conv2d_backward_data": _dgrad_problem,
+             "conv2d_backward_weight": _wgrad_problem, "conv_transpose2d": _transpose_problem}
+_PARAMS = {"conv2d": ("x", "weight", "bias", "stride", "padding", "dilation", "groups"),
+           "conv2d_backward_data": ("grad_out", "weight", "input_shape", "stride", "padding",
+                                    "dilation", "groups"),
+           "conv2d_backward_weight": ("x", "grad_out", "weight_shape", "stride", "padding", "dilation",
+                                      "groups"),
+           "conv_transpose2d": ("x", "weight", "bias", "stride", "padding", "output_padding", "groups",
+                                "dilation")}
+_DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1, "output_padding": 0}
+
+
+def problem_for(op: str, *args: Any, **kwargs: Any) -> Problem:
+    """The canonical Problem of a call ``op(*args, **kwargs)``; arrays need only ``shape``/``dtype``."""
+    if op not in _BUILDERS:
+        raise ValueError(f"op must be one of {sorted(_BUILDERS)}, got {op!r}")
+    names = _PARAMS[op]
+    if len(args) > len(names):
+        raise TypeError(f"{op} takes at most {len(names)} positional arguments")
+    values = dict(_DEFAULTS)
+    values.update(zip(names, args))
+    for key, value in kwargs.items():
+        if key not in names:
+            raise TypeError(f"{op} got an unexpected argument {key!r}")
+        values[key] = value
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise TypeError(f"{op} is missing argument(s) {missing}")
+    return _BUILDERS[op](*(values[n] for n in names))
+
+
+def explain(*args: Any, op: str = "conv2d", algorithm: Any = "auto",
+            workspace_limit: int | None = None, **kwargs: Any):
+    """For a call ``op(*args, **kwargs)`` (or a Problem as the only argument): each plugin, whether it
+    applies (and why not), its workspace, and what ``algorithm`` picks. Returns an Explanation."""
+    from .explain import explain_problem
+
+    prob = args[0] if len(args) == 1 and isinstance(args[0], Problem) else problem_for(op, *args, **kwargs)
+    return explain_problem(prob, algorithm=algorithm, workspace_limit=check_workspace_limit(workspace_limit))

@@ -1,0 +1,154 @@
+"""The algorithm-plugin contract.
+
+A plugin is a class, registered with :func:`convlab.register`, that owns its ``@cuda.jit`` kernels and
+answers five questions about a :class:`~convlab.problem.Problem`:
+
+    applicable(problem, config, workspace_limit) -> Verdict   may I run it? if not, why (one line)
+    configs(problem)                               -> [Config] tunable variants (tile sizes ...), best first
+    workspace_bytes(problem, config, limit)        -> int      extra device memory I will allocate
+    run(problem, config, a, b, bias, out, workspace_limit)     write ``out`` (see problem.py for a, b, out)
+    compute_eps(dtype)                             -> float    unit roundoff of my arithmetic (tolerances)
+
+Class attributes declare the rest: ``name``, ``ops``, ``dtypes``, ``priority`` (higher wins when nothing
+was timed), ``deterministic`` (same bits on every run), ``description``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterable, Mapping
+
+import numpy as np
+
+from .problem import Problem
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a plugin accepts a problem; ``reason`` says why not (and is empty when it does)."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @classmethod
+    def yes(cls) -> "Verdict":
+        return cls(True, "")
+
+    @classmethod
+    def no(cls, reason: str) -> "Verdict":
+        if not reason:
+            raise ValueError("a declining verdict must give its reason")
+        return cls(False, reason)
+
+
+class Config(Mapping[str, Any]):
+    """An immutable, hashable, JSON-friendly set of tunables, e.g. ``Config(BM=64, BN=64, BK=8)``."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        merged = dict(items or {}, **kwargs)
+        object.__setattr__(self, "_items", tuple(sorted(merged.items())))
+
+    def __getitem__(self, key: str) -> Any:
+        for k, v in self._items:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def __iter__(self):
+        return (k for k, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self) == dict(other)
+
+    @property
+    def name(self) -> str:
+        """Stable text form, e.g. ``BK=8,BM=64,BN=64`` (``default`` when empty)."""
+        return ",".join(f"{k}={v}" for k, v in self._items) or "default"
+
+    def __repr__(self) -> str:
+        return f"Config({self.name})"
+
+
+class Algorithm:
+    """Base class of every algorithm plugin. Subclass it, set the class attributes, implement ``run``."""
+
+    name: ClassVar[str] = ""
+    ops: ClassVar[frozenset[str]] = frozenset()
+    dtypes: ClassVar[frozenset[str]] = frozenset({"float32", "float64"})
+    priority: ClassVar[int] = 0
+    deterministic: ClassVar[bool] = True
+    description: ClassVar[str] = ""
+
+    # -- questions the registry asks --------------------------------------------------------------
+    def check(self, problem: Problem) -> Verdict:
+        """Plugin-specific applicability (groups, stride, divisibility ...). Override this."""
+        return Verdict.yes()
+
+    def configs(self, problem: Problem) -> list[Config]:
+        """Tunable configurations for ``problem``, the preferred one first."""
+        return [Config()]
+
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+        """Extra device memory ``run`` allocates for ``problem`` under ``workspace_limit``."""
+        return 0
+
+    def compute_eps(self, dtype: str) -> float:
+        """Unit roundoff of the arithmetic this plugin does for ``dtype`` (tf32 plugins return 2**-11)."""
+        return float(np.finfo(dtype).eps)
+
+    def run(self, problem: Problem, config: Config, a: Any, b: Any, bias: Any, out: Any, *,
+            workspace_limit: int) -> None:
+        """Compute ``out`` from device arrays ``a``, ``b`` (and ``bias`` or None). See problem.py."""
+        raise NotImplementedError
+
+    # -- the full predicate -----------------------------------------------------------------------
+    def applicable(self, problem: Problem, config: Config | None = None,
+                   workspace_limit: int | None = None) -> Verdict:
+        """The op, dtype, plugin-specific and workspace conditions together, with the first failing
+        condition as the reason."""
+        from .settings import get_workspace_limit
+
+        if problem.op not in self.ops:
+            return Verdict.no(f"implements {sorted(self.ops)}, not {problem.op}")
+        if problem.dtype not in self.dtypes:
+            return Verdict.no(f"supports dtypes {sorted(self.dtypes)}, not {problem.dtype}")
+        verdict = self.check(problem)
+        if not verdict:
+            return verdict
+        limit = get_workspace_limit() if workspace_limit is None else workspace_limit
+        config = self.configs(problem)[0] if config is None else config
+        need = self.workspace_bytes(problem, config, limit)
+        if need > limit:
+            return Verdict.no(f"needs {need} bytes of workspace, over the limit of {limit}")
+        return Verdict.yes()
+
+    def __repr__(self) -> str:
+        return f"<plugin {self.name}: ops={sorted(self.ops)} priority={self.priority}>"
+
+
+def config_from(value: Config | Mapping[str, Any] | str | None, choices: Iterable[Config]) -> Config | None:
+    """Resolve a user's config (a Config, a dict, or a ``name`` string) against ``choices``."""
+    if value is None:
+        return None
+    choices = list(choices)
+    for choice in choices:
+        if (isinstance(value, str) and choice.name == value) or (
+                isinstance(value, Mapping) and choice == value):
+            return choice
+    raise ValueError(f"unknown config {value!r}; choices are {[c.name for c in choices]}")

@@ -1,0 +1,156 @@
+"""The plugin registry.
+
+Built-in plugins live in ``convlab.algorithms`` (the repository's ``algorithms/`` folder): every module
+there not starting with ``_`` is imported, and each ``@register``-decorated class becomes a plugin.
+Plugins from other installed packages are found through the entry-point group ``convlab.algorithms``
+(each entry point names a module or a plugin class). A plugin that fails to import, or whose predicate
+raises, is reported by name and excluded; it never breaks the others.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import warnings
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Iterable, TypeVar
+
+from .plugin import Algorithm, Config, Verdict
+from .problem import Problem
+
+ENTRY_POINT_GROUP = "convlab.algorithms"
+
+_plugins: dict[str, Algorithm] = {}
+_load_errors: dict[str, str] = {}
+_loaded = False
+
+A = TypeVar("A", bound=type)
+
+
+def register(cls: A) -> A:
+    """Class decorator: instantiate ``cls`` and add it to the registry under ``cls.name``."""
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise TypeError(f"@register expects a subclass of convlab.Algorithm, got {cls!r}")
+    if not cls.name or not isinstance(cls.name, str):
+        raise ValueError(f"plugin class {cls.__qualname__} needs a non-empty string 'name'")
+    unknown = set(cls.ops) - {"forward", "dgrad", "wgrad"}
+    if not cls.ops or unknown:
+        raise ValueError(f"plugin {cls.name!r}: ops must be a non-empty subset of forward/dgrad/wgrad")
+    existing = _plugins.get(cls.name)
+    if existing is not None and type(existing).__qualname__ != cls.__qualname__:
+        raise ValueError(f"a plugin named {cls.name!r} is already registered ({existing!r})")
+    _plugins[cls.name] = cls()
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Remove a plugin (used by tests and notebooks that register throw-away plugins)."""
+    _plugins.pop(name, None)
+
+
+def _load_builtin() -> None:
+    package = importlib.import_module("convlab.algorithms")
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_"):
+            continue
+        try:
+            importlib.import_module(f"convlab.algorithms.{info.name}")
+        except Exception as exc:  # a broken plugin must not break the others
+            _report(f"convlab.algorithms.{info.name}", exc)
+
+
+def _load_entry_points() -> None:
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            if isinstance(obj, type) and issubclass(obj, Algorithm) and obj.name not in _plugins:
+                register(obj)
+        except Exception as exc:
+            _report(f"entry point {ep.name} ({ep.value})", exc)
+
+
+def _report(where: str, exc: BaseException) -> None:
+    _load_errors[where] = f"{type(exc).__name__}: {exc}"
+    warnings.warn(f"convlab: plugin {where} failed to load and is excluded: {exc!r}", RuntimeWarning,
+                  stacklevel=3)
+
+
+def load(*, reload: bool = False) -> None:
+    """Import built-in and entry-point plugins (idempotent; ``reload`` re-scans entry points)."""
+    global _loaded
+    if _loaded and not reload:
+        return
+    _loaded = True
+    _load_builtin()
+    _load_entry_points()
+
+
+def load_errors() -> dict[str, str]:
+    """Plugins that failed to load, with the error each raised."""
+    load()
+    return dict(_load_errors)
+
+
+def plugins(op: str | None = None) -> list[Algorithm]:
+    """Registered plugins (for ``op`` only, if given), highest priority first."""
+    load()
+    found = [p for p in _plugins.values() if op is None or op in p.ops]
+    return sorted(found, key=lambda p: (-p.priority, p.name))
+
+
+def get(name: str) -> Algorithm:
+    """The plugin called ``name``; ValueError listing the known names otherwise."""
+    load()
+    if not isinstance(name, str):
+        raise TypeError(f"algorithm must be 'auto' or a plugin name, got {name!r}")
+    try:
+        return _plugins[name]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {name!r}; registered: {sorted(_plugins)}") from None
+
+
+def verdict(plugin: Algorithm, problem: Problem, config: Config | None = None,
+            workspace_limit: int | None = None) -> Verdict:
+    """``plugin.applicable(...)``, with an exception in the predicate turned into a declining verdict."""
+    try:
+        result = plugin.applicable(problem, config, workspace_limit)
+        if not isinstance(result, Verdict):
+            return Verdict.no(f"predicate returned {result!r}, not a Verdict")
+        return result
+    except Exception as exc:
+        return Verdict.no(f"predicate raised {type(exc).__name__}: {exc}")
+
+
+def safe_configs(plugin: Algorithm, problem: Problem) -> list[Config]:
+    """``plugin.configs(problem)``, empty when the plugin raises."""
+    try:
+        return list(plugin.configs(problem))
+    except Exception:
+        return []
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (plugin, config) pair that may run a problem."""
+
+    plugin: Algorithm
+    config: Config
+
+    @property
+    def label(self) -> str:
+        return f"{self.plugin.name}[{self.config.name}]"
+
+
+def candidates(problem: Problem, workspace_limit: int | None = None, *,
+               all_configs: bool = True, names: Iterable[str] | None = None) -> list[Candidate]:
+    """Every eligible (plugin, config) for ``problem``, highest plugin priority first."""
+    allowed = None if names is None else set(names)
+    out = []
+    for plugin in plugins(problem.op):
+        if allowed is not None and plugin.name not in allowed:
+            continue
+        configs = safe_configs(plugin, problem)
+        for config in configs if all_configs else configs[:1]:
+            if verdict(plugin, problem, config, workspace_limit):
+                out.append(Candidate(plugin, config))
+    return out

@@ -1,0 +1,163 @@
+"""The one place that imports ``numba.cuda``.
+
+Everything else in convlab (kernels included) reaches CUDA through this module, so switching between a
+real GPU and Numba's CUDA simulator, or moving to a successor of numba-cuda, touches this file only.
+
+Device selection, decided once at import:
+- ``NUMBA_ENABLE_CUDASIM=1`` (or ``0``) in the environment is obeyed as is;
+- otherwise the CUDA driver is probed with ``ctypes`` (``cuInit`` + ``cuDeviceGetCount``); when no driver
+  or no device answers, the simulator is switched on before ``numba.cuda`` is imported.
+If ``numba.cuda`` was already imported by the caller, its choice stands.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from typing import Any, Callable
+
+import numpy as np
+
+
+def _driver_has_gpu() -> bool:
+    """True when a CUDA driver loads and reports at least one device."""
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        try:
+            if lib.cuInit(0) != 0:
+                return False
+            count = ctypes.c_int(0)
+            return lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+        except (AttributeError, OSError):
+            return False
+    return False
+
+
+def _choose_simulator() -> None:
+    if "numba.cuda" in sys.modules:
+        return  # the caller already decided
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "").strip() == "" and not _driver_has_gpu():
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    if "numba.core.config" in sys.modules:  # numba imported before us: re-read the environment
+        sys.modules["numba.core.config"].reload_config()
+
+
+_choose_simulator()
+
+from numba import cuda  # noqa: E402  (must follow the simulator decision)
+import numba  # noqa: E402
+
+#: True when kernels run on Numba's CUDA simulator (one Python thread per CUDA thread).
+SIMULATOR: bool = bool(getattr(cuda, "simulator", None)) or numba.config.ENABLE_CUDASIM == 1
+
+if SIMULATOR:
+    # Barrier-heavy simulated kernels run 2-8x faster with a short GIL switch interval.
+    sys.setswitchinterval(1e-4)
+
+# Keyword arguments of ``cuda.jit`` that the simulator rejects.
+_SIM_UNSUPPORTED_JIT_KWARGS = ("lineinfo", "launch_bounds", "max_registers", "lto", "forceinline", "link")
+
+
+def jit(*args: Any, **kwargs: Any) -> Callable:
+    """``cuda.jit`` that drops GPU-only options (``max_registers``, ``lineinfo`` ...) on the simulator."""
+    if SIMULATOR:
+        for key in _SIM_UNSUPPORTED_JIT_KWARGS:
+            kwargs.pop(key, None)
+        kwargs.pop("cache", None)
+    return cuda.jit(*args, **kwargs)
+
+
+def device_name() -> str:
+    """Name of the current device, or ``'CUDA simulator'``."""
+    if SIMULATOR:
+        return "CUDA simulator"
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def compute_capability() -> tuple[int, int]:
+    """(major, minor) of the current device; (0, 0) on the simulator."""
+    if SIMULATOR:
+        return (0, 0)
+    return tuple(cuda.get_current_device().compute_capability)  # type: ignore[return-value]
+
+
+def versions() -> dict[str, str]:
+    """Versions of the software stack, for results files."""
+    import numba_cuda  # noqa: F401  (present whenever numba.cuda is the numba-cuda package)
+
+    out = {"numba": numba.__version__, "numpy": np.__version__,
+           "numba_cuda": getattr(sys.modules.get("numba_cuda"), "__version__", "unknown"),
+           "python": sys.version.split()[0]}
+    if not SIMULATOR:
+        try:
+            out["cuda_driver"] = ".".join(map(str, cuda.cudadrv.driver.driver.get_version()))
+        except Exception:  # pragma: no cover - informational only
+            pass
+    return out
+
+
+def is_device_array(obj: Any) -> bool:
+    """True for a Numba device array (or the simulator's stand-in)."""
+    return cuda.is_cuda_array(obj) and hasattr(obj, "copy_to_host")
+
+
+def is_cuda_array_like(obj: Any) -> bool:
+    """True for any object exposing ``__cuda_array_interface__`` (CuPy, PyTorch CUDA tensors...)."""
+    return hasattr(obj, "__cuda_array_interface__") or is_device_array(obj)
+
+
+def as_device_array(obj: Any) -> Any:
+    """A Numba device-array view of a CUDA-array-like object, without a copy."""
+    if is_device_array(obj):
+        return obj
+    return cuda.as_cuda_array(obj)
+
+
+def to_device(host: np.ndarray) -> Any:
+    """Copy a host array to a new device array."""
+    return cuda.to_device(np.ascontiguousarray(host))
+
+
+def empty(shape: tuple[int, ...], dtype: Any) -> Any:
+    """Uninitialised device array."""
+    return cuda.device_array(tuple(int(s) for s in shape), dtype=np.dtype(dtype))
+
+
+def full(shape: tuple[int, ...], value: float, dtype: Any) -> Any:
+    """Device array filled with ``value`` (used to poison outputs with NaN in tests)."""
+    return cuda.to_device(np.full(tuple(int(s) for s in shape), value, dtype=np.dtype(dtype)))
+
+
+def synchronize() -> None:
+    """Wait for all queued device work."""
+    cuda.synchronize()
+
+
+def event() -> Any:
+    """A CUDA event that can be recorded and timed (a no-op on the simulator)."""
+    return cuda.event(timing=True)
+
+
+def time_ms(fn: Callable[[], Any], *, warmup: int = 3, repeat: int = 20) -> list[float] | None:
+    """Per-call times of ``fn()`` in milliseconds with CUDA events, after ``warmup`` calls.
+
+    Returns None on the simulator, where device times mean nothing.
+    """
+    for _ in range(warmup):
+        fn()
+    if SIMULATOR:
+        return None
+    cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, stop = event(), event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return times

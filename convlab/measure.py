@@ -1,0 +1,65 @@
+"""Shared measuring tools: random operands, error against the reference, tolerances, timing.
+
+Used by the conformance suite, the autotuner and the benchmarks, so all three judge and time a
+candidate the same way.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import runtime
+from .problem import Problem
+from .registry import Candidate
+
+
+def random_operands(problem: Problem, rng: np.random.Generator | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Fresh standard-normal host operands (a, b, bias) of ``problem`` (order as in problem.py)."""
+    rng = np.random.default_rng() if rng is None else rng
+    a_shape, b_shape, _ = problem.operand_shapes
+    a = rng.standard_normal(a_shape).astype(problem.dtype)
+    b = rng.standard_normal(b_shape).astype(problem.dtype)
+    bias = None
+    if problem.bias:
+        bias = rng.standard_normal(problem.bias_shape).astype(problem.dtype)
+    return a, b, bias
+
+
+def to_device(*arrays: np.ndarray | None) -> tuple[Any, ...]:
+    """Device copies of host arrays (None stays None)."""
+    return tuple(None if a is None else runtime.to_device(a) for a in arrays)
+
+
+def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """||out - ref|| / ||ref|| in float64; inf when ``out`` holds a NaN or infinity."""
+    out = np.asarray(out, np.float64)
+    if not np.all(np.isfinite(out)):
+        return math.inf
+    denom = float(np.linalg.norm(ref))
+    diff = float(np.linalg.norm(out - ref))
+    return diff / denom if denom > 0 else diff
+
+
+def tolerance(problem: Problem, eps: float) -> float:
+    """Relative-norm tolerance for an arithmetic of unit roundoff ``eps``.
+
+    Rounding errors of a length-L sum of random terms grow like sqrt(L) * eps; the bound allows
+    8 * eps * sqrt(L) plus a floor of 16 * eps for tiny reductions.
+    """
+    return eps * (8.0 * math.sqrt(max(problem.reduction_length, 1)) + 16.0)
+
+
+def run_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias: Any, out: Any,
+                  workspace_limit: int) -> None:
+    """Launch one candidate on device operands (no synchronisation)."""
+    candidate.plugin.run(problem, candidate.config, a, b, bias, out, workspace_limit=workspace_limit)
+
+
+def time_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias: Any, out: Any, *,
+                   workspace_limit: int, warmup: int = 3, repeat: int = 20) -> list[float] | None:
+    """Per-run milliseconds (CUDA events) of a candidate, after ``warmup`` runs; None on the simulator."""
+    return runtime.time_ms(lambda: run_candidate(candidate, problem, a, b, bias, out, workspace_limit),
+                           warmup=warmup, repeat=repeat)

@@ -10,6 +10,8 @@ from .plugin import Algorithm, Config, Verdict  # noqa: E402
 from .problem import Problem, make_problem  # noqa: E402
 from .registry import get as get_plugin, load_errors, plugins, register, unregister  # noqa: E402
 from .settings import get_workspace_limit, set_workspace_limit  # noqa: E402
+from . import explain as _explain_module  # noqa: E402,F401  (load the submodule before the function
+#                                           named explain below takes over the package attribute)
 from .ops import (conv2d, conv2d_backward_data, conv2d_backward_weight,  # noqa: E402
                   conv_transpose2d, explain, problem_for)
 

@@ -8,6 +8,7 @@ answers five questions about a :class:`~convlab.problem.Problem`:
     workspace_bytes(problem, config, limit)        -> int      extra device memory I will allocate
     run(problem, config, a, b, bias, out, workspace_limit)     write ``out`` (see problem.py for a, b, out)
     compute_eps(dtype)                             -> float    unit roundoff of my arithmetic (tolerances)
+    sample_problems(op)                            -> [Problem] problems I accept, for the conformance suite
 
 Class attributes declare the rest: ``name``, ``ops``, ``dtypes``, ``priority`` (higher wins when nothing
 was timed), ``deterministic`` (same bits on every run), ``description``.
@@ -111,6 +112,11 @@ class Algorithm:
     def compute_eps(self, dtype: str) -> float:
         """Unit roundoff of the arithmetic this plugin does for ``dtype`` (tf32 plugins return 2**-11)."""
         return float(np.finfo(dtype).eps)
+
+    def sample_problems(self, op: str) -> list[Problem]:
+        """A few problems this plugin accepts, checked by the conformance suite besides random ones
+        (override when the plugin's applicability is too narrow for random draws to hit it)."""
+        return []
 
     def run(self, problem: Problem, config: Config, a: Any, b: Any, bias: Any, out: Any, *,
             workspace_limit: int) -> None:

@@ -19,7 +19,7 @@ Operands of each op, in the order plugins receive them (``a``, ``b`` -> ``out``)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable
 
 import numpy as np
@@ -79,7 +79,6 @@ class Problem:
     groups: int = 1
     dtype: str = "float32"
     bias: bool = False
-    _checked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.op not in OPS:

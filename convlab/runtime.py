@@ -102,7 +102,9 @@ def versions() -> dict[str, str]:
 
 def is_device_array(obj: Any) -> bool:
     """True for a Numba device array (or the simulator's stand-in)."""
-    return cuda.is_cuda_array(obj) and hasattr(obj, "copy_to_host")
+    if SIMULATOR:
+        return isinstance(obj, cuda.devicearray.FakeCUDAArray)
+    return cuda.devicearray.is_cuda_ndarray(obj)
 
 
 def is_cuda_array_like(obj: Any) -> bool:

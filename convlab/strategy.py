@@ -44,8 +44,8 @@ def _forced(plugin_name: str, config: Any, problem: Problem, workspace_limit: in
         verdict = registry.verdict(plugin, problem, chosen, workspace_limit)
         if verdict:
             return Candidate(plugin, chosen)
-        first = first or verdict
-    reason = first.reason if first else "it offers no configuration for this problem"
+        first = verdict if first is None else first
+    reason = first.reason if first is not None else "it offers no configuration for this problem"
     raise ValueError(f"algorithm {plugin_name!r} cannot run {problem.describe()}: {reason}")
 
 

@@ -1,0 +1,77 @@
+"""The conformance suite, reusable by plugin authors (like scikit-learn's ``check_estimator``).
+
+    from convlab.testing import check_plugin
+    check_plugin("my_plugin")            # every check_* on every op the plugin declares
+
+Each check in :mod:`convlab.testing.checks` runs on hypothesis-drawn valid problems (random ones with
+every option, GEMM-aligned ones, and the plugin's own ``sample_problems``). The number of examples
+follows the active hypothesis profile: ``convlab-sim`` (small, the default without a GPU) or
+``convlab-gpu``.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from .. import registry, runtime
+from ..plugin import Algorithm
+from .checks import CHECKS, NEEDS_ACCEPTED, call_op
+from .strategies import aligned_problems, any_problems, problems
+
+settings.register_profile("convlab-sim", max_examples=6, deadline=None, derandomize=False,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+settings.register_profile("convlab-gpu", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+DEFAULT_PROFILE = "convlab-sim" if runtime.SIMULATOR else "convlab-gpu"
+
+__all__ = ["CHECKS", "check_plugin", "run_check", "problems", "aligned_problems", "any_problems",
+           "call_op", "DEFAULT_PROFILE"]
+
+
+def run_check(check_name: str, plugin: Algorithm | str, op: str,
+              max_examples: int | None = None) -> None:
+    """Run one check on one op of a plugin over hypothesis-drawn problems."""
+    plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
+    check = CHECKS[check_name]
+    samples = [p for p in _samples(plugin, op)]
+    dtypes = tuple(sorted(plugin.dtypes))
+
+    extra = {} if max_examples is None else {"max_examples": max_examples}
+
+    @settings(**extra)
+    @given(problem=any_problems(op, dtypes, samples), seed=st.integers(0, 2**32 - 1))
+    def run(problem, seed):
+        if check_name in NEEDS_ACCEPTED:
+            assume(registry.verdict(plugin, problem))
+        check(plugin, problem, np.random.default_rng(seed))
+
+    run()
+
+
+def _samples(plugin: Algorithm, op: str):
+    try:
+        return [p for p in plugin.sample_problems(op) if p.op == op]
+    except Exception:
+        return []
+
+
+def check_plugin(plugin: Algorithm | str, *, ops: Iterable[str] | None = None,
+                 checks: Iterable[str] | None = None, max_examples: int | None = None) -> dict[str, str]:
+    """Run every check on every op of ``plugin``; returns ``{"check op": "ok" | "FAIL: ..."}`` and
+    raises AssertionError at the end if any failed."""
+    plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
+    report: dict[str, str] = {}
+    for op in sorted(plugin.ops if ops is None else ops):
+        for name in CHECKS if checks is None else checks:
+            try:
+                run_check(name, plugin, op, max_examples)
+                report[f"{name} {op}"] = "ok"
+            except Exception as exc:  # report every failing property, not only the first
+                report[f"{name} {op}"] = f"FAIL: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+    failed = {k: v for k, v in report.items() if v != "ok"}
+    if failed:
+        raise AssertionError(f"plugin {plugin.name} failed {len(failed)} checks: {failed}")
+    return report

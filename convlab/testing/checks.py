@@ -1,0 +1,147 @@
+"""The conformance checks: one ``check_*`` function per property a plugin must have.
+
+Each check takes ``(plugin, problem, rng)`` and raises AssertionError when the property fails; checks
+that need an accepted problem skip (return) when the plugin declines it. ``CHECKS`` lists them all;
+:func:`convlab.testing.check_plugin` runs every check on hypothesis-drawn problems.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import ops, reference, registry, runtime
+from ..measure import random_operands, rel_error, to_device, tolerance
+from ..plugin import Algorithm
+from ..problem import Problem, conv_output_size
+from ..settings import get_workspace_limit
+
+
+def _accepted(plugin: Algorithm, problem: Problem):
+    configs = registry.safe_configs(plugin, problem)
+    for config in configs:
+        if registry.verdict(plugin, problem, config):
+            return config
+    return None
+
+
+def _run(plugin: Algorithm, problem: Problem, config, host_ops, poison: float = np.nan) -> np.ndarray:
+    a, b, bias = to_device(*host_ops)
+    out = runtime.full(problem.operand_shapes[2], poison, problem.dtype)
+    plugin.run(problem, config, a, b, bias, out, workspace_limit=get_workspace_limit())
+    return out.copy_to_host()
+
+
+def check_matches_reference(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
+    """Every config the plugin accepts agrees with the float64 reference within the tolerance."""
+    for config in registry.safe_configs(plugin, problem):
+        if not registry.verdict(plugin, problem, config):
+            continue
+        host = random_operands(problem, rng)
+        got = _run(plugin, problem, config, host)
+        want = reference.solve(problem, *host)
+        err = rel_error(got, want)
+        tol = tolerance(problem, plugin.compute_eps(problem.dtype))
+        assert err <= tol, (f"{plugin.name}[{config.name}] on {problem.describe()}: relative error "
+                            f"{err:.3g} > tolerance {tol:.3g}")
+
+
+def check_output_fully_written(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
+    """No output element keeps the NaN poison the output was filled with."""
+    config = _accepted(plugin, problem)
+    if config is None:
+        return
+    got = _run(plugin, problem, config, random_operands(problem, rng))
+    unwritten = np.argwhere(np.isnan(got))
+    assert unwritten.size == 0, (f"{plugin.name}[{config.name}] left {len(unwritten)} output elements "
+                                 f"unwritten on {problem.describe()}, first at {tuple(unwritten[0])}")
+
+
+def check_inputs_unmodified(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
+    """The device operands hold the same bits after the run."""
+    config = _accepted(plugin, problem)
+    if config is None:
+        return
+    host = random_operands(problem, rng)
+    dev = to_device(*host)
+    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+    plugin.run(problem, config, *dev, out, workspace_limit=get_workspace_limit())
+    for name, before, after in zip(("a", "b", "bias"), host, dev):
+        if before is not None:
+            assert np.array_equal(before, after.copy_to_host()), f"{plugin.name} modified input {name}"
+
+
+def check_deterministic(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
+    """A plugin declaring ``deterministic = True`` gives identical bits on two runs."""
+    config = _accepted(plugin, problem)
+    if config is None or not plugin.deterministic:
+        return
+    host = random_operands(problem, rng)
+    first, second = _run(plugin, problem, config, host), _run(plugin, problem, config, host)
+    assert np.array_equal(first, second), f"{plugin.name} gave different bits on two identical runs"
+
+
+def check_declines_with_reason(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
+    """A declining verdict carries a non-empty one-line reason; an accepting one fits the workspace."""
+    verdict = registry.verdict(plugin, problem)
+    if verdict:
+        configs = registry.safe_configs(plugin, problem)
+        assert configs, f"{plugin.name} accepts {problem.describe()} but offers no config"
+        ws = plugin.workspace_bytes(problem, configs[0], get_workspace_limit())
+        assert 0 <= ws <= get_workspace_limit(), f"{plugin.name} workspace {ws} outside the limit"
+        return
+    assert isinstance(verdict.reason, str) and verdict.reason.strip(), "declined without a reason"
+    assert "\n" not in verdict.reason.strip(), f"reason should be one line: {verdict.reason!r}"
+    assert "raised" not in verdict.reason, f"{plugin.name}'s predicate raised: {verdict.reason}"
+
+
+def check_declined_never_launched(plugin: Algorithm, problem: Problem,
+                                  rng: np.random.Generator) -> None:
+    """Forcing a plugin on a problem it declines raises ValueError quoting the reason, with no launch."""
+    verdict = registry.verdict(plugin, problem)
+    if verdict:
+        return
+    launched = []
+    original = plugin.run
+    plugin.run = lambda *args, **kw: launched.append(args)  # type: ignore[method-assign]
+    try:
+        call_op(problem, *random_operands(problem, rng), algorithm=plugin.name)
+    except ValueError as exc:
+        assert verdict.reason in str(exc), f"error {exc} does not quote the reason {verdict.reason!r}"
+    else:
+        raise AssertionError(f"forcing {plugin.name} on a declined problem did not raise")
+    finally:
+        del plugin.run
+        assert plugin.run == original
+    assert not launched, f"{plugin.name} was launched on a problem it declines"
+
+
+def call_op(problem: Problem, a: Any, b: Any, bias: Any = None, **kw: Any) -> Any:
+    """Run ``problem`` through the public op that builds it (conv_transpose2d for dgrad with a bias or
+    a shortened dy)."""
+    common = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation,
+                  groups=problem.groups)
+    if problem.op == "forward":
+        return ops.conv2d(a, b, bias, **common, **kw)
+    if problem.op == "wgrad":
+        return ops.conv2d_backward_weight(a, b, problem.w_shape, **common, **kw)
+    full = (conv_output_size(problem.h, problem.r, problem.stride[0], problem.padding[0],
+                             problem.dilation[0]),
+            conv_output_size(problem.w, problem.s, problem.stride[1], problem.padding[1],
+                             problem.dilation[1]))
+    if bias is None and (problem.p, problem.q) == full:
+        return ops.conv2d_backward_data(a, b, problem.x_shape, **common, **kw)
+    out_pad = tuple(size - ((pq - 1) * st - 2 * pd + dl * (k - 1) + 1) for size, pq, st, pd, dl, k in
+                    zip((problem.h, problem.w), (problem.p, problem.q), problem.stride, problem.padding,
+                        problem.dilation, (problem.r, problem.s)))
+    return ops.conv_transpose2d(a, b, bias, problem.stride, problem.padding, out_pad, problem.groups,
+                                problem.dilation, **kw)
+
+
+Check = Callable[[Algorithm, Problem, np.random.Generator], None]
+CHECKS: dict[str, Check] = {f.__name__: f for f in (
+    check_matches_reference, check_output_fully_written, check_inputs_unmodified, check_deterministic,
+    check_declines_with_reason, check_declined_never_launched)}
+#: checks that only make sense on problems the plugin accepts (the others take any problem)
+NEEDS_ACCEPTED = {"check_matches_reference", "check_output_fully_written", "check_inputs_unmodified",
+                  "check_deterministic"}

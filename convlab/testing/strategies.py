@@ -1,0 +1,81 @@
+"""Hypothesis strategies that draw only valid convolution problems.
+
+``problems(op)`` draws small problems with every option (groups, stride, dilation, padding, bias,
+odd sizes, and for dgrad the smaller output that conv_transpose2d's output_padding allows);
+``aligned_problems(op)`` draws problems whose three GEMM dimensions are multiples of 16, the shapes that
+tiled and implicit-GEMM plugins accept. Sizes stay small enough for the CUDA simulator.
+"""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from ..problem import Problem, conv_output_size, make_problem
+
+
+def _input_size(out: int, kernel: int, stride: int, pad: int, dil: int) -> int:
+    """Smallest input length giving ``out`` outputs (>= 1)."""
+    return max(1, (out - 1) * stride + dil * (kernel - 1) + 1 - 2 * pad)
+
+
+@st.composite
+def problems(draw, op: str = "forward", dtypes: tuple[str, ...] = ("float32", "float64"),
+             max_out: int = 6) -> Problem:
+    """Any valid small problem of ``op``."""
+    groups = draw(st.integers(1, 3))
+    cpg, kpg = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    r, s = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    p_want, q_want = draw(st.integers(1, max_out)), draw(st.integers(1, max_out))
+    # input size: the smallest that gives p_want outputs, plus a remainder the stride drops
+    h = _input_size(p_want, r, stride[0], padding[0], dilation[0]) + draw(st.integers(0, stride[0] - 1))
+    w = _input_size(q_want, s, stride[1], padding[1], dilation[1]) + draw(st.integers(0, stride[1] - 1))
+    full_p = conv_output_size(h, r, stride[0], padding[0], dilation[0])
+    full_q = conv_output_size(w, s, stride[1], padding[1], dilation[1])
+    p, q = full_p, full_q
+    bias = False
+    if op == "dgrad":  # conv_transpose2d: output_padding < max(stride, dilation) can drop dy rows
+        p -= draw(st.integers(0, (max(stride[0], dilation[0]) - 1) // stride[0]))
+        q -= draw(st.integers(0, (max(stride[1], dilation[1]) - 1) // stride[1]))
+        p, q = max(p, 1), max(q, 1)
+    if op != "wgrad":
+        bias = draw(st.booleans())
+    return make_problem(op, draw(st.integers(1, 2)), cpg * groups, h, w, kpg * groups, r, s, p=p, q=q,
+                        stride=stride, padding=padding, dilation=dilation, groups=groups,
+                        dtype=draw(st.sampled_from(dtypes)), bias=bias)
+
+
+@st.composite
+def aligned_problems(draw, op: str = "forward",
+                     dtypes: tuple[str, ...] = ("float32", "float64")) -> Problem:
+    """Problems with groups == 1 whose GEMM dimensions (M, N, K) are all multiples of 16."""
+    r, s = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    stride = (1, 1) if op == "dgrad" else (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = (draw(st.integers(0, 1)), draw(st.integers(0, 1)))
+    a, b = draw(st.sampled_from([(4, 4), (2, 8), (8, 2)]))
+    if op == "dgrad":  # M = N*H*W: pick H, W first, padding enough for a non-empty output
+        h, w = a, b
+        padding = (max(padding[0], -(-(dilation[0] * (r - 1) + 1 - h) // 2)),
+                   max(padding[1], -(-(dilation[1] * (s - 1) + 1 - w) // 2)))
+    else:  # M = N*P*Q: pick P, Q first
+        h = _input_size(a, r, stride[0], padding[0], dilation[0])
+        w = _input_size(b, s, stride[1], padding[1], dilation[1])
+        if conv_output_size(h, r, stride[0], padding[0], dilation[0]) != a or \
+                conv_output_size(w, s, stride[1], padding[1], dilation[1]) != b:
+            padding = (0, 0)
+            h = _input_size(a, r, stride[0], 0, dilation[0])
+            w = _input_size(b, s, stride[1], 0, dilation[1])
+    bias = op != "wgrad" and draw(st.booleans())
+    return make_problem(op, 1, 16, h, w, 16, r, s, stride=stride, padding=padding, dilation=dilation,
+                        groups=1, dtype=draw(st.sampled_from(dtypes)), bias=bias)
+
+
+def any_problems(op: str, dtypes: tuple[str, ...] = ("float32", "float64"),
+                 samples: list[Problem] | None = None) -> st.SearchStrategy[Problem]:
+    """Random, aligned, and the plugin's own sample problems, mixed."""
+    parts = [problems(op, dtypes), aligned_problems(op, dtypes)]
+    if samples:
+        parts.append(st.sampled_from(samples))
+    return st.one_of(*parts)

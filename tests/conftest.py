@@ -1,0 +1,21 @@
+"""Test configuration: the hypothesis profile follows the device (small on the simulator).
+
+Override with CONVLAB_HYPOTHESIS_PROFILE=convlab-gpu (or convlab-sim).
+"""
+import os
+
+import pytest
+from hypothesis import settings
+
+import convlab.testing  # registers the profiles
+from convlab import runtime
+
+settings.load_profile(os.environ.get("CONVLAB_HYPOTHESIS_PROFILE", convlab.testing.DEFAULT_PROFILE))
+
+
+def pytest_report_header(config):
+    return (f"convlab device: {runtime.device_name()} (simulator={runtime.SIMULATOR}); "
+            f"hypothesis profile: {settings._current_profile}")
+
+
+gpu_only = pytest.mark.skipif(runtime.SIMULATOR, reason="needs a real CUDA GPU")

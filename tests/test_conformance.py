@@ -1,0 +1,72 @@
+"""Every registered plugin x every op it declares x every conformance check.
+
+A new plugin is tested here without new test code: registering it is enough.
+"""
+import numpy as np
+import pytest
+
+import convlab
+from convlab.testing import CHECKS, check_plugin, run_check
+
+CASES = [(plugin.name, op, check) for plugin in convlab.plugins() for op in sorted(plugin.ops)
+         for check in CHECKS]
+
+
+@pytest.mark.parametrize("plugin,op,check", CASES, ids=[f"{p}-{o}-{c[6:]}" for p, o, c in CASES])
+def test_conformance(plugin, op, check):
+    run_check(check, plugin, op)
+
+
+def test_every_builtin_plugin_loaded():
+    assert not convlab.load_errors(), convlab.load_errors()
+    assert "direct" in {p.name for p in convlab.plugins()}
+
+
+class _DropsLastElement(convlab.Algorithm):
+    """A wrong plugin: direct's result with the last output element never written."""
+
+    name = "_test_drops_last"
+    ops = frozenset({"forward"})
+
+    def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+        convlab.get_plugin("direct").run(problem, config, a, b, bias, out, workspace_limit=workspace_limit)
+        host = out.copy_to_host()
+        host.reshape(-1)[-1] = np.nan
+        out.copy_to_device(host)
+
+
+class _OffByBias(convlab.Algorithm):
+    """A wrong plugin: ignores the bias."""
+
+    name = "_test_ignores_bias"
+    ops = frozenset({"forward"})
+
+    def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+        convlab.get_plugin("direct").run(problem, config, a, b, None, out, workspace_limit=workspace_limit)
+
+
+class _SilentDecline(convlab.Algorithm):
+    """A wrong plugin: declines float64 without a reason (via a raising predicate)."""
+
+    name = "_test_raising_predicate"
+    ops = frozenset({"forward"})
+
+    def check(self, problem):
+        if problem.dtype == "float64":
+            raise RuntimeError("boom")
+        return convlab.Verdict.yes()
+
+    def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+        convlab.get_plugin("direct").run(problem, config, a, b, bias, out, workspace_limit=workspace_limit)
+
+
+@pytest.mark.parametrize("broken,check", [(_DropsLastElement, "check_output_fully_written"),
+                                          (_OffByBias, "check_matches_reference"),
+                                          (_SilentDecline, "check_declines_with_reason")])
+def test_suite_catches_broken_plugins(broken, check):
+    convlab.register(broken)
+    try:
+        with pytest.raises(AssertionError):
+            check_plugin(broken.name, checks=[check], max_examples=30)
+    finally:
+        convlab.unregister(broken.name)

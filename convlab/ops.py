@@ -160,20 +160,22 @@ def _transpose_problem(x, w, bias, stride, padding, output_padding, groups, dila
 
 
 # ---- running --------------------------------------------------------------------------------------
-def _to_device(obj: Any, name: str) -> tuple[Any, bool]:
-    """(device array, came_from_host) for an operand."""
+def _to_device(obj: Any, name: str) -> Any:
+    """A device array for an operand: numpy arrays are copied, CUDA arrays used in place."""
     if isinstance(obj, np.ndarray):
-        return runtime.to_device(obj), True
+        return runtime.to_device(obj)
     if runtime.is_cuda_array_like(obj):
         dev = runtime.as_device_array(obj)
         if not dev.is_c_contiguous():
             raise ValueError(f"{name} is a non-contiguous device array; pass a C-contiguous one")
-        return dev, False
+        return dev
     raise TypeError(f"{name} must be a numpy array or a CUDA array, got {type(obj).__name__}")
 
 
 def _execute(prob: Problem, operands: dict[str, Any], bias: Any, out: Any, algorithm: Any,
              workspace_limit: int | None) -> Any:
+    """Check ``out``, pick the candidate, run it, and hand the result back in the caller's kind of
+    array: numpy when every operand was numpy, else a device array (or ``out`` when given)."""
     limit = check_workspace_limit(workspace_limit)
     out_shape = prob.operand_shapes[2]
     if out is not None:
@@ -182,35 +184,26 @@ def _execute(prob: Problem, operands: dict[str, Any], bias: Any, out: Any, algor
             raise ValueError(f"out must have shape {out_shape} and dtype {prob.dtype}, "
                              f"got {oshape} {odtype}")
     candidate = strategy.resolve(prob, algorithm, limit)  # validates algorithm= before any copy
-    (a_name, a), (b_name, b) = operands.items()
-    if prob.n == 0:  # nothing to compute: empty output, or a zero gradient for wgrad
+    host = all(isinstance(v, np.ndarray) for v in operands.values())
+    if prob.n == 0:  # nothing to compute: an empty output, or a zero gradient for wgrad
         result = np.zeros(out_shape, prob.dtype)
-        return _deliver(result, out, host=isinstance(a, np.ndarray) and isinstance(b, np.ndarray))
-    da, a_host = _to_device(a, a_name)
-    db, b_host = _to_device(b, b_name)
-    dbias = None if bias is None else _to_device(bias, "bias")[0]
-    host = a_host and b_host
-    if out is not None and not isinstance(out, np.ndarray):
-        dout = _to_device(out, "out")[0]
+        dout = None if host or isinstance(out, np.ndarray) else (
+            _to_device(out, "out") if out is not None else runtime.to_device(result))
+        if dout is not None and out is not None:
+            dout.copy_to_device(result)
     else:
-        dout = runtime.empty(out_shape, prob.dtype)
-    candidate.plugin.run(prob, candidate.config, da, db, dbias, dout, workspace_limit=limit)
-    if out is not None and not isinstance(out, np.ndarray):
-        return out
-    return _deliver(dout.copy_to_host() if host or isinstance(out, np.ndarray) else dout, out, host)
-
-
-def _deliver(result: Any, out: Any, host: bool) -> Any:
+        a, b = (_to_device(v, name) for name, v in operands.items())
+        dbias = None if bias is None else _to_device(bias, "bias")
+        device_out = out is not None and not isinstance(out, np.ndarray)
+        dout = _to_device(out, "out") if device_out else runtime.empty(out_shape, prob.dtype)
+        candidate.plugin.run(prob, candidate.config, a, b, dbias, dout, workspace_limit=limit)
+        result = dout.copy_to_host() if host or isinstance(out, np.ndarray) else None
     if isinstance(out, np.ndarray):
         out[...] = result
         return out
     if out is not None:
-        out_dev = runtime.as_device_array(out)
-        out_dev.copy_to_device(result)
         return out
-    if isinstance(result, np.ndarray) and not host:
-        return runtime.to_device(result)
-    return result
+    return result if host else dout
 
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=1, groups: int = 1, *,

@@ -30,6 +30,7 @@ class Explanation:
     chosen_config: str | None
     source: str  # how the choice was made: "priority", "forced", "cache", "tuned", ...
     notes: list[str] = field(default_factory=list)
+    tuning: Any = None  # the autotuner's TuneResult (algorithm="auto"): every candidate's median, check
 
     def __str__(self) -> str:
         lines = [f"problem: {self.problem.describe()}",
@@ -47,7 +48,18 @@ class Explanation:
             if r.check:
                 extra += f"  check {r.check}"
             lines.append(f" {mark} {r.name:<{width}}  prio {r.priority:>3}  {status}{extra}")
-        lines.append(f"picked: {self.chosen}[{self.chosen_config}] ({self.source})")
+        if self.tuning is not None and self.tuning.candidates:
+            lines.append("candidates (median, check):")
+            won = self.tuning.winner_label
+            cwidth = max(len(c.label) for c in self.tuning.candidates)
+            for c in self.tuning.candidates:
+                med = "-" if c.median_ms is None else f"{c.median_ms:.4g} ms"
+                drop = " (dropped early)" if c.dropped_early else ""
+                lines.append(f" {'*' if c.label == won else ' '} {c.label:<{cwidth}}  {med:>12}  "
+                             f"{c.status}{drop}")
+        origin = {"cache": "from the cache", "tuned": "tuned now", "priority": "by declared priority"}
+        lines.append(f"picked: {self.chosen}[{self.chosen_config}] "
+                     f"({origin.get(self.source, self.source)})")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -73,11 +85,37 @@ def plugin_rows(prob: Problem, workspace_limit: int) -> list[PluginRow]:
 def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: int) -> Explanation:
     rows = plugin_rows(prob, workspace_limit)
     notes: list[str] = []
+    tuning = None
     try:
-        cand = strategy.resolve(prob, algorithm, workspace_limit)
+        if isinstance(algorithm, str) and algorithm == "auto":
+            from . import autotune
+
+            tuning = autotune.tune(prob, workspace_limit=workspace_limit)
+            _fill_rows(rows, tuning)
+            if tuning.winner is None:
+                raise RuntimeError(f"no candidate ran correctly: {tuning.reason}")
+            cand, source = tuning.winner, tuning.source
+            if tuning.source != "cache":
+                notes.append(tuning.reason)
+            notes.extend(tuning.notes)
+        else:
+            cand, source = strategy.resolve(prob, algorithm, workspace_limit), "forced"
         chosen, cfg = cand.plugin.name, cand.config.name
-        source = "priority" if algorithm == "auto" else "forced"
-    except ValueError as exc:
+    except (ValueError, RuntimeError) as exc:
         chosen, cfg, source = None, None, "none"
         notes.append(str(exc))
-    return Explanation(prob, rows, chosen, cfg, source, notes)
+    return Explanation(prob, rows, chosen, cfg, source, notes, tuning)
+
+
+def _fill_rows(rows: list[PluginRow], tuning: Any) -> None:
+    """Per plugin: the best median among its configs that passed the check, else the first problem."""
+    for row in rows:
+        mine = [c for c in tuning.candidates if c.plugin == row.name and c.status != "not run"]
+        good = [c for c in mine if c.status == "ok" and c.median_ms is not None]
+        if good:
+            row.median_ms = min(c.median_ms for c in good)
+            row.check = f"ok ({len(good)}/{len(mine)} configs)" if len(mine) > 1 else "ok"
+        elif mine:
+            row.check = mine[0].status
+        elif row.eligible and not any(c.plugin == row.name for c in tuning.candidates):
+            row.check = "excluded: not deterministic (deterministic mode is on)"

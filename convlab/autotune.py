@@ -1,0 +1,382 @@
+"""The autotuner behind ``algorithm="auto"``.
+
+For a problem, :func:`tune` does, in order:
+
+1. candidates: every eligible (plugin, config) from ``registry.candidates(problem, workspace_limit)``
+   (within the workspace limit), minus plugins declaring ``deterministic = False`` when
+   :func:`set_deterministic` is on;
+2. cache: the entry under ``tuning_cache.tuning_key(problem, key policy, deterministic)`` answers at once
+   (nothing runs, nothing is timed) when it was written by this convlab version for the same candidate
+   labels and the same plugin fingerprints (source + config names) and its winner is still eligible;
+3. simulator without an injected timer (timings mean nothing there), or an empty batch (N = 0): the
+   highest declared priority wins (nothing runs, nothing is cached) and the result says so;
+4. otherwise, on fresh random operands of the real shape: each candidate runs once into a NaN-poisoned
+   output and is compared with the trusted result (the float64 reference when ``problem.flops <=
+   REFERENCE_FLOPS``, else the ``direct`` plugin's output) by ``measure.rel_error`` against
+   ``measure.tolerance(problem, max(eps of both))``: worse -> "disqualified: ...", never chosen; an
+   exception -> "failed: ...", not fatal. Survivors are timed with CUDA events (warm-up, PROBE samples,
+   dropped early when their median exceeds SLOW_FACTOR x the leader's, else REPEAT samples in all);
+   the lowest median wins and is stored in memory and in the JSON file (see tuning_cache.py).
+
+Key policy (:func:`set_key_policy`): ``"exact"`` (default) keys on every size; ``"pow2"`` rounds batch and
+spatial sizes up to powers of two so that nearby shapes share one tuning. ``$CONVLAB_KEY_POLICY`` sets the
+initial value.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from . import measure, reference, registry, runtime, settings
+from .problem import Problem
+from .registry import Candidate
+from .tuning_cache import KEY_POLICIES, TuningCache, cache_dir, file_name, plugin_fingerprint, tuning_key
+
+REFERENCE_FLOPS = 5e8  # check against the float64 reference up to this size, else against "direct"
+WARMUP, PROBE, REPEAT = 2, 3, 15  # timing: warm-up runs, probe samples, samples in all
+SLOW_FACTOR = 3.0  # drop a candidate whose probe median exceeds this multiple of the leader's median
+
+Timer = Callable[[Candidate], "list[float]"]
+
+_policy = os.environ.get("CONVLAB_KEY_POLICY", "exact").strip() or "exact"
+if _policy not in KEY_POLICIES:
+    warnings.warn(f"CONVLAB_KEY_POLICY must be one of {KEY_POLICIES}, got {_policy!r}; using 'exact'",
+                  RuntimeWarning)
+    _policy = "exact"
+_deterministic = False
+_lock = threading.RLock()
+_caches: dict[Path, TuningCache] = {}
+_decisions: dict[tuple, "TuneResult"] = {}  # this process's last result per exact problem
+_stats = {"timed": 0, "checked": 0, "tuned": 0, "cache_hits": 0, "priority": 0}
+
+
+@dataclass
+class CandidateResult:
+    """What tuning learned about one candidate."""
+
+    label: str
+    plugin: str
+    config: str
+    status: str = "not run"  # "ok", "failed: ...", "disqualified: rel err ...", or "not run"
+    median_ms: float | None = None
+    samples: int = 0
+    rel_err: float | None = None
+    dropped_early: bool = False
+
+
+@dataclass
+class TuneResult:
+    """The outcome of :func:`tune`: every candidate's median and check, the winner and its source."""
+
+    problem: Problem
+    key: str
+    candidates: list[CandidateResult]
+    winner: Candidate | None
+    source: str  # "cache", "tuned" or "priority"
+    tuning_s: float  # seconds this call spent
+    reason: str = ""
+    checked_against: str = ""  # "reference" or "direct" (empty when nothing ran)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def winner_label(self) -> str | None:
+        return None if self.winner is None else self.winner.label
+
+    def medians(self) -> dict[str, float | None]:
+        return {c.label: c.median_ms for c in self.candidates}
+
+    def __str__(self) -> str:
+        lines = [f"tuning {self.problem.describe()}  [{self.key}]"]
+        width = max([len(c.label) for c in self.candidates] + [8])
+        for c in self.candidates:
+            mark = "*" if c.label == self.winner_label else " "
+            med = "-" if c.median_ms is None else f"{c.median_ms:.4g} ms"
+            drop = " (dropped early)" if c.dropped_early else ""
+            lines.append(f" {mark} {c.label:<{width}}  {med:>12}  {c.status}{drop}")
+        lines.append(f"winner: {self.winner_label} ({self.source}, {self.tuning_s:.3g} s)"
+                     + (f": {self.reason}" if self.reason else ""))
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+# ---- settings -----------------------------------------------------------------------------------
+def set_key_policy(policy: str) -> str:
+    """Choose how shapes map to cache keys: ``"exact"`` or ``"pow2"`` (batch and spatial sizes rounded
+    up to powers of two). Returns the previous policy."""
+    global _policy
+    if policy not in KEY_POLICIES:
+        raise ValueError(f"policy must be one of {KEY_POLICIES}, got {policy!r}")
+    with _lock:
+        previous, _policy = _policy, policy
+        _decisions.clear()
+    return previous
+
+
+def get_key_policy() -> str:
+    return _policy
+
+
+def set_deterministic(flag: bool) -> bool:
+    """Exclude (True) or allow (False) plugins declaring ``deterministic = False``. Returns the previous
+    setting. Deterministic choices are cached under their own keys."""
+    global _deterministic
+    if not isinstance(flag, bool):
+        raise TypeError(f"flag must be a bool, got {flag!r}")
+    with _lock:
+        previous, _deterministic = _deterministic, flag
+        _decisions.clear()
+    return previous
+
+
+def get_deterministic() -> bool:
+    return _deterministic
+
+
+def stats() -> dict[str, int]:
+    """Counters since start (or :func:`reset_stats`): candidates timed and checked, keys tuned, cache
+    hits, choices made by priority."""
+    return dict(_stats)
+
+
+def reset_stats() -> None:
+    for k in _stats:
+        _stats[k] = 0
+
+
+# ---- the cache ----------------------------------------------------------------------------------
+def cache_path() -> Path:
+    """The JSON file of the current device (model and compute capability)."""
+    return cache_dir() / file_name(runtime.device_name(), runtime.compute_capability())
+
+
+def _cache() -> TuningCache:
+    path = cache_path()
+    with _lock:
+        return _caches.setdefault(path, TuningCache(path))
+
+
+def clear_cache(memory: bool = True, disk: bool = True) -> None:
+    """Forget tuning results in this process (``memory``) and/or delete this device's file (``disk``)."""
+    with _lock:
+        if memory:
+            _decisions.clear()
+            for cache in _caches.values():
+                cache.clear(memory=True, disk=False)
+        if disk:
+            _cache().clear(memory=False, disk=True)
+
+
+# ---- tuning -------------------------------------------------------------------------------------
+def _eligible(problem: Problem, limit: int) -> list[Candidate]:
+    cands = registry.candidates(problem, limit)
+    if _deterministic:
+        cands = [c for c in cands if c.plugin.deterministic]
+    if not cands:
+        what = "deterministic plugin (deterministic mode is on)" if _deterministic else "registered plugin"
+        raise ValueError(f"no {what} can run {problem.describe()}")
+    return cands
+
+
+def _fingerprints(problem: Problem, cands: list[Candidate]) -> dict[str, str]:
+    plugins = {c.plugin.name: c.plugin for c in cands}
+    return {name: plugin_fingerprint(p, registry.safe_configs(p, problem)) for name, p in plugins.items()}
+
+
+def _stale(entry: dict, cands: list[Candidate], prints: dict[str, str]) -> str:
+    """Why a cache entry cannot be used ('' when it can)."""
+    import convlab
+
+    labels = sorted(c.label for c in cands)
+    try:
+        if entry["version"] != convlab.__version__:
+            return f"written by convlab {entry['version']}, this is {convlab.__version__}"
+        if sorted(entry["candidates"]) != labels:
+            return "the candidate set changed"
+        changed = sorted(n for n in prints if entry["plugins"].get(n) != prints[n])
+        if changed:
+            return f"source or configs of {', '.join(changed)} changed"
+        if entry["winner"] not in labels:
+            return "its winner is no longer eligible"
+    except (KeyError, TypeError, AttributeError) as exc:
+        return f"malformed entry ({exc!r})"
+    return ""
+
+
+def _from_entry(problem: Problem, key: str, entry: dict, cands: list[Candidate], start: float
+                ) -> TuneResult:
+    known = {c.label: c for c in cands}
+    rows = []
+    for row in entry.get("results", []):
+        try:
+            rows.append(CandidateResult(**{k: row[k] for k in row if k in CandidateResult.__annotations__}))
+        except TypeError:
+            continue
+    return TuneResult(problem, key, rows, known[entry["winner"]], "cache", time.perf_counter() - start,
+                      "stored tuning result", entry.get("checked_against", ""),
+                      [f"tuned in {entry.get('tuning_s', float('nan')):.3g} s on {entry.get('device')}"])
+
+
+def _trusted(problem: Problem, cands: list[Candidate], ops: tuple, out: Any, nan: np.ndarray,
+             limit: int) -> tuple[np.ndarray, str, float]:
+    """(trusted float64 output, its name, its eps): the reference when small, else direct's output."""
+    a, b, bias, da, db, dbias = ops
+    if problem.flops > REFERENCE_FLOPS:
+        direct = next((c for c in cands if c.plugin.name == "direct"), None)
+        if direct is not None:
+            try:
+                out.copy_to_device(nan)
+                measure.run_candidate(direct, problem, da, db, dbias, out, limit)
+                got = np.asarray(out.copy_to_host(), np.float64)
+                if np.all(np.isfinite(got)):
+                    return got, "direct", direct.plugin.compute_eps(problem.dtype)
+            except Exception:  # fall back to the reference below
+                pass
+    return reference.solve(problem, a, b, bias), "reference", float(np.finfo(np.float64).eps)
+
+
+def _timed(cand: Candidate, timer: Timer | None, run_args: tuple, leader: float | None
+           ) -> tuple[float, int, bool]:
+    """(median ms, samples, dropped early) of one candidate."""
+    problem, da, db, dbias, out, limit = run_args
+    if timer is not None:
+        samples = [float(t) for t in (timer(cand) or [])]
+        probe = samples[:PROBE]
+    else:
+        probe = measure.time_candidate(cand, problem, da, db, dbias, out, workspace_limit=limit,
+                                       warmup=WARMUP, repeat=PROBE) or []
+        samples = None
+    if not probe:
+        raise RuntimeError("no timing samples")
+    _stats["timed"] += 1
+    if leader is not None and statistics.median(probe) > SLOW_FACTOR * leader:
+        return statistics.median(probe), len(probe), True
+    if samples is None:
+        samples = probe + (measure.time_candidate(cand, problem, da, db, dbias, out, workspace_limit=limit,
+                                                  warmup=0, repeat=REPEAT - PROBE) or [])
+    return statistics.median(samples), len(samples), False
+
+
+def _measure(problem: Problem, key: str, cands: list[Candidate], limit: int, timer: Timer | None,
+             start: float) -> TuneResult:
+    a, b, bias = measure.random_operands(problem, np.random.default_rng())
+    da, db, dbias = measure.to_device(a, b, bias)
+    nan = np.full(problem.operand_shapes[2], np.nan, problem.dtype)
+    out = runtime.to_device(nan)
+    trusted, trusted_name, trusted_eps = _trusted(problem, cands, (a, b, bias, da, db, dbias), out, nan,
+                                                  limit)
+    rows, leader, best = [], None, None
+    for cand in cands:
+        row = CandidateResult(cand.label, cand.plugin.name, cand.config.name)
+        rows.append(row)
+        try:
+            out.copy_to_device(nan)
+            measure.run_candidate(cand, problem, da, db, dbias, out, limit)
+            got = out.copy_to_host()
+            _stats["checked"] += 1
+            row.rel_err = measure.rel_error(got, trusted)
+            tol = measure.tolerance(problem, max(cand.plugin.compute_eps(problem.dtype), trusted_eps))
+            if not row.rel_err <= tol:
+                row.status = (f"disqualified: rel err {row.rel_err:.3g} > tolerance {tol:.3g} "
+                              f"vs {trusted_name}")
+                continue
+            row.median_ms, row.samples, row.dropped_early = _timed(
+                cand, timer, (problem, da, db, dbias, out, limit), leader)
+            row.status = "ok"
+        except Exception as exc:  # a broken candidate is reported, never fatal
+            row.status = f"failed: {type(exc).__name__}: {exc}"[:400]
+            continue
+        if leader is None or row.median_ms < leader:
+            leader, best = row.median_ms, cand
+    reason = "lowest median" if best is not None else "no candidate ran correctly"
+    return TuneResult(problem, key, rows, best, "tuned", time.perf_counter() - start, reason,
+                      trusted_name)
+
+
+def _store(result: TuneResult, cands: list[Candidate], prints: dict[str, str]) -> None:
+    import convlab
+
+    entry = {"winner": result.winner_label, "version": convlab.__version__, "plugins": prints,
+             "candidates": sorted(c.label for c in cands), "results": [asdict(r) for r in result.candidates],
+             "tuning_s": result.tuning_s, "checked_against": result.checked_against,
+             "problem": result.problem.to_dict(), "device": runtime.device_name()}
+    _cache().put(result.key, entry)
+
+
+def _registry_state() -> tuple:
+    return tuple((p.name, id(p)) for p in registry.plugins())
+
+
+def _memo_key(problem: Problem, limit: int) -> tuple:
+    return (problem.key(), limit, _policy, _deterministic, _registry_state())
+
+
+def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = False,
+         timer: Timer | None = None) -> TuneResult:
+    """Tune ``problem`` (or answer from the cache unless ``force``); see the module docstring.
+
+    ``timer(candidate) -> list[float]`` replaces CUDA-event timing (tests inject fake milliseconds;
+    with a timer, the check and timing steps also run on the simulator).
+    """
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be a convlab Problem, got {type(problem).__name__}")
+    if timer is not None and not callable(timer):
+        raise TypeError(f"timer must be callable(candidate) -> list of ms, got {timer!r}")
+    limit = settings.check_workspace_limit(workspace_limit)
+    start = time.perf_counter()
+    with _lock:
+        cands = _eligible(problem, limit)
+        key = tuning_key(problem, _policy, _deterministic)
+        prints = _fingerprints(problem, cands)
+        entry = None if force or problem.n == 0 else _cache().get(key)
+        stale = _stale(entry, cands, prints) if entry is not None else "no entry"
+        if not stale:
+            _stats["cache_hits"] += 1
+            result = _from_entry(problem, key, entry, cands, start)
+        elif problem.n == 0 or (runtime.SIMULATOR and timer is None):
+            _stats["priority"] += 1
+            why = ("an empty batch (N = 0) has nothing to time" if problem.n == 0 else
+                   "CUDA simulator: timings mean nothing")
+            result = TuneResult(problem, key, [CandidateResult(c.label, c.plugin.name, c.config.name)
+                                               for c in cands], cands[0], "priority",
+                                time.perf_counter() - start,
+                                f"{why}, so the highest declared priority wins (nothing was run or timed)")
+        else:
+            _stats["tuned"] += 1
+            result = _measure(problem, key, cands, limit, timer, start)
+            if entry is not None and not force:
+                result.notes.append(f"cache entry replaced: {stale}")
+            if result.winner is not None:
+                _store(result, cands, prints)
+        _decisions[_memo_key(problem, limit)] = result
+    return result
+
+
+def choose(problem: Problem, workspace_limit: int) -> Candidate:
+    """The candidate ``algorithm="auto"`` runs: remembered in this process, else :func:`tune`'s winner.
+
+    ValueError when no plugin can run the problem; RuntimeError when every candidate failed its check.
+    """
+    result = _decisions.get(_memo_key(problem, workspace_limit))
+    if result is None:
+        result = tune(problem, workspace_limit=workspace_limit)
+    if result.winner is None:
+        statuses = "; ".join(f"{c.label}: {c.status}" for c in result.candidates)
+        raise RuntimeError(f"no candidate ran {problem.describe()} correctly ({statuses})")
+    return result.winner
+
+
+def pretune(problems: Iterable[Problem], **kw: Any) -> list[TuneResult]:
+    """:func:`tune` each problem (keyword arguments are passed on); returns the results in order."""
+    problems = list(problems)
+    for i, p in enumerate(problems):
+        if not isinstance(p, Problem):
+            raise TypeError(f"problems[{i}] must be a convlab Problem, got {type(p).__name__}")
+    return [tune(p, **kw) for p in problems]

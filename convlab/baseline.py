@@ -1,0 +1,126 @@
+"""cuDNN through PyTorch as the benchmark baseline, run on the very device arrays the plugins use.
+
+:func:`load` returns a :class:`Cudnn` when torch with CUDA is importable on a real GPU (never on the
+simulator), else None and the reason. Settings: ``cudnn.benchmark = True`` (cuDNN picks its fastest
+algorithm on the first call of each shape, which the warm-up absorbs) and TF32 off, so both sides compute
+in fp32.
+
+The baseline looks like a plugin (an unregistered :class:`~convlab.plugin.Algorithm` named ``cudnn``), so
+the harness checks and times it with :mod:`convlab.measure` like every candidate. Its ``run`` keeps torch's
+output in ``result`` instead of writing ``out``: torch's ops allocate their output, and copying it into
+``out`` would add a copy to the timed work. Operands are shared with Numba, not copied
+(``torch.as_tensor`` on ``__cuda_array_interface__``); both libraries use the legacy default stream.
+
+    op                       torch call (a, b, bias in the order of problem.py)
+    forward                  F.conv2d(x, w, bias, stride, padding, dilation, groups)
+    dgrad                    torch.nn.grad.conv2d_input(x_shape, w, dy, ...)
+    dgrad, conv_transpose2d  F.conv_transpose2d(dy, w, bias, stride, padding, output_padding, groups,
+                                                dilation)
+    wgrad                    torch.nn.grad.conv2d_weight(x, w_shape, dy, ...)
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from . import runtime
+from .plugin import Algorithm
+from .problem import OPS, Problem
+
+
+def transpose_output_padding(problem: Problem) -> tuple[int, int]:
+    """output_padding of the conv_transpose2d whose dgrad problem is ``problem``."""
+    pads = []
+    for size, out, k, st, pd, dl in zip((problem.h, problem.w), (problem.p, problem.q),
+                                        (problem.r, problem.s), problem.stride, problem.padding,
+                                        problem.dilation):
+        pads.append(size - ((out - 1) * st - 2 * pd + dl * (k - 1) + 1))
+    return pads[0], pads[1]
+
+
+def torch_call(torch: Any, problem: Problem, a: Any, b: Any, bias: Any, transpose: bool) -> Callable[[], Any]:
+    """A zero-argument function computing ``problem`` with torch on tensors ``a``, ``b``, ``bias``."""
+    F = torch.nn.functional
+    st, pd, dl, g = problem.stride, problem.padding, problem.dilation, problem.groups
+    if problem.op == "forward":
+        return lambda: F.conv2d(a, b, bias, st, pd, dl, g)
+    if problem.op == "dgrad":
+        if transpose or bias is not None:
+            op = transpose_output_padding(problem)
+            return lambda: F.conv_transpose2d(a, b, bias, st, pd, op, g, dl)
+        return lambda: torch.nn.grad.conv2d_input(problem.x_shape, b, a, st, pd, dl, g)
+    return lambda: torch.nn.grad.conv2d_weight(a, problem.w_shape, b, st, pd, dl, g)
+
+
+class Cudnn(Algorithm):
+    """cuDNN via PyTorch, shaped as a plugin so that convlab.measure can time it (never registered)."""
+
+    name = "cudnn"
+    ops = frozenset(OPS)
+    description = "cuDNN through PyTorch (cudnn.benchmark=True, TF32 off)"
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self._fn: Callable[[], Any] | None = None
+        self.result: Any = None
+
+    def _tensors(self, *arrays: Any) -> list[Any]:
+        return [None if x is None else self.torch.as_tensor(x, device="cuda") for x in arrays]
+
+    def bind(self, problem: Problem, a: Any, b: Any, bias: Any, *, transpose: bool = False) -> None:
+        """Prepare calls on Numba device arrays ``a``, ``b``, ``bias`` (shared, not copied)."""
+        ta, tb, tbias = self._tensors(a, b, bias)
+        self._fn = torch_call(self.torch, problem, ta, tb, tbias, transpose)
+        self.result = None
+
+    def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+        self.result = self._fn()
+
+    def output(self) -> np.ndarray:
+        """The last result, copied to the host."""
+        return self.result.detach().cpu().numpy()
+
+    def reference(self, problem: Problem, a: Any, b: Any, bias: Any, *, transpose: bool = False
+                  ) -> np.ndarray:
+        """The problem computed in float64 by torch on the GPU (a fast reference for large problems)."""
+        ta, tb, tbias = (None if x is None else x.double() for x in self._tensors(a, b, bias))
+        with self.torch.no_grad():
+            result = torch_call(self.torch, problem, ta, tb, tbias, transpose)()
+        return result.cpu().numpy()
+
+    def extra_memory(self, problem: Problem) -> int:
+        """Peak bytes torch allocated during one run beyond its output (cuDNN's workspace)."""
+        cuda = self.torch.cuda
+        cuda.synchronize()
+        cuda.reset_peak_memory_stats()
+        base = cuda.memory_allocated()
+        self.run(problem, None, None, None, None, None, workspace_limit=0)
+        cuda.synchronize()
+        out_bytes = self.result.numel() * self.result.element_size()
+        return max(0, cuda.max_memory_allocated() - base - out_bytes)
+
+
+def load() -> tuple[Cudnn | None, str]:
+    """(baseline, "") when torch with CUDA is usable here, else (None, why not)."""
+    if runtime.SIMULATOR:
+        return None, "the CUDA simulator runs no cuDNN"
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch is not installed (pip install convlab[torch])"
+    if not torch.cuda.is_available():
+        return None, "PyTorch has no CUDA device"
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return Cudnn(torch), ""
+
+
+def versions(baseline: Cudnn | None) -> dict[str, str]:
+    """torch and cuDNN versions, for results files."""
+    if baseline is None:
+        return {}
+    torch = baseline.torch
+    return {"torch": torch.__version__, "cudnn": str(torch.backends.cudnn.version()),
+            "torch_cuda": str(torch.version.cuda)}

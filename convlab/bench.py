@@ -1,0 +1,290 @@
+"""The benchmark harness: every eligible plugin (and the autotuner's pick, and cuDNN) on every problem.
+
+For each (suite entry, op) problem::
+
+    operands  fresh random a, b (bias) on the device, shared by every candidate and by cuDNN
+    reference host float64 (convlab.reference) for small problems; else cuDNN in float64 on the GPU;
+              else the direct plugin's output (tolerances of both added)
+    for each candidate (plugin, config; the auto pick too):
+        check     out poisoned with NaN, first run (compiles), relative error vs the reference;
+                  a wrong or crashing candidate is recorded and never timed, ranked or compared
+        memory    device memory allocated during the first run (numba's memory info, frees deferred:
+                  kernel loading and buffers a plugin caches across calls count; driver granularity),
+                  and during a later run (steady state); cuDNN: torch's peak beyond its output
+        time      convlab.measure.time_candidate: CUDA events, warm-up, median of ``repeat`` runs
+                  (fewer when one run is long: ``max_seconds`` per candidate)
+    cuDNN     the same steps through convlab.baseline; ratio = cuDNN ms / candidate ms (> 1: faster)
+
+On the simulator no time is measured (measure returns None): the harness then only checks outputs.
+"""
+from __future__ import annotations
+
+import importlib
+import statistics
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from . import measure, reference, registry, runtime, strategy
+from .baseline import Cudnn
+from .plugin import Config
+from .problem import OPS, Problem
+from .registry import Candidate
+from .report import CandidateResult, ProblemResult, rank, summary
+from .settings import get_workspace_limit
+from .suite import Suite, SuiteEntry
+
+#: Problems up to this many flops are checked against the host float64 reference.
+HOST_REFERENCE_MAX_FLOPS = 2e9
+#: Suites whose largest problem exceeds this many flops are refused on the simulator (without force).
+SIMULATOR_MAX_FLOPS = 2e6
+
+
+@dataclass
+class BenchOptions:
+    ops: tuple[str, ...] = OPS
+    plugins: tuple[str, ...] | None = None  # None: every registered plugin
+    all_configs: bool = False
+    warmup: int = 5
+    repeat: int = 30
+    max_seconds: float = 2.0  # timing budget per candidate (repeat is cut, never below 3)
+    workspace_limit: int | None = None
+    auto: bool = True  # also report (and time) the autotuner's pick
+    seed: int = 0
+
+
+def _fill_rates(row: CandidateResult, problem: Problem, times: list[float] | None) -> None:
+    if not times:
+        return
+    row.median_ms, row.min_ms, row.samples = statistics.median(times), min(times), len(times)
+    if row.median_ms > 0:
+        row.tflops = problem.flops / (row.median_ms * 1e-3) / 1e12
+        row.gbs = problem.bytes / (row.median_ms * 1e-3) / 1e9
+
+
+def _time(candidate: Candidate, problem: Problem, ops_: tuple, opts: BenchOptions, limit: int
+          ) -> list[float] | None:
+    """Median-ready samples through convlab.measure, the repeat count cut to the time budget."""
+    a, b, bias, out = ops_
+    probe = measure.time_candidate(candidate, problem, a, b, bias, out, workspace_limit=limit,
+                                   warmup=0, repeat=1)
+    if probe is None:  # the simulator
+        return None
+    repeat, warmup = opts.repeat, opts.warmup
+    if opts.max_seconds and probe[0] > 0:  # slow candidates: fewer samples (>= 3), fewer warm-ups (>= 1)
+        repeat = max(3, min(repeat, int(opts.max_seconds * 1e3 / probe[0])))
+        warmup = min(warmup, max(1, repeat // 3))
+    return measure.time_candidate(candidate, problem, a, b, bias, out, workspace_limit=limit,
+                                  warmup=warmup, repeat=repeat)
+
+
+def allocated_during(fn: Callable[[], Any]) -> int | None:
+    """Run ``fn()``; the device bytes allocated meanwhile (frees deferred, so an upper bound of the peak),
+    None on the simulator."""
+    if runtime.SIMULATOR:
+        fn()
+        return None
+    cuda = runtime.cuda
+    ctx = cuda.current_context()
+    runtime.synchronize()
+    ctx.deallocations.clear()
+    free0 = ctx.get_memory_info().free
+    with cuda.defer_cleanup():
+        fn()
+        runtime.synchronize()
+        free1 = ctx.get_memory_info().free
+    return max(0, free0 - free1)
+
+
+def _autotune() -> Any:
+    """The convlab.autotune module, or None when it is not installed."""
+    try:
+        return importlib.import_module("convlab.autotune")
+    except ModuleNotFoundError as exc:
+        if exc.name != "convlab.autotune":
+            raise
+        return None
+
+
+def auto_pick(problem: Problem, limit: int) -> tuple[Candidate | None, dict]:
+    """The autotuner's choice and how it was made ({plugin, config, source[, tuning_s]} or {error}).
+
+    Uses ``convlab.autotune.tune`` (which says whether the pick came from the cache, was tuned now or
+    went by priority), else ``autotune.choose``, else the strategy's ``"auto"`` rule.
+    """
+    autotune = _autotune()
+    info: dict[str, Any] = {}
+    try:
+        if autotune is not None and hasattr(autotune, "tune"):
+            result = autotune.tune(problem, workspace_limit=limit)
+            if result.winner is None:
+                return None, {"error": f"no candidate ran correctly: {result.reason}"}
+            cand, info = result.winner, {"source": result.source, "tuning_s": result.tuning_s}
+        elif autotune is not None and hasattr(autotune, "choose"):
+            cand, info = autotune.choose(problem, limit), {"source": "autotune"}
+        else:
+            cand, info = strategy.resolve(problem, "auto", limit), {"source": "priority"}
+    except Exception as exc:  # a failing autotuner is recorded, not fatal
+        return None, {"error": f"{type(exc).__name__}: {exc}"}
+    return cand, {"plugin": cand.plugin.name, "config": cand.config.name, **info}
+
+
+def candidates(problem: Problem, opts: BenchOptions, limit: int) -> tuple[list[Candidate], dict]:
+    """Eligible candidates (the first applicable config of each plugin, or all) and declining reasons."""
+    chosen, declined = [], {}
+    for plugin in registry.plugins(problem.op):
+        if opts.plugins is not None and plugin.name not in opts.plugins:
+            continue
+        configs = registry.safe_configs(plugin, problem)
+        ok = [c for c in configs if registry.verdict(plugin, problem, c, limit)]
+        if not ok:
+            verdict = registry.verdict(plugin, problem, configs[0] if configs else None, limit)
+            declined[plugin.name] = verdict.reason or "offers no configuration"
+        chosen += [Candidate(plugin, c) for c in (ok if opts.all_configs else ok[:1])]
+    return chosen, declined
+
+
+def _reference(problem: Problem, host: tuple, dev: tuple, cudnn: Cudnn | None, transpose: bool, limit: int
+               ) -> tuple[np.ndarray | None, str, float]:
+    """(reference output, what it is, extra tolerance eps of an inexact reference)."""
+    if problem.flops <= HOST_REFERENCE_MAX_FLOPS or runtime.SIMULATOR:
+        return reference.solve(problem, *host), "host float64", 0.0
+    try:
+        if cudnn is not None:
+            return cudnn.reference(problem, *dev, transpose=transpose), "cudnn float64", 0.0
+    except Exception:  # e.g. out of memory in float64: fall back to direct
+        pass
+    try:
+        direct = registry.get("direct")
+        out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+        measure.run_candidate(Candidate(direct, direct.configs(problem)[0]), problem, *dev, out, limit)
+        return out.copy_to_host(), "direct", direct.compute_eps(problem.dtype)
+    except Exception as exc:
+        return None, f"none ({type(exc).__name__}: {exc})", 0.0
+
+
+def _check(row: CandidateResult, got: np.ndarray, ref: np.ndarray | None, problem: Problem,
+           eps: float, ref_eps: float) -> None:
+    if ref is None:
+        row.status = "unchecked"
+        return
+    row.rel_error = measure.rel_error(got, ref)
+    row.tolerance = measure.tolerance(problem, eps) + (measure.tolerance(problem, ref_eps) if ref_eps else 0)
+    row.status = "ok" if row.rel_error <= row.tolerance else "wrong"
+    if row.status == "wrong":
+        row.error = f"relative error {row.rel_error:.3g} > tolerance {row.tolerance:.3g}"
+
+
+def _bench_candidate(cand: Candidate, problem: Problem, dev: tuple, out: Any, poison: np.ndarray,
+                     ref: Any, ref_eps: float, opts: BenchOptions, limit: int) -> CandidateResult:
+    row = CandidateResult(cand.plugin.name, cand.config.name)
+    try:
+        row.workspace_bytes = int(cand.plugin.workspace_bytes(problem, cand.config, limit))
+        out.copy_to_device(poison)
+        launch = lambda: measure.run_candidate(cand, problem, *dev, out, limit)  # noqa: E731
+        row.extra_mem_bytes = allocated_during(launch)  # the first run: compiles, then checked
+        runtime.synchronize()
+        _check(row, out.copy_to_host(), ref, problem, cand.plugin.compute_eps(problem.dtype), ref_eps)
+        if row.status in ("ok", "unchecked") and not runtime.SIMULATOR:
+            row.steady_mem_bytes = allocated_during(launch)
+            _fill_rates(row, problem, _time(cand, problem, (*dev, out), opts, limit))
+    except Exception as exc:  # a plugin failing to compile or launch is recorded, never fatal
+        row.status, row.error = "error", f"{type(exc).__name__}: {exc}"[:500]
+    return row
+
+
+def _bench_cudnn(cudnn: Cudnn, problem: Problem, dev: tuple, out: Any, ref: Any, ref_eps: float,
+                 transpose: bool, opts: BenchOptions, limit: int) -> CandidateResult:
+    row = CandidateResult("cudnn", "default")
+    cand = Candidate(cudnn, Config())
+    try:
+        cudnn.bind(problem, *dev, transpose=transpose)
+        measure.run_candidate(cand, problem, *dev, out, limit)
+        runtime.synchronize()
+        _check(row, cudnn.output(), ref, problem, cudnn.compute_eps(problem.dtype), ref_eps)
+        row.extra_mem_bytes = row.steady_mem_bytes = cudnn.extra_memory(problem)  # after its first run
+        _fill_rates(row, problem, _time(cand, problem, (*dev, out), opts, limit))
+    except Exception as exc:
+        row.status, row.error = "error", f"{type(exc).__name__}: {exc}"[:500]
+    finally:
+        cudnn.result = None
+    return row
+
+
+def bench_problem(suite: str, entry: SuiteEntry, problem: Problem, opts: BenchOptions,
+                  cudnn: Cudnn | None = None, on_step: Callable[[str], None] | None = None) -> ProblemResult:
+    """Check, measure and time every candidate (and cuDNN) on one problem."""
+    limit = get_workspace_limit() if opts.workspace_limit is None else opts.workspace_limit
+    step = on_step or (lambda _: None)
+    transpose = entry.kind == "conv_transpose2d"
+    res = ProblemResult(suite, entry.label, entry.kind, problem.op, problem.to_dict(), problem.flops,
+                        problem.bytes)
+    cands, res.declined = candidates(problem, opts, limit)
+    pick = None
+    if opts.auto:
+        step("auto")
+        pick, res.auto = auto_pick(problem, limit)
+    rng = np.random.default_rng([opts.seed, *problem.key()[2:11]])
+    host = measure.random_operands(problem, rng)
+    dev = measure.to_device(*host)
+    step("reference")
+    ref, res.reference, ref_eps = _reference(problem, host, dev, cudnn, transpose, limit)
+    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+    poison = np.full(problem.operand_shapes[2], np.nan, problem.dtype)
+    extra = [pick] if (pick is not None and (opts.plugins is None or pick.plugin.name in opts.plugins)
+                       and all((c.plugin.name, c.config) != (pick.plugin.name, pick.config)
+                               for c in cands)) else []
+    for cand in cands + extra:
+        step(cand.label)
+        row = _bench_candidate(cand, problem, dev, out, poison, ref, ref_eps, opts, limit)
+        row.auto = pick is not None and (cand.plugin.name, cand.config) == (pick.plugin.name, pick.config)
+        res.candidates.append(row)
+    if cudnn is not None:
+        step("cudnn")
+        res.cudnn = _bench_cudnn(cudnn, problem, dev, out, ref, ref_eps, transpose, opts, limit)
+    rank(res)
+    return res
+
+
+def check_simulator_size(suites: Iterable[Suite], ops: Iterable[str]) -> None:
+    """ValueError when a suite is too large for the simulator (use the 'tiny' suite there)."""
+    for suite in suites:
+        worst = max((p.flops for _, p in suite.problems(ops)), default=0)
+        if worst > SIMULATOR_MAX_FLOPS:
+            raise ValueError(f"suite {suite.name!r} has problems of up to {worst:.3g} flops, too large "
+                             f"for the CUDA simulator; use --suite tiny (or --force)")
+
+
+def run(suites: Iterable[Suite], opts: BenchOptions, cudnn: Cudnn | None = None, *,
+        progress: bool = True, on_result: Callable[[ProblemResult], None] | None = None
+        ) -> list[ProblemResult]:
+    """Benchmark every (entry, op) of ``suites``; ``on_result`` sees each problem as it completes.
+
+    ``progress``: a tqdm bar on a terminal; elsewhere (logs) one line per finished problem on stderr.
+    """
+    from tqdm import tqdm
+
+    work = [(s.name, e, p) for s in suites for e, p in s.problems(opts.ops)]
+    results = []
+    lines = progress and not sys.stderr.isatty()
+    with tqdm(total=len(work), disable=None if progress else True, unit="problem",
+              dynamic_ncols=True) as bar:
+        for i, (suite, entry, problem) in enumerate(work):
+            bar.set_description(f"{entry.label} {problem.op}"[:48])
+            try:
+                res = bench_problem(suite, entry, problem, opts, cudnn,
+                                    on_step=lambda s: bar.set_postfix_str(s[:32], refresh=True))
+            except Exception as exc:  # recorded; the run goes on with the next problem
+                res = ProblemResult(suite, entry.label, entry.kind, problem.op, problem.to_dict(),
+                                    problem.flops, problem.bytes, error=f"{type(exc).__name__}: {exc}"[:500])
+            results.append(res)
+            if on_result is not None:
+                on_result(res)
+            bar.update()
+            if lines:
+                print(f"[{i + 1}/{len(work)}] {suite} {entry.label} {problem.op}: {summary(res)}",
+                      file=sys.stderr, flush=True)
+    return results
+

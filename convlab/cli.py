@@ -1,0 +1,221 @@
+"""The ``convlab`` command line: argument types, the parser, and :func:`main` (the console script).
+
+Subcommands (demo, list, explain, bench, plot, tune, check) live in :mod:`convlab.commands`. Exit status:
+0 success, 1 a check or command failed, 2 bad arguments (argparse's convention: the message, no
+traceback; ``convlab --debug ...`` shows the traceback instead).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from .commands import cmd_bench, cmd_check, cmd_demo, cmd_explain, cmd_list, cmd_plot, cmd_tune
+
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+# ---- argument types -------------------------------------------------------------------------------
+def _ints(text: str, count: tuple[int, ...], what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace("x", ",").split(",")]
+    except ValueError:
+        values = []
+    if len(values) not in count:
+        raise argparse.ArgumentTypeError(f"expected {' or '.join(map(str, count))} comma-separated ints "
+                                         f"({what}), got {text!r}")
+    return values
+
+
+def shape4(text: str) -> list[int]:
+    return _ints(text, (4,), "e.g. 16,3,227,227")
+
+
+def pair(text: str) -> int | list[int]:
+    values = _ints(text, (1, 2), "one int or h,w")
+    return values[0] if len(values) == 1 else values
+
+
+def nbytes(text: str) -> int:
+    """'268435456', '256M', '1G' -> bytes."""
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    unit = t[-1:] if t[-1:] in _UNITS and not t[-1:].isdigit() else ""
+    try:
+        value = int(float(t[: len(t) - len(unit)]) * _UNITS[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a byte count like 268435456, 256M or 1G, got {text!r}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"byte count must be >= 0, got {text!r}")
+    return value
+
+
+def op_list(text: str) -> tuple[str, ...]:
+    from .problem import OPS
+
+    ops = tuple(o.strip() for o in text.split(",") if o.strip())
+    bad = [o for o in ops if o not in OPS]
+    if bad or not ops:
+        raise argparse.ArgumentTypeError(f"ops must be a comma-separated subset of {','.join(OPS)}, "
+                                         f"got {text!r}")
+    return ops
+
+
+def _add_shape(p: argparse.ArgumentParser, required: bool) -> None:
+    g = p.add_argument_group("one shape (PyTorch conventions)")
+    g.add_argument("--x", type=shape4, required=required, metavar="N,C,H,W",
+                   help="input shape (for --transpose: the conv_transpose2d input N,C_in,H,W)")
+    g.add_argument("--w", type=shape4, required=required, metavar="K,C,R,S",
+                   help="weight shape K,C/groups,R,S (for --transpose: C_in,C_out/groups,R,S)")
+    g.add_argument("--stride", type=pair, default=1, metavar="S|SH,SW")
+    g.add_argument("--padding", type=pair, default=0, metavar="P|PH,PW")
+    g.add_argument("--dilation", type=pair, default=1, metavar="D|DH,DW")
+    g.add_argument("--groups", type=int, default=1)
+    g.add_argument("--bias", action="store_true", help="with a bias operand (forward / transpose)")
+    g.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    g.add_argument("--transpose", action="store_true",
+                   help="the shape is a conv_transpose2d (a dgrad problem)")
+    g.add_argument("--output-padding", type=pair, default=None, metavar="OP", help="conv_transpose2d only")
+
+
+# ---- the parser -----------------------------------------------------------------------------------
+_EPILOG = """examples:
+  convlab demo                                    every plugin on a small problem, checked; what auto picks
+  convlab list                                    plugins and built-in suites
+  convlab explain --x 16,3,227,227 --w 96,3,11,11 --stride 4
+  convlab bench --suite burn --ops forward --out results/h200
+  convlab bench --x 16,64,56,56 --w 64,64,3,3 --padding 1 --plugins direct
+  convlab plot results/h200/burn.json -o results/h200/plots
+  convlab tune --suite resnet50
+  convlab check direct
+On a machine without a GPU kernels run on Numba's CUDA simulator: commands then use tiny problems and no
+time is measured."""
+
+
+def _bench_args(p: argparse.ArgumentParser, ops_default: tuple[str, ...]) -> None:
+    from .problem import OPS
+
+    p.add_argument("--suite", action="append", metavar="NAME|FILE.json",
+                   help="built-in suite name (see 'convlab list') or a suite JSON file; repeatable "
+                        "(default: burn on a GPU, tiny on the simulator)")
+    p.add_argument("--ops", type=op_list, default=ops_default, metavar="OPS",
+                   help=f"comma-separated subset of {','.join(OPS)} (default: all); conv_transpose2d "
+                        "entries are dgrad problems")
+    p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES",
+                   help="scratch memory per call, e.g. 256M (default: convlab's setting)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_shape(p, required=False)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .problem import OPS
+
+    parser = argparse.ArgumentParser(prog="convlab", description="Numba-CUDA 2D convolution lab: plugins, "
+                                     "autotuner, benchmarks.", epilog=_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"convlab {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("demo", help="every plugin on a small problem, checked against the reference",
+                       description="Runs every plugin on a small problem for each op, checks it against the "
+                       "float64 reference and shows what 'auto' picks (timed on a GPU; beside cuDNN when "
+                       "PyTorch is installed). Exit status 1 if a plugin disagrees with the reference.")
+    p.add_argument("--no-torch", action="store_true", help="skip the cuDNN baseline")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("list", help="registered plugins and built-in suites")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("explain", help="for one shape: which plugins apply, why not, what is picked",
+                       description="Which plugins apply to one problem, why the others decline, their "
+                       "workspace, and what the strategy picks.")
+    _add_shape(p, required=True)
+    p.add_argument("--op", choices=(*OPS, "transpose"), default=None,
+                   help="which problem of the shape (default: forward; transpose = --transpose)")
+    p.add_argument("--algorithm", default="auto", help="'auto' or a plugin name (default: auto)")
+    p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES")
+    p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("bench", help="time every eligible plugin (and cuDNN) on a suite",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="For every problem and op: each eligible plugin's median time (CUDA "
+                       "events), TFLOP/s, GB/s, extra device memory, the autotuner's pick, and cuDNN's time "
+                       "on the same inputs with the ratio (when PyTorch with CUDA is importable). Every "
+                       "timed plugin is first checked against the reference; wrong or failing ones are "
+                       "recorded and not timed. Writes DIR/NAME.json and .csv (after every problem).")
+    _bench_args(p, OPS)
+    p.add_argument("--plugins", metavar="A,B", help="only these plugins (default: all registered)")
+    p.add_argument("--all-configs", action="store_true", help="time every config, not only the first")
+    p.add_argument("--repeat", type=int, default=30, help="timed runs per candidate (default 30)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
+    p.add_argument("--max-seconds", type=float, default=2.0,
+                   help="time budget per candidate; cuts --repeat for slow ones (min 3 runs; default 2)")
+    p.add_argument("--no-torch", action="store_true", help="skip the cuDNN baseline")
+    p.add_argument("--no-auto", action="store_true", help="skip the autotuner's pick")
+    p.add_argument("--out", default="bench-results", metavar="DIR",
+                   help="output folder (default bench-results)")
+    p.add_argument("--name", default=None, help="file stem (default: the suite names joined by '+')")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random operands")
+    p.add_argument("--force", action="store_true", help="allow large suites on the simulator")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("plot", help="charts from results files (matplotlib, PNG)",
+                       description="Per suite: a chart of time, cuDNN ratio or TFLOP/s by plugin and shape "
+                       "(one panel per op), and a roofline against the GPU's measured ceilings.")
+    p.add_argument("results", nargs="+", metavar="RESULTS.json")
+    p.add_argument("-o", "--output", default="plots", metavar="DIR", help="output folder (default plots)")
+    p.add_argument("--metric", choices=("auto", "ratio", "time", "tflops"), default="auto",
+                   help="bar chart value (auto: ratio when cuDNN was measured, else time)")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="compute ceiling in TFLOP/s (default: H200 fp32 SGEMM, 50.7)")
+    p.add_argument("--peak-tbps", type=float, default=None,
+                   help="memory ceiling in TB/s (default: H200 device copy, 4.24)")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("tune", help="pre-tune a suite into the autotuner's cache",
+                       description="Tune every problem of the suites (or one shape) into the autotuner's "
+                       "cache file, so that later runs answer from the cache. On the simulator the "
+                       "autotuner picks by declared priority and caches nothing.")
+    _bench_args(p, OPS)
+    p.add_argument("--retune", action="store_true", help="tune again even where the cache answers")
+    p.add_argument("--clear-cache", action="store_true", help="delete this device's cache first")
+    p.add_argument("--verbose", action="store_true", help="every candidate's median and check")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("check", help="run the conformance suite on one plugin",
+                       description="Runs every conformance check (convlab.testing) on every op of one "
+                       "plugin over hypothesis-drawn problems; exit status 1 if any fails. The number of "
+                       "examples follows $CONVLAB_HYPOTHESIS_PROFILE (small on the simulator).")
+    p.add_argument("plugin", help="plugin name (see 'convlab list')")
+    p.add_argument("--ops", type=op_list, default=None, metavar="OPS", help="only these ops")
+    p.add_argument("--checks", default=None, metavar="A,B", help="only these checks (check_* names)")
+    p.add_argument("--max-examples", type=int, default=None, help="hypothesis examples per check")
+    p.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``convlab`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError) as exc:
+        if args.debug:
+            raise
+        sub = f"convlab {args.command}"
+        print(f"{sub}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. piped into head: stop quietly
+        sys.stdout = open(os.devnull, "w")
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""The ``convlab`` subcommands: one ``cmd_*`` function each, taking the parsed arguments (see cli.py for
+the parser) and returning the exit status: 0 success, 1 a check or command failed. Bad input raises
+:class:`UsageError` (or another ValueError), which ``convlab.cli.main`` reports with exit status 2.
+
+Heavy modules (the harness, matplotlib, torch, the conformance suite) are imported inside the commands, so
+``convlab --help`` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+#: The demo's problem. Simulator: every GEMM dimension 16 (so every plugin applies), a 3x1 kernel to keep
+#: it to a few seconds there. GPU: ResNet-50's 56x56 3x3 layer at batch 8, where times mean something.
+DEMO_SHAPES = {"simulator": {"x": [1, 16, 4, 4], "w": [16, 16, 3, 1], "padding": [1, 0]},
+               "gpu": {"x": [8, 64, 56, 56], "w": [64, 64, 3, 3], "padding": 1}}
+
+
+class UsageError(ValueError):
+    """Bad command-line input: reported as ``convlab CMD: error: ...`` with exit status 2."""
+
+
+def _shape_spec(args: argparse.Namespace) -> dict[str, Any]:
+    spec = {"x": args.x, "w": args.w, "stride": args.stride, "padding": args.padding,
+            "dilation": args.dilation, "groups": args.groups, "bias": args.bias, "dtype": args.dtype,
+            "kind": "conv_transpose2d" if args.transpose else "conv2d"}
+    if args.output_padding is not None:
+        spec["output_padding"] = args.output_padding
+    return spec
+
+
+def _suites(args: argparse.Namespace, default: str | None) -> list:
+    from . import runtime
+    from .suite import load_suite, single_shape_suite
+
+    names = list(args.suite or [])
+    suites = [load_suite(n) for n in names]
+    if args.x is not None or args.w is not None:
+        if args.x is None or args.w is None:
+            raise UsageError("a shape needs both --x and --w")
+        suites.append(single_shape_suite(_shape_spec(args)))
+    if not suites:
+        suites = [load_suite(default or ("tiny" if runtime.SIMULATOR else "burn"))]
+    return suites
+
+
+def _check_plugins(names: str | None) -> tuple[str, ...] | None:
+    if names is None:
+        return None
+    from . import registry
+
+    chosen = tuple(n.strip() for n in names.split(",") if n.strip())
+    known = {p.name for p in registry.plugins()}
+    unknown = [n for n in chosen if n not in known]
+    if unknown or not chosen:
+        raise UsageError(f"unknown plugin(s) {unknown}; registered: {sorted(known)}")
+    return chosen
+
+
+# ---- commands -------------------------------------------------------------------------------------
+def _run_bench(args: argparse.Namespace, suites: list, opts: Any, out_stem: str | None) -> list:
+    from . import baseline, bench, report, runtime
+
+    cudnn, why = (None, "--no-torch") if args.no_torch else baseline.load()
+    print(f"device: {runtime.device_name()}; cuDNN baseline: {'yes' if cudnn else 'no (' + why + ')'}")
+    if runtime.SIMULATOR:
+        print(f"note: {report.SIMULATOR_NOTE}")
+    settings = {k: getattr(opts, k) for k in ("ops", "plugins", "all_configs", "warmup", "repeat",
+                                               "max_seconds", "workspace_limit", "auto", "seed")}
+    settings["suites"] = [s.name for s in suites]
+    meta = report.metadata(settings, baseline.versions(cudnn))
+    done: list = []
+
+    def save(res: Any) -> None:
+        done.append(res)
+        if out_stem is not None:
+            report.write(args.out, out_stem, report.to_json(meta, done))
+
+    bench.run(suites, opts, cudnn, progress=not args.quiet, on_result=save)
+    print(report.table(done))
+    if runtime.SIMULATOR:
+        print(f"note: {report.SIMULATOR_NOTE}; run on a GPU for times")
+    if out_stem is not None:
+        print(f"wrote {os.path.join(args.out, out_stem)}.json and .csv")
+    return done
+
+
+def _options(args: argparse.Namespace, ops: tuple[str, ...]) -> Any:
+    from .bench import BenchOptions
+
+    if args.repeat < 1 or args.warmup < 0:
+        raise UsageError("--repeat must be >= 1 and --warmup >= 0")
+    return BenchOptions(ops=ops, plugins=_check_plugins(args.plugins), all_configs=args.all_configs,
+                        warmup=args.warmup, repeat=args.repeat, max_seconds=args.max_seconds,
+                        workspace_limit=args.workspace_limit, auto=not args.no_auto, seed=args.seed)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench, runtime
+
+    suites = _suites(args, None)
+    opts = _options(args, args.ops)
+    if not any(s.problems(opts.ops) for s in suites):
+        raise UsageError(f"no problem of {[s.name for s in suites]} has an op in {list(opts.ops)}")
+    if runtime.SIMULATOR and not args.force:
+        bench.check_simulator_size(suites, opts.ops)
+    stem = args.name or "+".join(s.name for s in suites)
+    results = _run_bench(args, suites, opts, stem)
+    failed = any(res.error or any(r.status in ("wrong", "error") for r in res.candidates) for res in results)
+    return 1 if failed else 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from . import runtime
+    from .problem import OPS
+    from .suite import single_shape_suite
+
+    args.plugins, args.all_configs, args.no_auto, args.seed = None, False, False, 0
+    args.workspace_limit, args.repeat, args.warmup, args.max_seconds = None, 10, 2, 0.5
+    suite = single_shape_suite(DEMO_SHAPES["simulator" if runtime.SIMULATOR else "gpu"], "demo")
+    results = _run_bench(args, [suite], _options(args, OPS), None)
+    bad = [f"{r.label} {res.op}" for res in results for r in res.candidates if r.status in ("wrong", "error")]
+    bad += [f"{res.op}: {res.error}" for res in results if res.error]
+    checked = sum(r.status == "ok" for res in results for r in res.candidates)
+    refs = sorted({res.reference for res in results if res.reference})
+    print(f"\n{checked} plugin runs matched the reference ({', '.join(refs)})"
+          + (f"; FAILED: {bad}" if bad else ""))
+    for res in results:
+        auto = res.auto
+        print(f"auto picks for {res.op:<8}: " + (f"{auto['plugin']}[{auto['config']}] ({auto['source']})"
+                                                if "plugin" in auto else f"nothing ({auto.get('error')})"))
+    return 1 if bad else 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from . import registry
+    from .suite import builtin_suites, load_suite
+
+    print("plugins (highest priority first):")
+    for p in registry.plugins():
+        print(f"  {p.name:<16} prio {p.priority:>3}  ops {','.join(sorted(p.ops)):<20} "
+              f"{'deterministic' if p.deterministic else 'non-deterministic':<17} {p.description}")
+    for where, err in registry.load_errors().items():
+        print(f"  failed to load {where}: {err}")
+    print("suites:")
+    for name in builtin_suites():
+        s = load_suite(name)
+        print(f"  {name:<10} {len(s.entries):>3} shapes {len(s.problems()):>3} problems  {s.description}")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from . import explain
+    from .suite import single_shape_suite
+
+    op = args.op
+    if op == "transpose":
+        args.transpose, op = True, "dgrad"
+    entry = single_shape_suite(_shape_spec(args)).entries[0]
+    if entry.kind == "conv_transpose2d" and op not in (None, "dgrad"):
+        raise UsageError("a conv_transpose2d shape is a dgrad problem; drop --op or use --op dgrad")
+    wanted = "dgrad" if entry.kind == "conv_transpose2d" else (op or "forward")
+    problem = next(p for p in entry.problems if p.op == wanted)
+    print(explain(problem, algorithm=args.algorithm, workspace_limit=args.workspace_limit))
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from . import bench, settings
+
+    suites = _suites(args, None)
+    limit = settings.get_workspace_limit() if args.workspace_limit is None else args.workspace_limit
+    autotune = bench._autotune()
+    if autotune is None:
+        raise UsageError("the autotuner (convlab.autotune) is not installed: 'auto' picks by priority")
+    if args.clear_cache:
+        autotune.clear_cache()
+        print(f"cleared {autotune.cache_path()}")
+    work = [(e, p) for s in suites for e, p in s.problems(args.ops)]
+    failed = 0
+    for entry, problem in tqdm(work, disable=None if not args.quiet else True, unit="problem"):
+        result = autotune.tune(problem, workspace_limit=limit, force=args.retune)
+        failed += result.winner is None
+        tqdm.write(f"{entry.label:<32} {problem.op:<8} -> {result.winner_label} ({result.source}, "
+                   f"{result.tuning_s:.3g} s)" + ("" if result.winner else f": {result.reason}"))
+        if args.verbose:
+            tqdm.write(str(result))
+    print(f"cache: {autotune.cache_path()}")
+    return 1 if failed else 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from . import registry
+
+    plugin = registry.get(args.plugin)  # ValueError naming the registered plugins
+    try:
+        from . import testing
+        from hypothesis import settings
+    except ImportError as exc:
+        print(f"convlab check: the conformance suite needs hypothesis ({exc})", file=sys.stderr)
+        return 1
+    settings.load_profile(os.environ.get("CONVLAB_HYPOTHESIS_PROFILE", testing.DEFAULT_PROFILE))
+    ops = sorted(plugin.ops) if args.ops is None else [o for o in args.ops if o in plugin.ops]
+    checks = list(testing.CHECKS) if args.checks is None else args.checks.split(",")
+    unknown = [c for c in checks if c not in testing.CHECKS]
+    if unknown or not ops:
+        raise UsageError(f"unknown check(s) {unknown}; known: {list(testing.CHECKS)}" if unknown else
+                         f"plugin {plugin.name} implements {sorted(plugin.ops)}, none of {list(args.ops)}")
+    failed = 0
+    for op in ops:
+        for name in checks:
+            try:
+                testing.check_plugin(plugin, ops=[op], checks=[name], max_examples=args.max_examples)
+                status = "ok"
+            except AssertionError as exc:
+                failed, status = failed + 1, f"FAIL: {exc}"
+            print(f"  {name:<32} {op:<8} {status}", flush=True)
+    total = len(ops) * len(checks)
+    print(f"{plugin.name}: {total - failed}/{total} conformance checks passed")
+    return 1 if failed else 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from . import plot, report
+
+    data = [report.load(p) for p in args.results]
+    for path in plot.plot_results(data, args.output, metric=args.metric, peak_tflops=args.peak_tflops,
+                                  peak_tbps=args.peak_tbps):
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,230 @@
+"""Benchmark results: the result records, the metadata block, JSON and CSV files, and the text table.
+
+JSON layout (``convlab bench``; read back by ``convlab plot``)::
+
+    {"format": "convlab-bench/1", "date": ISO-8601 UTC, "device": name, "compute_capability": [9, 0],
+     "simulator": false, "versions": {...}, "settings": {...}, "note": "...",
+     "results": [ProblemResult as a dict: suite, label, kind, op, problem, flops, bytes, reference,
+                 auto {plugin, config, source}, declined {plugin: reason},
+                 candidates [CandidateResult], cudnn CandidateResult | null, best], ...}
+
+CSV: one row per (problem, candidate), cuDNN included as plugin ``cudnn``.
+"""
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable
+
+from . import __version__, runtime
+
+FORMAT = "convlab-bench/1"
+SIMULATOR_NOTE = "CUDA simulator: outputs were checked, but no time was measured (times are not meaningful)"
+
+@dataclass
+class CandidateResult:
+    """One candidate (or cuDNN) on one problem: its check, times, rates and memory."""
+
+    plugin: str
+    config: str
+    auto: bool = False
+    status: str = "pending"  # ok | wrong (over tolerance) | error (raised) | unchecked (no reference)
+    rel_error: float | None = None
+    tolerance: float | None = None
+    median_ms: float | None = None
+    min_ms: float | None = None
+    samples: int = 0
+    tflops: float | None = None
+    gbs: float | None = None
+    vs_cudnn: float | None = None  # cuDNN ms / this ms: above 1 means faster than cuDNN
+    workspace_bytes: int | None = None  # as the plugin reports it
+    extra_mem_bytes: int | None = None  # allocated during the first run (kernel loading, cached buffers)
+    steady_mem_bytes: int | None = None  # allocated during a later run
+    error: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.plugin if self.config in ("default", "") else f"{self.plugin}[{self.config}]"
+
+
+@dataclass
+class ProblemResult:
+    """One (suite entry, op) problem: its candidates, the auto pick, the declining plugins, cuDNN."""
+
+    suite: str
+    label: str
+    kind: str
+    op: str
+    problem: dict
+    flops: int
+    bytes: int
+    reference: str = ""
+    auto: dict = field(default_factory=dict)
+    declined: dict = field(default_factory=dict)
+    candidates: list[CandidateResult] = field(default_factory=list)
+    cudnn: CandidateResult | None = None
+    best: str | None = None
+    error: str = ""  # set when the problem itself could not be set up (operands, reference)
+
+
+def rank(res: ProblemResult) -> None:
+    """Mark the fastest checked candidate and every checked candidate's ratio to cuDNN."""
+    timed = [r for r in res.candidates if r.status == "ok" and r.median_ms]
+    if timed:
+        res.best = min(timed, key=lambda r: r.median_ms).label
+    base = res.cudnn
+    if base is not None and base.status == "ok" and base.median_ms:
+        for r in timed:
+            r.vs_cudnn = base.median_ms / r.median_ms
+
+
+def summary(res: ProblemResult) -> str:
+    """One line: how many candidates passed, the fastest, cuDNN."""
+    if res.error:
+        return f"failed: {res.error}"
+    ok = sum(r.status == "ok" for r in res.candidates)
+    best = next((r for r in res.candidates if r.label == res.best), None)
+    text = f"{ok}/{len(res.candidates)} candidates ok"
+    if best is not None:
+        text += f", fastest {best.label} {best.median_ms:.4g} ms"
+    if res.cudnn is not None and res.cudnn.median_ms:
+        text += f", cuDNN {res.cudnn.median_ms:.4g} ms"
+    return text
+
+
+_PROBLEM_COLS = ("suite", "label", "kind", "op", "flops", "bytes", "reference")
+_SHAPE_COLS = ("dtype", "x", "w", "stride", "padding", "dilation", "groups", "bias")
+_ROW_COLS = tuple(f.name for f in fields(CandidateResult))
+
+
+def metadata(settings: dict[str, Any], extra_versions: dict[str, str] | None = None) -> dict[str, Any]:
+    """Device, versions and date for a results file."""
+    meta = {"format": FORMAT, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "device": runtime.device_name(), "compute_capability": list(runtime.compute_capability()),
+            "simulator": runtime.SIMULATOR,
+            "versions": {"convlab": __version__, **runtime.versions(), **(extra_versions or {})},
+            "settings": settings}
+    if runtime.SIMULATOR:
+        meta["note"] = SIMULATOR_NOTE
+    return meta
+
+
+def to_json(meta: dict[str, Any], results: Iterable[ProblemResult]) -> dict[str, Any]:
+    return {**meta, "results": [asdict(r) for r in results]}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", newline="") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def csv_rows(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Flat rows (one per problem and candidate) from results in their JSON form."""
+    rows = []
+    for res in results:
+        base = {k: res[k] for k in _PROBLEM_COLS}
+        base.update({k: res["problem"][k] for k in _SHAPE_COLS})
+        for k in ("x", "w", "stride", "padding", "dilation"):
+            base[k] = "x".join(map(str, base[k]))
+        for cand in res["candidates"] + ([res["cudnn"]] if res.get("cudnn") else []):
+            rows.append({**base, **{k: cand.get(k) for k in _ROW_COLS}})
+    return rows
+
+
+def write(out_dir: str | os.PathLike, stem: str, data: dict[str, Any]) -> tuple[Path, Path]:
+    """Write ``stem.json`` and ``stem.csv`` atomically; returns their paths."""
+    out = Path(out_dir)
+    jpath, cpath = out / f"{stem}.json", out / f"{stem}.csv"
+    _atomic_write(jpath, json.dumps(data, indent=1, default=str) + "\n")
+    rows = csv_rows(data["results"])
+    cols = list(_PROBLEM_COLS) + list(_SHAPE_COLS) + list(_ROW_COLS)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    _atomic_write(cpath, buf.getvalue())
+    return jpath, cpath
+
+
+def load(path: str | os.PathLike) -> dict[str, Any]:
+    """A results JSON file; ValueError when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+    if (not isinstance(data, dict) or data.get("format") != FORMAT
+            or not isinstance(data.get("results"), list)):
+        raise ValueError(f"{path} is not a convlab bench results file (format {FORMAT})")
+    return data
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    """Geometric mean of the positive finite values (None when there are none)."""
+    vals = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    width = int(spec.split(".")[0])
+    return f"{'-':>{width}}" if value is None else format(value, spec)
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.1f}"
+
+
+def table(results: Iterable[ProblemResult]) -> str:
+    """Fixed-width text table: one line per candidate; '*' marks the auto pick, '<' the fastest."""
+    results = list(results)
+    labels = [r.label for res in results for r in res.candidates + ([res.cudnn] if res.cudnn else [])]
+    pw = min(max([len(x) for x in labels] + [14]), 60)  # plugin[config] column
+    sw = min(max([len(res.label) for res in results] + [5]), 40)  # shape column
+    pad = f"{'':<{sw}} {'':<9}   "
+    head = (f"{'shape':<{sw}} {'op':<9} {'plugin[config]':<{pw + 2}} {'ms':>9} {'TFLOP/s':>8} {'GB/s':>8} "
+            f"{'xcuDNN':>7} {'MiB':>6}  check")
+    lines, ratios = [head, "-" * len(head)], {}
+    for res in results:
+        op = "transpose" if res.kind == "conv_transpose2d" else res.op
+        rows = res.candidates + ([res.cudnn] if res.cudnn else [])
+        for i, r in enumerate(rows):
+            mark = ("*" if r.auto else " ") + ("<" if r.label == res.best else " ")
+            check = r.status if r.rel_error is None else f"{r.status} {r.rel_error:.1e}"
+            if r.error and r.status == "error":
+                check += f": {r.error[:60]}"
+            lines.append(f"{res.label[:sw] if i == 0 else '':<{sw}} {op if i == 0 else '':<9} "
+                         f"{mark}{r.label[:pw]:<{pw}} {_fmt(r.median_ms, '9.4f')} {_fmt(r.tflops, '8.2f')} "
+                         f"{_fmt(r.gbs, '8.1f')} {_fmt(r.vs_cudnn, '7.2f')} {_mib(r.extra_mem_bytes):>6}  "
+                         f"{check}")
+        best: dict[str, float] = {}  # each plugin's best config on this problem
+        for r in res.candidates:
+            if r.vs_cudnn:
+                best[r.plugin] = max(best.get(r.plugin, 0.0), r.vs_cudnn)
+        for plugin, ratio in best.items():
+            ratios.setdefault((plugin, op), []).append(ratio)
+        for name, reason in res.declined.items():
+            lines.append(f"{pad}{name:<{pw}} declines: {reason[:80]}")
+        if res.auto.get("plugin") and not any(r.auto for r in res.candidates):
+            lines.append(f"{pad}auto picks {res.auto['plugin']}[{res.auto['config']}] "
+                         "(not run: outside --plugins)")
+        if res.error:
+            lines.append(f"{res.label[:sw]:<{sw}} {op:<9}   problem failed: {res.error[:100]}")
+        if "error" in res.auto:
+            lines.append(f"{pad}auto pick failed: {res.auto['error'][:80]}")
+    if ratios:
+        lines.append("")
+        lines.append("geometric mean of cuDNN ms / plugin ms (above 1: faster than cuDNN):")
+        for (plugin, op), vals in sorted(ratios.items()):
+            lines.append(f"  {plugin:<20} {op:<9} {geomean(vals):.3f} over {len(vals)} problem(s)")
+    return "\n".join(lines)

@@ -1,0 +1,298 @@
+"""The command line and the benchmark harness on the simulator (tiny problems; no times there)."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import convlab
+from convlab import Algorithm, bench, cli, commands, registry, runtime, strategy
+from convlab.baseline import transpose_output_padding
+from convlab.report import CandidateResult, ProblemResult, rank, table
+from convlab.suite import builtin_suites, load_suite, single_shape_suite
+
+TINY_RUN = ["--plugins", "direct", "--quiet"]
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---- suites ---------------------------------------------------------------------------------------
+def test_builtin_suites_hold_the_documented_shapes():
+    assert {"burn", "burn_b4", "resnet50", "dcgan", "tiny"} <= set(builtin_suites())
+    burn = load_suite("burn")
+    assert len(burn.entries) == 14 and {p.n for _, p in burn.problems()} == {16}
+    assert {p.op for _, p in burn.problems()} == {"forward", "dgrad", "wgrad"}
+    assert all(p.padding == (0, 0) for _, p in burn.problems())
+    first = burn.entries[0].problems[0]
+    (b4,) = load_suite("burn_b4").entries
+    assert b4.problems[0] == first.replace(n=4)
+    resnet = load_suite("resnet50").problems(["forward"])
+    assert {p.n for _, p in resnet} == {32} and len({p.key() for _, p in resnet}) == len(resnet) == 23
+    dcgan = load_suite("dcgan").problems()
+    assert [(p.p, p.h) for _, p in dcgan] == [(4, 8), (8, 16), (16, 32), (32, 64)]
+    assert all(p.op == "dgrad" and p.bias and p.n == 64 and p.r == 4 for _, p in dcgan)
+    assert all(p.flops <= bench.SIMULATOR_MAX_FLOPS for _, p in load_suite("tiny").problems())
+
+
+def test_transpose_output_padding_round_trips():
+    for _, p in load_suite("dcgan").problems():
+        assert transpose_output_padding(p) == (0, 0)
+    entry = single_shape_suite({"kind": "conv_transpose2d", "x": [1, 2, 3, 3], "w": [2, 2, 3, 3],
+                                "stride": 2, "output_padding": 1}).entries[0]
+    assert transpose_output_padding(entry.problems[0]) == (1, 1)
+
+
+@pytest.mark.parametrize("spec, words", [
+    ({"x": [1, 2, 5, 5], "w": [2, 2, 3, 3], "strides": 2}, "unknown key"),
+    ({"x": [1, 2, 5], "w": [2, 2, 3, 3]}, "list of 4 ints"),
+    ({"x": [1, 3, 5, 5], "w": [2, 2, 3, 3]}, "channel mismatch"),
+    ({"x": [1, 2, 2, 2], "w": [2, 2, 3, 3]}, "empty"),
+    ({"x": [1, 2, 5, 5], "w": [2, 2, 3, 3], "ops": ["fwd"]}, "ops"),
+    ({"kind": "deconv", "x": [1, 2, 5, 5], "w": [2, 2, 3, 3]}, "kind"),
+])
+def test_bad_suite_entries_name_the_problem(tmp_path, capsys, spec, words):
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({"problems": [spec]}))
+    with pytest.raises(ValueError, match=words):
+        load_suite(str(path))
+    code, _, err = run_cli(capsys, "bench", "--suite", str(path), "--out", str(tmp_path), *TINY_RUN)
+    assert code == 2 and "problems[0]" in err and "Traceback" not in err
+
+
+def test_user_suite_file_and_single_shape_run(tmp_path, capsys):
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({"name": "mine", "problems": [
+        {"x": [1, 2, 5, 5], "w": [2, 2, 3, 3], "ops": ["wgrad"], "label": "a"}]}))
+    code, out, _ = run_cli(capsys, "bench", "--suite", str(path), "--x", "1,2,4,4", "--w", "3,2,1,1",
+                           "--ops", "forward,wgrad", "--out", str(tmp_path), "--no-auto", *TINY_RUN)
+    assert code == 0, out
+    data = json.loads((tmp_path / "mine+cli.json").read_text())
+    assert [(r["suite"], r["label"], r["op"]) for r in data["results"]] == [
+        ("mine", "a", "wgrad"), ("cli", "n1 2x4x4 w3x1x1", "forward"), ("cli", "n1 2x4x4 w3x1x1", "wgrad")]
+    assert data["results"][0]["auto"] == {}
+
+
+# ---- bench on the simulator -----------------------------------------------------------------------
+def test_bench_tiny_suite_writes_checked_results(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, "bench", "--suite", "tiny", "--out", str(tmp_path), *TINY_RUN)
+    assert code == 0, out
+    assert "not meaningful" in out and "transpose" in out
+    data = json.loads((tmp_path / "tiny.json").read_text())
+    assert data["simulator"] is True and data["device"] == runtime.device_name()
+    assert data["versions"]["convlab"] == convlab.__version__ and "numba" in data["versions"]
+    assert len(data["results"]) == len(load_suite("tiny").problems())
+    for (_, problem), res in zip(load_suite("tiny").problems(), data["results"]):
+        (row,) = res["candidates"]
+        assert row["status"] == "ok" and row["rel_error"] <= row["tolerance"] and row["median_ms"] is None
+        assert res["reference"] == "host float64" and res["auto"]["source"] == "priority"
+        limit = convlab.get_workspace_limit()
+        assert res["auto"]["plugin"] == strategy.by_priority(problem, limit).plugin.name
+    with open(tmp_path / "tiny.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(data["results"]) and {r["plugin"] for r in rows} == {"direct"}
+
+
+class _Wrong(Algorithm):
+    """Direct's output scaled by 1.01: a 'fast wrong kernel' that must never win."""
+
+    name = "test_wrong"
+    ops = frozenset({"forward"})
+    priority = 1000
+
+    def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+        registry.get("direct").run(problem, config, a, b, bias, out, workspace_limit=workspace_limit)
+        out.copy_to_device(out.copy_to_host() * np.float32(1.01))
+
+
+class _Broken(Algorithm):
+    name = "test_broken"
+    ops = frozenset({"forward"})
+
+    def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+        raise RuntimeError("launch failed on purpose")
+
+
+@pytest.fixture
+def bad_plugins():
+    registry.register(_Wrong)
+    registry.register(_Broken)
+    yield
+    registry.unregister("test_wrong")
+    registry.unregister("test_broken")
+
+
+def test_wrong_and_failing_plugins_are_recorded_and_excluded(bad_plugins, tmp_path, capsys):
+    code, out, _ = run_cli(capsys, "bench", "--x", "1,2,5,5", "--w", "2,2,3,3", "--ops", "forward",
+                           "--plugins", "direct,test_wrong,test_broken", "--out", str(tmp_path), "--quiet")
+    assert code == 1  # a plugin disagreed with the reference
+    (res,) = json.loads((tmp_path / "cli.json").read_text())["results"]
+    rows = {r["plugin"]: r for r in res["candidates"]}
+    assert rows["direct"]["status"] == "ok"
+    assert rows["test_wrong"]["status"] == "wrong" and rows["test_wrong"]["rel_error"] > 5e-3
+    assert rows["test_broken"]["status"] == "error" and "on purpose" in rows["test_broken"]["error"]
+    assert "wrong" in out and "launch failed on purpose" in out
+
+
+def test_a_failing_problem_is_recorded_and_the_run_goes_on(monkeypatch, tmp_path, capsys):
+    real = bench.measure.random_operands
+
+    def flaky(problem, rng=None):
+        if problem.op == "dgrad":
+            raise MemoryError("out of memory on purpose")
+        return real(problem, rng)
+
+    monkeypatch.setattr(bench.measure, "random_operands", flaky)
+    code, out, _ = run_cli(capsys, "bench", "--x", "1,2,5,5", "--w", "2,2,3,3", "--out", str(tmp_path),
+                           *TINY_RUN)
+    assert code == 1 and "problem failed: MemoryError: out of memory on purpose" in out
+    results = json.loads((tmp_path / "cli.json").read_text())["results"]
+    assert [(r["op"], bool(r["error"]), len(r["candidates"])) for r in results] == [
+        ("forward", False, 1), ("dgrad", True, 0), ("wgrad", False, 1)]
+
+
+def test_ranking_and_ratios_ignore_wrong_candidates():
+    res = ProblemResult("s", "shape", "conv2d", "forward", {}, 2 * 10**9, 10**6)
+    res.candidates = [CandidateResult("fast", "default", status="wrong", median_ms=0.1),
+                      CandidateResult("slow", "default", status="ok", median_ms=2.0),
+                      CandidateResult("slow", "BM=8", status="ok", median_ms=1.0)]
+    res.cudnn = CandidateResult("cudnn", "default", status="ok", median_ms=0.5)
+    rank(res)
+    assert res.best == "slow[BM=8]"
+    assert [r.vs_cudnn for r in res.candidates] == [None, 0.25, 0.5]
+    text = table([res])
+    assert "geometric mean" in text and "slow                 forward   0.500 over 1" in text
+
+
+def test_simulator_refuses_large_suites(capsys):
+    code, _, err = run_cli(capsys, "bench", "--suite", "burn_b4", "--quiet")
+    assert code == 2 and "too large for the CUDA simulator" in err
+
+
+# ---- other commands -------------------------------------------------------------------------------
+def test_demo_checks_every_plugin_and_shows_the_auto_pick(capsys):
+    code, out, _ = run_cli(capsys, "demo", "--quiet")
+    assert code == 0, out
+    demo = single_shape_suite(commands.DEMO_SHAPES["simulator"])
+    runs = sum(len(bench.candidates(p, bench.BenchOptions(), convlab.get_workspace_limit())[0])
+               for _, p in demo.problems())
+    assert runs >= len(registry.plugins())
+    assert f"{runs} plugin runs matched the reference (host float64)" in out
+    for op in ("forward", "dgrad", "wgrad"):
+        assert f"auto picks for {op}" in out
+
+
+def test_list_and_explain(capsys):
+    code, out, _ = run_cli(capsys, "list")
+    assert code == 0 and "direct" in out and "resnet50" in out
+    code, out, _ = run_cli(capsys, "explain", "--op", "forward", "--x", "16,3,227,227", "--w", "96,3,11,11",
+                           "--stride", "4")
+    picked = strategy.by_priority(convlab.problem_for("conv2d", np.empty((16, 3, 227, 227), np.float32),
+                                                      np.empty((96, 3, 11, 11), np.float32), stride=4),
+                                  convlab.get_workspace_limit())
+    assert code == 0 and "x(16, 3, 227, 227)" in out and f"picked: {picked.label}" in out
+    code, out, _ = run_cli(capsys, "explain", "--op", "transpose", "--x", "2,8,4,4", "--w", "8,4,4,4",
+                           "--stride", "2", "--padding", "1", "--bias")
+    assert code == 0 and "dgrad f32 x(2, 4, 8, 8)" in out and "+bias" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["explain", "--x", "16,3,227", "--w", "96,3,11,11"], "4 comma-separated ints"),
+    (["explain", "--x", "1,3,2,2", "--w", "4,3,5,5"], "output would be empty"),
+    (["explain", "--x", "1,4,8,8", "--w", "4,4,3,3", "--stride", "0"], "stride must be >= 1"),
+    (["explain", "--x", "1,4,8,8", "--w", "4,4,3,3", "--workspace-limit", "12Q"], "byte count"),
+    (["bench", "--plugins", "nosuch"], "unknown plugin"),
+    (["bench", "--suite", "nosuch"], "unknown suite"),
+    (["bench", "--ops", "forward,back"], "subset of"),
+    (["bench", "--x", "1,4,8,8"], "both --x and --w"),
+    (["check", "nosuch"], "unknown algorithm"),
+    (["check", "direct", "--checks", "check_nothing"], "unknown check"),
+])
+def test_bad_input_exits_2_with_the_message(capsys, argv, words):
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and "Traceback" not in err
+
+
+def test_console_script_reports_bad_shapes_without_traceback():
+    argv = ["explain", "--x", "1,3,2,2", "--w", "4,3,5,5"]
+    proc = subprocess.run([sys.executable, "-m", "convlab.cli", *argv], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "output would be empty" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_argument_types():
+    assert cli.nbytes("256M") == 256 * 2**20 and cli.nbytes("1GiB") == 2**30 and cli.nbytes("4096") == 4096
+    assert cli.pair("2") == 2 and cli.pair("2,1") == [2, 1] and cli.shape4("1x2x3x4") == [1, 2, 3, 4]
+    assert cli.op_list("wgrad,forward") == ("wgrad", "forward")
+
+
+@pytest.mark.parametrize("command", ["demo", "list", "explain", "bench", "plot", "tune", "check"])
+def test_help_of_every_command(capsys, command):
+    with pytest.raises(SystemExit) as exc:
+        cli.main([command, "--help"])
+    assert exc.value.code == 0 and "usage: convlab" in capsys.readouterr().out
+
+
+def test_tune_on_the_simulator_picks_by_priority(capsys):
+    code, out, _ = run_cli(capsys, "tune", "--suite", "tiny", "--ops", "forward", "--quiet")
+    assert code == 0 and out.count("(priority") == len(load_suite("tiny").problems(["forward"]))
+
+
+def test_check_runs_the_conformance_suite(capsys):
+    pytest.importorskip("convlab.testing")
+    code, out, _ = run_cli(capsys, "check", "direct", "--ops", "forward", "--checks",
+                           "check_matches_reference,check_declines_with_reason", "--max-examples", "2")
+    assert code == 0 and "check_matches_reference" in out and "2/2 conformance checks passed" in out
+
+
+class _NegativeWorkspace(_Broken):
+    name = "test_negative_workspace"
+
+    def workspace_bytes(self, problem, config, workspace_limit):
+        return -1
+
+
+def test_check_reports_a_failing_plugin(capsys):
+    pytest.importorskip("convlab.testing")
+    registry.register(_NegativeWorkspace)
+    try:
+        code, out, _ = run_cli(capsys, "check", "test_negative_workspace", "--checks",
+                               "check_declines_with_reason", "--max-examples", "2")
+    finally:
+        registry.unregister("test_negative_workspace")
+    assert code == 1 and "FAIL" in out and "0/1 conformance checks passed" in out
+
+
+# ---- plots ----------------------------------------------------------------------------------------
+def test_plot_from_results(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert run_cli(capsys, "bench", "--suite", "tiny", "--ops", "forward", "--out", str(tmp_path),
+                   *TINY_RUN)[0] == 0
+    code, _, err = run_cli(capsys, "plot", str(tmp_path / "tiny.json"), "-o", str(tmp_path / "p"))
+    assert code == 2 and "no timings" in err  # simulator results carry no times
+    data = json.loads((tmp_path / "tiny.json").read_text())
+    for i, res in enumerate(data["results"]):  # fabricate GPU-like numbers for the chart
+        row = res["candidates"][0]
+        row.update(median_ms=0.1 * (i + 1), tflops=res["flops"] / (0.1 * (i + 1)) / 1e9, vs_cudnn=0.5)
+        res["cudnn"] = dict(row, plugin="cudnn", median_ms=0.05 * (i + 1), vs_cudnn=None)
+    (tmp_path / "gpu.json").write_text(json.dumps(data))
+    code, out, err = run_cli(capsys, "plot", str(tmp_path / "gpu.json"), "-o", str(tmp_path / "p"))
+    assert code == 0, err
+    for name in ("tiny-ratio.png", "tiny-roofline.png"):
+        png = (tmp_path / "p" / name).read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 5000 and name in out
+    assert run_cli(capsys, "plot", str(tmp_path / "gpu.json"), "-o", str(tmp_path / "p"),
+                   "--metric", "time", "--peak-tflops", "10")[0] == 0
+    assert (tmp_path / "p" / "tiny-time.png").exists()

@@ -1,0 +1,135 @@
+"""GEMM + col2im: backward-data convolution (and so conv_transpose2d) through a column buffer.
+
+With C' = C/groups, K' = K/groups and the column layout of the im2col plugin:
+
+    cols[n, g] (C'RS x PQ)   = W_g^T (C'RS x K') @ dy[n, g*K':(g+1)*K'] (K' x PQ)     (one GEMM)
+    dx[n, c, h, w]           = bias[c] + sum over taps (r, s) with h + ph - r*dh = p*sh, w + pw - s*dw
+                               = q*sw, 0 <= p < P, 0 <= q < Q of cols[n, (c, r, s), (p, q)]   (fold)
+
+Loop nest of ``run``:
+
+    for each sub-batch of nb images (so that the column buffer fits the workspace limit):
+        GEMM: one batched launch over (n, g), W read transposed
+        fold: one thread per (n, c, h, w) gathers its <= R*S contributions in a fixed order (no
+              atomics: deterministic) and adds the transpose's bias
+
+P and Q are dy's sizes, which for a conv_transpose2d with output_padding >= stride may be smaller than
+the forward formula gives; the fold checks p < P and q < Q. A 1x1 kernel with stride 1 and no padding
+needs no column buffer: the GEMM writes dx directly, bias included.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from convlab import Algorithm, Config, Problem, Verdict, register, runtime
+from convlab.algorithms.im2col import (THREADS, Plan, check_indexing, column_plan, launch_grid,
+                                       tile_configs, tile_of)
+from convlab.gemm import Strided, Tile, gemm
+from convlab.runtime import cuda
+
+U = np.uint32
+
+
+@functools.cache
+def _fold_kernel(dtype: str):
+    zero = np.dtype(dtype).type(0)
+
+    @runtime.jit
+    def fold(cols, dx, bias, dx_off, rows, C, H, W, R, S, P, Q, sh, sw, ph, pw, dh, dw, has_bias):
+        """dx[dx_off + row*H*W + h*W + w] = (bias[c]) + sum of its taps, for rows row = n*C + c."""
+        hw = U(U(U(cuda.blockIdx.x) * U(cuda.blockDim.x)) + U(cuda.threadIdx.x))
+        if hw >= U(H * W):
+            return
+        h = U(hw // W)
+        hp = U(h + ph)  # = p*sh + r*dh for a contributing tap
+        wp = U(U(hw - U(h * W)) + pw)
+        npq = U(P * Q)
+        row = U(cuda.blockIdx.y)
+        while row < rows:
+            acc = zero
+            src = U(U(row * U(R * S)) * npq)  # cols of (n, c), tap (0, 0)
+            r = U(0)
+            while r < R and U(r * dh) <= hp:
+                hh = U(hp - U(r * dh))
+                p = U(hh // sh)
+                if U(p * sh) == hh and p < P:
+                    s = U(0)
+                    while s < S and U(s * dw) <= wp:
+                        ww = U(wp - U(s * dw))
+                        q = U(ww // sw)
+                        if U(q * sw) == ww and q < Q:
+                            acc += cols[U(src + U(U(U(r * S) + s) * npq) + U(p * Q) + q)]
+                        s = U(s + 1)
+                r = U(r + 1)
+            if has_bias:
+                acc += bias[U(row % C)]
+            dx[U(dx_off + U(row * U(H * W)) + hw)] = acc
+            row = U(row + U(cuda.gridDim.y))
+
+    return fold
+
+
+def fold(problem: Problem, cols, dx, bias, n0: int, nb: int) -> None:
+    """Gather the column buffer of images n0 .. n0+nb-1 into ``dx`` (N, C, H, W), adding ``bias``."""
+    pr = problem
+    (sh, sw), (ph, pw), (dh, dw) = pr.stride, pr.padding, pr.dilation
+    has_bias = bias is not None
+    flat_dx = dx.reshape((dx.size,))
+    u = U
+    _fold_kernel(pr.dtype)[launch_grid(pr.h * pr.w, nb * pr.c), THREADS](
+        cols, flat_dx, bias if has_bias else flat_dx, u(n0 * pr.c * pr.h * pr.w), u(nb * pr.c), u(pr.c),
+        u(pr.h), u(pr.w), u(pr.r), u(pr.s), u(pr.p), u(pr.q), u(sh), u(sw), u(ph), u(pw), u(dh),
+        u(dw), u(has_bias))
+
+
+@register
+class Col2im(Algorithm):
+    """One GEMM into columns, then a deterministic gather back into dx."""
+
+    name = "col2im"
+    ops = frozenset({"dgrad"})
+    priority = 10
+    description = "tiled GEMM W^T x dy into columns (sub-batched to the workspace limit) + col2im gather"
+
+    def check(self, problem: Problem) -> Verdict:
+        return check_indexing(problem)
+
+    def configs(self, problem: Problem) -> list[Config]:
+        return tile_configs(problem)
+
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+        return column_plan(problem, tile_of(config), workspace_limit).workspace_bytes(problem.itemsize)
+
+    def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+        tile = tile_of(config)
+        plan = column_plan(problem, tile, workspace_limit)
+        need = plan.workspace_bytes(problem.itemsize)
+        if need > workspace_limit:
+            raise ValueError(f"col2im needs {need} bytes of workspace, over the limit of "
+                             f"{workspace_limit}")
+        cols = runtime.empty((plan.cols,), problem.dtype) if plan.cols else None
+        n0 = 0
+        while n0 < problem.n:
+            nb = min(plan.nb, problem.n - n0)
+            _columns(problem, tile, plan, a, b, bias, out if plan.pointwise else cols, n0, nb)
+            if not plan.pointwise:
+                fold(problem, cols, out, bias, n0, nb)
+            n0 += nb
+
+
+def _columns(pr: Problem, tile: Tile, plan: Plan, dy, w, bias, dst, n0: int, nb: int) -> None:
+    """dst = W_g^T @ dy[n, g] for images n0 .. n0+nb-1: the column buffer, or dx when pointwise."""
+    kg, pq = pr.k_per_group, pr.p * pr.q
+    crs = pr.c_per_group * pr.r * pr.s
+    per_image = pr.c * pr.r * pr.s * pq
+    if plan.pointwise:  # dx[n, g] (C' x HW) directly, with the transpose's bias
+        out = Strided(dst, pq, offset=n0 * per_image, outer=per_image, inner=crs * pq)
+        row_bias = None if bias is None else Strided(bias, 1, inner=crs)
+    else:
+        out, row_bias = Strided(dst, pq, outer=per_image, inner=crs * pq), None
+    gemm(Strided(w, crs, inner=kg * crs), Strided(dy, pq, offset=n0 * pr.k * pq, outer=pr.k * pq,
+                                                  inner=kg * pq),
+         out, crs, pq, kg, trans_a=True, batch=nb * pr.groups, split=pr.groups, tile=tile,
+         bias=row_bias)

@@ -1,0 +1,101 @@
+"""What is specific to the im2col and col2im plugins (the conformance suite covers the rest): sub-batches
+under a tiny workspace limit, the exact workspace reported and allocated, declining when one image does
+not fit, the 1x1 shortcut without a column buffer, and wgrad's k-split partial sums."""
+import numpy as np
+import pytest
+
+import convlab
+from convlab import make_problem, reference, runtime
+from convlab.algorithms.im2col import column_plan, tile_of
+from convlab.measure import random_operands, rel_error, to_device, tolerance
+
+
+@pytest.fixture
+def allocations(monkeypatch):
+    """Element counts of every device allocation made through convlab.runtime.empty."""
+    sizes = []
+    original = runtime.empty
+
+    def recording(shape, dtype):
+        sizes.append(int(np.prod(shape)))
+        return original(shape, dtype)
+
+    monkeypatch.setattr(runtime, "empty", recording)
+    return sizes
+
+
+def _run(name, problem, limit, rng):
+    plugin = convlab.get_plugin(name)
+    config = plugin.configs(problem)[0]
+    host = random_operands(problem, rng)
+    out = runtime.full(problem.operand_shapes[2], np.nan, problem.dtype)
+    plugin.run(problem, config, *to_device(*host), out, workspace_limit=limit)
+    err = rel_error(out.copy_to_host(), reference.solve(problem, *host))
+    assert err <= tolerance(problem, plugin.compute_eps(problem.dtype)), (problem.describe(), err)
+    return plugin, config
+
+
+def _problem(op, **kw):
+    args = dict(n=5, c=4, h=7, w=6, k=6, r=3, s=2, stride=(2, 1), padding=1, dilation=(1, 2), groups=2)
+    args.update(kw)
+    return make_problem(op, **args)
+
+
+@pytest.mark.parametrize("name,op,bias", [("im2col", "forward", True), ("im2col", "wgrad", False),
+                                          ("col2im", "dgrad", True)])
+def test_sub_batches_under_a_tiny_limit(name, op, bias, allocations):
+    problem = _problem(op, bias=bias)
+    per_image = problem.c * problem.r * problem.s * problem.p * problem.q * problem.itemsize
+    plugin = convlab.get_plugin(name)
+    config = plugin.configs(problem)[0]
+    plan = column_plan(problem, tile_of(config), 10 ** 9)
+    limit = 2 * per_image + plan.part * problem.itemsize + 4  # room for two images' columns
+    plan = column_plan(problem, tile_of(config), limit)
+    assert plan.nb == 2 and plan.cols * problem.itemsize == 2 * per_image  # 5 images: 2 + 2 + 1
+    _run(name, problem, limit, np.random.default_rng(7))
+    allocated = sum(allocations) * problem.itemsize
+    assert allocated == plugin.workspace_bytes(problem, config, limit) <= limit
+
+
+@pytest.mark.parametrize("name,op", [("im2col", "forward"), ("im2col", "wgrad"), ("col2im", "dgrad")])
+def test_declines_when_one_image_does_not_fit(name, op):
+    problem = _problem(op)
+    plugin = convlab.get_plugin(name)
+    per_image = problem.c * problem.r * problem.s * problem.p * problem.q * problem.itemsize
+    verdict = plugin.applicable(problem, workspace_limit=per_image - 1)
+    assert not verdict and "workspace" in verdict.reason
+    call = {"forward": convlab.conv2d, "wgrad": convlab.conv2d_backward_weight,
+            "dgrad": convlab.conv2d_backward_data}[op]
+    a, b, _ = random_operands(problem)
+    shape = problem.w_shape if op == "wgrad" else problem.x_shape
+    args = (a, b) if op == "forward" else (a, b, shape)
+    with pytest.raises(ValueError, match="workspace"):
+        call(*args, stride=problem.stride, padding=problem.padding, dilation=problem.dilation,
+             groups=problem.groups, algorithm=name, workspace_limit=per_image - 1)
+
+
+@pytest.mark.parametrize("name,op,bias", [("im2col", "forward", True), ("im2col", "wgrad", False),
+                                          ("col2im", "dgrad", True)])
+def test_pointwise_needs_no_column_buffer(name, op, bias, allocations):
+    problem = make_problem(op, 3, 6, 5, 4, 4, 1, 1, groups=2, bias=bias)
+    plugin, config = _run(name, problem, 0 if op != "wgrad" else 10 ** 6, np.random.default_rng(8))
+    plan = column_plan(problem, tile_of(config), 10 ** 6)
+    assert plan.pointwise and plan.cols == 0
+    assert sum(allocations) == plan.part  # wgrad may still sum k-split partials
+    if op != "wgrad":
+        assert plugin.workspace_bytes(problem, config, 0) == 0 and plugin.applicable(problem, None, 0)
+
+
+def test_wgrad_k_splits_are_summed_in_order():
+    problem = make_problem("wgrad", 2, 3, 12, 12, 4, 3, 3)
+    plugin = convlab.get_plugin("im2col")
+    config = plugin.configs(problem)[0]
+    plan = column_plan(problem, tile_of(config), 10 ** 6)
+    assert plan.ksplit > 1 and plan.part == plan.ksplit * 4 * 3 * 3 * 3
+    _run("im2col", problem, 10 ** 6, np.random.default_rng(9))
+
+
+def test_registered_with_priority_above_direct():
+    names = [p.name for p in convlab.plugins("forward")]
+    assert names.index("im2col") < names.index("direct")
+    assert convlab.get_plugin("col2im").ops == {"dgrad"} and convlab.get_plugin("col2im").priority == 10

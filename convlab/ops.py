@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import runtime, strategy
+from . import registry, runtime, strategy
 from .problem import Problem, as_pair, make_problem
 from .reference import transpose_output_size
 from .settings import check_workspace_limit
@@ -172,6 +172,23 @@ def _to_device(obj: Any, name: str) -> Any:
     raise TypeError(f"{name} must be a numpy array or a CUDA array, got {type(obj).__name__}")
 
 
+def _run_with_fallback(prob: Problem, candidate: Any, algorithm: Any, limit: int, *arrays: Any) -> None:
+    """Run the candidate; under ``"auto"`` a plugin whose kernel raises is excluded (with a warning
+    naming it) and the next choice runs instead. A forced plugin's error propagates."""
+    while True:
+        try:
+            candidate.plugin.run(prob, candidate.config, *arrays, workspace_limit=limit)
+            return
+        except Exception as exc:
+            if not (isinstance(algorithm, str) and algorithm == "auto"):
+                raise
+            registry.mark_broken(candidate.plugin.name, exc)
+            try:
+                candidate = strategy.resolve(prob, "auto", limit)
+            except ValueError:
+                raise exc from None
+
+
 def _execute(prob: Problem, operands: dict[str, Any], bias: Any, out: Any, algorithm: Any,
              workspace_limit: int | None) -> Any:
     """Check ``out``, pick the candidate, run it, and hand the result back in the caller's kind of
@@ -196,7 +213,7 @@ def _execute(prob: Problem, operands: dict[str, Any], bias: Any, out: Any, algor
         dbias = None if bias is None else _to_device(bias, "bias")
         device_out = out is not None and not isinstance(out, np.ndarray)
         dout = _to_device(out, "out") if device_out else runtime.empty(out_shape, prob.dtype)
-        candidate.plugin.run(prob, candidate.config, a, b, dbias, dout, workspace_limit=limit)
+        _run_with_fallback(prob, candidate, algorithm, limit, a, b, dbias, dout)
         result = dout.copy_to_host() if host or isinstance(out, np.ndarray) else None
     if isinstance(out, np.ndarray):
         out[...] = result

@@ -22,6 +22,7 @@ ENTRY_POINT_GROUP = "convlab.algorithms"
 
 _plugins: dict[str, Algorithm] = {}
 _load_errors: dict[str, str] = {}
+_broken: dict[str, str] = {}  # plugins whose kernel raised during an "auto" call, with the error
 _loaded = False
 
 A = TypeVar("A", bound=type)
@@ -85,6 +86,26 @@ def load(*, reload: bool = False) -> None:
     _load_entry_points()
 
 
+def mark_broken(name: str, exc: BaseException) -> None:
+    """Exclude a plugin whose kernel raised, for the rest of the process, with a warning naming it."""
+    _broken[name] = f"{type(exc).__name__}: {exc}"
+    warnings.warn(f"convlab: plugin {name!r} raised {exc!r} and is excluded from 'auto'",
+                  RuntimeWarning, stacklevel=3)
+
+
+def broken_plugins() -> dict[str, str]:
+    """Plugins excluded because their kernel raised, with the error (see :func:`mark_broken`)."""
+    return dict(_broken)
+
+
+def unmark_broken(name: str | None = None) -> None:
+    """Give excluded plugins (one, or all) another chance."""
+    if name is None:
+        _broken.clear()
+    else:
+        _broken.pop(name, None)
+
+
 def load_errors() -> dict[str, str]:
     """Plugins that failed to load, with the error each raised."""
     load()
@@ -111,7 +132,10 @@ def get(name: str) -> Algorithm:
 
 def verdict(plugin: Algorithm, problem: Problem, config: Config | None = None,
             workspace_limit: int | None = None) -> Verdict:
-    """``plugin.applicable(...)``, with an exception in the predicate turned into a declining verdict."""
+    """``plugin.applicable(...)``, with an exception in the predicate turned into a declining verdict,
+    and a plugin whose kernel raised earlier in this process declined with that error."""
+    if plugin.name in _broken:
+        return Verdict.no(f"excluded: its kernel raised {_broken[plugin.name]}")
     try:
         result = plugin.applicable(problem, config, workspace_limit)
         if not isinstance(result, Verdict):

@@ -230,14 +230,20 @@ def test_raising_kernel_is_reported_by_name_and_not_chosen_by_tuning(example_plu
         check_plugin("example_faulty_kernel", checks=["check_matches_reference"], max_examples=2)
 
 
-@pytest.mark.xfail(runtime.SIMULATOR, strict=True, raises=RuntimeError,
-                   reason="gap: on the simulator, algorithm='auto' goes by priority without running "
-                          "anything, so a raising kernel of the highest priority breaks the call")
 def test_raising_kernel_does_not_break_auto(example_plugins):
     x, w, b = measure.random_operands(ONE_BY_ONE)
-    y = convlab.conv2d(x, w, b)  # nothing tuned yet: "auto" must still avoid the raising kernel
-    err = measure.rel_error(y, reference.solve(ONE_BY_ONE, x, w, b))
-    assert err <= measure.tolerance(ONE_BY_ONE, float(np.finfo(np.float32).eps))
+    try:
+        with pytest.warns(RuntimeWarning, match="example_faulty_kernel"):
+            y = convlab.conv2d(x, w, b)  # "auto" must step past the raising kernel
+        err = measure.rel_error(y, reference.solve(ONE_BY_ONE, x, w, b))
+        assert err <= measure.tolerance(ONE_BY_ONE, float(np.finfo(np.float32).eps))
+        assert "example_faulty_kernel" in registry.broken_plugins()
+        assert "kernel raised" in registry.verdict(registry.get("example_faulty_kernel"), ONE_BY_ONE).reason
+        with pytest.raises(RuntimeError, match="exploded"):  # forcing it still shows its error
+            registry.unmark_broken("example_faulty_kernel")
+            convlab.conv2d(x, w, b, algorithm="example_faulty_kernel")
+    finally:
+        registry.unmark_broken()
 
 
 # ---- the guide's worked example ------------------------------------------------------------------

@@ -60,13 +60,23 @@ class _SilentDecline(convlab.Algorithm):
         convlab.get_plugin("direct").run(problem, config, a, b, bias, out, workspace_limit=workspace_limit)
 
 
+# Fixed problems the broken plugins accept (each check is called directly: no hypothesis shrinking).
+_PROBLEMS = [convlab.make_problem("forward", 1, 4, 5, 6, 3, 3, 2, padding=1, bias=True),
+             convlab.make_problem("forward", 2, 4, 7, 5, 4, 2, 3, stride=2, groups=2, bias=True,
+                                  dtype="float64")]
+
+
 @pytest.mark.parametrize("broken,check", [(_DropsLastElement, "check_output_fully_written"),
                                           (_OffByBias, "check_matches_reference"),
                                           (_SilentDecline, "check_declines_with_reason")])
 def test_suite_catches_broken_plugins(broken, check):
     convlab.register(broken)
     try:
+        plugin = convlab.get_plugin(broken.name)
         with pytest.raises(AssertionError):
-            check_plugin(broken.name, checks=[check], max_examples=30)
+            for problem in _PROBLEMS:
+                CHECKS[check](plugin, problem, np.random.default_rng())
+        with pytest.raises(AssertionError, match=check):  # and check_plugin reports it by name
+            check_plugin(plugin, checks=[check], max_examples=10, shrink=False)
     finally:
         convlab.unregister(broken.name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Iterable
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from .. import registry, runtime
@@ -32,14 +32,17 @@ __all__ = ["CHECKS", "check_plugin", "run_check", "problems", "aligned_problems"
 
 
 def run_check(check_name: str, plugin: Algorithm | str, op: str,
-              max_examples: int | None = None) -> None:
-    """Run one check on one op of a plugin over hypothesis-drawn problems."""
+              max_examples: int | None = None, shrink: bool = True) -> None:
+    """Run one check on one op of a plugin over hypothesis-drawn problems (``shrink=False`` reports
+    the first failing problem instead of searching for a minimal one: faster on the simulator)."""
     plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
     check = CHECKS[check_name]
     samples = [p for p in _samples(plugin, op)]
     dtypes = tuple(sorted(plugin.dtypes))
 
     extra = {} if max_examples is None else {"max_examples": max_examples}
+    if not shrink:
+        extra["phases"] = [Phase.explicit, Phase.reuse, Phase.generate]
 
     @settings(**extra)
     @given(problem=any_problems(op, dtypes, samples), seed=st.integers(0, 2**32 - 1))
@@ -59,7 +62,8 @@ def _samples(plugin: Algorithm, op: str):
 
 
 def check_plugin(plugin: Algorithm | str, *, ops: Iterable[str] | None = None,
-                 checks: Iterable[str] | None = None, max_examples: int | None = None) -> dict[str, str]:
+                 checks: Iterable[str] | None = None, max_examples: int | None = None,
+                 shrink: bool = True) -> dict[str, str]:
     """Run every check on every op of ``plugin``; returns ``{"check op": "ok" | "FAIL: ..."}`` and
     raises AssertionError at the end if any failed."""
     plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
@@ -67,7 +71,7 @@ def check_plugin(plugin: Algorithm | str, *, ops: Iterable[str] | None = None,
     for op in sorted(plugin.ops if ops is None else ops):
         for name in CHECKS if checks is None else checks:
             try:
-                run_check(name, plugin, op, max_examples)
+                run_check(name, plugin, op, max_examples, shrink)
                 report[f"{name} {op}"] = "ok"
             except Exception as exc:  # report every failing property, not only the first
                 report[f"{name} {op}"] = f"FAIL: {type(exc).__name__}: {str(exc).splitlines()[0]}"

@@ -1,0 +1,52 @@
+"""Small cases of every plugin and op, for compute-sanitizer (memcheck, racecheck) on a real GPU.
+
+    compute-sanitizer --tool memcheck python3 tools/sanitize_cases.py
+
+Every registered plugin runs every op it declares on a few small problems it accepts (one
+GEMM-aligned, one grouped/strided/dilated/odd); each result is checked against the float64
+reference, so the sanitizer log and the printed errors cover the same launches.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import convlab
+from convlab import make_problem, measure, reference, registry, runtime
+
+SHAPES = [  # (n, c, h, w, k, r, s, stride, padding, dilation, groups, bias)
+    (2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, True),      # GEMM-aligned: every plugin applies
+    (1, 6, 9, 7, 4, 3, 2, 2, (1, 0), (1, 2), 2, True),  # grouped, strided, dilated, odd sizes
+    (2, 32, 4, 4, 16, 1, 1, 1, 0, 1, 1, False),     # 1x1 shortcut paths
+]
+
+
+def main() -> int:
+    failures, runs = 0, 0
+    rng = np.random.default_rng(0)
+    for shape in SHAPES:
+        n, c, h, w, k, r, s, st, pd, dl, g, bias = shape
+        for op in ("forward", "dgrad", "wgrad"):
+            prob = make_problem(op, n, c, h, w, k, r, s, stride=st, padding=pd, dilation=dl, groups=g,
+                                bias=bias and op != "wgrad")
+            for plugin in convlab.plugins(op):
+                for config in registry.safe_configs(plugin, prob)[:2]:
+                    if not registry.verdict(plugin, prob, config):
+                        continue
+                    host = measure.random_operands(prob, rng)
+                    a, b, bb = measure.to_device(*host)
+                    out = runtime.full(prob.operand_shapes[2], np.nan, prob.dtype)
+                    plugin.run(prob, config, a, b, bb, out, workspace_limit=convlab.get_workspace_limit())
+                    err = measure.rel_error(out.copy_to_host(), reference.solve(prob, *host))
+                    ok = err <= measure.tolerance(prob, plugin.compute_eps(prob.dtype))
+                    failures += not ok
+                    runs += 1
+                    print(f"{'ok  ' if ok else 'FAIL'} {plugin.name}[{config.name}] {prob.describe()} "
+                          f"err={err:.2e}")
+    print(f"{runs} runs, {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -365,6 +365,9 @@ def choose(problem: Problem, workspace_limit: int) -> Candidate:
     ValueError when no plugin can run the problem; RuntimeError when every candidate failed its check.
     """
     result = _decisions.get(_memo_key(problem, workspace_limit))
+    if result is not None and result.winner is not None and not registry.verdict(
+            result.winner.plugin, problem, result.winner.config, workspace_limit):
+        result = None  # the remembered winner was excluded since (e.g. its kernel raised)
     if result is None:
         result = tune(problem, workspace_limit=workspace_limit)
     if result.winner is None:

@@ -184,9 +184,12 @@ def _run_with_fallback(prob: Problem, candidate: Any, algorithm: Any, limit: int
                 raise
             registry.mark_broken(candidate.plugin.name, exc)
             try:
-                candidate = strategy.resolve(prob, "auto", limit)
+                following = strategy.resolve(prob, "auto", limit)
             except ValueError:
                 raise exc from None
+            if following.plugin is candidate.plugin:  # never retry an excluded plugin
+                raise exc
+            candidate = following
 
 
 def _execute(prob: Problem, operands: dict[str, Any], bias: Any, out: Any, algorithm: Any,

@@ -1,0 +1,274 @@
+"""Implicit-GEMM kernel whose A operand is gathered along M: forward and backward-data (stride 1).
+
+    forward  out = y  (N, K, P, Q):  M = N*P*Q (n, p, q),  N = K,  K = C*R*S (c, r, s)
+             A[m, kk] = x[n, c, p*sh - ph + r*dh, q*sw - pw + s*dw]       B[kk, k] = w[k, kk]
+    dgrad    out = dx (N, C, H, W):  M = N*H*W (n, h, w),  N = C,  K = K*R*S (k, r, s)
+             A[m, kk] = dy[n, k, h + ph - r*dh, w + pw - s*dw]          B[kk, c] = w[k, c, r, s]
+
+Both read A[m, kk] = a[base(m) + off(kk)] when 0 <= hb(m) + rd(kk) < LH and 0 <= wb(m) + sd(kk) < LW
+(zero otherwise): base/hb/wb are computed once per thread, off/rd/sd come from a small int32 table built
+on the host and cached on the device (forward rd = r*dh, dgrad rd = -r*dh, the flipped filter).
+B[kk, n] = b[boff(kk) + n * b_ncol], with boff(kk) = kk for forward (no table read). The scalar
+parameters (PARAMS) head the same int32 array, so a launch passes six arrays and no scalars.
+
+Loop nest of one block (tile m0 + [0, BM) x n0 + [0, BN), split z: kk in [z*chunk, z*chunk + chunk)):
+
+    for j in 0 .. slices:                       # software pipeline, one barrier per BK slice
+        if j < slices: registers <- A, B slice j  (A coalesced along m, B along kk)
+        if j > 0:      for kk < BK: fa <- As[(j-1) & 1], fb <- Bs[(j-1) & 1] (128-bit); acc += fa x fb
+        if j < slices: As[j & 1], Bs[j & 1] <- registers
+        syncthreads
+    out[m, n] = acc (+ bias[n])      (NCHW addressing; with splits > 1 see _igemm_common.store_tile)
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import float32, int32, int64, uint32
+
+from convlab import Problem, runtime
+from convlab.runtime import cuda
+
+from ._igemm_common import (PAD, SHARED_ALIGN, Tile, np_u32, register_cap, slice_fma, store_tile,
+                             zero_fill,
+                             split_plan, workspace, dummy)
+
+FAR = -(1 << 30)  # hb of rows past M: every bounds test fails
+
+
+def check_tile(tile: Tile) -> None:
+    """The loaders' rules on top of Tile.validate (ValueError naming the rule)."""
+    tile.validate()
+    t = tile.threads
+    if not ((t % tile.bm == 0 and tile.bk % (t // tile.bm) == 0) or tile.bm % t == 0):
+        raise ValueError(f"A loader: {t} threads must divide bm={tile.bm}, or be a multiple of it "
+                         f"whose quotient divides bk={tile.bk}")
+    if (tile.bn * tile.bk) % t:
+        raise ValueError(f"B loader: bn*bk={tile.bn * tile.bk} must be a multiple of {t} threads")
+
+
+@functools.cache
+def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool):
+    """The kernel for one tile shape (all sizes compile-time constants)."""
+    tile = Tile(bm, bn, bk, tm, tn)
+    check_tile(tile)
+    T = tile.threads
+    MSPAN = min(T, bm)
+    A_M, KSTEP = bm // MSPAN, T // MSPAN
+    A_K = bk // KSTEP
+    B_PER = bn * bk // T
+    RA = A_K * A_M
+    GM, GN, NT_M, NT_N = tile.gm, tile.gn, tile.nt_m, tile.nt_n
+    LM = tile.lanes_m((8, 16, 4, 32, 2, 1))
+    LDA, LDB = bm + PAD, bn + PAD
+    SPAN_M, SPAN_N = GM * NT_M, GN * NT_N
+    A_SIZE, B_SIZE = 2 * bk * LDA, 2 * bk * LDB
+    ALIGN = SHARED_ALIGN
+    step = slice_fma(bk, tm, tn, LDA, LDB, SPAN_M, SPAN_N)
+    ACC = tm * tn
+    zero = zero_fill(ACC)
+    B_IDENT = b_identity
+    u0, u1, u8, u32_ = np_u32(0), np_u32(1), np_u32(8), np_u32(32)
+    NONE = np_u32(0xFFFFFFFF)  # row/column outside the problem
+    uBM, uBN, uBK, uMSPAN = np_u32(bm), np_u32(bn), np_u32(bk), np_u32(MSPAN)
+    uLM, uLN, uWGM = np_u32(LM), np_u32(32 // LM), np_u32(NT_M // LM)
+    uGM, uGN, uLDA, uLDB = np_u32(GM), np_u32(GN), np_u32(LDA), np_u32(LDB)
+    uABUF, uBBUF, uTB8 = np_u32(bk * LDA), np_u32(bk * LDB), np_u32(T // 8)
+    uTB = np_u32(len(PARAMS))  # the kk table follows the parameters
+    store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, True)
+
+    @runtime.jit(max_registers=register_cap(T))
+    def kernel(a4, b4, tab, bias, out, ws):
+        a, b = a4.flat, b4.flat  # C-contiguous: plain pointer arithmetic
+        M, N, Kg, OHW, OW, a_img, a_row = tab[0], tab[1], tab[2], tab[3], tab[4], tab[5], tab[6]
+        lim_h, lim_w, sh, sw, ph, pw, b_ncol = tab[7], tab[8], tab[9], tab[10], tab[11], tab[12], tab[13]
+        out_img, chunk, n_tiles, splits, has_bias = tab[14], tab[15], tab[16], tab[17], tab[18]
+        As = cuda.shared.array(A_SIZE, float32, alignment=ALIGN)
+        Bs = cuda.shared.array(B_SIZE, float32, alignment=ALIGN)
+        ra = cuda.local.array(RA, float32)
+        rb = cuda.local.array(B_PER, float32)
+        acc = cuda.local.array(ACC, float32)
+        fa = cuda.local.array(tm, float32)
+        fb = cuda.local.array(tn, float32)
+        base = cuda.local.array(A_M, int32)
+        hbs = cuda.local.array(A_M, int32)
+        wbs = cuda.local.array(A_M, int32)
+        noff = cuda.local.array(B_PER, uint32)
+        bkk = cuda.local.array(B_PER, uint32)
+        bst = cuda.local.array(B_PER, uint32)
+        flag = cuda.shared.array(1, int32)
+        rows = cuda.local.array(tm, uint32)
+        cols = cuda.local.array(tn, uint32)
+
+        tid = uint32(cuda.threadIdx.x)
+        bid = uint32(cuda.blockIdx.x)
+        z = uint32(cuda.blockIdx.y)
+        ntl = uint32(n_tiles)
+        m0 = (bid // ntl) * uBM
+        n0 = (bid % ntl) * uBN
+        uM, uN, ukg = uint32(M), uint32(N), uint32(Kg)
+        uohw, uow = uint32(OHW), uint32(OW)
+        ulh, ulw = uint32(lim_h), uint32(lim_w)
+
+        # rows of A this thread loads: m = m0 + tid % MSPAN + j * MSPAN
+        for j in range(A_M):
+            m = m0 + tid % uMSPAN + uint32(j * MSPAN)
+            if m < uM:
+                img = m // uohw
+                rem = m - img * uohw
+                oh = rem // uow
+                hb = int32(oh) * sh - ph
+                wb = int32(rem - oh * uow) * sw - pw
+                base[j] = int32(img) * a_img + hb * a_row + wb
+                hbs[j] = hb
+                wbs[j] = wb
+            else:
+                base[j] = 0
+                hbs[j] = FAR
+                wbs[j] = 0
+        akk0 = tid // uMSPAN
+        a_st = akk0 * uLDA + tid % uMSPAN
+        # B elements: kk = k0 + (rest // BN) * 8 + tid % 8, n = n0 + rest % BN, rest = tid // 8 + i*T/8
+        for i in range(B_PER):
+            rest = tid // u8 + uint32(i) * uTB8
+            nl = rest % uBN
+            col = n0 + nl
+            if col >= uN:
+                col = uN - u1
+            noff[i] = col * uint32(b_ncol)
+            bkk[i] = (rest // uBN) * u8 + tid % u8
+            bst[i] = bkk[i] * uLDB + nl
+        lane = tid % u32_
+        warp = tid // u32_
+        fr_a = ((warp % uWGM) * uLM + lane % uLM) * uGM
+        fr_b = ((warp // uWGM) * uLN + lane // uLM) * uGN
+        zero(acc)
+
+        k_lo = z * uint32(chunk)
+        k_hi = min(k_lo + uint32(chunk), ukg)
+        slices = (k_hi - k_lo) // uBK
+        j = u0
+        while j <= slices:
+            if j < slices:
+                k0 = k_lo + j * uBK
+                for q in range(A_K):
+                    kk = k0 + akk0 + uint32(q * KSTEP)
+                    off = tab[uTB + kk]
+                    rd = tab[uTB + ukg + kk]
+                    sd = tab[uTB + ukg + ukg + kk]
+                    for jj in range(A_M):
+                        v = float32(0)  # one unsigned compare per axis tests 0 <= h < LH
+                        if uint32(hbs[jj] + rd) < ulh and uint32(wbs[jj] + sd) < ulw:
+                            v = a[int64(uint32(base[jj] + off))]
+                        ra[q * A_M + jj] = v
+                for i in range(B_PER):
+                    kk = k0 + bkk[i]
+                    if B_IDENT:
+                        bo = kk
+                    else:
+                        bo = uint32(tab[uTB + ukg + ukg + ukg + kk])
+                    rb[i] = b[int64(bo + noff[i])]
+            if j > u0:
+                oa = ((j - u1) & u1) * uABUF + fr_a
+                ob = ((j - u1) & u1) * uBBUF + fr_b
+                step(As, Bs, oa, ob, acc, fa, fb)
+            if j < slices:
+                sa = (j & u1) * uABUF + a_st
+                for q in range(A_K):
+                    for jj in range(A_M):
+                        As[sa + uint32(q * KSTEP * LDA + jj * MSPAN)] = ra[q * A_M + jj]
+                sb = (j & u1) * uBBUF
+                for i in range(B_PER):
+                    Bs[sb + bst[i]] = rb[i]
+            cuda.syncthreads()
+            j += u1
+
+        # epilogue: parameters re-read after the last barrier (not kept live through the loop), then row
+        # bases and column offsets, so that the store loops are small enough to unroll
+        M, N, OHW, out_img, n_tiles, splits, has_bias = tab[0], tab[1], tab[3], tab[14], tab[16], \
+            tab[17], tab[18]
+        uM, uN, uohw, ntl = uint32(M), uint32(N), uint32(OHW), uint32(n_tiles)
+        m0 = (bid // ntl) * uBM
+        n0 = (bid % ntl) * uBN
+        for i in range(tm):
+            m = m0 + fr_a + uint32((i // GM) * SPAN_M + i % GM)
+            rows[i] = NONE
+            if m < uM:
+                img = m // uohw
+                rows[i] = img * uint32(out_img) + (m - img * uohw)
+        for jj in range(tn):
+            col = n0 + fr_b + uint32((jj // GN) * SPAN_N + jj % GN)
+            cols[jj] = NONE
+            fb[jj] = float32(0)
+            if col < uN:
+                cols[jj] = col * uohw
+                if has_bias:
+                    fb[jj] = bias[col]
+        store(acc, rows, cols, fb, out, ws, bias, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, n0, uM, uN,
+              uohw, uint32(out_img), has_bias, flag)
+
+    return kernel
+
+
+PARAMS = ("M", "N", "Kg", "OHW", "OW", "a_img", "a_row", "lim_h", "lim_w", "sh", "sw", "ph", "pw",
+          "b_ncol", "out_img", "chunk", "n_tiles", "splits", "has_bias")
+
+
+def _kk_table(problem: Problem) -> np.ndarray:
+    """[off | rd | sd | boff] over kk (forward: kk = (c, r, s); dgrad: kk = (k, r, s))."""
+    pr = problem
+    dh, dw = pr.dilation
+    o, rr, ss = (a.ravel().astype(np.int64) for a in np.meshgrid(
+        np.arange(pr.c if pr.op == "forward" else pr.k), np.arange(pr.r), np.arange(pr.s),
+        indexing="ij"))
+    if pr.op == "forward":
+        rows = (o * pr.h * pr.w + rr * dh * pr.w + ss * dw, rr * dh, ss * dw,
+                o * pr.r * pr.s + rr * pr.s + ss)
+    else:
+        rows = (o * pr.p * pr.q - rr * dh * pr.q - ss * dw, -rr * dh, -ss * dw,
+                o * pr.c * pr.r * pr.s + rr * pr.s + ss)
+    return np.concatenate(rows)
+
+
+@functools.lru_cache(maxsize=128)
+def _params(problem: Problem, tile: Tile, splits: int, chunk: int, n_tiles: int):
+    """Device int32 array: the PARAMS values, then the kk table (cached: one upload per shape)."""
+    pr = problem
+    m, n, k = pr.gemm_shape()
+    (sh, sw), (ph, pw) = pr.stride, pr.padding
+    if pr.op == "forward":
+        geo = (pr.p * pr.q, pr.q, pr.c * pr.h * pr.w, pr.w, pr.h, pr.w, sh, sw, ph, pw, k)
+    else:  # dgrad: rows are (n, h, w), the gather runs over dy with the flipped filter
+        geo = (pr.h * pr.w, pr.w, pr.k * pr.p * pr.q, pr.q, pr.p, pr.q, 1, 1, -ph, -pw, pr.r * pr.s)
+    values = (m, n, k) + geo + (n * geo[0], chunk, n_tiles, splits, int(pr.bias))
+    return runtime.to_device(np.concatenate([np.array(values, np.int64), _kk_table(pr)]).astype(np.int32))
+
+
+def plan(problem: Problem, tile: Tile, workspace_limit: int) -> tuple[int, int, int]:
+    """(splits, chunk, n_tiles) of a forward/dgrad problem under this tile and workspace limit."""
+    m, n, k = problem.gemm_shape()
+    n_tiles = math.ceil(n / tile.bn)
+    tiles = math.ceil(m / tile.bm) * n_tiles
+    splits, chunk = split_plan(tiles, k, tile.bk, tile.threads, tiles * tile.bm * tile.bn,
+                               workspace_limit)
+    return splits, chunk, n_tiles
+
+
+@functools.lru_cache(maxsize=256)
+def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
+    """(kernel, grid, params, workspace or None) of one (problem, tile, limit): one lookup per call."""
+    m, n, _ = problem.gemm_shape()
+    splits, chunk, n_tiles = plan(problem, tile, workspace_limit)
+    tiles = math.ceil(m / tile.bm) * n_tiles
+    kern = gather_kernel(tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, problem.op == "forward")
+    ws = None if splits == 1 else (splits * tiles * tile.bm * tile.bn, tiles)
+    return kern[(tiles, splits), tile.threads], _params(problem, tile, splits, chunk, n_tiles), ws
+
+
+def launch(problem: Problem, tile: Tile, a, b, bias, out, workspace_limit: int) -> None:
+    """Run forward or dgrad (stride 1) of ``problem``: a = x or dy, b = w, out = y or dx (device,
+    C-contiguous; flattened inside the kernel, so no host-side views are built per call)."""
+    kern, params, ws = _prepared(problem, tile, workspace_limit)
+    kern(a, b, params, dummy() if bias is None else bias, out, dummy() if ws is None else workspace(*ws))

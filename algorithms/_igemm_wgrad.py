@@ -1,0 +1,218 @@
+"""Implicit-GEMM kernel for backward-weight, its long reduction split over blocks.
+
+    out = dw (K, C, R, S) as [M = K, N = C*R*S] row-major;  reduction kk = (n, p, q) over N*P*Q
+    A[m, kk]   = dy[n, m, p, q]  = dy[n*K*P*Q + m*P*Q + p*Q + q]
+    B[kk, col] = x[n, c, p*sh - ph + r*dh, q*sw - pw + s*dw]        col = (c, r, s)
+
+Both operands are contiguous along q, so both loaders run along kk: thread t loads kk = k0 + t % 8 of rows
+(A) and columns (B) t // 8 + i * T/8. A thread's kk therefore moves by exactly BK = 8 per slice, and its
+(n, p, q) is advanced incrementally (no division in the loop); its columns' (c, r, s) offsets are decoded
+once per block.
+
+Loop nest of one block (tile m0.., n0.., split z: kk in [z*chunk, min(z*chunk + chunk, N*P*Q))):
+
+    for j in 0 .. slices:                       # software pipeline, one barrier per slice
+        if j < slices: registers <- dy, x slice j; (n, p, q) += 8
+        if j > 0:      for kk < 8: fa <- As[(j-1) & 1], fb <- Bs[(j-1) & 1] (128-bit); acc += fa x fb
+        if j < slices: As[j & 1], Bs[j & 1] <- registers
+        syncthreads
+    dw[m, col] = acc               (with splits > 1: partials + an ordered sum, _igemm_common.store_tile)
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import float32, int32, int64, uint32
+
+from convlab import Problem, runtime
+from convlab.runtime import cuda
+
+from ._igemm_common import (PAD, SHARED_ALIGN, Tile, np_u32, register_cap, slice_fma, store_tile,
+                             zero_fill,
+                             split_plan, workspace, dummy)
+
+BK = 8  # the incremental (n, p, q) walk assumes one kk per thread per slice
+
+
+def check_tile(tile: Tile) -> None:
+    """The loaders' rules on top of Tile.validate (ValueError naming the rule)."""
+    tile.validate()
+    if tile.bk != BK:
+        raise ValueError(f"wgrad tiles need bk={BK}, got {tile.bk}")
+    rows = tile.threads // 8
+    if tile.bm % rows or tile.bn % rows:
+        raise ValueError(f"wgrad loaders: threads/8 = {rows} must divide bm={tile.bm} and bn={tile.bn}")
+
+
+@functools.cache
+def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
+    """The kernel for one tile shape (all sizes compile-time constants)."""
+    tile = Tile(bm, bn, BK, tm, tn)
+    check_tile(tile)
+    T = tile.threads
+    ROWS = T // 8
+    A_PER, B_PER = bm // ROWS, bn // ROWS
+    GM, GN, NT_M, NT_N = tile.gm, tile.gn, tile.nt_m, tile.nt_n
+    LM = tile.lanes_m((4, 2, 8, 1, 16, 32))
+    LDA, LDB = bm + PAD, bn + PAD
+    SPAN_M, SPAN_N = GM * NT_M, GN * NT_N
+    A_SIZE, B_SIZE = 2 * BK * LDA, 2 * BK * LDB
+    ALIGN = SHARED_ALIGN
+    step = slice_fma(BK, tm, tn, LDA, LDB, SPAN_M, SPAN_N)
+    ACC = tm * tn
+    zero = zero_fill(ACC)
+    u0, u1, u8, u32_ = np_u32(0), np_u32(1), np_u32(8), np_u32(32)
+    uBM, uBN, uROWS = np_u32(bm), np_u32(bn), np_u32(ROWS)
+    uLM, uLN, uWGM = np_u32(LM), np_u32(32 // LM), np_u32(NT_M // LM)
+    uGM, uGN, uLDA, uLDB = np_u32(GM), np_u32(GN), np_u32(LDA), np_u32(LDB)
+    uABUF, uBBUF = np_u32(BK * LDA), np_u32(BK * LDB)
+    NONE = np_u32(0xFFFFFFFF)  # row/column outside the problem
+    store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, False)
+
+    @runtime.jit(max_registers=register_cap(T))
+    def kernel(x4, dy4, prm, out, ws):
+        x, dy = x4.flat, dy4.flat  # C-contiguous: plain pointer arithmetic
+        M, N, k_len, P, Q, KPQ, CHW = prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6]
+        H, W, RS, S, sh, sw, ph, pw = prm[7], prm[8], prm[9], prm[10], prm[11], prm[12], prm[13], prm[14]
+        dh, dw, chunk, n_tiles, splits = prm[15], prm[16], prm[17], prm[18], prm[19]
+        As = cuda.shared.array(A_SIZE, float32, alignment=ALIGN)
+        Bs = cuda.shared.array(B_SIZE, float32, alignment=ALIGN)
+        ra = cuda.local.array(A_PER, float32)
+        rb = cuda.local.array(B_PER, float32)
+        acc = cuda.local.array(ACC, float32)
+        fa = cuda.local.array(tm, float32)
+        fb = cuda.local.array(tn, float32)
+        aoff = cuda.local.array(A_PER, uint32)
+        coff = cuda.local.array(B_PER, int32)
+        crd = cuda.local.array(B_PER, int32)
+        csd = cuda.local.array(B_PER, int32)
+        rows = cuda.local.array(tm, uint32)
+        cols = cuda.local.array(tn, uint32)
+        flag = cuda.shared.array(1, int32)
+
+        tid = uint32(cuda.threadIdx.x)
+        bid = uint32(cuda.blockIdx.x)
+        z = uint32(cuda.blockIdx.y)
+        ntl = uint32(n_tiles)
+        m0 = (bid // ntl) * uBM
+        n0 = (bid % ntl) * uBN
+        uM, uN, uP, uQ = uint32(M), uint32(N), uint32(P), uint32(Q)
+        uPQ = uP * uQ
+        uH, uW = uint32(H), uint32(W)
+        urs, us = uint32(RS), uint32(S)
+        kl = tid % u8
+        row0 = tid // u8
+        for i in range(A_PER):
+            m = min(m0 + row0 + uint32(i) * uROWS, uM - u1)  # rows past M: loaded, never stored
+            aoff[i] = m * uPQ
+        for i in range(B_PER):
+            col = min(n0 + row0 + uint32(i) * uROWS, uN - u1)
+            c = col // urs
+            rs = col - c * urs
+            r = rs // us
+            crd[i] = int32(r) * dh
+            csd[i] = int32(rs - r * us) * dw
+            coff[i] = int32(c) * H * W + crd[i] * W + csd[i]
+        lane = tid % u32_
+        warp = tid // u32_
+        fr_a = ((warp % uWGM) * uLM + lane % uLM) * uGM
+        fr_b = ((warp // uWGM) * uLN + lane // uLM) * uGN
+        zero(acc)
+
+        k_lo = z * uint32(chunk)
+        k_hi = min(k_lo + uint32(chunk), uint32(k_len))
+        slices = (k_hi - k_lo) // u8
+        kk = k_lo + kl
+        img = kk // uPQ
+        pq = kk - img * uPQ
+        p = pq // uQ
+        q = pq - p * uQ
+        j = u0
+        while j <= slices:
+            if j < slices:
+                a_at = img * uint32(KPQ) + p * uQ + q
+                for i in range(A_PER):
+                    ra[i] = dy[int64(a_at + aoff[i])]
+                hb = int32(p) * sh - ph
+                wb = int32(q) * sw - pw
+                xb = int32(img) * CHW + hb * W + wb
+                for i in range(B_PER):
+                    v = float32(0)  # one unsigned compare per axis tests 0 <= h < H
+                    if uint32(hb + crd[i]) < uH and uint32(wb + csd[i]) < uW:
+                        v = x[int64(uint32(xb + coff[i]))]
+                    rb[i] = v
+                q += u8
+                while q >= uQ:
+                    q -= uQ
+                    p += u1
+                    if p == uP:
+                        p = u0
+                        img += u1
+            if j > u0:
+                oa = ((j - u1) & u1) * uABUF + fr_a
+                ob = ((j - u1) & u1) * uBBUF + fr_b
+                step(As, Bs, oa, ob, acc, fa, fb)
+            if j < slices:
+                sa = (j & u1) * uABUF + kl * uLDA + row0
+                for i in range(A_PER):
+                    As[sa + uint32(i * ROWS)] = ra[i]
+                sb = (j & u1) * uBBUF + kl * uLDB + row0
+                for i in range(B_PER):
+                    Bs[sb + uint32(i * ROWS)] = rb[i]
+            cuda.syncthreads()
+            j += u1
+
+        # epilogue: parameters re-read after the last barrier (not kept live through the loop)
+        M, N, n_tiles, splits = prm[0], prm[1], prm[18], prm[19]
+        uM, uN, ntl = uint32(M), uint32(N), uint32(n_tiles)
+        m0 = (bid // ntl) * uBM
+        n0 = (bid % ntl) * uBN
+        for i in range(tm):
+            m = m0 + fr_a + uint32((i // GM) * SPAN_M + i % GM)
+            rows[i] = m * uN if m < uM else NONE
+        for jj in range(tn):
+            col = n0 + fr_b + uint32((jj // GN) * SPAN_N + jj % GN)
+            cols[jj] = col if col < uN else NONE
+            fb[jj] = float32(0)
+        store(acc, rows, cols, fb, out, ws, ws, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, n0, uM, uN,
+              u1, u1, False, flag)
+
+    return kernel
+
+
+def plan(problem: Problem, tile: Tile, workspace_limit: int) -> tuple[int, int, int]:
+    """(splits, chunk, n_tiles) of a wgrad problem under this tile and workspace limit."""
+    m, n, k = problem.gemm_shape()
+    n_tiles = math.ceil(n / tile.bn)
+    tiles = math.ceil(m / tile.bm) * n_tiles
+    splits, chunk = split_plan(tiles, k, BK, tile.threads, tiles * tile.bm * tile.bn,
+                               workspace_limit)
+    return splits, chunk, n_tiles
+
+
+@functools.lru_cache(maxsize=128)
+def _params(problem: Problem, splits: int, chunk: int, n_tiles: int):
+    """Device int32 array of the kernel's parameters (cached: one upload per shape)."""
+    pr = problem
+    m, n, k = pr.gemm_shape()
+    values = (m, n, k, pr.p, pr.q, pr.k * pr.p * pr.q, pr.c * pr.h * pr.w, pr.h, pr.w, pr.r * pr.s, pr.s,
+              *pr.stride, *pr.padding, *pr.dilation, chunk, n_tiles, splits)
+    return runtime.to_device(np.array(values, np.int32))
+
+
+@functools.lru_cache(maxsize=256)
+def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
+    """(kernel, params, workspace or None) of one (problem, tile, limit): one lookup per call."""
+    splits, chunk, n_tiles = plan(problem, tile, workspace_limit)
+    tiles = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles
+    kern = wgrad_kernel(tile.bm, tile.bn, tile.tm, tile.tn)
+    ws = None if splits == 1 else (splits * tiles * tile.bm * tile.bn, tiles)
+    return kern[(tiles, splits), tile.threads], _params(problem, splits, chunk, n_tiles), ws
+
+
+def launch(problem: Problem, tile: Tile, x, dy, out, workspace_limit: int) -> None:
+    """dw (device, (K, C, R, S)) from device x (N, C, H, W) and dy (N, K, P, Q), C-contiguous."""
+    kern, params, ws = _prepared(problem, tile, workspace_limit)
+    kern(x, dy, params, out, dummy() if ws is None else workspace(*ws))

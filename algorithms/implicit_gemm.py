@@ -1,0 +1,111 @@
+"""Implicit GEMM: the convolution as a GEMM whose operand tiles are gathered straight from the tensors
+into shared memory (no column buffer), one BM x BN output tile per block, fp32 register fragments.
+
+    op        GEMM M    GEMM N   GEMM K (reduction)   kernel
+    forward   N*P*Q     K        C*R*S                _igemm_fwd   (A gathered from x, bias in the epilogue)
+    dgrad     N*H*W     C        K*R*S                _igemm_fwd   (A gathered from dy, flipped filter)
+    wgrad     K         C*R*S    N*P*Q                _igemm_wgrad (split-K over blocks + ordered 2nd pass)
+
+Applicability: groups == 1, each of M, N, K divisible by 16, stride 1 for dgrad, every tensor within
+32-bit indexing. Padding and dilation (and stride for forward/wgrad) are all supported, and so is the bias
+of forward and of conv_transpose2d (dgrad). When the output tiles alone would leave SMs idle, the
+reduction is split over blocks into a workspace (``workspace_bytes``, shrunk to fit the limit); the
+block finishing a tile last sums its partials in a fixed order (same launch), so results are
+deterministic. fp32 FMA throughout (no TF32). Small per-shape int32 tables (kk offsets, parameters) are
+cached on the device beside the workspace, a few KiB each.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+from convlab import Algorithm, Config, Problem, Verdict, register, runtime
+
+from . import _igemm_fwd, _igemm_wgrad
+from ._igemm_common import MAX_INDEX, Tile
+
+#: (BM, BN, BK, TM, TN) per op family; GPU sizes, then the tiny simulator ones.
+GATHER_TILES_GPU = ((128, 128, 8, 8, 8), (128, 128, 16, 8, 8), (128, 64, 8, 8, 8), (128, 32, 16, 8, 4),
+                    (256, 16, 16, 8, 4), (64, 64, 16, 4, 4))
+WGRAD_TILES_GPU = ((128, 128, 8, 8, 8), (64, 128, 8, 8, 8), (128, 64, 8, 8, 8), (32, 128, 8, 4, 8),
+                   (16, 64, 8, 4, 4))
+GATHER_TILES_SIM = ((16, 16, 8, 2, 2), (32, 16, 8, 4, 2), (16, 32, 16, 2, 4))
+WGRAD_TILES_SIM = ((16, 16, 8, 2, 2), (16, 32, 8, 2, 4), (32, 16, 8, 4, 2))
+
+_GEMM_NAMES = {"forward": ("N*P*Q", "K", "C*R*S"), "dgrad": ("N*H*W", "C", "K*R*S"),
+               "wgrad": ("K", "C*R*S", "N*P*Q")}
+
+
+@functools.lru_cache(maxsize=256)
+def tile_of(config: Config) -> Tile:
+    """The Tile a config names (ValueError for a malformed one)."""
+    try:
+        return Tile(int(config["BM"]), int(config["BN"]), int(config["BK"]), int(config["TM"]),
+                    int(config["TN"]))
+    except KeyError as exc:
+        raise ValueError(f"implicit_gemm config {config!r} lacks {exc}") from None
+
+
+def _config(t: tuple[int, int, int, int, int]) -> Config:
+    return Config(BM=t[0], BN=t[1], BK=t[2], TM=t[3], TN=t[4])
+
+
+def _preference(problem: Problem, t: tuple[int, int, int, int, int]) -> tuple:
+    """Sort key: least padding waste in N and M first, then the larger tile (more reuse per load)."""
+    m, n, _ = problem.gemm_shape()
+    waste_n = math.ceil(n / t[1]) * t[1] / n
+    waste_m = math.ceil(m / t[0]) * t[0] / m
+    return (round(waste_n * waste_m, 2), -(t[0] * t[1]), t[2])
+
+
+@register
+class ImplicitGemm(Algorithm):
+    """Implicit GEMM with double-buffered shared tiles and register fragments, fp32 FMA."""
+
+    name = "implicit_gemm"
+    ops = frozenset({"forward", "dgrad", "wgrad"})
+    dtypes = frozenset({"float32"})
+    priority = 20
+    deterministic = True
+    description = ("implicit GEMM: operand tiles gathered into shared memory, register fragments, "
+                   "split-K with an ordered second pass; groups 1, GEMM dims % 16")
+
+    def check(self, problem: Problem) -> Verdict:
+        if problem.groups != 1:
+            return Verdict.no(f"groups = {problem.groups}: the implicit GEMM needs groups == 1")
+        if problem.op == "dgrad" and problem.stride != (1, 1):
+            return Verdict.no(f"backward-data needs stride 1, got stride {problem.stride}")
+        for axis, label, value in zip("MNK", _GEMM_NAMES[problem.op], problem.gemm_shape()):
+            if value % 16:
+                return Verdict.no(f"GEMM {axis} = {label} = {value} is not divisible by 16")
+        for tensor, shape in zip(("x", "w", "y"), (problem.x_shape, problem.w_shape, problem.y_shape)):
+            if math.prod(shape) > MAX_INDEX:
+                return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
+        return Verdict.yes()
+
+    def configs(self, problem: Problem) -> list[Config]:
+        if problem.op == "wgrad":
+            tiles = WGRAD_TILES_SIM if runtime.SIMULATOR else WGRAD_TILES_GPU
+        else:
+            tiles = GATHER_TILES_SIM if runtime.SIMULATOR else GATHER_TILES_GPU
+        return [_config(t) for t in sorted(tiles, key=lambda t: _preference(problem, t))]
+
+    def _plan(self, problem: Problem, config: Config, workspace_limit: int) -> tuple[int, int, int]:
+        module = _igemm_wgrad if problem.op == "wgrad" else _igemm_fwd
+        tile = tile_of(config)
+        module.check_tile(tile)
+        return module.plan(problem, tile, workspace_limit)
+
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+        """A BM x BN partial per (split, output tile) plus one counter per tile; 0 when unsplit."""
+        splits, _, n_tiles = self._plan(problem, config, workspace_limit)
+        tile = tile_of(config)
+        tiles = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles
+        return 0 if splits == 1 else (splits * tiles * tile.bm * tile.bn + tiles) * problem.itemsize
+
+    def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
+        tile = tile_of(config)  # the kernel factories validate the tile (ValueError naming the rule)
+        if problem.op == "wgrad":
+            _igemm_wgrad.launch(problem, tile, a, b, out, workspace_limit)
+        else:
+            _igemm_fwd.launch(problem, tile, a, b, bias, out, workspace_limit)

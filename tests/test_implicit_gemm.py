@@ -1,0 +1,141 @@
+"""implicit_gemm specifics: predicate reasons, config variety, split-K with its ordered second pass.
+
+Generic properties (every op/config against the reference, bad input, workspace honesty ...) are the
+conformance suite's job; these tests cover what only this plugin has.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import convlab
+from convlab import Config, make_problem, reference, runtime
+from convlab.algorithms import _igemm_fwd, _igemm_wgrad, implicit_gemm
+from convlab.measure import random_operands, rel_error, to_device, tolerance
+
+PLUGIN = convlab.get_plugin("implicit_gemm")
+LIMIT = 1 << 26
+
+
+def _run(prob, config, limit=LIMIT, rng=None):
+    a, b, bias = random_operands(prob, rng or np.random.default_rng(7))
+    da, db, dbias = to_device(a, b, bias)
+    out = runtime.full(prob.operand_shapes[2], np.nan, prob.dtype)
+    PLUGIN.run(prob, config, da, db, dbias, out, workspace_limit=limit)
+    got = out.copy_to_host()
+    return got, rel_error(got, reference.solve(prob, a, b, bias))
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    (dict(op="forward", n=2, c=16, h=8, w=8, k=16, r=3, s=3, padding=1, groups=2),
+     "groups = 2: the implicit GEMM needs groups == 1"),
+    (dict(op="dgrad", n=2, c=16, h=8, w=8, k=16, r=3, s=3, padding=1, stride=2),
+     "backward-data needs stride 1, got stride (2, 2)"),
+    (dict(op="forward", n=1, c=16, h=7, w=7, k=16, r=3, s=3, padding=1),
+     "GEMM M = N*P*Q = 49 is not divisible by 16"),
+    (dict(op="forward", n=1, c=16, h=8, w=8, k=24, r=3, s=3, padding=1),
+     "GEMM N = K = 24 is not divisible by 16"),
+    (dict(op="forward", n=1, c=3, h=8, w=8, k=16, r=3, s=3, padding=1),
+     "GEMM K = C*R*S = 27 is not divisible by 16"),
+    (dict(op="dgrad", n=1, c=8, h=8, w=8, k=16, r=1, s=1),
+     "GEMM N = C = 8 is not divisible by 16"),
+    (dict(op="dgrad", n=1, c=16, h=8, w=8, k=12, r=1, s=1),
+     "GEMM K = K*R*S = 12 is not divisible by 16"),
+    (dict(op="wgrad", n=1, c=16, h=8, w=8, k=8, r=1, s=1),
+     "GEMM M = K = 8 is not divisible by 16"),
+    (dict(op="wgrad", n=1, c=16, h=5, w=5, k=16, r=1, s=1),
+     "GEMM K = N*P*Q = 25 is not divisible by 16"),
+    (dict(op="forward", n=1, c=16, h=8, w=8, k=16, r=1, s=1, dtype="float64"),
+     "supports dtypes ['float32'], not float64"),
+    (dict(op="forward", n=4096, c=512, h=1024, w=1024, k=16, r=1, s=1),
+     "x (4096, 512, 1024, 1024) has 2**31 elements or more (32-bit indexing)"),
+])
+def test_predicate_names_the_failing_condition(kwargs, reason):
+    verdict = PLUGIN.applicable(make_problem(**kwargs))
+    assert not verdict and verdict.reason == reason
+
+
+def test_accepts_padding_dilation_stride_and_bias():
+    for kwargs in (dict(op="forward", h=7, stride=2, padding=2, dilation=2, bias=True),
+                   dict(op="dgrad", h=8, padding=2, dilation=2, bias=True),
+                   dict(op="wgrad", h=7, stride=2, padding=2, dilation=2)):
+        h = kwargs.pop("h")
+        assert PLUGIN.applicable(make_problem(n=2, c=16, h=h, w=h, k=16, r=3, s=3, **kwargs))
+
+
+@pytest.mark.parametrize("op", ["forward", "dgrad", "wgrad"])
+def test_configs_differ_and_validate(op):
+    prob = make_problem(op, 2, 16, 8, 8, 16, 3, 3, padding=1)
+    configs = PLUGIN.configs(prob)
+    tiles = [implicit_gemm.tile_of(c) for c in configs]
+    assert len(set(tiles)) == len(tiles) >= 3
+    assert len({(t.bm, t.bn) for t in tiles}) >= 2 and len({(t.tm, t.tn) for t in tiles}) >= 2
+    check = _igemm_wgrad.check_tile if op == "wgrad" else _igemm_fwd.check_tile
+    gpu = implicit_gemm.WGRAD_TILES_GPU if op == "wgrad" else implicit_gemm.GATHER_TILES_GPU
+    for t in gpu:  # the GPU list obeys the loaders' rules too (checked here without compiling)
+        check(implicit_gemm.Tile(*t))
+    assert len({implicit_gemm.Tile(*t).threads for t in gpu}) >= 2
+    assert all(implicit_gemm.Tile(*t).bm * implicit_gemm.Tile(*t).bn <= 1024 for t in
+               (implicit_gemm.GATHER_TILES_SIM + implicit_gemm.WGRAD_TILES_SIM))
+
+
+@pytest.mark.parametrize("bad, rule", [(dict(BK=4), "multiple of 8"), (dict(TM=3), "power of two"),
+                                       (dict(BM=512, TM=1), "threads per block")])
+def test_malformed_config_is_a_value_error(bad, rule):
+    prob = make_problem("forward", 2, 16, 8, 8, 16, 3, 3, padding=1)
+    cfg = Config(dict(PLUGIN.configs(prob)[0], **bad))
+    with pytest.raises(ValueError, match=rule):
+        PLUGIN.workspace_bytes(prob, cfg, LIMIT)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(op="forward", n=2, c=8, h=6, w=10, k=32, r=2, s=3, padding=(1, 0), bias=True),
+    dict(op="dgrad", n=1, c=16, h=8, w=6, k=16, r=2, s=3, padding=(0, 2), dilation=(2, 1), bias=True),
+    dict(op="wgrad", n=2, c=8, h=9, w=9, k=16, r=2, s=2, stride=2, dilation=2),
+], ids=["forward", "dgrad", "wgrad"])
+def test_every_config_matches_the_reference(kwargs):
+    prob = make_problem(**kwargs)
+    for config in PLUGIN.configs(prob):
+        _, err = _run(prob, config)
+        assert err <= tolerance(prob, PLUGIN.compute_eps("float32")), (config, err)
+
+
+def test_wgrad_split_k_second_pass_is_exact_deterministic_and_bounded():
+    prob = make_problem("wgrad", 2, 16, 8, 8, 16, 3, 3, padding=1)  # N*P*Q = 128: room to split
+    config = PLUGIN.configs(prob)[0]
+    tile = implicit_gemm.tile_of(config)
+    splits, chunk, n_tiles = _igemm_wgrad.plan(prob, tile, LIMIT)
+    assert splits >= 2 and chunk % 8 == 0 and splits * chunk >= 128
+    tiles = math.ceil(16 / tile.bm) * n_tiles
+    need = PLUGIN.workspace_bytes(prob, config, LIMIT)
+    assert need == (splits * tiles * tile.bm * tile.bn + tiles) * 4
+    first, err = _run(prob, config)
+    assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
+    again, _ = _run(prob, config)
+    assert np.array_equal(first.view(np.uint32), again.view(np.uint32))  # same bits every run
+    # a limit below the split's needs shrinks the split to nothing: no workspace, same answer
+    assert PLUGIN.workspace_bytes(prob, config, need - 1) == 0
+    single, err = _run(prob, config, limit=need - 1)
+    assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
+    assert _igemm_wgrad.plan(prob, tile, need - 1)[0] == 1
+
+
+def test_forward_split_k_adds_bias_once():
+    prob = make_problem("forward", 2, 16, 4, 4, 16, 3, 3, padding=1, bias=True)  # K = 144
+    config = next(c for c in PLUGIN.configs(prob) if c["BK"] == 8)
+    assert _igemm_fwd.plan(prob, implicit_gemm.tile_of(config), LIMIT)[0] >= 2
+    _, err = _run(prob, config)
+    assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
+
+
+def test_conv_transpose2d_with_bias_through_the_public_op():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 16, 4, 4)).astype(np.float32)  # C_in 16 -> C_out 16, 3x3, pad 1
+    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(16).astype(np.float32)
+    got = convlab.conv_transpose2d(x, w, bias, padding=1, algorithm="implicit_gemm")
+    prob = convlab.problem_for("conv_transpose2d", x, w, bias, padding=1)
+    ref = reference.dgrad(prob, x, w, bias)
+    assert rel_error(got, ref) <= tolerance(prob, PLUGIN.compute_eps("float32"))

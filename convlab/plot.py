@@ -59,6 +59,18 @@ def _plt():
     return plt
 
 
+_KNOWN = ("direct", "im2col", "col2im", "implicit_gemm")
+
+
+def plugin_color(plugin: str) -> str:
+    """One colour per plugin in every chart (cuDNN black); unknown plugins take later cycle colours."""
+    if plugin == "cudnn":
+        return "black"
+    cycle = _plt().rcParams["axes.prop_cycle"].by_key()["color"]
+    index = _KNOWN.index(plugin) if plugin in _KNOWN else len(_KNOWN) + sum(map(ord, plugin)) % 6
+    return cycle[index % len(cycle)]
+
+
 def _log_ticks(ax) -> None:
     """Log y axis labelled 0.05, 0.1, 0.2, 0.5, 1, 2 ... (no crowded minor labels)."""
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
@@ -85,7 +97,7 @@ def bar_chart(suite: str, results: list[dict[str, Any]], metric: str, path: Path
         for i, plugin in enumerate(plugins):
             values = [b[plugin][key] if plugin in b and b[plugin].get(key) else math.nan for b in best]
             xs = [j + (i - (len(plugins) - 1) / 2) * width for j in range(len(rows))]
-            ax.bar(xs, values, width, label=plugin, color="black" if plugin == "cudnn" else None)
+            ax.bar(xs, values, width, label=plugin, color=plugin_color(plugin))
         if metric == "ratio":
             ax.axhline(1.0, color="black", lw=1, ls="--")
         if metric in ("time", "ratio"):
@@ -122,9 +134,8 @@ def roofline(suite: str, results: list[dict[str, Any]], path: Path, peak_tflops:
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax.plot(grid, [min(peak_tflops, x * peak_tbps) for x in grid], color="gray", lw=2,
             label=f"ceiling: {peak_tflops:g} TFLOP/s, {peak_tbps:g} TB/s")
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (plugin, pts) in enumerate(sorted(points.items(), key=lambda kv: (kv[0] == "cudnn", kv[0]))):
-        color = "black" if plugin == "cudnn" else colors[i % len(colors)]
+    for plugin, pts in sorted(points.items(), key=lambda kv: (kv[0] == "cudnn", kv[0])):
+        color = plugin_color(plugin)
         for op in _OPS:
             mine = [(x, y) for x, y, o in pts if o == op]
             if mine:

@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
 el "phase A: tests, sanitizer, notebooks (parallel)"
-( CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-sim}" timeout 130 python3 -m pytest -n 8 -q -ra \
+( CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-sim}" timeout "${TEST_S:-300}" python3 -m pytest -n 8 -v -ra \
     -p no:benchmark --junitxml="$W/gpu-tests.xml" > "$W/gpu-tests.log" 2>&1; echo "pytest rc=$?" >> "$W/gpu-tests.log" ) &
 ( for tool in memcheck racecheck; do
     timeout 60 compute-sanitizer --tool $tool --print-limit 20 python3 tools/sanitize_cases.py \

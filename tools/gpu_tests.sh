@@ -7,5 +7,5 @@ out="${OUT:-gpu-out}"; mkdir -p "$out"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
 python3 -c "import convlab.runtime as r; print('device:', r.device_name(), 'simulator:', r.SIMULATOR, r.versions())"
 CONVLAB_HYPOTHESIS_PROFILE="${CONVLAB_HYPOTHESIS_PROFILE:-convlab-gpu}" \
-  python3 -m pytest -n "${GPU_TEST_WORKERS:-4}" -q -ra --junitxml="$out/gpu-tests.xml" "$@" 2>&1 | tee "$out/gpu-tests.log"
+  python3 -m pytest -n "${GPU_TEST_WORKERS:-8}" -v -ra -p no:benchmark --junitxml="$out/gpu-tests.xml" "$@" 2>&1 | tee "$out/gpu-tests.log"
 exit "${PIPESTATUS[0]}"

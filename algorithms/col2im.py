@@ -23,9 +23,8 @@ import functools
 
 import numpy as np
 
-from convlab import Algorithm, Config, Problem, Verdict, register, runtime
-from convlab.algorithms.im2col import (THREADS, Plan, check_indexing, column_plan, launch_grid,
-                                       tile_configs, tile_of)
+from convlab import Problem, register, runtime
+from convlab.algorithms.im2col import THREADS, ColumnGemmAlgorithm, Plan, launch_grid
 from convlab.gemm import Strided, Tile, gemm
 from convlab.runtime import cuda
 
@@ -85,7 +84,7 @@ def fold(problem: Problem, cols, dx, bias, n0: int, nb: int) -> None:
 
 
 @register
-class Col2im(Algorithm):
+class Col2im(ColumnGemmAlgorithm):
     """One GEMM into columns, then a deterministic gather back into dx."""
 
     name = "col2im"
@@ -93,22 +92,8 @@ class Col2im(Algorithm):
     priority = 10
     description = "tiled GEMM W^T x dy into columns (sub-batched to the workspace limit) + col2im gather"
 
-    def check(self, problem: Problem) -> Verdict:
-        return check_indexing(problem)
-
-    def configs(self, problem: Problem) -> list[Config]:
-        return tile_configs(problem)
-
-    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
-        return column_plan(problem, tile_of(config), workspace_limit).workspace_bytes(problem.itemsize)
-
     def run(self, problem, config, a, b, bias, out, *, workspace_limit):
-        tile = tile_of(config)
-        plan = column_plan(problem, tile, workspace_limit)
-        need = plan.workspace_bytes(problem.itemsize)
-        if need > workspace_limit:
-            raise ValueError(f"col2im needs {need} bytes of workspace, over the limit of "
-                             f"{workspace_limit}")
+        tile, plan = self.plan(problem, config, workspace_limit)
         cols = runtime.empty((plan.cols,), problem.dtype) if plan.cols else None
         n0 = 0
         while n0 < problem.n:

@@ -185,14 +185,9 @@ def check_indexing(problem: Problem) -> Verdict:
     return Verdict.yes()
 
 
-@register
-class Im2col(Algorithm):
-    """Unfold the input into columns, then one tiled GEMM per sub-batch."""
-
-    name = "im2col"
-    ops = frozenset({"forward", "wgrad"})
-    priority = 10
-    description = "im2col column buffer (sub-batched to the workspace limit) + tiled GEMM"
+class ColumnGemmAlgorithm(Algorithm):
+    """What im2col and col2im share: the predicate, the tile configs, and the column-buffer plan that
+    sub-batches images so the workspace stays under the limit."""
 
     def check(self, problem: Problem) -> Verdict:
         return check_indexing(problem)
@@ -203,12 +198,28 @@ class Im2col(Algorithm):
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
         return column_plan(problem, tile_of(config), workspace_limit).workspace_bytes(problem.itemsize)
 
-    def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+    def plan(self, problem: Problem, config: Config, workspace_limit: int) -> tuple[Tile, Plan]:
+        """The tile and the sub-batch plan; ValueError if even one image exceeds the limit."""
         tile = tile_of(config)
         plan = column_plan(problem, tile, workspace_limit)
-        if plan.workspace_bytes(problem.itemsize) > workspace_limit:
-            raise ValueError(f"im2col needs {plan.workspace_bytes(problem.itemsize)} bytes of "
-                             f"workspace, over the limit of {workspace_limit}")
+        need = plan.workspace_bytes(problem.itemsize)
+        if need > workspace_limit:
+            raise ValueError(f"{self.name} needs {need} bytes of workspace, over the limit of "
+                             f"{workspace_limit}")
+        return tile, plan
+
+
+@register
+class Im2col(ColumnGemmAlgorithm):
+    """Unfold the input into columns, then one tiled GEMM per sub-batch."""
+
+    name = "im2col"
+    ops = frozenset({"forward", "wgrad"})
+    priority = 10
+    description = "im2col column buffer (sub-batched to the workspace limit) + tiled GEMM"
+
+    def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+        tile, plan = self.plan(problem, config, workspace_limit)
         pr = problem
         cols = runtime.empty((plan.cols,), pr.dtype) if plan.cols else None
         part = runtime.empty((plan.part,), pr.dtype) if plan.part else None

@@ -29,7 +29,7 @@ import statistics
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -38,6 +38,7 @@ import numpy as np
 from . import measure, reference, registry, runtime, settings
 from .problem import Problem
 from .registry import Candidate
+from .tune_result import CandidateResult, TuneResult
 from .tuning_cache import KEY_POLICIES, TuningCache, cache_dir, file_name, plugin_fingerprint, tuning_key
 
 REFERENCE_FLOPS = 5e8  # check against the float64 reference up to this size, else against "direct"
@@ -56,55 +57,6 @@ _lock = threading.RLock()
 _caches: dict[Path, TuningCache] = {}
 _decisions: dict[tuple, "TuneResult"] = {}  # this process's last result per exact problem
 _stats = {"timed": 0, "checked": 0, "tuned": 0, "cache_hits": 0, "priority": 0}
-
-
-@dataclass
-class CandidateResult:
-    """What tuning learned about one candidate."""
-
-    label: str
-    plugin: str
-    config: str
-    status: str = "not run"  # "ok", "failed: ...", "disqualified: rel err ...", or "not run"
-    median_ms: float | None = None
-    samples: int = 0
-    rel_err: float | None = None
-    dropped_early: bool = False
-
-
-@dataclass
-class TuneResult:
-    """The outcome of :func:`tune`: every candidate's median and check, the winner and its source."""
-
-    problem: Problem
-    key: str
-    candidates: list[CandidateResult]
-    winner: Candidate | None
-    source: str  # "cache", "tuned" or "priority"
-    tuning_s: float  # seconds this call spent
-    reason: str = ""
-    checked_against: str = ""  # "reference" or "direct" (empty when nothing ran)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def winner_label(self) -> str | None:
-        return None if self.winner is None else self.winner.label
-
-    def medians(self) -> dict[str, float | None]:
-        return {c.label: c.median_ms for c in self.candidates}
-
-    def __str__(self) -> str:
-        lines = [f"tuning {self.problem.describe()}  [{self.key}]"]
-        width = max([len(c.label) for c in self.candidates] + [8])
-        for c in self.candidates:
-            mark = "*" if c.label == self.winner_label else " "
-            med = "-" if c.median_ms is None else f"{c.median_ms:.4g} ms"
-            drop = " (dropped early)" if c.dropped_early else ""
-            lines.append(f" {mark} {c.label:<{width}}  {med:>12}  {c.status}{drop}")
-        lines.append(f"winner: {self.winner_label} ({self.source}, {self.tuning_s:.3g} s)"
-                     + (f": {self.reason}" if self.reason else ""))
-        lines.extend(f"note: {n}" for n in self.notes)
-        return "\n".join(lines)
 
 
 # ---- settings -----------------------------------------------------------------------------------

@@ -1,0 +1,57 @@
+"""What the autotuner reports: one :class:`CandidateResult` per candidate and the :class:`TuneResult`
+of a problem (winner, where the decision came from, how long it took)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .problem import Problem
+from .registry import Candidate
+
+
+@dataclass
+class CandidateResult:
+    """What tuning learned about one candidate."""
+
+    label: str
+    plugin: str
+    config: str
+    status: str = "not run"  # "ok", "failed: ...", "disqualified: rel err ...", or "not run"
+    median_ms: float | None = None
+    samples: int = 0
+    rel_err: float | None = None
+    dropped_early: bool = False
+
+
+@dataclass
+class TuneResult:
+    """The outcome of :func:`tune`: every candidate's median and check, the winner and its source."""
+
+    problem: Problem
+    key: str
+    candidates: list[CandidateResult]
+    winner: Candidate | None
+    source: str  # "cache", "tuned" or "priority"
+    tuning_s: float  # seconds this call spent
+    reason: str = ""
+    checked_against: str = ""  # "reference" or "direct" (empty when nothing ran)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def winner_label(self) -> str | None:
+        return None if self.winner is None else self.winner.label
+
+    def medians(self) -> dict[str, float | None]:
+        return {c.label: c.median_ms for c in self.candidates}
+
+    def __str__(self) -> str:
+        lines = [f"tuning {self.problem.describe()}  [{self.key}]"]
+        width = max([len(c.label) for c in self.candidates] + [8])
+        for c in self.candidates:
+            mark = "*" if c.label == self.winner_label else " "
+            med = "-" if c.median_ms is None else f"{c.median_ms:.4g} ms"
+            drop = " (dropped early)" if c.dropped_early else ""
+            lines.append(f" {mark} {c.label:<{width}}  {med:>12}  {c.status}{drop}")
+        lines.append(f"winner: {self.winner_label} ({self.source}, {self.tuning_s:.3g} s)"
+                     + (f": {self.reason}" if self.reason else ""))
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)

@@ -1,7 +1,9 @@
 """How an op picks its (plugin, config): the strategy rules, one line each.
 
-- ``"auto"``: ask the autotuner (timed on a GPU, cached per shape key); on the simulator, or before
-  anything was timed, the eligible plugin with the highest declared priority and its first config.
+- ``"auto"``: the autotuner's winner for the shape key (from its cache, else timed and checked on the
+  GPU now); on the simulator, without a cached entry, the highest declared priority and its first config.
+- ``"auto"`` again, if the chosen plugin's kernel raises: that plugin is excluded (with a warning naming
+  it) for the rest of the process and the next choice runs (ops.py).
 - ``"<plugin name>"``: that plugin, with its first applicable config; if it declines, ValueError
   quoting its reason (never a silent fallback).
 - ``("<plugin name>", config)``: that plugin and config (a Config, a dict, or the config's name).

@@ -1,41 +1,60 @@
 #!/usr/bin/env bash
-# One device call that checks and measures everything (the device tool allows ~10 minutes a call):
-#   phase A, in parallel (no timings taken): the test suite on real CUDA, compute-sanitizer memcheck and
-#            racecheck on small cases of every new kernel, the notebooks at full size;
-#   phase B, alone on the GPU (timings): GEMM vs cuBLAS, the Burn suite for all ops vs cuDNN,
-#            the autotuner benchmark, then ResNet-50 forward while time remains.
-# Usage (device tool, carry .whl):  source .whl/use-wheels.sh && bash tools/gpu_final.sh
-# Everything lands in $OUT/results.tgz (plus the logs) so it comes back in one file.
+# Check and measure convlab on a real GPU in as few device calls as possible (~10 minutes a call).
+# Usage (device tool, carry .whl):
+#   source .whl/use-wheels.sh && bash tools/gpu_final.sh [STEP ...]
+# Steps (default: tests sanitize notebooks gemm burn autotune), run in this order:
+#   tests      the whole pytest suite on real CUDA, -v so every result is named (TEST_S seconds, 300)
+#   sanitize   compute-sanitizer memcheck + racecheck on tools/sanitize_cases.py
+#   notebooks  notebooks/run_all.py at full size (figures under notebooks/figures)
+#     (tests, sanitize and notebooks take no timings and run in parallel with each other)
+#   gemm       benchmarks/gemm_bench.py: 4096^3 fp32 vs cuBLAS
+#   burn       convlab bench: Burn suite + batch-4 shape, every op, vs cuDNN
+#   autotune   benchmarks/autotune_bench.py (AUTOTUNE_ARGS, default --quick)
+#   resnet50   convlab bench: ResNet-50 layers, every op
+#   dcgan      convlab bench: DCGAN conv_transpose2d layers
+# Everything lands in $OUT/results.tgz (plus the test log) so it comes back in one file.
 set -u
 OUT="${OUT:-gpu-out}"; W=/tmp/convlab-gpu; mkdir -p "$OUT" "$W"/{bench,notebooks,sanitizer}
+steps=" ${*:-tests sanitize notebooks gemm burn autotune} "
+has() { [[ "$steps" == *" $1 "* ]]; }
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$W/nvidia-smi.txt"
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+bench() { # name timeout args...
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" convlab bench "$@" --quiet --out "$W/bench" --name "$name" > "$W/bench/$name.log" 2>&1
+  echo "$name rc=$?"; tail -25 "$W/bench/$name.log"
+}
 
-el "phase A: tests, sanitizer, notebooks (parallel)"
-( CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-sim}" timeout "${TEST_S:-300}" python3 -m pytest -n 8 -v -ra \
-    -p no:benchmark --junitxml="$W/gpu-tests.xml" > "$W/gpu-tests.log" 2>&1; echo "pytest rc=$?" >> "$W/gpu-tests.log" ) &
-( for tool in memcheck racecheck; do
-    timeout 60 compute-sanitizer --tool $tool --print-limit 20 python3 tools/sanitize_cases.py \
-      > "$W/sanitizer/$tool.log" 2>&1; echo "rc=$?" >> "$W/sanitizer/$tool.log"; done ) &
-( CONVLAB_CACHE_DIR="$W/nbcache" timeout 130 python3 notebooks/run_all.py "$W/notebooks" \
-    > "$W/notebooks/run_all.log" 2>&1; echo "rc=$?" >> "$W/notebooks/run_all.log" ) &
-wait
-el "phase A done"; tail -3 "$W/gpu-tests.log"; tail -2 "$W"/sanitizer/*.log
-
-el "phase B: benchmarks (alone on the GPU)"
-timeout 35 python3 benchmarks/gemm_bench.py "$W/bench/gemm_4096.json" > "$W/bench/gemm.log" 2>&1
-tail -4 "$W/bench/gemm.log"
-timeout 140 convlab bench --suite burn --suite burn_b4 --no-auto --quiet --repeat 15 --warmup 3 \
-  --max-seconds 0.6 --out "$W/bench" --name burn > "$W/bench/burn.log" 2>&1
-tail -60 "$W/bench/burn.log"
-timeout 50 python3 benchmarks/autotune_bench.py --quick --max-seconds 25 --out "$W/bench/autotune.json" \
-  > "$W/bench/autotune.log" 2>&1; tail -15 "$W/bench/autotune.log"
-left=$(( ${TOTAL_S:-330} - ($(date +%s) - t0) ))
-if [ "$left" -gt 30 ]; then
-  timeout "$left" convlab bench --suite resnet50 --ops forward --no-auto --quiet --repeat 10 --warmup 2 \
-    --max-seconds 0.4 --out "$W/bench" --name resnet50-forward > "$W/bench/resnet50.log" 2>&1
-  tail -30 "$W/bench/resnet50.log"
+el "parallel steps (no timings taken)"
+if has tests; then
+  ( CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-sim}" timeout "${TEST_S:-300}" python3 -m pytest \
+      -n 8 -v -ra -p no:benchmark --junitxml="$W/gpu-tests.xml" > "$W/gpu-tests.log" 2>&1
+    echo "pytest rc=$?" >> "$W/gpu-tests.log" ) &
 fi
+if has sanitize; then
+  ( for tool in memcheck racecheck; do
+      timeout 120 compute-sanitizer --tool $tool --report-api-errors no --print-limit 0 \
+        python3 tools/sanitize_cases.py > "$W/sanitizer/$tool.log" 2>&1
+      echo "rc=$?" >> "$W/sanitizer/$tool.log"; done ) &
+fi
+if has notebooks; then
+  ( CONVLAB_CACHE_DIR="$W/nbcache" timeout "${NOTEBOOK_S:-300}" python3 notebooks/run_all.py "$W/notebooks" \
+      > "$W/notebooks/run_all.log" 2>&1; echo "rc=$?" >> "$W/notebooks/run_all.log" ) &
+fi
+wait
+el "parallel steps done"
+[ -f "$W/gpu-tests.log" ] && { grep -E "FAILED|ERROR" "$W/gpu-tests.log" | head -30; tail -3 "$W/gpu-tests.log"; }
+for f in "$W"/sanitizer/*.log "$W"/notebooks/run_all.log; do [ -f "$f" ] && tail -n 3 "$f"; done
+
+el "benchmarks (alone on the GPU)"
+if has gemm; then timeout 60 python3 benchmarks/gemm_bench.py "$W/bench/gemm_4096.json" > "$W/bench/gemm.log" 2>&1
+  tail -4 "$W/bench/gemm.log"; fi
+has burn && bench burn 240 --suite burn --suite burn_b4 --no-auto --repeat 15 --warmup 3 --max-seconds 0.6
+if has autotune; then timeout "${AUTOTUNE_S:-200}" python3 benchmarks/autotune_bench.py ${AUTOTUNE_ARGS:---quick} \
+    --out "$W/bench/autotune.json" > "$W/bench/autotune.log" 2>&1; tail -15 "$W/bench/autotune.log"; fi
+has resnet50 && bench resnet50 400 --suite resnet50 --no-auto --repeat 10 --warmup 2 --max-seconds 0.4
+has dcgan && bench dcgan 120 --suite dcgan --no-auto --repeat 15 --warmup 3 --max-seconds 0.6
 el "done"
 tar czf "$OUT/results.tgz" -C "$W" . && cp "$W/gpu-tests.log" "$OUT/" 2>/dev/null
+exit 0

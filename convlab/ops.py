@@ -203,6 +203,9 @@ def _execute(prob: Problem, operands: dict[str, Any], bias: Any, out: Any, algor
         if oshape != out_shape or str(odtype) != prob.dtype:
             raise ValueError(f"out must have shape {out_shape} and dtype {prob.dtype}, "
                              f"got {oshape} {odtype}")
+    for name, value in (*operands.items(), ("bias", bias), ("out", out)):  # before "auto" may tune
+        if value is not None and runtime.is_cuda_array_like(value):
+            _to_device(value, name)  # a view, no copy: ValueError when non-contiguous
     candidate = strategy.resolve(prob, algorithm, limit)  # validates algorithm= before any copy
     host = all(isinstance(v, np.ndarray) for v in operands.values())
     if prob.n == 0:  # nothing to compute: an empty output, or a zero gradient for wgrad

@@ -1,4 +1,8 @@
-"""The command line and the benchmark harness on the simulator (tiny problems; no times there)."""
+"""The command line and the benchmark harness: tiny problems, checked against the reference.
+
+On the simulator nothing is timed and "auto" picks by declared priority; on a GPU the same tests see
+times, cuDNN rows (when PyTorch is installed) and tuned picks, and say so where the outcome differs.
+"""
 from __future__ import annotations
 
 import csv
@@ -10,7 +14,7 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import Algorithm, bench, cli, commands, registry, runtime, strategy
+from convlab import Algorithm, autotune, bench, cli, commands, registry, runtime, strategy
 from convlab.baseline import transpose_output_padding
 from convlab.report import CandidateResult, ProblemResult, rank, table
 from convlab.suite import builtin_suites, load_suite, single_shape_suite
@@ -22,6 +26,18 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def private_tuning_cache(tmp_path, monkeypatch):
+    """On a GPU, "auto" tunes and stores its picks: keep them out of the user's cache folder."""
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "tuning-cache"))
+
+
+def auto_label(problem) -> str:
+    """What "auto" runs for ``problem`` now: this process's last tuning result (by priority on the
+    simulator, the tuned or cached winner on a GPU)."""
+    return autotune.choose(problem, convlab.get_workspace_limit()).label
 
 
 # ---- suites ---------------------------------------------------------------------------------------
@@ -80,24 +96,31 @@ def test_user_suite_file_and_single_shape_run(tmp_path, capsys):
     assert data["results"][0]["auto"] == {}
 
 
-# ---- bench on the simulator -----------------------------------------------------------------------
+# ---- bench (tiny problems) -------------------------------------------------------------------------
 def test_bench_tiny_suite_writes_checked_results(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "bench", "--suite", "tiny", "--out", str(tmp_path), *TINY_RUN)
     assert code == 0, out
-    assert "not meaningful" in out and "transpose" in out
+    assert ("not meaningful" in out) == runtime.SIMULATOR and "transpose" in out
     data = json.loads((tmp_path / "tiny.json").read_text())
-    assert data["simulator"] is True and data["device"] == runtime.device_name()
+    assert data["simulator"] is runtime.SIMULATOR and data["device"] == runtime.device_name()
     assert data["versions"]["convlab"] == convlab.__version__ and "numba" in data["versions"]
     assert len(data["results"]) == len(load_suite("tiny").problems())
+    limit = convlab.get_workspace_limit()
     for (_, problem), res in zip(load_suite("tiny").problems(), data["results"]):
         (row,) = res["candidates"]
-        assert row["status"] == "ok" and row["rel_error"] <= row["tolerance"] and row["median_ms"] is None
-        assert res["reference"] == "host float64" and res["auto"]["source"] == "priority"
-        limit = convlab.get_workspace_limit()
-        assert res["auto"]["plugin"] == strategy.by_priority(problem, limit).plugin.name
+        assert row["status"] == "ok" and row["rel_error"] <= row["tolerance"]
+        assert res["reference"] == "host float64"
+        if runtime.SIMULATOR:  # no times; "auto" goes by declared priority
+            assert row["median_ms"] is None and res["auto"]["source"] == "priority"
+            assert res["auto"]["plugin"] == strategy.by_priority(problem, limit).plugin.name
+        else:  # timed; "auto" was tuned (or answered from the cache)
+            assert row["median_ms"] > 0 and res["auto"]["source"] in ("tuned", "cache")
+        assert f"{res['auto']['plugin']}[{res['auto']['config']}]" == auto_label(problem)
     with open(tmp_path / "tiny.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == len(data["results"]) and {r["plugin"] for r in rows} == {"direct"}
+    cudnn_rows = sum(res["cudnn"] is not None for res in data["results"])  # GPU with PyTorch only
+    assert len(rows) == len(data["results"]) + cudnn_rows
+    assert {r["plugin"] for r in rows} == {"direct"} | ({"cudnn"} if cudnn_rows else set())
 
 
 class _Wrong(Algorithm):
@@ -171,7 +194,8 @@ def test_ranking_and_ratios_ignore_wrong_candidates():
     assert "geometric mean" in text and "slow                 forward   0.500 over 1" in text
 
 
-def test_simulator_refuses_large_suites(capsys):
+def test_simulator_refuses_large_suites(capsys, monkeypatch):
+    monkeypatch.setattr(runtime, "SIMULATOR", True)  # on a GPU too: the check runs before anything else
     code, _, err = run_cli(capsys, "bench", "--suite", "burn_b4", "--quiet")
     assert code == 2 and "too large for the CUDA simulator" in err
 
@@ -180,9 +204,12 @@ def test_simulator_refuses_large_suites(capsys):
 def test_demo_checks_every_plugin_and_shows_the_auto_pick(capsys):
     code, out, _ = run_cli(capsys, "demo", "--quiet")
     assert code == 0, out
-    demo = single_shape_suite(commands.DEMO_SHAPES["simulator"])
-    runs = sum(len(bench.candidates(p, bench.BenchOptions(), convlab.get_workspace_limit())[0])
-               for _, p in demo.problems())
+    demo = single_shape_suite(commands.DEMO_SHAPES["simulator" if runtime.SIMULATOR else "gpu"])
+    limit, runs = convlab.get_workspace_limit(), 0
+    for _, p in demo.problems():
+        firsts = [c.label for c in bench.candidates(p, bench.BenchOptions(), limit)[0]]
+        # the auto pick is run too when it is not some plugin's first config (a tuned pick on a GPU)
+        runs += len(firsts) + (auto_label(p) not in firsts)
     assert runs >= len(registry.plugins())
     assert f"{runs} plugin runs matched the reference (host float64)" in out
     for op in ("forward", "dgrad", "wgrad"):
@@ -194,10 +221,11 @@ def test_list_and_explain(capsys):
     assert code == 0 and "direct" in out and "resnet50" in out
     code, out, _ = run_cli(capsys, "explain", "--op", "forward", "--x", "16,3,227,227", "--w", "96,3,11,11",
                            "--stride", "4")
-    picked = strategy.by_priority(convlab.problem_for("conv2d", np.empty((16, 3, 227, 227), np.float32),
-                                                      np.empty((96, 3, 11, 11), np.float32), stride=4),
-                                  convlab.get_workspace_limit())
-    assert code == 0 and "x(16, 3, 227, 227)" in out and f"picked: {picked.label}" in out
+    problem = convlab.problem_for("conv2d", np.empty((16, 3, 227, 227), np.float32),
+                                  np.empty((96, 3, 11, 11), np.float32), stride=4)
+    if runtime.SIMULATOR:  # nothing timed: the highest declared priority
+        assert auto_label(problem) == strategy.by_priority(problem, convlab.get_workspace_limit()).label
+    assert code == 0 and "x(16, 3, 227, 227)" in out and f"picked: {auto_label(problem)}" in out
     code, out, _ = run_cli(capsys, "explain", "--op", "transpose", "--x", "2,8,4,4", "--w", "8,4,4,4",
                            "--stride", "2", "--padding", "1", "--bias")
     assert code == 0 and "dgrad f32 x(2, 4, 8, 8)" in out and "+bias" in out
@@ -245,9 +273,12 @@ def test_help_of_every_command(capsys, command):
     assert exc.value.code == 0 and "usage: convlab" in capsys.readouterr().out
 
 
-def test_tune_on_the_simulator_picks_by_priority(capsys):
+def test_tune_picks_by_priority_on_the_simulator_and_tunes_on_a_gpu(capsys):
     code, out, _ = run_cli(capsys, "tune", "--suite", "tiny", "--ops", "forward", "--quiet")
-    assert code == 0 and out.count("(priority") == len(load_suite("tiny").problems(["forward"]))
+    lines = [line for line in out.splitlines() if " -> " in line]
+    assert code == 0 and len(lines) == len(load_suite("tiny").problems(["forward"])), out
+    sources = ("(priority",) if runtime.SIMULATOR else ("(tuned", "(cache")
+    assert all(any(s in line for s in sources) for line in lines), out
 
 
 def test_check_runs_the_conformance_suite(capsys):
@@ -280,9 +311,13 @@ def test_plot_from_results(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     assert run_cli(capsys, "bench", "--suite", "tiny", "--ops", "forward", "--out", str(tmp_path),
                    *TINY_RUN)[0] == 0
-    code, _, err = run_cli(capsys, "plot", str(tmp_path / "tiny.json"), "-o", str(tmp_path / "p"))
-    assert code == 2 and "no timings" in err  # simulator results carry no times
     data = json.loads((tmp_path / "tiny.json").read_text())
+    for res in data["results"]:  # results without times (what the simulator writes): nothing to plot
+        for row in res["candidates"] + ([res["cudnn"]] if res["cudnn"] else []):
+            row.update(median_ms=None, min_ms=None, tflops=None, gbs=None, vs_cudnn=None)
+    (tmp_path / "untimed.json").write_text(json.dumps(data))
+    code, _, err = run_cli(capsys, "plot", str(tmp_path / "untimed.json"), "-o", str(tmp_path / "p"))
+    assert code == 2 and "no timings" in err
     for i, res in enumerate(data["results"]):  # fabricate GPU-like numbers for the chart
         row = res["candidates"][0]
         row.update(median_ms=0.1 * (i + 1), tflops=res["flops"] / (0.1 * (i + 1)) / 1e9, vs_cudnn=0.5)

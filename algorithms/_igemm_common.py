@@ -17,6 +17,7 @@ fixed order z = 0, 1, ... (``store_tile``): one launch, bit-for-bit deterministi
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass
@@ -276,21 +277,22 @@ _workspace_cache: dict[tuple[int, int], object] = {}
 _WORKSPACE_KEEP = 4  # buffers kept (a training step alternates forward, dgrad and wgrad sizes)
 
 
+@contextlib.contextmanager
 def workspace(partial: int, tiles: int):
-    """float32 device buffer: ``partial`` elements of split-K partials, then ``tiles`` zeroed counters.
-
-    The kernels return every counter to zero, so the last few buffers are kept and a repeated shape
-    (benchmarks, training loops) costs no allocation. Kernels using one run on one stream in order.
+    """``with workspace(partial, tiles) as ws``: float32 device buffer of ``partial`` split-K partials,
+    then ``tiles`` zeroed counters. Kernels return every counter to zero, so the last few buffers are kept
+    for repeated shapes; a buffer is in no cache while checked out (two uses never share one) and goes
+    back only when its launch returned normally (one that raised may leave counters non-zero).
     """
     key = (partial, tiles)
     buf = _workspace_cache.pop(key, None)
     if buf is None:
         buf = runtime.empty((partial + tiles,), np.float32)
         buf[partial:].copy_to_device(np.zeros(tiles, np.float32))
-        while len(_workspace_cache) >= _WORKSPACE_KEEP:
-            _workspace_cache.pop(next(iter(_workspace_cache)))
+    yield buf
+    while len(_workspace_cache) >= _WORKSPACE_KEEP:
+        _workspace_cache.pop(next(iter(_workspace_cache)))
     _workspace_cache[key] = buf  # most recent last
-    return buf
 
 
 @functools.cache

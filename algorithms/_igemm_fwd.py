@@ -22,6 +22,7 @@ Loop nest of one block (tile m0 + [0, BM) x n0 + [0, BN), split z: kk in [z*chun
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
@@ -258,17 +259,22 @@ def plan(problem: Problem, tile: Tile, workspace_limit: int) -> tuple[int, int, 
 
 @functools.lru_cache(maxsize=256)
 def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
-    """(kernel, grid, params, workspace or None) of one (problem, tile, limit): one lookup per call."""
+    """(kernel, grid, params, workspace or None) of one (problem, tile, limit): one lookup per call.
+
+    The grid is configured at each launch, not cached: the simulator's ``kernel[grid, block]`` sets the
+    grid on the one kernel object of this tile and returns it, so a cached configured kernel would launch
+    with the grid of whichever problem configured that tile last."""
     m, n, _ = problem.gemm_shape()
     splits, chunk, n_tiles = plan(problem, tile, workspace_limit)
     tiles = math.ceil(m / tile.bm) * n_tiles
     kern = gather_kernel(tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, problem.op == "forward")
     ws = None if splits == 1 else (splits * tiles * tile.bm * tile.bn, tiles)
-    return kern[(tiles, splits), tile.threads], _params(problem, tile, splits, chunk, n_tiles), ws
+    return kern, (tiles, splits), _params(problem, tile, splits, chunk, n_tiles), ws
 
 
 def launch(problem: Problem, tile: Tile, a, b, bias, out, workspace_limit: int) -> None:
     """Run forward or dgrad (stride 1) of ``problem``: a = x or dy, b = w, out = y or dx (device,
     C-contiguous; flattened inside the kernel, so no host-side views are built per call)."""
-    kern, params, ws = _prepared(problem, tile, workspace_limit)
-    kern(a, b, params, dummy() if bias is None else bias, out, dummy() if ws is None else workspace(*ws))
+    kern, grid, params, ws = _prepared(problem, tile, workspace_limit)
+    with contextlib.nullcontext(dummy()) if ws is None else workspace(*ws) as buf:
+        kern[grid, tile.threads](a, b, params, dummy() if bias is None else bias, out, buf)

@@ -20,6 +20,7 @@ Loop nest of one block (tile m0.., n0.., split z: kk in [z*chunk, min(z*chunk + 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
@@ -204,15 +205,20 @@ def _params(problem: Problem, splits: int, chunk: int, n_tiles: int):
 
 @functools.lru_cache(maxsize=256)
 def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
-    """(kernel, params, workspace or None) of one (problem, tile, limit): one lookup per call."""
+    """(kernel, grid, params, workspace or None) of one (problem, tile, limit): one lookup per call.
+
+    The grid is configured at each launch, not cached: the simulator's ``kernel[grid, block]`` sets the
+    grid on the one kernel object of this tile and returns it, so a cached configured kernel would launch
+    with the grid of whichever problem configured that tile last."""
     splits, chunk, n_tiles = plan(problem, tile, workspace_limit)
     tiles = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles
     kern = wgrad_kernel(tile.bm, tile.bn, tile.tm, tile.tn)
     ws = None if splits == 1 else (splits * tiles * tile.bm * tile.bn, tiles)
-    return kern[(tiles, splits), tile.threads], _params(problem, splits, chunk, n_tiles), ws
+    return kern, (tiles, splits), _params(problem, splits, chunk, n_tiles), ws
 
 
 def launch(problem: Problem, tile: Tile, x, dy, out, workspace_limit: int) -> None:
     """dw (device, (K, C, R, S)) from device x (N, C, H, W) and dy (N, K, P, Q), C-contiguous."""
-    kern, params, ws = _prepared(problem, tile, workspace_limit)
-    kern(x, dy, params, out, dummy() if ws is None else workspace(*ws))
+    kern, grid, params, ws = _prepared(problem, tile, workspace_limit)
+    with contextlib.nullcontext(dummy()) if ws is None else workspace(*ws) as buf:
+        kern[grid, tile.threads](x, dy, params, out, buf)

@@ -139,3 +139,40 @@ def test_conv_transpose2d_with_bias_through_the_public_op():
     prob = convlab.problem_for("conv_transpose2d", x, w, bias, padding=1)
     ref = reference.dgrad(prob, x, w, bias)
     assert rel_error(got, ref) <= tolerance(prob, PLUGIN.compute_eps("float32"))
+
+
+@pytest.mark.parametrize("op, big, small", [
+    ("forward", dict(n=1, c=16, h=8, w=8, k=32), dict(n=1, c=16, h=4, w=4, k=16)),   # 8 tiles, then 1
+    ("wgrad", dict(n=2, c=16, h=8, w=8, k=16, r=3, s=3, padding=1), dict(n=1, c=16, h=4, w=4, k=16)),
+], ids=["forward", "wgrad"])
+def test_cached_launch_keeps_its_own_grid(op, big, small):
+    """A problem launched again after another of the same tile uses its own grid. (The simulator's
+    kernel[grid, block] configures and returns the tile's one kernel object, so a cached configured kernel
+    launched with the last-configured problem's grid: tiles or splits missing, NaN left in the output.)"""
+    big, small = (make_problem(op, **dict(dict(r=1, s=1), **kw)) for kw in (big, small))
+    config = Config(BM=16, BN=16, BK=8, TM=2, TN=2)
+    grids = [(math.ceil(p.gemm_shape()[0] / 16) * math.ceil(p.gemm_shape()[1] / 16),
+              (_igemm_wgrad if op == "wgrad" else _igemm_fwd).plan(p, implicit_gemm.tile_of(config), LIMIT)[0])
+             for p in (big, small)]
+    assert grids[0] != grids[1]  # the two launches need different grids
+    for prob in (big, small, big):
+        _, err = _run(prob, config)
+        assert err <= tolerance(prob, PLUGIN.compute_eps("float32")), (prob, err)
+
+
+def test_workspace_is_reused_only_after_a_launch_that_returned():
+    """A launch raising midway may leave split-K counters non-zero: its buffer must not be reused."""
+    from convlab.algorithms import _igemm_common as common
+
+    key = (64, 3)
+    common._workspace_cache.pop(key, None)
+    with pytest.raises(RuntimeError):
+        with common.workspace(*key) as buf:
+            assert key not in common._workspace_cache  # checked out: no second user can get it
+            raise RuntimeError("kernel failed")
+    assert key not in common._workspace_cache
+    with common.workspace(*key) as buf:
+        assert buf is not None and not buf.copy_to_host()[64:].any()  # fresh, counters zeroed
+    assert common._workspace_cache[key] is buf
+    with common.workspace(*key) as again:
+        assert again is buf  # a normal return makes it reusable

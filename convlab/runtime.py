@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -56,9 +57,46 @@ SIMULATOR: bool = bool(numba.config.ENABLE_CUDASIM)
 # Small test launches are expected; their "low occupancy" warnings are noise.
 numba.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
+def _lock_simulator_shared_arrays() -> None:
+    """Make the simulator's static ``cuda.shared.array`` allocation thread-safe.
+
+    numba-cuda 0.30.4 ``FakeCUDAShared.array`` looks the array up by the caller's (file, line), and on a
+    miss allocates it with ``np.empty`` and stores it, without a lock. All threads of a launch's first
+    block make that call at once, so two of them can both miss and each keep its own array: their
+    "shared" writes are then invisible to each other and the block reads uninitialised memory (rare,
+    load-dependent garbage results). Same key, same ``np.empty``, under one lock; the caller's frame is
+    read directly (the original's ``traceback.extract_stack`` also costs time per call).
+    """
+    from numba.cuda.simulator import kernelapi
+
+    cls = kernelapi.FakeCUDAShared
+    if getattr(cls, "_convlab_locked", False):
+        return
+    original = cls.array
+    lock = threading.Lock()
+
+    def array(self, shape, dtype, alignment=None):
+        if alignment is not None or shape == 0:  # rejected, or dynamic shared memory: no lookup, no race
+            return original(self, shape, dtype, alignment)
+        if isinstance(dtype, kernelapi.types.Type):
+            dtype = kernelapi.numpy_support.as_dtype(dtype)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            res = self._allocations.get(key)
+            if res is None:
+                res = self._allocations[key] = np.empty(shape, dtype)
+        return res
+
+    cls.array = array
+    cls._convlab_locked = True
+
+
+
 if SIMULATOR:
     # Barrier-heavy simulated kernels run 2-8x faster with a short GIL switch interval.
     sys.setswitchinterval(1e-4)
+    _lock_simulator_shared_arrays()
 
 # Keyword arguments of ``cuda.jit`` that the simulator rejects.
 _SIM_UNSUPPORTED_JIT_KWARGS = ("lineinfo", "launch_bounds", "max_registers", "lto", "forceinline", "link")

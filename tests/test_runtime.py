@@ -5,9 +5,14 @@ import re
 import subprocess
 import sys
 
+import time
+
+import numpy as np
 import pytest
+from numba import float32
 
 from convlab import runtime
+from convlab.runtime import cuda
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -45,3 +50,36 @@ def test_time_ms_on_this_device():
         assert times is None and len(calls) == 2
     else:
         assert len(times) == 3 and len(calls) == 5
+
+
+@runtime.jit
+def _shared_round_trip(out):
+    sa = cuda.shared.array(32, float32)
+    sb = cuda.shared.array(32, float32)
+    t = cuda.threadIdx.x
+    sa[t] = t
+    sb[t] = 2 * t
+    cuda.syncthreads()
+    bad = 0
+    for i in range(32):
+        if sa[i] != i or sb[i] != 2 * i:
+            bad += 1
+    out[t] = bad
+
+
+@pytest.mark.skipif(not runtime.SIMULATOR, reason="simulator allocation race")
+def test_simulator_threads_of_a_block_share_one_shared_array(monkeypatch):
+    """A slow allocation (sleeping, so other threads run meanwhile) must not give threads private copies
+    of a shared array: numba-cuda 0.30.4's unlocked lookup-then-allocate did, about once per few hundred
+    launches (garbage reads in the first block), every time with this slowdown."""
+    empty = np.empty
+
+    def slow_empty(*args, **kwargs):
+        time.sleep(0.002)
+        return empty(*args, **kwargs)
+
+    out = runtime.to_device(np.full(32, -1, np.int32))
+    monkeypatch.setattr(np, "empty", slow_empty)
+    _shared_round_trip[1, 32](out)
+    monkeypatch.undo()
+    assert not out.copy_to_host().any()

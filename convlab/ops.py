@@ -80,11 +80,15 @@ def _forward_problem(x, w, bias, stride, padding, dilation, groups) -> Problem:
                         dilation=dilation, groups=groups, dtype=dtype, bias=bias is not None)
 
 
-def _check_groups(groups: Any, c: int, c_name: str, k: int) -> None:
+def _check_groups_value(groups: Any) -> None:
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)):
         raise TypeError(f"groups must be an int, got {groups!r}")
     if groups < 1:
         raise ValueError(f"groups must be >= 1, got {groups}")
+
+
+def _check_groups(groups: Any, c: int, c_name: str, k: int) -> None:
+    _check_groups_value(groups)
     if c % groups:
         raise ValueError(f"channels of {c_name} (C={c}) must be divisible by groups={groups}")
     if k % groups:
@@ -132,9 +136,7 @@ def _wgrad_problem(x, grad_out, weight_shape, stride, padding, dilation, groups)
 def _transpose_problem(x, w, bias, stride, padding, output_padding, groups, dilation) -> Problem:
     xs, ws = _spec(x, "x", 4), _spec(w, "weight", 4)
     (n, cin, hin, win), (wk, cout_g, r, s) = xs[0], ws[0]
-    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
-        raise (TypeError if not isinstance(groups, (int, np.integer)) else ValueError)(
-            f"groups must be an int >= 1, got {groups!r}")
+    _check_groups_value(groups)  # needed before C_out = (C_out / groups) * groups
     if wk != cin:
         raise ValueError(f"channel mismatch: x has {cin} channels but weight {ws[0]} has "
                          f"{wk} input channels (weight is (C_in, C_out/groups, R, S))")

@@ -12,13 +12,18 @@
 #   autotune   benchmarks/autotune_bench.py (AUTOTUNE_ARGS, default --quick)
 #   resnet50   convlab bench: ResNet-50 layers, every op
 #   dcgan      convlab bench: DCGAN conv_transpose2d layers
-# Everything lands in $OUT/results.tgz (plus the test log) so it comes back in one file.
+#   TEST_PROFILE  hypothesis profile of the tests (convlab-gpu: 60 examples a property)
+# Everything lands in $OUT/results.tgz (plus the test log) so it comes back in one file; with LANE=NAME
+# (tools/gpu_two_lanes.sh) the work folder and the archive carry that name.
 set -u
-OUT="${OUT:-gpu-out}"; W=/tmp/convlab-gpu; mkdir -p "$OUT" "$W"/{bench,notebooks,sanitizer}
+OUT="${OUT:-gpu-out}"; LANE="${LANE:-}"; W=/tmp/convlab-gpu${LANE:+-$LANE}
+mkdir -p "$OUT" "$W"/{bench,notebooks,sanitizer}
 steps=" ${*:-tests sanitize notebooks gemm burn autotune} "
 has() { [[ "$steps" == *" $1 "* ]]; }
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$W/nvidia-smi.txt"
+[ -n "${CONVLAB_INSTALLED:-}" ] ||
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
+echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-all}" > "$W/nvidia-smi.txt"
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv | tee -a "$W/nvidia-smi.txt"
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 bench() { # name timeout args...
   local name=$1 limit=$2; shift 2
@@ -28,7 +33,7 @@ bench() { # name timeout args...
 
 el "parallel steps (no timings taken)"
 if has tests; then
-  ( CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-sim}" timeout "${TEST_S:-300}" python3 -m pytest \
+  ( CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-gpu}" timeout "${TEST_S:-300}" python3 -m pytest \
       -n 8 -v -ra -p no:benchmark --junitxml="$W/gpu-tests.xml" > "$W/gpu-tests.log" 2>&1
     echo "pytest rc=$?" >> "$W/gpu-tests.log" ) &
 fi
@@ -56,5 +61,5 @@ if has autotune; then timeout "${AUTOTUNE_S:-200}" python3 benchmarks/autotune_b
 has resnet50 && bench resnet50 400 --suite resnet50 --no-auto --repeat 10 --warmup 2 --max-seconds 0.4
 has dcgan && bench dcgan 120 --suite dcgan --no-auto --repeat 15 --warmup 3 --max-seconds 0.6
 el "done"
-tar czf "$OUT/results.tgz" -C "$W" . && cp "$W/gpu-tests.log" "$OUT/" 2>/dev/null
+tar czf "$OUT/results${LANE:+-$LANE}.tgz" -C "$W" . && cp "$W/gpu-tests.log" "$OUT/gpu-tests${LANE:+-$LANE}.log" 2>/dev/null
 exit 0

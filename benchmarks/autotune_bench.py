@@ -3,7 +3,8 @@
 For every problem of the suite (the Burn conv2d suite and its batch-4 shape by default) and each op:
 
 1. ``cold``: ``autotune.tune`` on a key never seen (compiles the kernels it needs);
-2. ``exhaustive``: every eligible candidate timed independently (CUDA events, warm-up, median);
+2. ``exhaustive``: every eligible candidate timed independently (CUDA events, warm-up, median of
+   --repeat samples taken in ROUNDS interleaved rounds, so slow drifts hit every candidate alike);
 3. ``warm``: ``autotune.tune(force=True)`` again with every kernel compiled: the tuning time of a new key
    with warm kernels, and the pick whose regret is reported:
    regret = exhaustive median of the pick / best exhaustive median - 1 (the target is <= 5%).
@@ -42,6 +43,7 @@ _BURN = [((16, 16, 512, 512), (16, 16, 3, 3), 1), ((16, 3, 227, 227), (96, 3, 11
          ((16, 128, 28, 28), (128, 128, 3, 3), 1), ((16, 256, 14, 14), (256, 256, 3, 3), 1),
          ((16, 512, 7, 7), (512, 512, 3, 3), 1), ((16, 96, 224, 224), (64, 96, 1, 1), 1),
          ((4, 16, 512, 512), (16, 16, 3, 3), 1)]
+ROUNDS = 4  # exhaustive timing: rounds of round-robin sampling
 _QUICK = ("n4 16x512x512 w16x3x3", "n16 256x12x12 w512x3x3", "n16 64x56x56 w64x3x3",
           "n16 512x7x7 w512x3x3")
 
@@ -126,13 +128,13 @@ def make_timer(problem, repeat: int):
     da, db, dbias = measure.to_device(a, b, bias)
     out = runtime.empty(problem.operand_shapes[2], problem.dtype)
 
-    def timer(cand) -> list[float]:
+    def timer(cand, n: int = repeat, warmup: int = 3) -> list[float]:
         if not runtime.SIMULATOR:
             return measure.time_candidate(cand, problem, da, db, dbias, out, workspace_limit=limit,
-                                          warmup=3, repeat=repeat)
+                                          warmup=warmup, repeat=n)
         measure.run_candidate(cand, problem, da, db, dbias, out, limit)  # warm-up
         samples = []
-        for _ in range(repeat):
+        for _ in range(n):
             t0 = time.perf_counter()
             measure.run_candidate(cand, problem, da, db, dbias, out, limit)
             runtime.synchronize()
@@ -153,12 +155,16 @@ def bench_problem(label: str, problem, args: argparse.Namespace) -> dict:
     cands = registry.candidates(problem, settings.get_workspace_limit())
     if autotune.get_deterministic():
         cands = [c for c in cands if c.plugin.deterministic]
-    exhaustive, errors = {}, {}
-    for cand in cands:
-        try:
-            exhaustive[cand.label] = statistics.median(timer(cand))
-        except Exception as exc:  # recorded, not fatal
-            errors[cand.label] = f"{type(exc).__name__}: {exc}"[:300]
+    samples, errors = {c.label: [] for c in cands}, {}
+    for rnd in range(ROUNDS):  # round-robin, so every candidate sees the same conditions
+        for cand in cands:
+            if cand.label in errors:
+                continue
+            try:
+                samples[cand.label] += timer(cand, -(-args.repeat // ROUNDS), 3 if rnd == 0 else 1)
+            except Exception as exc:  # recorded, not fatal
+                errors[cand.label] = f"{type(exc).__name__}: {exc}"[:300]
+    exhaustive = {k: statistics.median(v) for k, v in samples.items() if v and k not in errors}
     warm = autotune.tune(problem, force=True, timer=tuner_timer)
     best = min(exhaustive, key=exhaustive.get) if exhaustive else None
 
@@ -238,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
               "plugins": [p.name for p in convlab.plugins()], "key_policy": autotune.get_key_policy(),
               "repeat": args.repeat,
               "tuner": {"warmup": autotune.WARMUP, "probe": autotune.PROBE, "repeat": autotune.REPEAT,
-                        "slow_factor": autotune.SLOW_FACTOR},
+                        "slow_factor": autotune.SLOW_FACTOR, "final_margin": autotune.FINAL_MARGIN,
+                        "final_rounds": autotune.FINAL_ROUNDS, "final_repeat": autotune.FINAL_REPEAT},
+              "exhaustive_rounds": ROUNDS,
               "cache_file": str(autotune.cache_path()), "shapes": [], "skipped": []}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,8 +15,9 @@ For a problem, :func:`tune` does, in order:
    REFERENCE_FLOPS``, else the ``direct`` plugin's output) by ``measure.rel_error`` against
    ``measure.tolerance(problem, max(eps of both))``: worse -> "disqualified: ...", never chosen; an
    exception -> "failed: ...", not fatal. Survivors are timed with CUDA events (warm-up, PROBE samples,
-   dropped early when their median exceeds SLOW_FACTOR x the leader's, else REPEAT samples in all);
-   the lowest median wins and is stored in memory and in the JSON file (see tuning_cache.py).
+   dropped early when their median exceeds SLOW_FACTOR x the leader's, else REPEAT samples in all),
+   then those within FINAL_MARGIN of the leader are re-timed round-robin (tune_measure.py has the loop
+   nest); the lowest median wins and is stored in memory and in the JSON file (see tuning_cache.py).
 
 Key policy (:func:`set_key_policy`): ``"exact"`` (default) keys on every size; ``"pow2"`` rounds batch and
 spatial sizes up to powers of two so that nearby shapes share one tuning. ``$CONVLAB_KEY_POLICY`` sets the
@@ -25,27 +26,21 @@ initial value.
 from __future__ import annotations
 
 import os
-import statistics
 import threading
 import time
 import warnings
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
-import numpy as np
-
-from . import measure, reference, registry, runtime, settings
+from . import registry, runtime, settings
 from .problem import Problem
 from .registry import Candidate
 from .tune_result import CandidateResult, TuneResult
 from .tuning_cache import KEY_POLICIES, TuningCache, cache_dir, file_name, plugin_fingerprint, tuning_key
-
-REFERENCE_FLOPS = 5e8  # check against the float64 reference up to this size, else against "direct"
-WARMUP, PROBE, REPEAT = 2, 3, 15  # timing: warm-up runs, probe samples, samples in all
-SLOW_FACTOR = 3.0  # drop a candidate whose probe median exceeds this multiple of the leader's median
-
-Timer = Callable[[Candidate], "list[float]"]
+from .tune_measure import (  # noqa: F401  (the timing constants are re-exported)
+    FINAL_MARGIN, FINAL_REPEAT, FINAL_ROUNDS, PROBE, REFERENCE_FLOPS, REPEAT, SLOW_FACTOR, WARMUP, Timer,
+    measure_candidates)
 
 _policy = os.environ.get("CONVLAB_KEY_POLICY", "exact").strip() or "exact"
 if _policy not in KEY_POLICIES:
@@ -162,6 +157,28 @@ def _stale(entry: dict, cands: list[Candidate], prints: dict[str, str]) -> str:
     return ""
 
 
+def _stale_for(problem: Problem, entry: dict, cands: list[Candidate], prints: dict[str, str],
+               limit: int) -> str:
+    """Why ``entry`` cannot answer ``problem`` ('' when it can). An entry shared through the pow2 key
+    policy was tuned on a neighbouring shape: it is judged against the candidates and fingerprints of
+    that shape (whose configs may differ), and its winner must also be eligible here."""
+    try:
+        tuned = Problem.from_dict(entry["problem"])
+    except (KeyError, TypeError, ValueError):
+        tuned = problem
+    if tuned != problem:
+        try:
+            tuned_cands = _eligible(tuned, limit)
+        except ValueError as exc:
+            return f"the tuned shape has no candidates now ({exc})"
+        why = _stale(entry, tuned_cands, _fingerprints(tuned, tuned_cands))
+        if why:
+            return why
+        return "" if entry["winner"] in {c.label for c in cands} else \
+            f"its winner (tuned on {tuned.describe()}) is not eligible for this shape"
+    return _stale(entry, cands, prints)
+
+
 def _from_entry(problem: Problem, key: str, entry: dict, cands: list[Candidate], start: float
                 ) -> TuneResult:
     known = {c.label: c for c in cands}
@@ -173,83 +190,9 @@ def _from_entry(problem: Problem, key: str, entry: dict, cands: list[Candidate],
             continue
     return TuneResult(problem, key, rows, known[entry["winner"]], "cache", time.perf_counter() - start,
                       "stored tuning result", entry.get("checked_against", ""),
-                      [f"tuned in {entry.get('tuning_s', float('nan')):.3g} s on {entry.get('device')}"])
-
-
-def _trusted(problem: Problem, cands: list[Candidate], ops: tuple, out: Any, nan: np.ndarray,
-             limit: int) -> tuple[np.ndarray, str, float]:
-    """(trusted float64 output, its name, its eps): the reference when small, else direct's output."""
-    a, b, bias, da, db, dbias = ops
-    if problem.flops > REFERENCE_FLOPS:
-        direct = next((c for c in cands if c.plugin.name == "direct"), None)
-        if direct is not None:
-            try:
-                out.copy_to_device(nan)
-                measure.run_candidate(direct, problem, da, db, dbias, out, limit)
-                got = np.asarray(out.copy_to_host(), np.float64)
-                if np.all(np.isfinite(got)):
-                    return got, "direct", direct.plugin.compute_eps(problem.dtype)
-            except Exception:  # fall back to the reference below
-                pass
-    return reference.solve(problem, a, b, bias), "reference", float(np.finfo(np.float64).eps)
-
-
-def _timed(cand: Candidate, timer: Timer | None, run_args: tuple, leader: float | None
-           ) -> tuple[float, int, bool]:
-    """(median ms, samples, dropped early) of one candidate."""
-    problem, da, db, dbias, out, limit = run_args
-    if timer is not None:
-        samples = [float(t) for t in (timer(cand) or [])]
-        probe = samples[:PROBE]
-    else:
-        probe = measure.time_candidate(cand, problem, da, db, dbias, out, workspace_limit=limit,
-                                       warmup=WARMUP, repeat=PROBE) or []
-        samples = None
-    if not probe:
-        raise RuntimeError("no timing samples")
-    _stats["timed"] += 1
-    if leader is not None and statistics.median(probe) > SLOW_FACTOR * leader:
-        return statistics.median(probe), len(probe), True
-    if samples is None:
-        samples = probe + (measure.time_candidate(cand, problem, da, db, dbias, out, workspace_limit=limit,
-                                                  warmup=0, repeat=REPEAT - PROBE) or [])
-    return statistics.median(samples), len(samples), False
-
-
-def _measure(problem: Problem, key: str, cands: list[Candidate], limit: int, timer: Timer | None,
-             start: float) -> TuneResult:
-    a, b, bias = measure.random_operands(problem, np.random.default_rng())
-    da, db, dbias = measure.to_device(a, b, bias)
-    nan = np.full(problem.operand_shapes[2], np.nan, problem.dtype)
-    out = runtime.to_device(nan)
-    trusted, trusted_name, trusted_eps = _trusted(problem, cands, (a, b, bias, da, db, dbias), out, nan,
-                                                  limit)
-    rows, leader, best = [], None, None
-    for cand in cands:
-        row = CandidateResult(cand.label, cand.plugin.name, cand.config.name)
-        rows.append(row)
-        try:
-            out.copy_to_device(nan)
-            measure.run_candidate(cand, problem, da, db, dbias, out, limit)
-            got = out.copy_to_host()
-            _stats["checked"] += 1
-            row.rel_err = measure.rel_error(got, trusted)
-            tol = measure.tolerance(problem, max(cand.plugin.compute_eps(problem.dtype), trusted_eps))
-            if not row.rel_err <= tol:
-                row.status = (f"disqualified: rel err {row.rel_err:.3g} > tolerance {tol:.3g} "
-                              f"vs {trusted_name}")
-                continue
-            row.median_ms, row.samples, row.dropped_early = _timed(
-                cand, timer, (problem, da, db, dbias, out, limit), leader)
-            row.status = "ok"
-        except Exception as exc:  # a broken candidate is reported, never fatal
-            row.status = f"failed: {type(exc).__name__}: {exc}"[:400]
-            continue
-        if leader is None or row.median_ms < leader:
-            leader, best = row.median_ms, cand
-    reason = "lowest median" if best is not None else "no candidate ran correctly"
-    return TuneResult(problem, key, rows, best, "tuned", time.perf_counter() - start, reason,
-                      trusted_name)
+                      [f"tuned in {entry.get('tuning_s', float('nan')):.3g} s on {entry.get('device')}"]
+                      + ([f"shared: tuned on {entry['problem']['x']} (key policy {_policy})"]
+                         if entry.get("problem") != problem.to_dict() else []))
 
 
 def _store(result: TuneResult, cands: list[Candidate], prints: dict[str, str]) -> None:
@@ -288,7 +231,7 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
         key = tuning_key(problem, _policy, _deterministic)
         prints = _fingerprints(problem, cands)
         entry = None if force or problem.n == 0 else _cache().get(key)
-        stale = _stale(entry, cands, prints) if entry is not None else "no entry"
+        stale = _stale_for(problem, entry, cands, prints, limit) if entry is not None else "no entry"
         if not stale:
             _stats["cache_hits"] += 1
             result = _from_entry(problem, key, entry, cands, start)
@@ -302,7 +245,7 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
                                 f"{why}, so the highest declared priority wins (nothing was run or timed)")
         else:
             _stats["tuned"] += 1
-            result = _measure(problem, key, cands, limit, timer, start)
+            result = measure_candidates(problem, key, cands, limit, timer, start, _stats)
             if entry is not None and not force:
                 result.notes.append(f"cache entry replaced: {stale}")
             if result.winner is not None:

@@ -178,6 +178,14 @@ class Problem:
                 "out_hw": [self.p, self.q], "stride": list(self.stride), "padding": list(self.padding),
                 "dilation": list(self.dilation), "groups": self.groups, "bias": self.bias}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Problem":
+        """The inverse of :meth:`to_dict` (validated like :func:`make_problem`)."""
+        (n, c, h, w), (k, _, r, s), (p, q) = d["x"], d["w"], d["out_hw"]
+        return make_problem(d["op"], n, c, h, w, k, r, s, p=p, q=q, stride=tuple(d["stride"]),
+                            padding=tuple(d["padding"]), dilation=tuple(d["dilation"]),
+                            groups=d["groups"], dtype=d["dtype"], bias=d["bias"])
+
 
 def make_problem(op: str, n: int, c: int, h: int, w: int, k: int, r: int, s: int,
                  p: int | None = None, q: int | None = None, stride=1, padding=0, dilation=1,

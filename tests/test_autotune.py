@@ -174,6 +174,31 @@ def test_slow_candidates_are_dropped_early_and_failures_are_not_fatal():
     assert result.checked_against == "reference" and "tt_wrong" in str(result)
 
 
+def test_close_contenders_are_retimed_interleaved(monkeypatch):
+    """Timed one after another, tt_host[v=1] looks 5 % slower than v=2 (conditions drifted); re-timed
+    round-robin it is 10 % faster, and the decision follows the interleaved samples."""
+    problem = tiny()
+    monkeypatch.setattr(registry, "_plugins", {"tt_host": registry.get("tt_host"),
+                                               "direct": registry.get("direct")})
+    first = {"tt_host[v=1]": 1.0, "tt_host[v=2]": 0.95, "direct[default]": 5.0}
+    final = {"tt_host[v=1]": 0.9, "tt_host[v=2]": 1.0}
+    calls = []
+
+    def timer(cand):
+        seen = calls.count(cand.label)
+        calls.append(cand.label)
+        return [(first if seen == 0 else final)[cand.label]] * 6
+
+    result = autotune.tune(problem, workspace_limit=LIMIT, timer=timer)
+    rounds = calls[3:]
+    assert calls[:3] == ["tt_host[v=1]", "tt_host[v=2]", "direct[default]"]
+    assert rounds == ["tt_host[v=1]", "tt_host[v=2]"] * autotune.FINAL_ROUNDS  # direct: not close
+    assert result.winner_label == "tt_host[v=1]" and "final round" in " ".join(result.notes)
+    rows = {c.label: c for c in result.candidates}
+    assert rows["tt_host[v=1]"].median_ms == pytest.approx(0.9)
+    assert rows["tt_host[v=1]"].samples == 6 * autotune.FINAL_ROUNDS
+
+
 def test_every_candidate_failing_is_reported_not_cached(monkeypatch):
     problem = tiny()
     monkeypatch.setattr(registry, "_plugins", {"tt_wrong": registry.get("tt_wrong"),
@@ -384,6 +409,42 @@ def test_key_policy():
     assert autotune.tune(b, workspace_limit=LIMIT, timer=timer).source == "cache" and not timer.calls
     autotune.set_key_policy("exact")
     assert autotune.tune(b, workspace_limit=LIMIT, timer=timer).source == "tuned" and timer.calls
+
+
+class Sized(HostExact):
+    """Offers configs that depend on the shape (as im2col's tile choice does); ``wide`` needs W >= 8."""
+
+    name, priority = "tt_sized", 4
+
+    def configs(self, problem):
+        return [Config(tile=min(problem.w, 9))] + ([Config(wide=1)] if problem.w >= 8 else [])
+
+
+def test_pow2_key_shared_when_configs_depend_on_the_shape():
+    """A neighbour under the pow2 policy is answered from the entry tuned on another shape, judged by
+    that shape's candidates and fingerprints; it is re-tuned when the stored winner does not apply."""
+    convlab.register(Sized)
+    try:
+        autotune.set_key_policy("pow2")
+        a, b = tiny(n=3, h=5, w=8), tiny(n=3, h=5, w=7)  # same pow2 key, different tt_sized configs
+        assert tuning_cache.tuning_key(a, "pow2") == tuning_cache.tuning_key(b, "pow2")
+        ms = dict(FAKE_MS, **{"tt_sized[tile=8]": 0.05, "tt_sized[tile=7]": 0.05, "tt_sized[wide=1]": 0.04})
+        assert autotune.tune(a, workspace_limit=LIMIT, timer=FakeTimer(a, ms)).winner_label == \
+            "tt_sized[wide=1]"
+        timer = FakeTimer(b, ms)
+        again = autotune.tune(b, workspace_limit=LIMIT, timer=timer)  # wide=1 does not apply to W = 7
+        assert again.source == "tuned" and timer.calls and again.winner_label == "tt_sized[tile=7]"
+        assert any("not eligible for this shape" in n for n in again.notes), again.notes
+        timer = FakeTimer(a, ms)  # the entry now holds b's choice, tile=7, which a does not offer
+        assert autotune.tune(a, workspace_limit=LIMIT, timer=timer).source == "tuned"
+        ms["tt_host[v=2]"] = 0.001  # a winner every neighbour can run
+        autotune.tune(a, workspace_limit=LIMIT, force=True, timer=FakeTimer(a, ms))
+        timer = FakeTimer(b, ms)
+        shared = autotune.tune(b, workspace_limit=LIMIT, timer=timer)
+        assert shared.source == "cache" and not timer.calls and shared.winner_label == "tt_host[v=2]"
+        assert any("shared: tuned on [3, 2, 5, 8]" in n for n in shared.notes), shared.notes
+    finally:
+        convlab.unregister(Sized.name)
 
 
 def test_deterministic_setting():

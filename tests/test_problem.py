@@ -1,7 +1,12 @@
 """The problem model: derived sizes, GEMM views, counts and validation."""
 import pytest
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from convlab import make_problem
+from convlab.problem import Problem
+from convlab.testing.strategies import problems
 
 
 def test_output_size_and_gemm_views():
@@ -45,3 +50,10 @@ def test_problem_is_hashable_and_describable():
     a = make_problem("forward", 1, 4, 5, 5, 4, 3, 3)
     assert a == make_problem("forward", 1, 4, 5, 5, 4, 3, 3) and hash(a) == hash(a.replace())
     assert "forward f32" in a.describe()
+
+
+@given(problem=st.sampled_from(["forward", "dgrad", "wgrad"]).flatmap(problems))
+def test_dict_round_trip(problem):
+    assert Problem.from_dict(problem.to_dict()) == problem
+    with pytest.raises(ValueError, match="groups"):
+        Problem.from_dict(dict(problem.to_dict(), groups=0))

@@ -2,13 +2,20 @@
 # Two GPUs at once (device kind nvidia-h200-x2): two step lists of tools/gpu_final.sh, one per GPU.
 # Usage (carry .whl):
 #   source .whl/use-wheels.sh && bash tools/gpu_two_lanes.sh "tests sanitize notebooks" "resnet50 dcgan"
-# Each lane sees one GPU (CUDA_VISIBLE_DEVICES), so a benchmark lane has its GPU to itself; the lanes share
-# the host's CPUs. Archives: $OUT/results-gpu0.tgz and $OUT/results-gpu1.tgz, logs $OUT/lane-gpu*.log.
+# Each lane sees one GPU (CUDA_VISIBLE_DEVICES), so a benchmark lane has its GPU to itself; put the
+# benchmarks in the first lane, which also gets its own CPUs (see below). Archives: $OUT/results-gpu0.tgz and $OUT/results-gpu1.tgz, logs $OUT/lane-gpu*.log.
 set -u
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"; export OUT
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
 export CONVLAB_INSTALLED=1
-CUDA_VISIBLE_DEVICES=0 LANE=gpu0 bash tools/gpu_final.sh $1 > "$OUT/lane-gpu0.log" 2>&1 &
-CUDA_VISIBLE_DEVICES=1 LANE=gpu1 bash tools/gpu_final.sh $2 > "$OUT/lane-gpu1.log" 2>&1 &
+# CPUs apart too (LANE0_CPUS, default the first quarter): the first lane's launches do not queue
+# behind the second lane's compiling test workers.
+n=$(nproc); pin0=(); pin1=()
+if command -v taskset >/dev/null; then
+  c0="${LANE0_CPUS:-0-$(( n / 4 - 1 ))}"; pin0=(taskset -c "$c0"); pin1=(taskset -c "$(( n / 4 ))-$(( n - 1 ))")
+fi
+echo "lane gpu0: ${pin0[*]:-no pinning}; lane gpu1: ${pin1[*]:-no pinning}" | tee "$OUT/lanes.txt"
+CUDA_VISIBLE_DEVICES=0 LANE=gpu0 "${pin0[@]}" bash tools/gpu_final.sh $1 > "$OUT/lane-gpu0.log" 2>&1 &
+CUDA_VISIBLE_DEVICES=1 LANE=gpu1 "${pin1[@]}" bash tools/gpu_final.sh $2 > "$OUT/lane-gpu1.log" 2>&1 &
 wait
 tail -n 40 "$OUT"/lane-gpu*.log

@@ -24,7 +24,7 @@ import functools
 import numpy as np
 
 from convlab import Problem, register, runtime
-from convlab.algorithms.im2col import THREADS, ColumnGemmAlgorithm, Plan, launch_grid
+from convlab.algorithms.im2col import THREADS, ColumnGemmAlgorithm, Plan, lend_columns, launch_grid
 from convlab.gemm import Strided, Tile, gemm
 from convlab.runtime import cuda
 
@@ -94,14 +94,14 @@ class Col2im(ColumnGemmAlgorithm):
 
     def run(self, problem, config, a, b, bias, out, *, workspace_limit):
         tile, plan = self.plan(problem, config, workspace_limit)
-        cols = runtime.empty((plan.cols,), problem.dtype) if plan.cols else None
-        n0 = 0
-        while n0 < problem.n:
-            nb = min(plan.nb, problem.n - n0)
-            _columns(problem, tile, plan, a, b, bias, out if plan.pointwise else cols, n0, nb)
-            if not plan.pointwise:
-                fold(problem, cols, out, bias, n0, nb)
-            n0 += nb
+        with lend_columns(plan.cols, problem.dtype) as cols:
+            n0 = 0
+            while n0 < problem.n:
+                nb = min(plan.nb, problem.n - n0)
+                _columns(problem, tile, plan, a, b, bias, out if plan.pointwise else cols, n0, nb)
+                if not plan.pointwise:
+                    fold(problem, cols, out, bias, n0, nb)
+                n0 += nb
 
 
 def _columns(pr: Problem, tile: Tile, plan: Plan, dy, w, bias, dst, n0: int, nb: int) -> None:

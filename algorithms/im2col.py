@@ -24,6 +24,7 @@ column matrix. The column geometry and workspace planning are shared with the co
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ import numpy as np
 from convlab import Algorithm, Config, Problem, Verdict, register, runtime
 from convlab.gemm import TILES, Strided, Tile, gemm, pick_tiles, sum_partials
 from convlab.runtime import cuda
+from convlab.scratch import scratch
 
 U = np.uint32
 THREADS = 32 if runtime.SIMULATOR else 256  # threads per block of the unfold / fold kernels
@@ -221,20 +223,25 @@ class Im2col(ColumnGemmAlgorithm):
     def run(self, problem, config, a, b, bias, out, *, workspace_limit):
         tile, plan = self.plan(problem, config, workspace_limit)
         pr = problem
-        cols = runtime.empty((plan.cols,), pr.dtype) if plan.cols else None
-        part = runtime.empty((plan.part,), pr.dtype) if plan.part else None
-        if pr.op == "wgrad" and pr.n == 0:
-            _wgrad(pr, tile, plan, a, b, None, out, part, 0, 0)  # sum over no images: zeros
-        n0 = 0
-        while n0 < pr.n:
-            nb = min(plan.nb, pr.n - n0)
-            if not plan.pointwise:
-                unfold(pr, a, cols, n0, nb)
-            if pr.op == "forward":
-                _forward(pr, tile, plan, b, bias, out, a if plan.pointwise else cols, n0, nb)
-            else:
-                _wgrad(pr, tile, plan, a, b, cols, out, part, n0, nb)
-            n0 += nb
+        with lend_columns(plan.cols, pr.dtype) as cols, lend_columns(plan.part, pr.dtype) as part:
+            if pr.op == "wgrad" and pr.n == 0:
+                _wgrad(pr, tile, plan, a, b, None, out, part, 0, 0)  # sum over no images: zeros
+            n0 = 0
+            while n0 < pr.n:
+                nb = min(plan.nb, pr.n - n0)
+                if not plan.pointwise:
+                    unfold(pr, a, cols, n0, nb)
+                if pr.op == "forward":
+                    _forward(pr, tile, plan, b, bias, out, a if plan.pointwise else cols, n0, nb)
+                else:
+                    _wgrad(pr, tile, plan, a, b, cols, out, part, n0, nb)
+                n0 += nb
+
+
+def lend_columns(n: int, dtype: str):
+    """A column buffer of ``n`` elements lent for the call (convlab.scratch), or None when the plan
+    needs none."""
+    return scratch(n, dtype) if n else contextlib.nullcontext(None)
 
 
 def _forward(pr: Problem, tile: Tile, plan: Plan, w, bias, y, src, n0: int, nb: int) -> None:

@@ -5,14 +5,16 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import make_problem, reference, runtime
+from convlab import make_problem, reference, runtime, scratch
 from convlab.algorithms.im2col import column_plan, tile_of
 from convlab.measure import random_operands, rel_error, to_device, tolerance
 
 
 @pytest.fixture
 def allocations(monkeypatch):
-    """Element counts of every device allocation made through convlab.runtime.empty."""
+    """Element counts of every device allocation made through convlab.runtime.empty (the scratch pool
+    is emptied first, so each column buffer the plugin lends is a new allocation)."""
+    scratch.release()
     sizes = []
     original = runtime.empty
 

@@ -21,20 +21,9 @@ from convlab import runtime
 from convlab.gemm import TILES, Tile, matmul
 
 
-def _median_ms(fn: Callable[[], object], stream_sync: Callable[[], None], warmup: int, repeat: int,
-               make_event: Callable[[], object]) -> float:
-    for _ in range(warmup):
-        fn()
-    stream_sync()
-    times = []
-    for _ in range(repeat):
-        start, stop = make_event(), make_event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+def _median_ms(fn: Callable[[], object], warmup: int, repeat: int) -> float:
+    """Median CUDA-event milliseconds of ``fn`` (torch and numba share the legacy default stream)."""
+    return statistics.median(runtime.time_ms(fn, warmup=warmup, repeat=repeat))
 
 
 def parse_tile(text: str) -> Tile:
@@ -67,14 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     want = (a.double() @ b.double())
     want_norm = float(torch.linalg.norm(want))
     c_torch = torch.empty(m, n, device="cuda")
-    sync = torch.cuda.synchronize
-    event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
     result = {"device": runtime.device_name(), "versions": runtime.versions(),
               "torch": torch.__version__, "shape": {"M": m, "N": n, "K": k}, "dtype": "float32",
               "timing": f"CUDA events, {args.warmup} warm-up runs, median of {args.repeat}",
               "variants": []}
-    cublas_ms = _median_ms(lambda: torch.matmul(a, b, out=c_torch), sync, args.warmup, args.repeat,
-                           event)
+    cublas_ms = _median_ms(lambda: torch.matmul(a, b, out=c_torch), args.warmup, args.repeat)
     result["cublas"] = {"ms": cublas_ms, "tflops": flops / cublas_ms / 1e9,
                         "rel_error": float(torch.linalg.norm(c_torch.double() - want)) / want_norm}
     print(f"cuBLAS: {cublas_ms:.3f} ms, {flops / cublas_ms / 1e9:.1f} TFLOP/s", flush=True)
@@ -90,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             runtime.synchronize()
             entry["first_run_s"] = time.perf_counter() - t0  # compile + launch
             entry["rel_error"] = float(torch.linalg.norm(c.double() - want)) / want_norm
-            ms = _median_ms(lambda: matmul(da, db, dc, tile=tile), runtime.synchronize, args.warmup,
-                            args.repeat, runtime.event)
+            ms = _median_ms(lambda: matmul(da, db, dc, tile=tile), args.warmup, args.repeat)
             entry.update(ms=ms, tflops=flops / ms / 1e9, vs_cublas=cublas_ms / ms)
             print(f"{tile.name}: {ms:.3f} ms, {entry['tflops']:.1f} TFLOP/s "
                   f"({entry['vs_cublas']:.2f} of cuBLAS), rel error {entry['rel_error']:.2e}, "

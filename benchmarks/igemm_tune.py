@@ -52,19 +52,9 @@ def torch_ops(prob, torch):
     return run
 
 
-def cuda_time(fn, torch, warmup=2, repeat=10) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return statistics.median(times)
+def cuda_time(fn, torch=None, warmup=2, repeat=10) -> float:
+    """Median CUDA-event ms of ``fn`` (runtime.time_ms; torch shares numba's legacy default stream)."""
+    return statistics.median(runtime.time_ms(fn, warmup=warmup, repeat=repeat))
 
 
 START = time.time()

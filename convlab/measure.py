@@ -6,11 +6,12 @@ candidate the same way.
 from __future__ import annotations
 
 import math
-from typing import Any
+import time
+from typing import Any, Callable
 
 import numpy as np
 
-from . import runtime
+from . import runtime, settings
 from .problem import Problem
 from .registry import Candidate
 
@@ -63,3 +64,25 @@ def time_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias:
     """Per-run milliseconds (CUDA events) of a candidate, after ``warmup`` runs; None on the simulator."""
     return runtime.time_ms(lambda: run_candidate(candidate, problem, a, b, bias, out, workspace_limit),
                            warmup=warmup, repeat=repeat)
+
+
+def wall_clock_timer(problem: Problem, repeat: int = 1,
+                     rng: np.random.Generator | None = None) -> Callable[[Candidate], list[float]]:
+    """``timer(candidate) -> [ms, ...]``: wall-clock milliseconds of ``repeat`` synchronised runs on
+    fresh random operands of ``problem``. The CUDA simulator has no device clock, so this is what
+    notebooks and self-tests hand to ``autotune.tune(timer=...)`` there; its numbers say how slowly
+    Python simulates a kernel, not how fast a GPU runs it."""
+    a, b, bias = to_device(*random_operands(problem, rng))
+    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+    limit = settings.get_workspace_limit()
+
+    def timer(candidate: Candidate) -> list[float]:
+        samples = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            run_candidate(candidate, problem, a, b, bias, out, limit)
+            runtime.synchronize()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return samples
+
+    return timer

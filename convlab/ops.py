@@ -97,39 +97,35 @@ def _check_groups(groups: Any, c: int, c_name: str, k: int) -> None:
 
 def _dgrad_problem(grad_out, w, input_shape, stride, padding, dilation, groups) -> Problem:
     gs, ws = _spec(grad_out, "grad_out", 4), _spec(w, "weight", 4)
-    n, c, h, wd = _shape_arg(input_shape, "input_shape")
-    (gn, gk, gp, gq), (k, cg, r, s) = gs[0], ws[0]
     dtype = _same_dtype(grad_out=gs, weight=ws)
-    _check_groups(groups, c, "input_shape", k)
-    if cg * groups != c:
-        raise ValueError(f"channel mismatch: input_shape has C={c} but weight {ws[0]} expects "
-                         f"{cg} * groups({groups}) = {cg * groups}")
-    if (gn, gk) != (n, k):
-        raise ValueError(f"grad_out {gs[0]} must have batch {n} (input_shape) and K={k} channels (weight)")
-    prob = make_problem("dgrad", n, c, h, wd, k, r, s, stride=stride, padding=padding,
-                        dilation=dilation, groups=groups, dtype=dtype)
-    if (gp, gq) != (prob.p, prob.q):
-        raise ValueError(f"grad_out spatial size {gp}x{gq} does not match the forward output "
-                         f"{prob.p}x{prob.q} of input_shape {input_shape} with these stride/padding/dilation")
-    return prob
+    return _backward_problem("dgrad", _shape_arg(input_shape, "input_shape"), "input_shape", ws[0],
+                             "weight", gs[0], dtype, stride, padding, dilation, groups)
 
 
 def _wgrad_problem(x, grad_out, weight_shape, stride, padding, dilation, groups) -> Problem:
     xs, gs = _spec(x, "x", 4), _spec(grad_out, "grad_out", 4)
-    k, cg, r, s = _shape_arg(weight_shape, "weight_shape")
-    (n, c, h, wd), (gn, gk, gp, gq) = xs[0], gs[0]
     dtype = _same_dtype(x=xs, grad_out=gs)
-    _check_groups(groups, c, "x", k)
+    return _backward_problem("wgrad", xs[0], "x", _shape_arg(weight_shape, "weight_shape"),
+                             "weight_shape", gs[0], dtype, stride, padding, dilation, groups)
+
+
+def _backward_problem(op: str, x_dims: tuple, x_name: str, w_dims: tuple, w_name: str, g_dims: tuple,
+                      dtype: str, stride, padding, dilation, groups) -> Problem:
+    """The dgrad or wgrad problem from the input's and the weight's shapes (an array's or a shape
+    argument's, named ``x_name`` / ``w_name`` in errors), checked against grad_out's shape ``g_dims``."""
+    (n, c, h, wd), (k, cg, r, s), (gn, gk, gp, gq) = x_dims, w_dims, g_dims
+    _check_groups(groups, c, x_name, k)
     if cg * groups != c:
-        raise ValueError(f"channel mismatch: x has C={c} but weight_shape {weight_shape} expects "
+        raise ValueError(f"channel mismatch: {x_name} has C={c} but {w_name} {tuple(w_dims)} expects "
                          f"{cg} * groups({groups}) = {cg * groups}")
     if (gn, gk) != (n, k):
-        raise ValueError(f"grad_out {gs[0]} must have batch {n} (x) and K={k} channels (weight_shape)")
-    prob = make_problem("wgrad", n, c, h, wd, k, r, s, stride=stride, padding=padding,
-                        dilation=dilation, groups=groups, dtype=dtype)
+        raise ValueError(f"grad_out {tuple(g_dims)} must have batch {n} ({x_name}) and K={k} channels "
+                         f"({w_name})")
+    prob = make_problem(op, n, c, h, wd, k, r, s, stride=stride, padding=padding, dilation=dilation,
+                        groups=groups, dtype=dtype)
     if (gp, gq) != (prob.p, prob.q):
         raise ValueError(f"grad_out spatial size {gp}x{gq} does not match the forward output "
-                         f"{prob.p}x{prob.q} of x with these stride/padding/dilation")
+                         f"{prob.p}x{prob.q} of {x_name} {tuple(x_dims)} with these stride/padding/dilation")
     return prob
 
 

@@ -12,6 +12,7 @@ Wrong or failing candidates never appear (the harness timed only checked ones).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -66,7 +67,9 @@ def plugin_color(plugin: str) -> str:
     """One colour per plugin in every chart (cuDNN black); unknown plugins take later cycle colours."""
     if plugin == "cudnn":
         return "black"
-    cycle = _plt().rcParams["axes.prop_cycle"].by_key()["color"]
+    import matplotlib  # rcParams only: no backend is chosen here (notebooks keep theirs)
+
+    cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     index = _KNOWN.index(plugin) if plugin in _KNOWN else len(_KNOWN) + sum(map(ord, plugin)) % 6
     return cycle[index % len(cycle)]
 
@@ -116,6 +119,24 @@ def bar_chart(suite: str, results: list[dict[str, Any]], metric: str, path: Path
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def time_bars(ax, results: list[Any], *, highlight: str | None = None, rotation: float = 15) -> None:
+    """Draw on ``ax`` one group of bars per shape: each plugin's fastest checked median (and cuDNN's),
+    log scale. ``results``: ``convlab.bench`` ProblemResult objects or their JSON dicts; the bars of
+    plugin ``highlight`` are hatched. Notebooks use it for their time-by-plugin figures."""
+    rows = [r if isinstance(r, dict) else dataclasses.asdict(r) for r in results]
+    best = [best_per_plugin(r, "median_ms") for r in rows]
+    names = sorted({p for b in best for p in b}, key=lambda p: (p == "cudnn", p))
+    width = 0.8 / max(len(names), 1)
+    for i, name in enumerate(names):
+        xs = [j + (i - (len(names) - 1) / 2) * width for j, b in enumerate(best) if name in b]
+        ax.bar(xs, [b[name]["median_ms"] for b in best if name in b], width, label=name,
+               color=plugin_color(name), hatch="//" if name == highlight else None)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r["label"] for r in rows], rotation=rotation)
+    _log_ticks(ax)
+    ax.legend(fontsize=8)
 
 
 def roofline(suite: str, results: list[dict[str, Any]], path: Path, peak_tflops: float,

@@ -27,13 +27,13 @@
 
 # %%
 import os
-import time
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 import convlab
 from convlab import baseline, bench, measure, reference, registry, runtime
+from convlab.plot import time_bars
 from convlab.report import table
 from convlab.suite import suite_from_dict
 
@@ -146,51 +146,21 @@ results = [bench.bench_problem(suite.name, entry, prob, opts, cudnn)
            for entry, prob in suite.problems(opts.ops)]
 
 
-def wall_ms(plugin_name, config_name, prob):
-    """Wall-clock milliseconds of one run (the simulator's stand-in for a device timer)."""
-    plugin = convlab.get_plugin(plugin_name)
-    config = next(c for c in plugin.configs(prob) if c.name == config_name)
-    a, b, bias, out = *measure.to_device(*measure.random_operands(prob, rng)), \
-        runtime.empty(prob.operand_shapes[2], prob.dtype)
-    start = time.perf_counter()
-    plugin.run(prob, config, a, b, bias, out, workspace_limit=convlab.get_workspace_limit())
-    runtime.synchronize()
-    return (time.perf_counter() - start) * 1e3
-
-
-if runtime.SIMULATOR:
+if runtime.SIMULATOR:  # no device clock: one wall-clock run of each checked candidate stands in
     for (_, prob), res in zip(suite.problems(opts.ops), results):
+        timer = measure.wall_clock_timer(prob, rng=rng)
         for row in res.candidates:
             if row.status == "ok" and row.median_ms is None:
-                row.median_ms = wall_ms(row.plugin, row.config, prob)
+                plugin = convlab.get_plugin(row.plugin)
+                config = next(c for c in plugin.configs(prob) if c.name == row.config)
+                row.median_ms = timer(convlab.registry.Candidate(plugin, config))[0]
 print(table(results))
 
 # %%
-labels = [res.label for res in results]
-names = sorted({row.plugin for res in results for row in res.candidates if row.median_ms is not None})
-if any(res.cudnn is not None and res.cudnn.median_ms is not None for res in results):
-    names.append("cudnn")
-
-
-def best_ms(res, name):
-    """The plugin's fastest checked config on this shape (None where it declined)."""
-    rows = [res.cudnn] if name == "cudnn" else [r for r in res.candidates if r.plugin == name]
-    times = [r.median_ms for r in rows if r is not None and r.status == "ok" and r.median_ms]
-    return min(times) if times else None
-
-
-fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(labels), 4.2))
-width = 0.8 / max(len(names), 1)
-for i, name in enumerate(names):
-    ms = [best_ms(res, name) for res in results]
-    xs = [j + (i - (len(names) - 1) / 2) * width for j, t in enumerate(ms) if t is not None]
-    ax.bar(xs, [t for t in ms if t is not None], width, label=name)
-ax.set_xticks(range(len(labels)), labels, rotation=15)
-ax.set_yscale("log")
-unit = "simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms (CUDA events)"
-ax.set_ylabel(unit)
+fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(results), 4.2))
+time_bars(ax, results)
+ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms (CUDA events)")
 ax.set_title(f"forward time by plugin, {runtime.device_name()} (lower is better)")
-ax.legend(fontsize=8)
 fig.tight_layout()
 if FIG_DIR:
     os.makedirs(FIG_DIR, exist_ok=True)

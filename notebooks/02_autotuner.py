@@ -62,18 +62,7 @@ print("cache file:", autotune.cache_path())
 # %%
 def timer_for(problem):
     """None on a GPU; on the simulator, a timer giving the wall-clock ms of one run of a candidate."""
-    if not runtime.SIMULATOR:
-        return None
-    a, b, bias = measure.to_device(*measure.random_operands(problem))
-    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
-
-    def wall_clock(candidate):
-        start = time.perf_counter()
-        measure.run_candidate(candidate, problem, a, b, bias, out, convlab.get_workspace_limit())
-        runtime.synchronize()
-        return [(time.perf_counter() - start) * 1e3]
-
-    return wall_clock
+    return None if not runtime.SIMULATOR else measure.wall_clock_timer(problem)
 
 
 def tune(problem, **kw):

@@ -51,6 +51,7 @@ import convlab
 import convlab.testing
 from convlab import (Algorithm, Config, Problem, Verdict, autotune, baseline, bench, measure, reference,
                      runtime)
+from convlab.plot import time_bars
 from convlab.report import table
 from convlab.runtime import cuda
 from convlab.suite import suite_from_dict
@@ -291,18 +292,7 @@ finally:
 # %%
 def timer_for(problem):
     """None on a GPU; on the simulator, the wall-clock ms of one run of a candidate."""
-    if not runtime.SIMULATOR:
-        return None
-    a, b, bias = measure.to_device(*measure.random_operands(problem))
-    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
-
-    def wall_clock(candidate):
-        start = time.perf_counter()
-        measure.run_candidate(candidate, problem, a, b, bias, out, convlab.get_workspace_limit())
-        runtime.synchronize()
-        return [(time.perf_counter() - start) * 1e3]
-
-    return wall_clock
+    return None if not runtime.SIMULATOR else measure.wall_clock_timer(problem)
 
 
 if SIZE == "full":
@@ -347,27 +337,8 @@ assert all(row.status == "ok" for res in results for row in res.candidates
            if row.plugin == "notebook_winograd")
 
 # %%
-labels = [res.label for res in results]
-names = sorted({row.plugin for res in results for row in res.candidates if row.median_ms is not None})
-if any(res.cudnn is not None and res.cudnn.median_ms is not None for res in results):
-    names.append("cudnn")
-
-
-def best_ms(res, name):
-    rows = [res.cudnn] if name == "cudnn" else [r for r in res.candidates if r.plugin == name]
-    times = [r.median_ms for r in rows if r is not None and r.status == "ok" and r.median_ms]
-    return min(times) if times else None
-
-
-fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(labels), 4.2))
-width = 0.8 / max(len(names), 1)
-for i, name in enumerate(names):
-    ms = [best_ms(res, name) for res in results]
-    xs = [j + (i - (len(names) - 1) / 2) * width for j, t in enumerate(ms) if t is not None]
-    ax.bar(xs, [t for t in ms if t is not None], width, label=name,
-           hatch="//" if name == "notebook_winograd" else None)
-ax.set_xticks(range(len(labels)), labels)
-ax.set_yscale("log")
+fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(results), 4.2))
+time_bars(ax, results, highlight="notebook_winograd", rotation=0)
 ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms (CUDA events)")
 ax.set_title(f"3x3 forward: the new Winograd plugin vs the others, {runtime.device_name()}", fontsize=9)
 ax.legend(fontsize=8)

@@ -331,3 +331,22 @@ def test_plot_from_results(tmp_path, capsys):
     assert run_cli(capsys, "plot", str(tmp_path / "gpu.json"), "-o", str(tmp_path / "p"),
                    "--metric", "time", "--peak-tflops", "10")[0] == 0
     assert (tmp_path / "p" / "tiny-time.png").exists()
+
+
+def test_time_bars_draws_each_plugins_fastest_checked_time():
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from convlab.plot import time_bars
+
+    def row(plugin, ms, status="ok"):
+        return {"plugin": plugin, "median_ms": ms, "status": status}
+
+    results = [{"label": "a", "candidates": [row("p1", 2.0), row("p1", 1.0), row("p2", 0.1, "wrong")],
+                "cudnn": row("cudnn", 0.5)},
+               {"label": "b", "candidates": [row("p2", 3.0)], "cudnn": None}]
+    ax = Figure().add_subplot()
+    time_bars(ax, results, highlight="p2")
+    bars = {(c.get_label(), p.get_height(), p.get_hatch()) for c in ax.containers for p in c}
+    assert bars == {("p1", 1.0, None), ("p2", 3.0, "//"), ("cudnn", 0.5, None)}  # never the wrong one
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"] and ax.get_yscale() == "log"

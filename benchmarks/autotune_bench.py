@@ -133,13 +133,7 @@ def make_timer(problem, repeat: int):
             return measure.time_candidate(cand, problem, da, db, dbias, out, workspace_limit=limit,
                                           warmup=warmup, repeat=n)
         measure.run_candidate(cand, problem, da, db, dbias, out, limit)  # warm-up
-        samples = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            measure.run_candidate(cand, problem, da, db, dbias, out, limit)
-            runtime.synchronize()
-            samples.append((time.perf_counter() - t0) * 1e3)
-        return samples
+        return [measure.wall_clock_ms(cand, problem, da, db, dbias, out, limit) for _ in range(n)]
 
     return timer
 

@@ -52,6 +52,7 @@ class BenchOptions:
     max_seconds: float = 2.0  # timing budget per candidate (repeat is cut, never below 3)
     workspace_limit: int | None = None
     auto: bool = True  # also report (and time) the autotuner's pick
+    simulator_wall_clock: bool = False  # simulator: record one run's wall-clock ms as the median
     seed: int = 0
 
 
@@ -191,6 +192,8 @@ def _bench_candidate(cand: Candidate, problem: Problem, dev: tuple, out: Any, po
         if row.status in ("ok", "unchecked") and not runtime.SIMULATOR:
             row.steady_mem_bytes = allocated_during(launch)
             _fill_rates(row, problem, _time(cand, problem, (*dev, out), opts, limit))
+        elif row.status in ("ok", "unchecked") and opts.simulator_wall_clock:  # no rates: not GPU speed
+            row.median_ms = measure.wall_clock_ms(cand, problem, *dev, out, limit)
     except Exception as exc:  # a plugin failing to compile or launch is recorded, never fatal
         row.status, row.error = "error", f"{type(exc).__name__}: {exc}"[:500]
     return row

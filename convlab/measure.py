@@ -66,23 +66,26 @@ def time_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias:
                            warmup=warmup, repeat=repeat)
 
 
+def wall_clock_ms(candidate: Candidate, problem: Problem, a: Any, b: Any, bias: Any, out: Any,
+                  workspace_limit: int) -> float:
+    """Wall-clock milliseconds of one synchronised run. The CUDA simulator has no device clock, so this
+    is its stand-in; the number says how slowly Python simulates a kernel, not how fast a GPU runs it."""
+    start = time.perf_counter()
+    run_candidate(candidate, problem, a, b, bias, out, workspace_limit)
+    runtime.synchronize()
+    return (time.perf_counter() - start) * 1e3
+
+
 def wall_clock_timer(problem: Problem, repeat: int = 1,
                      rng: np.random.Generator | None = None) -> Callable[[Candidate], list[float]]:
-    """``timer(candidate) -> [ms, ...]``: wall-clock milliseconds of ``repeat`` synchronised runs on
-    fresh random operands of ``problem``. The CUDA simulator has no device clock, so this is what
-    notebooks and self-tests hand to ``autotune.tune(timer=...)`` there; its numbers say how slowly
-    Python simulates a kernel, not how fast a GPU runs it."""
+    """``timer(candidate) -> [ms, ...]``: :func:`wall_clock_ms` of ``repeat`` runs on fresh random
+    operands of ``problem``, what notebooks and self-tests hand to ``autotune.tune(timer=...)`` on the
+    simulator."""
     a, b, bias = to_device(*random_operands(problem, rng))
     out = runtime.empty(problem.operand_shapes[2], problem.dtype)
     limit = settings.get_workspace_limit()
 
     def timer(candidate: Candidate) -> list[float]:
-        samples = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            run_candidate(candidate, problem, a, b, bias, out, limit)
-            runtime.synchronize()
-            samples.append((time.perf_counter() - start) * 1e3)
-        return samples
+        return [wall_clock_ms(candidate, problem, a, b, bias, out, limit) for _ in range(repeat)]
 
     return timer

@@ -136,8 +136,7 @@ def measure_candidates(problem: Problem, key: str, cands: list[Candidate], limit
                          + ", ".join(r.label for _, r in contenders))
         except Exception as exc:  # keep the first-pass medians
             notes.append(f"final round failed ({type(exc).__name__}: {exc}); first-pass medians used")
-    pool = contenders if len(contenders) > 1 else ran
-    best = min(pool, key=lambda cr: cr[1].median_ms)[0] if pool else None
+    best = min(contenders, key=lambda cr: cr[1].median_ms)[0] if contenders else None  # leader included
     reason = "lowest median" if best is not None else "no candidate ran correctly"
     return TuneResult(problem, key, rows, best, "tuned", time.perf_counter() - start, reason,
                       trusted_name, notes)

@@ -141,19 +141,10 @@ SHAPES = {
 suite = suite_from_dict({"name": "tour", "problems": SHAPES[SIZE]}, "notebook 01")
 cudnn, why_not = baseline.load()
 print("cuDNN baseline:", "yes" if cudnn is not None else f"no ({why_not})")
-opts = bench.BenchOptions(ops=("forward",), warmup=2, repeat=10, max_seconds=0.5)
+# simulator_wall_clock: without a device clock, one wall-clock run of each checked candidate stands in
+opts = bench.BenchOptions(ops=("forward",), warmup=2, repeat=10, max_seconds=0.5, simulator_wall_clock=True)
 results = [bench.bench_problem(suite.name, entry, prob, opts, cudnn)
            for entry, prob in suite.problems(opts.ops)]
-
-
-if runtime.SIMULATOR:  # no device clock: one wall-clock run of each checked candidate stands in
-    for (_, prob), res in zip(suite.problems(opts.ops), results):
-        timer = measure.wall_clock_timer(prob, rng=rng)
-        for row in res.candidates:
-            if row.status == "ok" and row.median_ms is None:
-                plugin = convlab.get_plugin(row.plugin)
-                config = next(c for c in plugin.configs(prob) if c.name == row.config)
-                row.median_ms = timer(convlab.registry.Candidate(plugin, config))[0]
 print(table(results))
 
 # %%

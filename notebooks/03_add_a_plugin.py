@@ -322,16 +322,10 @@ SHAPES = {
 suite = suite_from_dict({"name": "winograd", "problems": SHAPES[SIZE]}, "notebook 03")
 cudnn, why_not = baseline.load()
 print("cuDNN baseline:", "yes" if cudnn is not None else f"no ({why_not})")
-opts = bench.BenchOptions(ops=("forward",), warmup=2, repeat=10, max_seconds=0.5)
+# simulator_wall_clock: without a device clock, one wall-clock run of each checked candidate stands in
+opts = bench.BenchOptions(ops=("forward",), warmup=2, repeat=10, max_seconds=0.5, simulator_wall_clock=True)
 results = [bench.bench_problem(suite.name, entry, prob, opts, cudnn)
            for entry, prob in suite.problems(opts.ops)]
-if runtime.SIMULATOR:  # no device timer: one wall-clock run per checked candidate
-    for (_, prob), res in zip(suite.problems(opts.ops), results):
-        for row in res.candidates:
-            if row.status == "ok" and row.median_ms is None:
-                plugin = convlab.get_plugin(row.plugin)
-                config = next(c for c in plugin.configs(prob) if c.name == row.config)
-                row.median_ms = timer_for(prob)(convlab.registry.Candidate(plugin, config))[0]
 print(table(results))
 assert all(row.status == "ok" for res in results for row in res.candidates
            if row.plugin == "notebook_winograd")

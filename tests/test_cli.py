@@ -350,3 +350,13 @@ def test_time_bars_draws_each_plugins_fastest_checked_time():
     bars = {(c.get_label(), p.get_height(), p.get_hatch()) for c in ax.containers for p in c}
     assert bars == {("p1", 1.0, None), ("p2", 3.0, "//"), ("cudnn", 0.5, None)}  # never the wrong one
     assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"] and ax.get_yscale() == "log"
+
+
+@pytest.mark.skipif(not runtime.SIMULATOR, reason="the simulator's stand-in for a device clock")
+def test_simulator_wall_clock_option_times_each_checked_candidate():
+    (entry, prob), = load_suite("tiny").problems(("forward",))[:1]
+    plain, clocked = (bench.bench_problem("tiny", entry, prob, bench.BenchOptions(
+        ops=("forward",), auto=False, simulator_wall_clock=flag), None) for flag in (False, True))
+    assert plain.candidates and all(row.median_ms is None for row in plain.candidates)
+    assert all(row.status == "ok" for row in clocked.candidates)
+    assert all(row.median_ms > 0 and row.tflops is None for row in clocked.candidates)  # no GPU rates

@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# Burn's conv2d shapes (batch 16, padding 0; x = N,C,H,W, w = K,C,R,S, stride), used when convlab.suite
+# Burn's conv2d shapes (batch 16, padding 0; x = N,C,H,W, w = K,C,R,S, stride), used when convlab.bench.suite
 # (the suites-as-data module) is not available.
 _BURN = [((16, 16, 512, 512), (16, 16, 3, 3), 1), ((16, 3, 227, 227), (96, 3, 11, 11), 4),
          ((16, 3, 231, 231), (96, 3, 11, 11), 4), ((16, 3, 227, 227), (64, 3, 7, 7), 2),
@@ -80,7 +80,7 @@ def load_problems(args: argparse.Namespace) -> list[tuple[str, object]]:
     names = args.suite or ["burn", "burn_b4"]
     out = []
     try:
-        from convlab.suite import load_suite
+        from convlab.bench.suite import load_suite
     except ImportError:
         load_suite = None
     for name in names:
@@ -100,14 +100,14 @@ def load_problems(args: argparse.Namespace) -> list[tuple[str, object]]:
                     out.append((_label(x, w, st), make_problem(op, *x, w[0], w[2], w[3], stride=st,
                                                                dtype=args.dtype)))
         else:
-            raise SystemExit(f"suite {name!r} needs convlab.suite, which is not importable")
+            raise SystemExit(f"suite {name!r} needs convlab.bench.suite, which is not importable")
     if args.quick:
         out = [(lab, p) for lab, p in out if any(lab.startswith(q) for q in _QUICK)] or out[:3]
     return out
 
 
 def keep_plugins(names: str | None) -> None:
-    from convlab import registry
+    from convlab.plugin import registry
 
     if not names:
         return
@@ -139,7 +139,8 @@ def make_timer(problem, repeat: int):
 
 
 def bench_problem(label: str, problem, args: argparse.Namespace) -> dict:
-    from convlab import autotune, registry, settings
+    from convlab import autotune, settings
+    from convlab.plugin import registry
 
     timer = make_timer(problem, args.repeat)
     tuner_timer = timer if _simulator() else None  # on a GPU the tuner times with its own CUDA events
@@ -222,7 +223,7 @@ def summarize(shapes: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="convlab-autotune-bench-")
-    os.environ["CONVLAB_CACHE_DIR"] = cache_dir  # read at call time by convlab.tuning_cache
+    os.environ["CONVLAB_CACHE_DIR"] = cache_dir  # read at call time by convlab.settings.cache_dir
     import convlab
     from convlab import autotune, runtime
 

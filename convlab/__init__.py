@@ -4,18 +4,18 @@ Ops (NCHW, PyTorch's conventions): :func:`conv2d`, :func:`conv2d_backward_data`,
 :func:`conv2d_backward_weight`, :func:`conv_transpose2d`. Algorithms are plugins (:func:`plugins`,
 :func:`register`); :func:`explain` says which apply to a problem and why not.
 """
-__version__ = "0.1.0"
+from ._version import __version__
 
-from .plugin import Algorithm, Config, Verdict  # noqa: E402
-from .problem import Problem, make_problem  # noqa: E402
-from .registry import get as get_plugin, load_errors, plugins, register, unregister  # noqa: E402
-from .settings import get_workspace_limit, set_workspace_limit  # noqa: E402
-from . import explain as _explain_module  # noqa: E402,F401  (load the submodule before the function
-#                                           named explain below takes over the package attribute)
-from .ops import (conv2d, conv2d_backward_data, conv2d_backward_weight,  # noqa: E402
+from .plugin.contract import Algorithm, Config, Verdict
+from .problem import Problem, make_problem
+from .plugin.registry import get as get_plugin, load_errors, plugins, register, unregister
+from .settings import (get_deterministic, get_workspace_limit, set_deterministic,
+                       set_workspace_limit)
+from .ops import (conv2d, conv2d_backward_data, conv2d_backward_weight,
                   conv_transpose2d, explain, problem_for)
 
 __all__ = ["Algorithm", "Config", "Verdict", "Problem", "make_problem", "get_plugin", "load_errors",
-           "plugins", "register", "unregister", "get_workspace_limit", "set_workspace_limit", "conv2d",
+           "plugins", "register", "unregister", "get_workspace_limit", "set_workspace_limit",
+           "get_deterministic", "set_deterministic", "conv2d",
            "conv2d_backward_data", "conv2d_backward_weight", "conv_transpose2d", "explain",
            "problem_for", "__version__"]

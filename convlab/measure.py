@@ -13,7 +13,7 @@ import numpy as np
 
 from . import runtime, settings
 from .problem import Problem
-from .registry import Candidate
+from .plugin.registry import Candidate
 
 
 def random_operands(problem: Problem, rng: np.random.Generator | None = None

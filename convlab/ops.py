@@ -10,7 +10,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import registry, runtime, strategy
+from . import runtime
+from .plugin import registry, strategy
 from .problem import Problem, as_pair, make_problem
 from .reference import transpose_output_size
 from .settings import check_workspace_limit
@@ -297,7 +298,7 @@ def explain(*args: Any, op: str = "conv2d", algorithm: Any = "auto",
             workspace_limit: int | None = None, **kwargs: Any):
     """For a call ``op(*args, **kwargs)`` (or a Problem as the only argument): each plugin, whether it
     applies (and why not), its workspace, and what ``algorithm`` picks. Returns an Explanation."""
-    from .explain import explain_problem
+    from .plugin.explain import explain_problem
 
     prob = args[0] if len(args) == 1 and isinstance(args[0], Problem) else problem_for(op, *args, **kwargs)
     return explain_problem(prob, algorithm=algorithm, workspace_limit=check_workspace_limit(workspace_limit))

@@ -1,32 +1,137 @@
-"""Process-wide settings: the workspace limit (bytes of scratch device memory a plugin may allocate)."""
+"""Process-wide settings, the one place that reads ``CONVLAB_*`` environment variables.
+
+| setting | environment variable (initial value) | setter |
+| --- | --- | --- |
+| workspace limit: scratch bytes a plugin may use per call | ``CONVLAB_WORKSPACE_LIMIT`` (256M) | :func:`set_workspace_limit` |
+| tuning key policy: ``"exact"`` or ``"pow2"`` | ``CONVLAB_KEY_POLICY`` (exact) | :func:`set_key_policy` |
+| deterministic mode: exclude plugins declaring ``deterministic = False`` | ``CONVLAB_DETERMINISTIC`` (0) | :func:`set_deterministic` |
+| cache directory: tuning results (and compiled kernels) | ``CONVLAB_CACHE_DIR`` (user cache dir) | the variable |
+
+Sizes in bytes are given as an int or a string such as ``"256M"``, ``"1.5GiB"``, ``"4096"`` (K, M, G, T are
+powers of 1024, with or without ``B``/``iB``), here, in the variable and on the command line alike.
+A malformed environment value warns and falls back to the default.
+"""
 from __future__ import annotations
 
 import os
+import re
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
 
-#: Default scratch-memory limit per call: 256 MiB, or ``CONVLAB_WORKSPACE_LIMIT`` (bytes) if set.
-DEFAULT_WORKSPACE_LIMIT = int(os.environ.get("CONVLAB_WORKSPACE_LIMIT", 256 * 2**20))
+KEY_POLICIES = ("exact", "pow2")
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_lock = threading.Lock()
 
-_workspace_limit = DEFAULT_WORKSPACE_LIMIT
+
+def parse_bytes(value: Any, name: str = "workspace_limit") -> int:
+    """A non-negative byte count from an int or a size string (``"256M"``, ``"1GiB"``); ValueError
+    naming ``name`` otherwise."""
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match is None:
+            raise ValueError(f"{name} must be a number of bytes like 268435456, '256M' or '1GiB', "
+                             f"got {value!r}")
+        return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int of bytes or a size string like '256M', "
+                         f"got {value!r}")
+    return int(value)
+
+
+def _from_env(variable: str, parse: Any, default: Any) -> Any:
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return default
+    try:
+        return parse(raw)
+    except ValueError as exc:
+        warnings.warn(f"{variable}: {exc}; using {default!r}", RuntimeWarning)
+        return default
+
+
+def _parse_policy(value: str) -> str:
+    if value not in KEY_POLICIES:
+        raise ValueError(f"key policy must be one of {KEY_POLICIES}, got {value!r}")
+    return value
+
+
+def _parse_flag(value: Any, name: str = "deterministic") -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{name} must be a bool (or 1/0, true/false, on/off), got {value!r}")
+
+
+#: Default scratch-memory limit per call: 256 MiB, or ``CONVLAB_WORKSPACE_LIMIT`` if set.
+DEFAULT_WORKSPACE_LIMIT = _from_env("CONVLAB_WORKSPACE_LIMIT", parse_bytes, 256 * 2**20)
+_state: dict[str, Any] = {
+    "workspace_limit": DEFAULT_WORKSPACE_LIMIT,
+    "key_policy": _from_env("CONVLAB_KEY_POLICY", _parse_policy, "exact"),
+    "deterministic": _from_env("CONVLAB_DETERMINISTIC", _parse_flag, False),
+}
+
+
+def _swap(key: str, value: Any) -> Any:
+    with _lock:
+        previous, _state[key] = _state[key], value
+    return previous
 
 
 def get_workspace_limit() -> int:
     """The current module-level workspace limit in bytes."""
-    return _workspace_limit
+    return _state["workspace_limit"]
 
 
-def set_workspace_limit(nbytes: int) -> int:
-    """Set the module-level workspace limit; returns the previous value."""
-    global _workspace_limit
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
-        raise ValueError(f"workspace_limit must be a non-negative int of bytes, got {nbytes!r}")
-    previous, _workspace_limit = _workspace_limit, nbytes
-    return previous
+def set_workspace_limit(nbytes: int | str) -> int:
+    """Set the module-level workspace limit (bytes, or a size string); returns the previous value."""
+    return _swap("workspace_limit", parse_bytes(nbytes))
 
 
-def check_workspace_limit(value: int | None) -> int:
+def check_workspace_limit(value: int | str | None) -> int:
     """Validate a per-call ``workspace_limit=`` argument (None means the module-level setting)."""
-    if value is None:
-        return _workspace_limit
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"workspace_limit must be a non-negative int of bytes, got {value!r}")
-    return value
+    return get_workspace_limit() if value is None else parse_bytes(value)
+
+
+def get_key_policy() -> str:
+    return _state["key_policy"]
+
+
+def set_key_policy(policy: str) -> str:
+    """How shapes map to tuning keys: ``"exact"``, or ``"pow2"`` (batch and spatial sizes rounded up
+    to powers of two so that neighbouring shapes share a tuning). Returns the previous policy."""
+    if not isinstance(policy, str) or policy not in KEY_POLICIES:
+        raise ValueError(f"policy must be one of {KEY_POLICIES}, got {policy!r}")
+    return _swap("key_policy", policy)
+
+
+def get_deterministic() -> bool:
+    return _state["deterministic"]
+
+
+def set_deterministic(flag: bool) -> bool:
+    """Exclude (True) or allow (False) plugins declaring ``deterministic = False``; returns the previous
+    setting. Deterministic choices are tuned and cached under their own keys."""
+    if not isinstance(flag, bool):
+        raise TypeError(f"flag must be a bool, got {flag!r}")
+    return _swap("deterministic", flag)
+
+
+def cache_dir() -> Path:
+    """``$CONVLAB_CACHE_DIR``, else the user cache directory of convlab (read at each call)."""
+    env = os.environ.get("CONVLAB_CACHE_DIR", "").strip()
+    if env:
+        return Path(env).expanduser()
+    try:
+        import platformdirs
+
+        return Path(platformdirs.user_cache_dir("convlab", appauthor=False))
+    except ImportError:  # pragma: no cover - platformdirs is a dependency, but stay usable without it
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return Path(base) / "convlab"

@@ -32,10 +32,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import convlab
-from convlab import baseline, bench, measure, reference, registry, runtime
-from convlab.plot import time_bars
-from convlab.report import table
-from convlab.suite import suite_from_dict
+from convlab import measure, reference, runtime
+from convlab.plugin import registry
+from convlab.bench import baseline, harness as bench
+from convlab.bench.plot import time_bars
+from convlab.bench.report import table
+from convlab.bench.suite import suite_from_dict
 
 SIZE = os.environ.get("CONVLAB_NOTEBOOK_SIZE", "tiny" if runtime.SIMULATOR else "full")
 assert SIZE in ("tiny", "full"), f"CONVLAB_NOTEBOOK_SIZE must be 'tiny' or 'full', got {SIZE!r}"

@@ -49,12 +49,12 @@ from hypothesis import settings
 
 import convlab
 import convlab.testing
-from convlab import (Algorithm, Config, Problem, Verdict, autotune, baseline, bench, measure, reference,
-                     runtime)
-from convlab.plot import time_bars
-from convlab.report import table
+from convlab import Algorithm, Config, Problem, Verdict, autotune, measure, reference, runtime
+from convlab.bench import baseline, harness as bench
+from convlab.bench.plot import time_bars
 from convlab.runtime import cuda
-from convlab.suite import suite_from_dict
+from convlab.bench.report import table
+from convlab.bench.suite import suite_from_dict
 
 SIZE = os.environ.get("CONVLAB_NOTEBOOK_SIZE", "tiny" if runtime.SIMULATOR else "full")
 assert SIZE in ("tiny", "full"), f"CONVLAB_NOTEBOOK_SIZE must be 'tiny' or 'full', got {SIZE!r}"

@@ -1,4 +1,4 @@
-"""The autotuner (convlab.autotune) and its cache (convlab.tuning_cache), on the simulator with injected
+"""The autotuner (convlab.autotune) and its cache (convlab.autotune.cache), on the simulator with injected
 fake timings: choices, correctness checks, cache round trips across processes, invalidation, corrupt
 files, concurrent writers, key policy, deterministic mode, explain, and the benchmark's code path.
 
@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import convlab
-from convlab import (Algorithm, Config, Verdict, autotune, make_problem, reference, registry, runtime,
-                     tuning_cache)
+from convlab import Algorithm, Config, Verdict, autotune, make_problem, reference, runtime
+from convlab.autotune import cache as tuning_cache
+from convlab.plugin import registry
 from convlab.testing.strategies import problems
 
 REPO = Path(__file__).resolve().parents[1]
@@ -243,7 +244,8 @@ def test_cache_hit_does_no_timing_and_explain_reports_it():
 _SCRIPT = """
 import json, sys
 import convlab
-from convlab import autotune, registry, make_problem
+from convlab import autotune, make_problem
+from convlab.plugin import registry
 registry.load()
 registry._plugins = {"direct": registry.get("direct")}
 problem = make_problem("forward", 1, 2, 4, 4, 2, 3, 3)
@@ -333,7 +335,7 @@ def test_invalidation_on_source_configs_and_version(tmp_path, monkeypatch):
     assert tune().source == "cache"
     _load_plugin(path, [1, 3], comment="# an edited kernel\n")  # same eligible set, other config names
     assert tune().source == "tuned" and tune().source == "cache"
-    monkeypatch.setattr(convlab, "__version__", "99.0")
+    monkeypatch.setattr(convlab._version, "__version__", "99.0")
     result = tune()
     assert result.source == "tuned" and any("written by convlab" in n for n in result.notes)
     convlab.unregister("tt_src")  # the candidate set changes
@@ -364,7 +366,7 @@ def test_corrupt_or_unusable_cache_file_warns_and_rebuilds(isolated):
 _WRITER = """
 import sys, time
 from pathlib import Path
-from convlab.tuning_cache import TuningCache
+from convlab.autotune.cache import TuningCache
 path, tag, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 cache = TuningCache(path)
 while not go.exists():

@@ -14,10 +14,14 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import Algorithm, autotune, bench, cli, commands, registry, runtime, strategy
-from convlab.baseline import transpose_output_padding
-from convlab.report import CandidateResult, ProblemResult, rank, table
-from convlab.suite import builtin_suites, load_suite, single_shape_suite
+from convlab import Algorithm, autotune, runtime
+from convlab.cli import parser as cli
+from convlab.bench import harness as bench
+from convlab.cli import commands
+from convlab.plugin import registry, strategy
+from convlab.bench.baseline import transpose_output_padding
+from convlab.bench.report import CandidateResult, ProblemResult, rank, table
+from convlab.bench.suite import builtin_suites, load_suite, single_shape_suite
 
 TINY_RUN = ["--plugins", "direct", "--quiet"]
 
@@ -337,7 +341,7 @@ def test_time_bars_draws_each_plugins_fastest_checked_time():
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
-    from convlab.plot import time_bars
+    from convlab.bench.plot import time_bars
 
     def row(plugin, ms, status="ok"):
         return {"plugin": plugin, "median_ms": ms, "status": status}

@@ -8,7 +8,7 @@ fails to import). Two ways in:
 - for real: the package is built into a wheel and pip-installed into a temporary folder, and a fresh
   interpreter with that folder on its path runs the conformance suite (tests/test_conformance.py, which
   parametrises over every registered plugin) and a probe of the registry;
-- simulated: ``importlib.metadata.entry_points``, as ``convlab.registry`` calls it, is monkeypatched to
+- simulated: ``importlib.metadata.entry_points``, as ``convlab.plugin.registry`` calls it, is monkeypatched to
   return the package's entry points, for fast in-process checks of each failure mode.
 """
 from __future__ import annotations
@@ -29,7 +29,8 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import autotune, measure, reference, registry, runtime
+from convlab import autotune, measure, reference, runtime
+from convlab.plugin import registry
 from convlab.testing import check_plugin
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +73,8 @@ PROBE = r"""
 import json, warnings
 import numpy as np
 import convlab
-from convlab import measure, reference, registry
+from convlab import measure, reference
+from convlab.plugin import registry
 problem = convlab.make_problem("forward", 1, 4, 3, 3, 4, 1, 1, bias=True)
 found = {}
 with warnings.catch_warnings(record=True) as caught:
@@ -241,7 +243,7 @@ class _UntimedRuntime:
 
 
 def test_raising_kernel_does_not_break_auto(example_plugins, monkeypatch):
-    monkeypatch.setattr(autotune, "runtime", _UntimedRuntime())  # "auto" first picks the faulty kernel
+    monkeypatch.setattr(autotune.tuner, "runtime", _UntimedRuntime())  # "auto" first picks the faulty kernel
     x, w, b = measure.random_operands(ONE_BY_ONE)
     try:
         with pytest.warns(RuntimeWarning, match="example_faulty_kernel"):

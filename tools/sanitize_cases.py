@@ -13,7 +13,8 @@ import sys
 import numpy as np
 
 import convlab
-from convlab import make_problem, measure, reference, registry, runtime
+from convlab import make_problem, measure, reference, runtime
+from convlab.plugin import registry
 
 SHAPES = [  # (n, c, h, w, k, r, s, stride, padding, dilation, groups, bias)
     (2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, True),      # GEMM-aligned: every plugin applies

@@ -16,8 +16,9 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from .. import registry, runtime
-from ..plugin import Algorithm
+from .. import runtime
+from ..plugin import registry
+from ..plugin.contract import Algorithm
 from .checks import CHECKS, NEEDS_ACCEPTED, call_op
 from .strategies import aligned_problems, any_problems, problems
 

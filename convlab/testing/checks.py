@@ -10,9 +10,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import ops, reference, registry, runtime
+from .. import ops, reference, runtime
+from ..plugin import registry
 from ..measure import random_operands, rel_error, to_device, tolerance
-from ..plugin import Algorithm
+from ..plugin.contract import Algorithm
 from ..problem import Problem, conv_output_size
 from ..settings import get_workspace_limit
 

@@ -38,20 +38,17 @@ def pair(text: str) -> int | list[int]:
 
 
 def nbytes(text: str) -> int:
-    """'268435456', '256M', '1G' -> bytes."""
-    t = text.strip().lower().removesuffix("b").removesuffix("i")
-    unit = t[-1:] if t[-1:] in _UNITS and not t[-1:].isdigit() else ""
+    """'268435456', '256M', '1GiB' -> bytes (the same forms as ``convlab.set_workspace_limit``)."""
+    from convlab.settings import parse_bytes
+
     try:
-        value = int(float(t[: len(t) - len(unit)]) * _UNITS[unit])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a byte count like 268435456, 256M or 1G, got {text!r}")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"byte count must be >= 0, got {text!r}")
-    return value
+        return parse_bytes(text, "byte count")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def op_list(text: str) -> tuple[str, ...]:
-    from .problem import OPS
+    from convlab.problem import OPS
 
     ops = tuple(o.strip() for o in text.split(",") if o.strip())
     bad = [o for o in ops if o not in OPS]
@@ -93,7 +90,7 @@ time is measured."""
 
 
 def _bench_args(p: argparse.ArgumentParser, ops_default: tuple[str, ...]) -> None:
-    from .problem import OPS
+    from convlab.problem import OPS
 
     p.add_argument("--suite", action="append", metavar="NAME|FILE.json",
                    help="built-in suite name (see 'convlab list') or a suite JSON file; repeatable "
@@ -108,8 +105,8 @@ def _bench_args(p: argparse.ArgumentParser, ops_default: tuple[str, ...]) -> Non
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
-    from .problem import OPS
+    from convlab._version import __version__
+    from convlab.problem import OPS
 
     parser = argparse.ArgumentParser(prog="convlab", description="Numba-CUDA 2D convolution lab: plugins, "
                                      "autotuner, benchmarks.", epilog=_EPILOG,

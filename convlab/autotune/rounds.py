@@ -27,10 +27,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import measure, reference, runtime
-from .problem import Problem
-from .registry import Candidate
-from .tune_result import CandidateResult, TuneResult
+from convlab import measure, reference, runtime
+from convlab.problem import Problem
+from convlab.plugin.registry import Candidate
+from .result import CandidateResult, TuneResult
 
 REFERENCE_FLOPS = 5e8  # check against the float64 reference up to this size, else against "direct"
 WARMUP, PROBE, REPEAT = 2, 3, 15  # first pass: warm-up runs, probe samples, samples in all

@@ -4,8 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from convlab import autotune
+from convlab.problem import Problem
+
 from . import registry, strategy
-from .problem import Problem
 
 
 @dataclass
@@ -88,8 +90,6 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
     tuning = None
     try:
         if isinstance(algorithm, str) and algorithm == "auto":
-            from . import autotune
-
             tuning = autotune.tune(prob, workspace_limit=workspace_limit)
             _fill_rows(rows, tuning)
             if tuning.winner is None:

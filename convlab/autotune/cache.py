@@ -19,18 +19,18 @@ import contextlib
 import hashlib
 import inspect
 import json
-import os
 import re
 import sys
-import tempfile
 import threading
 import types
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
-from .plugin import Algorithm, Config
-from .problem import Problem
+from convlab.fileio import atomic_write_json
+from convlab.settings import KEY_POLICIES
+from convlab.plugin.contract import Algorithm, Config
+from convlab.problem import Problem
 
 try:  # POSIX advisory locks; elsewhere writes stay atomic but are not merged under a lock
     import fcntl
@@ -38,25 +38,9 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 FORMAT = 1
-ENV_DIR = "CONVLAB_CACHE_DIR"
-KEY_POLICIES = ("exact", "pow2")
 
 
 # ---- where --------------------------------------------------------------------------------------
-def cache_dir() -> Path:
-    """``$CONVLAB_CACHE_DIR``, else the user cache directory of convlab."""
-    env = os.environ.get(ENV_DIR, "").strip()
-    if env:
-        return Path(env).expanduser()
-    try:
-        import platformdirs
-
-        return Path(platformdirs.user_cache_dir("convlab", appauthor=False))
-    except ImportError:  # pragma: no cover - platformdirs is a dependency, but stay usable without it
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        return Path(base) / "convlab"
-
-
 def file_name(device: str, capability: tuple[int, int]) -> str:
     """``autotune-<device slug>-sm<major><minor>.json``."""
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "device"
@@ -217,18 +201,7 @@ class TuningCache:
                     fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     def _write_atomic(self, entries: dict[str, dict]) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"format": FORMAT, "entries": entries}, handle, indent=1, sort_keys=True,
-                          default=str)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write_json(self.path, {"format": FORMAT, "entries": entries}, indent=1, sort_keys=True)
 
     def put(self, key: str, entry: dict) -> bool:
         """Store ``entry`` in memory and merge it into the file; False when the file could not be

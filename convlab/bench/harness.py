@@ -27,13 +27,14 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from . import measure, reference, registry, runtime, scratch, strategy
+from convlab import measure, reference, runtime, scratch
+from convlab.plugin import registry, strategy
 from .baseline import Cudnn
-from .plugin import Config
-from .problem import OPS, Problem
-from .registry import Candidate
+from convlab.plugin.contract import Config
+from convlab.problem import OPS, Problem
+from convlab.plugin.registry import Candidate
 from .report import CandidateResult, ProblemResult, rank, summary
-from .settings import get_workspace_limit
+from convlab.settings import get_workspace_limit
 from .suite import Suite, SuiteEntry
 
 #: Problems up to this many flops are checked against the host float64 reference.

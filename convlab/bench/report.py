@@ -18,12 +18,13 @@ import io
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import __version__, runtime
+from convlab import runtime
+from convlab.fileio import atomic_write, atomic_write_json
+from convlab._version import __version__
 
 FORMAT = "convlab-bench/1"
 SIMULATOR_NOTE = "CUDA simulator: outputs were checked, but no time was measured (times are not meaningful)"
@@ -120,14 +121,6 @@ def to_json(meta: dict[str, Any], results: Iterable[ProblemResult]) -> dict[str,
     return {**meta, "results": [asdict(r) for r in results]}
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", newline="") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def csv_rows(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Flat rows (one per problem and candidate) from results in their JSON form."""
     rows = []
@@ -145,14 +138,14 @@ def write(out_dir: str | os.PathLike, stem: str, data: dict[str, Any]) -> tuple[
     """Write ``stem.json`` and ``stem.csv`` atomically; returns their paths."""
     out = Path(out_dir)
     jpath, cpath = out / f"{stem}.json", out / f"{stem}.csv"
-    _atomic_write(jpath, json.dumps(data, indent=1, default=str) + "\n")
+    atomic_write_json(jpath, data, indent=1)
     rows = csv_rows(data["results"])
     cols = list(_PROBLEM_COLS) + list(_SHAPE_COLS) + list(_ROW_COLS)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    _atomic_write(cpath, buf.getvalue())
+    atomic_write(cpath, buf.getvalue())
     return jpath, cpath
 
 

@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import runtime
-from .plugin import Algorithm
-from .problem import OPS, Problem
+from convlab import runtime
+from convlab.plugin.contract import Algorithm
+from convlab.problem import OPS, Problem
 
 
 def transpose_output_padding(problem: Problem) -> tuple[int, int]:

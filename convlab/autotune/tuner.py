@@ -5,7 +5,7 @@ For a problem, :func:`tune` does, in order:
 1. candidates: every eligible (plugin, config) from ``registry.candidates(problem, workspace_limit)``
    (within the workspace limit), minus plugins declaring ``deterministic = False`` when
    :func:`set_deterministic` is on;
-2. cache: the entry under ``tuning_cache.tuning_key(problem, key policy, deterministic)`` answers at once
+2. cache: the entry under ``cache.tuning_key(problem, key policy, deterministic)`` answers at once
    (nothing runs, nothing is timed) when it was written by this convlab version for the same candidate
    labels and the same plugin fingerprints (source + config names) and its winner is still eligible
    (an entry shared by a neighbouring shape under the pow2 policy: the labels and fingerprints of the
@@ -18,8 +18,8 @@ For a problem, :func:`tune` does, in order:
    ``measure.tolerance(problem, max(eps of both))``: worse -> "disqualified: ...", never chosen; an
    exception -> "failed: ...", not fatal. Survivors are timed with CUDA events (warm-up, PROBE samples,
    dropped early when their median exceeds SLOW_FACTOR x the leader's, else REPEAT samples in all),
-   then those within FINAL_MARGIN of the leader are re-timed round-robin (tune_measure.py has the loop
-   nest); the lowest median wins and is stored in memory and in the JSON file (see tuning_cache.py).
+   then those within FINAL_MARGIN of the leader are re-timed round-robin (rounds.py has the loop
+   nest); the lowest median wins and is stored in memory and in the JSON file (see cache.py).
 
 Key policy (:func:`set_key_policy`): ``"exact"`` (default) keys on every size; ``"pow2"`` rounds batch and
 spatial sizes up to powers of two so that nearby shapes share one tuning. ``$CONVLAB_KEY_POLICY`` sets the
@@ -27,68 +27,28 @@ initial value.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
-import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import registry, runtime, settings
-from .problem import Problem
-from .registry import Candidate
-from .tune_result import CandidateResult, TuneResult
-from .tuning_cache import KEY_POLICIES, TuningCache, cache_dir, file_name, plugin_fingerprint, tuning_key
-from .tune_measure import (  # noqa: F401  (the timing constants are re-exported)
-    FINAL_MARGIN, FINAL_REPEAT, FINAL_ROUNDS, PROBE, REFERENCE_FLOPS, REPEAT, SLOW_FACTOR, WARMUP, Timer,
-    measure_candidates)
+from convlab import _version, runtime, settings
+from convlab.settings import cache_dir
+from convlab.plugin import registry
+from convlab.problem import Problem
+from convlab.plugin.registry import Candidate
+from .result import CandidateResult, TuneResult
+from .cache import TuningCache, file_name, plugin_fingerprint, tuning_key
+from .rounds import Timer, measure_candidates
 
-_policy = os.environ.get("CONVLAB_KEY_POLICY", "exact").strip() or "exact"
-if _policy not in KEY_POLICIES:
-    warnings.warn(f"CONVLAB_KEY_POLICY must be one of {KEY_POLICIES}, got {_policy!r}; using 'exact'",
-                  RuntimeWarning)
-    _policy = "exact"
-_deterministic = False
 _lock = threading.RLock()
 _caches: dict[Path, TuningCache] = {}
 _decisions: dict[tuple, "TuneResult"] = {}  # this process's last result per exact problem
 _stats = {"timed": 0, "checked": 0, "tuned": 0, "cache_hits": 0, "priority": 0}
 
 
-# ---- settings -----------------------------------------------------------------------------------
-def set_key_policy(policy: str) -> str:
-    """Choose how shapes map to cache keys: ``"exact"`` or ``"pow2"`` (batch and spatial sizes rounded
-    up to powers of two). Returns the previous policy."""
-    global _policy
-    if policy not in KEY_POLICIES:
-        raise ValueError(f"policy must be one of {KEY_POLICIES}, got {policy!r}")
-    with _lock:
-        previous, _policy = _policy, policy
-        _decisions.clear()
-    return previous
-
-
-def get_key_policy() -> str:
-    return _policy
-
-
-def set_deterministic(flag: bool) -> bool:
-    """Exclude (True) or allow (False) plugins declaring ``deterministic = False``. Returns the previous
-    setting. Deterministic choices are cached under their own keys."""
-    global _deterministic
-    if not isinstance(flag, bool):
-        raise TypeError(f"flag must be a bool, got {flag!r}")
-    with _lock:
-        previous, _deterministic = _deterministic, flag
-        _decisions.clear()
-    return previous
-
-
-def get_deterministic() -> bool:
-    return _deterministic
-
-
+# ---- counters -----------------------------------------------------------------------------------
 def stats() -> dict[str, int]:
     """Counters since start (or :func:`reset_stats`): candidates timed and checked, keys tuned, cache
     hits, choices made by priority."""
@@ -126,10 +86,11 @@ def clear_cache(memory: bool = True, disk: bool = True) -> None:
 # ---- tuning -------------------------------------------------------------------------------------
 def _eligible(problem: Problem, limit: int) -> list[Candidate]:
     cands = registry.candidates(problem, limit)
-    if _deterministic:
+    deterministic = settings.get_deterministic()
+    if deterministic:
         cands = [c for c in cands if c.plugin.deterministic]
     if not cands:
-        what = "deterministic plugin (deterministic mode is on)" if _deterministic else "registered plugin"
+        what = "deterministic plugin (deterministic mode is on)" if deterministic else "registered plugin"
         raise ValueError(f"no {what} can run {problem.describe()}")
     return cands
 
@@ -141,12 +102,10 @@ def _fingerprints(problem: Problem, cands: list[Candidate]) -> dict[str, str]:
 
 def _stale(entry: dict, cands: list[Candidate], prints: dict[str, str]) -> str:
     """Why a cache entry cannot be used ('' when it can)."""
-    import convlab
-
     labels = sorted(c.label for c in cands)
     try:
-        if entry["version"] != convlab.__version__:
-            return f"written by convlab {entry['version']}, this is {convlab.__version__}"
+        if entry["version"] != _version.__version__:
+            return f"written by convlab {entry['version']}, this is {_version.__version__}"
         if sorted(entry["candidates"]) != labels:
             return "the candidate set changed"
         changed = sorted(n for n in prints if entry["plugins"].get(n) != prints[n])
@@ -193,14 +152,12 @@ def _from_entry(problem: Problem, key: str, entry: dict, cands: list[Candidate],
     return TuneResult(problem, key, rows, known[entry["winner"]], "cache", time.perf_counter() - start,
                       "stored tuning result", entry.get("checked_against", ""),
                       [f"tuned in {entry.get('tuning_s', float('nan')):.3g} s on {entry.get('device')}"]
-                      + ([f"shared: tuned on {entry['problem']['x']} (key policy {_policy})"]
+                      + ([f"shared: tuned on {entry['problem']['x']} (key policy {settings.get_key_policy()})"]
                          if entry.get("problem") != problem.to_dict() else []))
 
 
 def _store(result: TuneResult, cands: list[Candidate], prints: dict[str, str]) -> None:
-    import convlab
-
-    entry = {"winner": result.winner_label, "version": convlab.__version__, "plugins": prints,
+    entry = {"winner": result.winner_label, "version": _version.__version__, "plugins": prints,
              "candidates": sorted(c.label for c in cands), "results": [asdict(r) for r in result.candidates],
              "tuning_s": result.tuning_s, "checked_against": result.checked_against,
              "problem": result.problem.to_dict(), "device": runtime.device_name()}
@@ -212,7 +169,7 @@ def _registry_state() -> tuple:
 
 
 def _memo_key(problem: Problem, limit: int) -> tuple:
-    return (problem.key(), limit, _policy, _deterministic, _registry_state())
+    return (problem.key(), limit, settings.get_key_policy(), settings.get_deterministic(), _registry_state())
 
 
 def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = False,
@@ -230,7 +187,7 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
     start = time.perf_counter()
     with _lock:
         cands = _eligible(problem, limit)
-        key = tuning_key(problem, _policy, _deterministic)
+        key = tuning_key(problem, settings.get_key_policy(), settings.get_deterministic())
         prints = _fingerprints(problem, cands)
         entry = None if force or problem.n == 0 else _cache().get(key)
         stale = _stale_for(problem, entry, cands, prints, limit) if entry is not None else "no entry"

@@ -32,8 +32,8 @@ def _shape_spec(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _suites(args: argparse.Namespace, default: str | None) -> list:
-    from . import runtime
-    from .suite import load_suite, single_shape_suite
+    from convlab import runtime
+    from convlab.bench.suite import load_suite, single_shape_suite
 
     names = list(args.suite or [])
     suites = [load_suite(n) for n in names]
@@ -49,7 +49,7 @@ def _suites(args: argparse.Namespace, default: str | None) -> list:
 def _check_plugins(names: str | None) -> tuple[str, ...] | None:
     if names is None:
         return None
-    from . import registry
+    from convlab.plugin import registry
 
     chosen = tuple(n.strip() for n in names.split(",") if n.strip())
     known = {p.name for p in registry.plugins()}
@@ -61,7 +61,8 @@ def _check_plugins(names: str | None) -> tuple[str, ...] | None:
 
 # ---- commands -------------------------------------------------------------------------------------
 def _run_bench(args: argparse.Namespace, suites: list, opts: Any, out_stem: str | None) -> list:
-    from . import baseline, bench, report, runtime
+    from convlab import runtime
+    from convlab.bench import baseline, harness as bench, report
 
     cudnn, why = (None, "--no-torch") if args.no_torch else baseline.load()
     print(f"device: {runtime.device_name()}; cuDNN baseline: {'yes' if cudnn else 'no (' + why + ')'}")
@@ -88,7 +89,7 @@ def _run_bench(args: argparse.Namespace, suites: list, opts: Any, out_stem: str 
 
 
 def _options(args: argparse.Namespace, ops: tuple[str, ...]) -> Any:
-    from .bench import BenchOptions
+    from convlab.bench.harness import BenchOptions
 
     if args.repeat < 1 or args.warmup < 0:
         raise UsageError("--repeat must be >= 1 and --warmup >= 0")
@@ -98,7 +99,8 @@ def _options(args: argparse.Namespace, ops: tuple[str, ...]) -> Any:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from . import bench, runtime
+    from convlab import runtime
+    from convlab.bench import harness as bench
 
     suites = _suites(args, None)
     opts = _options(args, args.ops)
@@ -113,9 +115,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from . import runtime
-    from .problem import OPS
-    from .suite import single_shape_suite
+    from convlab import runtime
+    from convlab.problem import OPS
+    from convlab.bench.suite import single_shape_suite
 
     args.plugins, args.all_configs, args.no_auto, args.seed = None, False, False, 0
     args.workspace_limit, args.repeat, args.warmup, args.max_seconds = None, 10, 2, 0.5
@@ -135,8 +137,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from . import registry
-    from .suite import builtin_suites, load_suite
+    from convlab.plugin import registry
+    from convlab.bench.suite import builtin_suites, load_suite
 
     print("plugins (highest priority first):")
     for p in registry.plugins():
@@ -152,8 +154,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from . import explain
-    from .suite import single_shape_suite
+    from convlab.bench.suite import single_shape_suite
+    from convlab.ops import explain
 
     op = args.op
     if op == "transpose":
@@ -170,7 +172,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from . import bench, settings
+    from convlab import settings
+    from convlab.bench import harness as bench
 
     suites = _suites(args, None)
     limit = settings.get_workspace_limit() if args.workspace_limit is None else args.workspace_limit
@@ -194,11 +197,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from . import registry
+    from convlab.plugin import registry
 
     plugin = registry.get(args.plugin)  # ValueError naming the registered plugins
     try:
-        from . import testing
+        from convlab import testing
         from hypothesis import settings
     except ImportError as exc:
         print(f"convlab check: the conformance suite needs hypothesis ({exc})", file=sys.stderr)
@@ -225,7 +228,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from . import plot, report
+    from convlab.bench import plot, report
 
     data = [report.load(p) for p in args.results]
     for path in plot.plot_results(data, args.output, metric=args.metric, peak_tflops=args.peak_tflops,

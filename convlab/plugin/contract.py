@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Iterable, Mapping
 
 import numpy as np
 
-from .problem import Problem
+from convlab.problem import Problem
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class Algorithm:
                    workspace_limit: int | None = None) -> Verdict:
         """The op, dtype, plugin-specific and workspace conditions together, with the first failing
         condition as the reason."""
-        from .settings import get_workspace_limit
+        from convlab.settings import get_workspace_limit
 
         if problem.op not in self.ops:
             return Verdict.no(f"implements {sorted(self.ops)}, not {problem.op}")

@@ -24,8 +24,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
-from .ops import problem_for
-from .problem import OPS, Problem
+from convlab.ops import problem_for
+from convlab.problem import OPS, Problem
 
 KINDS = ("conv2d", "conv_transpose2d")
 _KEYS = {"x", "w", "stride", "padding", "dilation", "groups", "bias", "dtype", "label", "ops", "kind",

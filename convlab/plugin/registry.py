@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Iterable, TypeVar
 
-from .plugin import Algorithm, Config, Verdict
-from .problem import Problem
+from .contract import Algorithm, Config, Verdict
+from convlab.problem import Problem
 
 ENTRY_POINT_GROUP = "convlab.algorithms"
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import registry
-from .plugin import config_from
-from .problem import Problem
+from .contract import config_from
+from convlab.problem import Problem
 from .registry import Candidate
 
 Strategy = Any  # "auto" | str | tuple[str, Config | dict | str] | Candidate
@@ -69,6 +69,6 @@ def resolve(problem: Problem, strategy: Strategy, workspace_limit: int) -> Candi
 def auto(problem: Problem, workspace_limit: int) -> Candidate:
     """The ``"auto"`` rule: :func:`convlab.autotune.choose` (cached tuning result, else tuned on a GPU,
     else, on the simulator, the highest declared priority)."""
-    from . import autotune
+    from convlab import autotune
 
     return autotune.choose(problem, workspace_limit)

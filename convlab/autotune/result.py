@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .problem import Problem
-from .registry import Candidate
+from convlab.problem import Problem
+from convlab.plugin.registry import Candidate
 
 
 @dataclass

@@ -1,0 +1,19 @@
+"""The autotuner behind ``algorithm="auto"``: times the eligible (plugin, config) candidates of a problem
+on the GPU, checks each against a trusted output, and caches the winner per shape key on disk.
+
+Modules: :mod:`~convlab.autotune.tuner` (what :func:`tune` does, step by step), :mod:`.rounds` (how the
+candidates of one problem are checked and timed), :mod:`.cache` (the per-device JSON file and its
+keys), :mod:`.result` (what a tuning reports). The key policy and deterministic mode live in
+:mod:`convlab.settings` and are re-exported here.
+"""
+from convlab.settings import get_deterministic, get_key_policy, set_deterministic, set_key_policy
+
+from .result import CandidateResult, TuneResult
+from .rounds import (FINAL_MARGIN, FINAL_REPEAT, FINAL_ROUNDS, PROBE, REFERENCE_FLOPS, REPEAT, SLOW_FACTOR,
+                     WARMUP, Timer)
+from .tuner import cache_path, choose, clear_cache, pretune, reset_stats, stats, tune
+
+__all__ = ["tune", "choose", "pretune", "clear_cache", "cache_path", "stats", "reset_stats",
+           "set_key_policy", "get_key_policy", "set_deterministic", "get_deterministic", "TuneResult",
+           "CandidateResult", "Timer", "FINAL_MARGIN", "FINAL_REPEAT", "FINAL_ROUNDS", "PROBE",
+           "REFERENCE_FLOPS", "REPEAT", "SLOW_FACTOR", "WARMUP"]

@@ -1,4 +1,5 @@
-"""Shared measuring tools: random operands, error against the reference, tolerances, timing.
+"""Shared measuring tools: random operands, error against the reference, tolerances, timing, and the
+one check-and-time engine (:class:`CandidateResult`, :func:`trusted_output`, :func:`check_candidate`).
 
 Used by the conformance suite, the autotuner and the benchmarks, so all three judge and time a
 candidate the same way.
@@ -6,14 +7,17 @@ candidate the same way.
 from __future__ import annotations
 
 import math
+import statistics
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from . import runtime, settings
-from .problem import Problem
+from . import reference, runtime, settings
+from .plugin import registry
 from .plugin.registry import Candidate
+from .problem import Problem
 
 
 def random_operands(problem: Problem, rng: np.random.Generator | None = None
@@ -89,3 +93,127 @@ def wall_clock_timer(problem: Problem, repeat: int = 1,
         return [wall_clock_ms(candidate, problem, a, b, bias, out, limit) for _ in range(repeat)]
 
     return timer
+
+
+# ---- the check-and-time engine shared by the autotuner and the benchmarks ---------------------------
+#: Problems up to this many flops are checked against the host float64 reference (and every problem on
+#: the simulator); larger ones against cuDNN in float64 when the caller has it, else the direct plugin.
+HOST_REFERENCE_MAX_FLOPS = 5e8
+
+
+@dataclass
+class CandidateResult:
+    """One candidate (or cuDNN) on one problem, as the autotuner and the benchmarks report it.
+
+    ``status``: ``"ok"`` (checked, within tolerance), ``"wrong"`` (over tolerance: never timed, ranked or
+    chosen), ``"error"`` (raised: ``error`` says what), ``"unchecked"`` (no trusted output), ``"not run"``.
+    """
+
+    plugin: str
+    config: str
+    status: str = "not run"
+    error: str = ""
+    rel_error: float | None = None
+    tolerance: float | None = None
+    median_ms: float | None = None
+    min_ms: float | None = None
+    samples: int = 0
+    dropped_early: bool = False  # the tuner's first pass found it much slower than the leader
+    auto: bool = False  # the autotuner's pick (benchmarks)
+    tflops: float | None = None
+    gbs: float | None = None
+    vs_cudnn: float | None = None  # cuDNN ms / this ms: above 1 means faster than cuDNN
+    workspace_bytes: int | None = None  # as the plugin reports it
+    extra_mem_bytes: int | None = None  # allocated during the first run (kernel loading, cached buffers)
+    steady_mem_bytes: int | None = None  # allocated during a later run
+
+    @property
+    def label(self) -> str:
+        """``plugin[config]``, as :attr:`convlab.plugin.registry.Candidate.label`."""
+        return f"{self.plugin}[{self.config}]"
+
+    @property
+    def verdict(self) -> str:
+        """``status``, with the reason after a colon when there is one (``"wrong: rel err ..."``)."""
+        return f"{self.status}: {self.error}" if self.error else self.status
+
+    def fill_times(self, problem: Problem, times: list[float] | None) -> None:
+        """Median, minimum and rates from per-run milliseconds (nothing when ``times`` is empty)."""
+        if not times:
+            return
+        self.median_ms, self.min_ms, self.samples = statistics.median(times), min(times), len(times)
+        if self.median_ms > 0:
+            self.tflops = problem.flops / (self.median_ms * 1e-3) / 1e12
+            self.gbs = problem.bytes / (self.median_ms * 1e-3) / 1e9
+
+    @classmethod
+    def from_dict(cls, row: dict) -> "CandidateResult":
+        """Back from ``dataclasses.asdict`` (unknown keys ignored, so older files still load)."""
+        return cls(**{k: row[k] for k in row if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class Trusted:
+    """The output candidates are checked against: float64, what it is, and its own unit roundoff (0
+    for an exact float64 reference, the plugin's eps when another plugin's output stands in)."""
+
+    output: np.ndarray | None
+    name: str
+    eps: float = 0.0
+
+
+def trusted_output(problem: Problem, host: tuple, dev: tuple, limit: int, *,
+                   cudnn: Any = None, transpose: bool = False) -> Trusted:
+    """The one rule for what candidates are checked against (see HOST_REFERENCE_MAX_FLOPS).
+
+    ``host`` and ``dev`` are the (a, b, bias) operands on the host and on the device; ``cudnn`` an
+    optional :class:`convlab.bench.baseline.Cudnn` (its ``reference`` computes in float64 on the GPU).
+    """
+    if problem.flops <= HOST_REFERENCE_MAX_FLOPS or runtime.SIMULATOR:
+        return Trusted(reference.solve(problem, *host), "host float64")
+    if cudnn is not None:
+        try:
+            return Trusted(np.asarray(cudnn.reference(problem, *dev, transpose=transpose), np.float64),
+                           "cudnn float64")
+        except Exception:  # e.g. out of memory in float64: fall back to direct
+            pass
+    try:
+        direct = registry.get("direct")
+        out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+        run_candidate(Candidate(direct, direct.configs(problem)[0]), problem, *dev, out, limit)
+        got = np.asarray(out.copy_to_host(), np.float64)
+        if np.all(np.isfinite(got)):
+            return Trusted(got, "direct", direct.compute_eps(problem.dtype))
+    except Exception as exc:  # the reference is the last resort below
+        if problem.flops > 50 * HOST_REFERENCE_MAX_FLOPS:
+            return Trusted(None, f"none ({type(exc).__name__}: {exc})")
+    return Trusted(reference.solve(problem, *host), "host float64")
+
+
+def judge(row: CandidateResult, got: np.ndarray, trusted: Trusted, problem: Problem, eps: float) -> bool:
+    """Fill ``row``'s check from an output: rel error vs the trusted output, against the tolerance of
+    the candidate's arithmetic (plus the trusted output's own when it is inexact). True when ok."""
+    if trusted.output is None:
+        row.status = "unchecked"
+        return False
+    row.rel_error = rel_error(got, trusted.output)
+    row.tolerance = tolerance(problem, eps) + (tolerance(problem, trusted.eps) if trusted.eps else 0.0)
+    if row.rel_error <= row.tolerance:
+        row.status = "ok"
+        return True
+    row.status = "wrong"
+    row.error = f"rel err {row.rel_error:.3g} > tolerance {row.tolerance:.3g} vs {trusted.name}"
+    return False
+
+
+def check_candidate(row: CandidateResult, cand: Candidate, problem: Problem, dev: tuple, out: Any,
+                    poison: np.ndarray, trusted: Trusted, limit: int) -> bool:
+    """Run ``cand`` once into ``out`` poisoned with NaN and :func:`judge` it; an exception is recorded
+    as status "error" (never raised). True when the candidate may be timed."""
+    try:
+        out.copy_to_device(poison)
+        run_candidate(cand, problem, *dev, out, limit)
+        return judge(row, out.copy_to_host(), trusted, problem, cand.plugin.compute_eps(problem.dtype))
+    except Exception as exc:  # a broken candidate is reported, never fatal
+        row.status, row.error = "error", f"{type(exc).__name__}: {exc}"[:500]
+        return False

@@ -153,11 +153,11 @@ def test_never_chooses_ineligible_or_disqualified(problem, deterministic):
     timer = FakeTimer(problem)
     result = autotune.tune(problem, workspace_limit=LIMIT, force=True, timer=timer)
     eligible = {c.label for c in registry.candidates(problem, LIMIT)}
-    status = {c.label: c.status for c in result.candidates}
+    status = {c.label: c.verdict for c in result.candidates}
     assert result.source == "tuned" and result.winner_label in eligible
     assert result.winner_label == expected_winner(problem, deterministic)
-    assert status["tt_wrong[default]"].startswith("disqualified: rel err")
-    assert status["tt_crash[default]"].startswith("failed: RuntimeError: launch failed on purpose")
+    assert status["tt_wrong[default]"].startswith("wrong: rel err")
+    assert status["tt_crash[default]"].startswith("error: RuntimeError: launch failed on purpose")
     assert "tt_picky[huge=1]" not in status  # over the workspace limit: never a candidate
     assert ("tt_nondet[default]" in status) != deterministic
     assert all(status[label] == "ok" for label in eligible & CORRECT if label in status)
@@ -172,7 +172,7 @@ def test_slow_candidates_are_dropped_early_and_failures_are_not_fatal():
     assert rows["direct[default]"].dropped_early and rows["direct[default]"].samples == autotune.PROBE
     assert not rows["tt_host[v=2]"].dropped_early and rows["tt_host[v=2]"].samples == 6
     assert rows["tt_picky[huge=0]"].median_ms == pytest.approx(0.3)
-    assert result.checked_against == "reference" and "tt_wrong" in str(result)
+    assert result.checked_against == "host float64" and "tt_wrong" in str(result)
 
 
 def test_close_contenders_are_retimed_interleaved(monkeypatch):
@@ -233,7 +233,7 @@ def test_cache_hit_does_no_timing_and_explain_reports_it():
     expl = convlab.explain(problem, workspace_limit=LIMIT)
     text = str(expl)
     assert expl.source == "cache" and expl.chosen == "tt_nondet" and "from the cache" in text
-    assert "disqualified: rel err" in text and "failed: RuntimeError" in text and "0.3 ms" in text
+    assert "wrong: rel err" in text and "error: RuntimeError" in text and "0.3 ms" in text
     x, w, b = (np.random.rand(*s).astype("float32") for s in ((1, 2, 4, 4), (2, 2, 3, 3), (2,)))
     y = convlab.conv2d(x, w, b, workspace_limit=LIMIT)  # "auto" -> strategy.auto -> the cached winner
     np.testing.assert_allclose(y, reference.forward(problem, x, w, b), rtol=1e-4, atol=1e-5)

@@ -20,7 +20,8 @@ from convlab.bench import harness as bench
 from convlab.cli import commands
 from convlab.plugin import registry, strategy
 from convlab.bench.baseline import transpose_output_padding
-from convlab.bench.report import CandidateResult, ProblemResult, rank, table
+from convlab.bench.report import ProblemResult, rank, table
+from convlab.measure import CandidateResult
 from convlab.bench.suite import builtin_suites, load_suite, single_shape_suite
 
 TINY_RUN = ["--plugins", "direct", "--quiet"]

@@ -221,7 +221,7 @@ def test_raising_predicate_is_reported_by_name_and_excluded(example_plugins):
 def test_raising_kernel_is_reported_by_name_and_not_chosen_by_tuning(example_plugins):
     result = autotune.tune(ONE_BY_ONE, timer=lambda candidate: [1.0])
     rows = {r.plugin: r for r in result.candidates}
-    assert rows["example_faulty_kernel"].status == "failed: RuntimeError: kernel exploded"
+    assert rows["example_faulty_kernel"].verdict == "error: RuntimeError: kernel exploded"
     assert rows["example_pointwise"].status == "ok"
     assert result.winner is not None and result.winner.plugin.name != "example_faulty_kernel"
     x, w, b = measure.random_operands(ONE_BY_ONE)

@@ -1,25 +1,13 @@
-"""What the autotuner reports: one :class:`CandidateResult` per candidate and the :class:`TuneResult`
-of a problem (winner, where the decision came from, how long it took)."""
+"""What the autotuner reports: the :class:`TuneResult` of a problem (winner, where the decision came
+from, how long it took) with one :class:`~convlab.measure.CandidateResult` per candidate (the same
+record the benchmarks use)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from convlab.measure import CandidateResult
 from convlab.problem import Problem
 from convlab.plugin.registry import Candidate
-
-
-@dataclass
-class CandidateResult:
-    """What tuning learned about one candidate."""
-
-    label: str
-    plugin: str
-    config: str
-    status: str = "not run"  # "ok", "failed: ...", "disqualified: rel err ...", or "not run"
-    median_ms: float | None = None
-    samples: int = 0
-    rel_err: float | None = None
-    dropped_early: bool = False
 
 
 @dataclass
@@ -33,7 +21,7 @@ class TuneResult:
     source: str  # "cache", "tuned" or "priority"
     tuning_s: float  # seconds this call spent
     reason: str = ""
-    checked_against: str = ""  # "reference" or "direct" (empty when nothing ran)
+    checked_against: str = ""  # measure.Trusted.name: "host float64" or "direct" (empty when nothing ran)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -50,7 +38,7 @@ class TuneResult:
             mark = "*" if c.label == self.winner_label else " "
             med = "-" if c.median_ms is None else f"{c.median_ms:.4g} ms"
             drop = " (dropped early)" if c.dropped_early else ""
-            lines.append(f" {mark} {c.label:<{width}}  {med:>12}  {c.status}{drop}")
+            lines.append(f" {mark} {c.label:<{width}}  {med:>12}  {c.verdict}{drop}")
         lines.append(f"winner: {self.winner_label} ({self.source}, {self.tuning_s:.3g} s)"
                      + (f": {self.reason}" if self.reason else ""))
         lines.extend(f"note: {n}" for n in self.notes)

@@ -2,10 +2,11 @@
 
 On fresh random operands of the real shape::
 
-    trusted = float64 reference            if problem.flops <= REFERENCE_FLOPS
-              else the direct plugin's output (the reference would take minutes on the host)
+    trusted = measure.trusted_output(...)   # the float64 reference up to HOST_REFERENCE_MAX_FLOPS,
+                                            # else the direct plugin's output
     for cand in candidates:                                  # registry order
-        run once into a NaN-poisoned output; rel err > tolerance -> "disqualified", exception -> "failed"
+        measure.check_candidate: run once into a NaN-poisoned output;
+            rel err > tolerance -> status "wrong", exception -> "error" (neither is timed)
         probe: WARMUP runs, PROBE timed samples (CUDA events)
         probe median > SLOW_FACTOR x leader's median -> dropped early
         else REPEAT samples in all; leader = lowest median so far
@@ -23,39 +24,22 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
-from convlab import measure, reference, runtime
+from convlab import measure, runtime
 from convlab.problem import Problem
 from convlab.plugin.registry import Candidate
-from .result import CandidateResult, TuneResult
+from convlab.measure import CandidateResult, check_candidate, trusted_output
+from .result import TuneResult
 
-REFERENCE_FLOPS = 5e8  # check against the float64 reference up to this size, else against "direct"
+REFERENCE_FLOPS = measure.HOST_REFERENCE_MAX_FLOPS  # the float64 reference up to this size, else "direct"
 WARMUP, PROBE, REPEAT = 2, 3, 15  # first pass: warm-up runs, probe samples, samples in all
 SLOW_FACTOR = 3.0  # drop a candidate whose probe median exceeds this multiple of the leader's median
 FINAL_MARGIN, FINAL_ROUNDS, FINAL_REPEAT = 0.10, 4, 5  # final round: who, how many rounds, samples each
 
 Timer = Callable[[Candidate], "list[float]"]
-
-
-def _trusted(problem: Problem, cands: list[Candidate], ops: tuple, out: Any, nan: np.ndarray,
-             limit: int) -> tuple[np.ndarray, str, float]:
-    """(trusted float64 output, its name, its eps): the reference when small, else direct's output."""
-    a, b, bias, da, db, dbias = ops
-    if problem.flops > REFERENCE_FLOPS:
-        direct = next((c for c in cands if c.plugin.name == "direct"), None)
-        if direct is not None:
-            try:
-                out.copy_to_device(nan)
-                measure.run_candidate(direct, problem, da, db, dbias, out, limit)
-                got = np.asarray(out.copy_to_host(), np.float64)
-                if np.all(np.isfinite(got)):
-                    return got, "direct", direct.plugin.compute_eps(problem.dtype)
-            except Exception:  # fall back to the reference below
-                pass
-    return reference.solve(problem, a, b, bias), "reference", float(np.finfo(np.float64).eps)
 
 
 def _samples(cand: Candidate, timer: Timer | None, run_args: tuple, warmup: int, repeat: int
@@ -98,32 +82,24 @@ def _final_round(contenders: list[tuple[Candidate, CandidateResult]], timer: Tim
 def measure_candidates(problem: Problem, key: str, cands: list[Candidate], limit: int,
                        timer: Timer | None, start: float, stats: dict[str, int]) -> TuneResult:
     """Check and time every candidate (see the module docstring); the TuneResult names the winner."""
-    a, b, bias = measure.random_operands(problem, np.random.default_rng())
-    da, db, dbias = measure.to_device(a, b, bias)
-    nan = np.full(problem.operand_shapes[2], np.nan, problem.dtype)
-    out = runtime.to_device(nan)
-    trusted, trusted_name, trusted_eps = _trusted(problem, cands, (a, b, bias, da, db, dbias), out, nan,
-                                                  limit)
-    run_args = (problem, da, db, dbias, out, limit)
+    host = measure.random_operands(problem, np.random.default_rng())
+    dev = measure.to_device(*host)
+    poison = np.full(problem.operand_shapes[2], np.nan, problem.dtype)
+    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+    trusted = trusted_output(problem, host, dev, limit)
+    run_args = (problem, *dev, out, limit)
     rows, ran, leader = [], [], None
     for cand in cands:
-        row = CandidateResult(cand.label, cand.plugin.name, cand.config.name)
+        row = CandidateResult(cand.plugin.name, cand.config.name)
         rows.append(row)
+        ok = check_candidate(row, cand, problem, dev, out, poison, trusted, limit)
+        stats["checked"] += row.status != "error"
+        if not ok:
+            continue
         try:
-            out.copy_to_device(nan)
-            measure.run_candidate(cand, problem, da, db, dbias, out, limit)
-            got = out.copy_to_host()
-            stats["checked"] += 1
-            row.rel_err = measure.rel_error(got, trusted)
-            tol = measure.tolerance(problem, max(cand.plugin.compute_eps(problem.dtype), trusted_eps))
-            if not row.rel_err <= tol:
-                row.status = (f"disqualified: rel err {row.rel_err:.3g} > tolerance {tol:.3g} "
-                              f"vs {trusted_name}")
-                continue
             row.median_ms, row.samples, row.dropped_early = _timed(cand, timer, run_args, leader, stats)
-            row.status = "ok"
-        except Exception as exc:  # a broken candidate is reported, never fatal
-            row.status = f"failed: {type(exc).__name__}: {exc}"[:400]
+        except Exception as exc:  # a candidate failing to time is reported, never fatal
+            row.status, row.error = "error", f"{type(exc).__name__}: {exc}"[:500]
             continue
         ran.append((cand, row))
         leader = row.median_ms if leader is None else min(leader, row.median_ms)
@@ -139,4 +115,4 @@ def measure_candidates(problem: Problem, key: str, cands: list[Candidate], limit
     best = min(contenders, key=lambda cr: cr[1].median_ms)[0] if contenders else None  # leader included
     reason = "lowest median" if best is not None else "no candidate ran correctly"
     return TuneResult(problem, key, rows, best, "tuned", time.perf_counter() - start, reason,
-                      trusted_name, notes)
+                      trusted.name, notes)

@@ -15,8 +15,9 @@ For a problem, :func:`tune` does, in order:
 4. otherwise, on fresh random operands of the real shape: each candidate runs once into a NaN-poisoned
    output and is compared with the trusted result (the float64 reference when ``problem.flops <=
    REFERENCE_FLOPS``, else the ``direct`` plugin's output) by ``measure.rel_error`` against
-   ``measure.tolerance(problem, max(eps of both))``: worse -> "disqualified: ...", never chosen; an
-   exception -> "failed: ...", not fatal. Survivors are timed with CUDA events (warm-up, PROBE samples,
+   the tolerance of its arithmetic (plus the trusted output's): worse -> status "wrong", never chosen;
+   an exception -> "error", not fatal (``measure.check_candidate``, the engine the benchmarks use
+   too). Survivors are timed with CUDA events (warm-up, PROBE samples,
    dropped early when their median exceeds SLOW_FACTOR x the leader's, else REPEAT samples in all),
    then those within FINAL_MARGIN of the leader are re-timed round-robin (rounds.py has the loop
    nest); the lowest median wins and is stored in memory and in the JSON file (see cache.py).
@@ -146,7 +147,7 @@ def _from_entry(problem: Problem, key: str, entry: dict, cands: list[Candidate],
     rows = []
     for row in entry.get("results", []):
         try:
-            rows.append(CandidateResult(**{k: row[k] for k in row if k in CandidateResult.__annotations__}))
+            rows.append(CandidateResult.from_dict(row))
         except TypeError:
             continue
     return TuneResult(problem, key, rows, known[entry["winner"]], "cache", time.perf_counter() - start,
@@ -198,7 +199,7 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
             _stats["priority"] += 1
             why = ("an empty batch (N = 0) has nothing to time" if problem.n == 0 else
                    "CUDA simulator: timings mean nothing")
-            result = TuneResult(problem, key, [CandidateResult(c.label, c.plugin.name, c.config.name)
+            result = TuneResult(problem, key, [CandidateResult(c.plugin.name, c.config.name)
                                                for c in cands], cands[0], "priority",
                                 time.perf_counter() - start,
                                 f"{why}, so the highest declared priority wins (nothing was run or timed)")
@@ -225,7 +226,7 @@ def choose(problem: Problem, workspace_limit: int) -> Candidate:
     if result is None:
         result = tune(problem, workspace_limit=workspace_limit)
     if result.winner is None:
-        statuses = "; ".join(f"{c.label}: {c.status}" for c in result.candidates)
+        statuses = "; ".join(f"{c.label}: {c.verdict}" for c in result.candidates)
         raise RuntimeError(f"no candidate ran {problem.describe()} correctly ({statuses})")
     return result.winner
 

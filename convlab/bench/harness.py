@@ -3,10 +3,11 @@
 For each (suite entry, op) problem::
 
     operands  fresh random a, b (bias) on the device, shared by every candidate and by cuDNN
-    reference host float64 (convlab.reference) for small problems; else cuDNN in float64 on the GPU;
-              else the direct plugin's output (tolerances of both added)
+    reference convlab.measure.trusted_output: host float64 for small problems; else cuDNN in float64 on
+              the GPU; else the direct plugin's output (tolerances of both added)
     for each candidate (plugin, config; the auto pick too):
-        check     out poisoned with NaN, first run (compiles), relative error vs the reference;
+        check     convlab.measure.check_candidate: out poisoned with NaN, first run (compiles),
+                  relative error vs the reference;
                   a wrong or crashing candidate is recorded and never timed, ranked or compared
         memory    device memory allocated during the first run (numba's memory info, frees deferred:
                   kernel loading and buffers a plugin caches across calls count; driver granularity),
@@ -20,25 +21,23 @@ On the simulator no time is measured (measure returns None): the harness then on
 from __future__ import annotations
 
 import importlib
-import statistics
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from convlab import measure, reference, runtime, scratch
+from convlab import measure, runtime, scratch
+from convlab.measure import CandidateResult, Trusted, check_candidate, judge, trusted_output
 from convlab.plugin import registry, strategy
 from .baseline import Cudnn
 from convlab.plugin.contract import Config
 from convlab.problem import OPS, Problem
 from convlab.plugin.registry import Candidate
-from .report import CandidateResult, ProblemResult, rank, summary
+from .report import ProblemResult, rank, summary
 from convlab.settings import get_workspace_limit
 from .suite import Suite, SuiteEntry
 
-#: Problems up to this many flops are checked against the host float64 reference.
-HOST_REFERENCE_MAX_FLOPS = 2e9
 #: Suites whose largest problem exceeds this many flops are refused on the simulator (without force).
 SIMULATOR_MAX_FLOPS = 2e6
 
@@ -55,15 +54,6 @@ class BenchOptions:
     auto: bool = True  # also report (and time) the autotuner's pick
     simulator_wall_clock: bool = False  # simulator: record one run's wall-clock ms as the median
     seed: int = 0
-
-
-def _fill_rates(row: CandidateResult, problem: Problem, times: list[float] | None) -> None:
-    if not times:
-        return
-    row.median_ms, row.min_ms, row.samples = statistics.median(times), min(times), len(times)
-    if row.median_ms > 0:
-        row.tflops = problem.flops / (row.median_ms * 1e-3) / 1e12
-        row.gbs = problem.bytes / (row.median_ms * 1e-3) / 1e9
 
 
 def _time(candidate: Candidate, problem: Problem, ops_: tuple, opts: BenchOptions, limit: int
@@ -148,59 +138,28 @@ def candidates(problem: Problem, opts: BenchOptions, limit: int) -> tuple[list[C
     return chosen, declined
 
 
-def _reference(problem: Problem, host: tuple, dev: tuple, cudnn: Cudnn | None, transpose: bool, limit: int
-               ) -> tuple[np.ndarray | None, str, float]:
-    """(reference output, what it is, extra tolerance eps of an inexact reference)."""
-    if problem.flops <= HOST_REFERENCE_MAX_FLOPS or runtime.SIMULATOR:
-        return reference.solve(problem, *host), "host float64", 0.0
-    try:
-        if cudnn is not None:
-            return cudnn.reference(problem, *dev, transpose=transpose), "cudnn float64", 0.0
-    except Exception:  # e.g. out of memory in float64: fall back to direct
-        pass
-    try:
-        direct = registry.get("direct")
-        out = runtime.empty(problem.operand_shapes[2], problem.dtype)
-        measure.run_candidate(Candidate(direct, direct.configs(problem)[0]), problem, *dev, out, limit)
-        return out.copy_to_host(), "direct", direct.compute_eps(problem.dtype)
-    except Exception as exc:
-        return None, f"none ({type(exc).__name__}: {exc})", 0.0
-
-
-def _check(row: CandidateResult, got: np.ndarray, ref: np.ndarray | None, problem: Problem,
-           eps: float, ref_eps: float) -> None:
-    if ref is None:
-        row.status = "unchecked"
-        return
-    row.rel_error = measure.rel_error(got, ref)
-    row.tolerance = measure.tolerance(problem, eps) + (measure.tolerance(problem, ref_eps) if ref_eps else 0)
-    row.status = "ok" if row.rel_error <= row.tolerance else "wrong"
-    if row.status == "wrong":
-        row.error = f"relative error {row.rel_error:.3g} > tolerance {row.tolerance:.3g}"
-
-
 def _bench_candidate(cand: Candidate, problem: Problem, dev: tuple, out: Any, poison: np.ndarray,
-                     ref: Any, ref_eps: float, opts: BenchOptions, limit: int) -> CandidateResult:
+                     trusted: Trusted, opts: BenchOptions, limit: int) -> CandidateResult:
     row = CandidateResult(cand.plugin.name, cand.config.name)
     try:
         row.workspace_bytes = int(cand.plugin.workspace_bytes(problem, cand.config, limit))
-        out.copy_to_device(poison)
-        launch = lambda: measure.run_candidate(cand, problem, *dev, out, limit)  # noqa: E731
         scratch.release()  # so the first run's allocation shows the plugin's scratch memory
-        row.extra_mem_bytes = allocated_during(launch)  # the first run: compiles, then checked
-        runtime.synchronize()
-        _check(row, out.copy_to_host(), ref, problem, cand.plugin.compute_eps(problem.dtype), ref_eps)
-        if row.status in ("ok", "unchecked") and not runtime.SIMULATOR:
+        usable = []  # the first run (compiles, then checked) inside the memory probe
+        row.extra_mem_bytes = allocated_during(
+            lambda: usable.append(check_candidate(row, cand, problem, dev, out, poison, trusted, limit)))
+        usable = usable[0] or row.status == "unchecked"
+        if usable and not runtime.SIMULATOR:
+            launch = lambda: measure.run_candidate(cand, problem, *dev, out, limit)  # noqa: E731
             row.steady_mem_bytes = allocated_during(launch)
-            _fill_rates(row, problem, _time(cand, problem, (*dev, out), opts, limit))
-        elif row.status in ("ok", "unchecked") and opts.simulator_wall_clock:  # no rates: not GPU speed
+            row.fill_times(problem, _time(cand, problem, (*dev, out), opts, limit))
+        elif usable and opts.simulator_wall_clock:  # no rates: not GPU speed
             row.median_ms = measure.wall_clock_ms(cand, problem, *dev, out, limit)
     except Exception as exc:  # a plugin failing to compile or launch is recorded, never fatal
         row.status, row.error = "error", f"{type(exc).__name__}: {exc}"[:500]
     return row
 
 
-def _bench_cudnn(cudnn: Cudnn, problem: Problem, dev: tuple, out: Any, ref: Any, ref_eps: float,
+def _bench_cudnn(cudnn: Cudnn, problem: Problem, dev: tuple, out: Any, trusted: Trusted,
                  transpose: bool, opts: BenchOptions, limit: int) -> CandidateResult:
     row = CandidateResult("cudnn", "default")
     cand = Candidate(cudnn, Config())
@@ -208,9 +167,9 @@ def _bench_cudnn(cudnn: Cudnn, problem: Problem, dev: tuple, out: Any, ref: Any,
         cudnn.bind(problem, *dev, transpose=transpose)
         measure.run_candidate(cand, problem, *dev, out, limit)
         runtime.synchronize()
-        _check(row, cudnn.output(), ref, problem, cudnn.compute_eps(problem.dtype), ref_eps)
+        judge(row, cudnn.output(), trusted, problem, cudnn.compute_eps(problem.dtype))
         row.extra_mem_bytes = row.steady_mem_bytes = cudnn.extra_memory(problem)  # after its first run
-        _fill_rates(row, problem, _time(cand, problem, (*dev, out), opts, limit))
+        row.fill_times(problem, _time(cand, problem, (*dev, out), opts, limit))
     except Exception as exc:
         row.status, row.error = "error", f"{type(exc).__name__}: {exc}"[:500]
     finally:
@@ -235,7 +194,8 @@ def bench_problem(suite: str, entry: SuiteEntry, problem: Problem, opts: BenchOp
     host = measure.random_operands(problem, rng)
     dev = measure.to_device(*host)
     step("reference")
-    ref, res.reference, ref_eps = _reference(problem, host, dev, cudnn, transpose, limit)
+    trusted = trusted_output(problem, host, dev, limit, cudnn=cudnn, transpose=transpose)
+    res.reference = trusted.name
     out = runtime.empty(problem.operand_shapes[2], problem.dtype)
     poison = np.full(problem.operand_shapes[2], np.nan, problem.dtype)
     extra = [pick] if (pick is not None and (opts.plugins is None or pick.plugin.name in opts.plugins)
@@ -243,12 +203,12 @@ def bench_problem(suite: str, entry: SuiteEntry, problem: Problem, opts: BenchOp
                                for c in cands)) else []
     for cand in cands + extra:
         step(cand.label)
-        row = _bench_candidate(cand, problem, dev, out, poison, ref, ref_eps, opts, limit)
+        row = _bench_candidate(cand, problem, dev, out, poison, trusted, opts, limit)
         row.auto = pick is not None and (cand.plugin.name, cand.config) == (pick.plugin.name, pick.config)
         res.candidates.append(row)
     if cudnn is not None:
         step("cudnn")
-        res.cudnn = _bench_cudnn(cudnn, problem, dev, out, ref, ref_eps, transpose, opts, limit)
+        res.cudnn = _bench_cudnn(cudnn, problem, dev, out, trusted, transpose, opts, limit)
     rank(res)
     return res
 

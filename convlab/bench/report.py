@@ -24,36 +24,11 @@ from typing import Any, Iterable
 
 from convlab import runtime
 from convlab.fileio import atomic_write, atomic_write_json
+from convlab.measure import CandidateResult
 from convlab._version import __version__
 
 FORMAT = "convlab-bench/1"
 SIMULATOR_NOTE = "CUDA simulator: outputs were checked, but no time was measured (times are not meaningful)"
-
-@dataclass
-class CandidateResult:
-    """One candidate (or cuDNN) on one problem: its check, times, rates and memory."""
-
-    plugin: str
-    config: str
-    auto: bool = False
-    status: str = "pending"  # ok | wrong (over tolerance) | error (raised) | unchecked (no reference)
-    rel_error: float | None = None
-    tolerance: float | None = None
-    median_ms: float | None = None
-    min_ms: float | None = None
-    samples: int = 0
-    tflops: float | None = None
-    gbs: float | None = None
-    vs_cudnn: float | None = None  # cuDNN ms / this ms: above 1 means faster than cuDNN
-    workspace_bytes: int | None = None  # as the plugin reports it
-    extra_mem_bytes: int | None = None  # allocated during the first run (kernel loading, cached buffers)
-    steady_mem_bytes: int | None = None  # allocated during a later run
-    error: str = ""
-
-    @property
-    def label(self) -> str:
-        return self.plugin if self.config in ("default", "") else f"{self.plugin}[{self.config}]"
-
 
 @dataclass
 class ProblemResult:

@@ -58,7 +58,7 @@ class Explanation:
                 med = "-" if c.median_ms is None else f"{c.median_ms:.4g} ms"
                 drop = " (dropped early)" if c.dropped_early else ""
                 lines.append(f" {'*' if c.label == won else ' '} {c.label:<{cwidth}}  {med:>12}  "
-                             f"{c.status}{drop}")
+                             f"{c.verdict}{drop}")
         origin = {"cache": "from the cache", "tuned": "tuned now", "priority": "by declared priority"}
         lines.append(f"picked: {self.chosen}[{self.chosen_config}] "
                      f"({origin.get(self.source, self.source)})")
@@ -116,6 +116,6 @@ def _fill_rows(rows: list[PluginRow], tuning: Any) -> None:
             row.median_ms = min(c.median_ms for c in good)
             row.check = f"ok ({len(good)}/{len(mine)} configs)" if len(mine) > 1 else "ok"
         elif mine:
-            row.check = mine[0].status
+            row.check = mine[0].verdict
         elif row.eligible and not any(c.plugin == row.name for c in tuning.candidates):
             row.check = "excluded: not deterministic (deterministic mode is on)"

@@ -252,7 +252,7 @@ print(f"relative error {err:.2e}, tolerance {measure.tolerance(small, np.finfo(n
 # for every config, every output element written (the output is poisoned with NaN), inputs unmodified,
 # identical bits on two runs, one-line reasons, and no launch when declined. Outside pytest, load a
 # hypothesis profile first (`convlab-sim` keeps the examples few on the simulator). In the repository's
-# test suite, `tests/test_conformance.py` does this for every registered plugin with no new test code.
+# test suite, `tests/plugin/test_conformance.py` does this for every registered plugin with no new test code.
 
 # %%
 settings.load_profile(convlab.testing.DEFAULT_PROFILE)
@@ -344,7 +344,7 @@ if FIG_DIR:
 # %% [markdown]
 # ## From here
 # - Move the kernels and the class into `algorithms/winograd.py`, decorate the class with
-#   `@convlab.register`, and `tests/test_conformance.py` tests it on every CI run.
+#   `@convlab.register`, and `tests/plugin/test_conformance.py` tests it on every CI run.
 # - `convlab check notebook_winograd`, `convlab bench --suite resnet50 --plugins notebook_winograd,direct`
 #   and `convlab tune` work for any registered plugin.
 # - Faster: keep `U` across calls, transform input tiles once per (n, c, tile) in shared memory, and turn

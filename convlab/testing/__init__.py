@@ -3,6 +3,13 @@
     from convlab.testing import check_plugin
     check_plugin("my_plugin")            # every check_* on every op the plugin declares
 
+    # or in a test module, one pytest case per (plugin, op, check), ids like "my_plugin-forward-matches_reference":
+    from convlab.testing import parametrize_with_checks
+
+    @parametrize_with_checks(["my_plugin"])
+    def test_conformance(plugin, op, check):
+        check(plugin, op)
+
 Each check in :mod:`convlab.testing.checks` runs on hypothesis-drawn valid problems (random ones with
 every option, GEMM-aligned ones, and the plugin's own ``sample_problems``). The number of examples
 follows the active hypothesis profile: ``convlab-sim`` (small, the default without a GPU) or
@@ -14,6 +21,7 @@ from typing import Iterable
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis.errors import Unsatisfiable
 from hypothesis import strategies as st
 
 from .. import runtime
@@ -28,14 +36,15 @@ settings.register_profile("convlab-gpu", max_examples=60, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 DEFAULT_PROFILE = "convlab-sim" if runtime.SIMULATOR else "convlab-gpu"
 
-__all__ = ["CHECKS", "check_plugin", "run_check", "problems", "aligned_problems", "any_problems",
-           "call_op", "DEFAULT_PROFILE"]
+__all__ = ["CHECKS", "check_plugin", "run_check", "parametrize_with_checks", "applicable_checks", "problems",
+           "aligned_problems", "any_problems", "call_op", "DEFAULT_PROFILE"]
 
 
 def run_check(check_name: str, plugin: Algorithm | str, op: str,
-              max_examples: int | None = None, shrink: bool = True) -> None:
+              max_examples: int | None = None, shrink: bool = True) -> int:
     """Run one check on one op of a plugin over hypothesis-drawn problems (``shrink=False`` reports
-    the first failing problem instead of searching for a minimal one: faster on the simulator)."""
+    the first failing problem instead of searching for a minimal one: faster on the simulator).
+    Returns how many problems the check ran on."""
     plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
     check = CHECKS[check_name]
     samples = [p for p in _samples(plugin, op)]
@@ -45,14 +54,54 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
     if not shrink:
         extra["phases"] = [Phase.explicit, Phase.reuse, Phase.generate]
 
+    ran = []
+
     @settings(**extra)
     @given(problem=any_problems(op, dtypes, samples), seed=st.integers(0, 2**32 - 1))
     def run(problem, seed):
         if check_name in NEEDS_ACCEPTED:
             assume(registry.verdict(plugin, problem))
         check(plugin, problem, np.random.default_rng(seed))
+        ran.append(problem)
 
-    run()
+    try:
+        run()
+    except Unsatisfiable:
+        raise AssertionError(
+            f"{check_name} {op}: no drawn problem was accepted by plugin {plugin.name!r} (its predicate is "
+            f"narrower than random problems reach); declare problems it accepts with its "
+            f"sample_problems(op) method (see docs/ADDING_A_PLUGIN.md)") from None
+    return len(ran)
+
+
+def applicable_checks(plugin: Algorithm | str) -> list[tuple[str, str]]:
+    """The (op, check name) pairs that apply to ``plugin``, from what it declares: every op in
+    ``plugin.ops`` x every check, less ``check_deterministic`` for a plugin declaring
+    ``deterministic = False``."""
+    plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
+    return [(op, name) for op in sorted(plugin.ops) for name in CHECKS
+            if plugin.deterministic or name != "check_deterministic"]
+
+
+def parametrize_with_checks(plugins: Iterable[Algorithm | str] | None = None, **run_options):
+    """A ``pytest.mark.parametrize`` over (plugin, op, check) for ``plugins`` (default: every
+    registered one), like scikit-learn's ``parametrize_with_checks``. The test receives the plugin, the
+    op and a callable ``check(plugin, op)`` that runs the check (``run_options`` go to
+    :func:`run_check`); ids read ``plugin-op-check``, so a third-party package gets the same test ids
+    and coverage as the built-ins with one decorator."""
+    import pytest
+
+    chosen = [registry.get(p) if isinstance(p, str) else p
+              for p in (registry.plugins() if plugins is None else plugins)]
+    cases, ids = [], []
+    for plugin in chosen:
+        for op, name in applicable_checks(plugin):
+            def check(plugin_, op_, _name=name):
+                return run_check(_name, plugin_, op_, **run_options)
+            check.__name__ = name
+            cases.append((plugin, op, check))
+            ids.append(f"{plugin.name}-{op}-{name.removeprefix('check_')}")
+    return pytest.mark.parametrize("plugin,op,check", cases, ids=ids)
 
 
 def _samples(plugin: Algorithm, op: str):
@@ -65,18 +114,18 @@ def _samples(plugin: Algorithm, op: str):
 def check_plugin(plugin: Algorithm | str, *, ops: Iterable[str] | None = None,
                  checks: Iterable[str] | None = None, max_examples: int | None = None,
                  shrink: bool = True) -> dict[str, str]:
-    """Run every check on every op of ``plugin``; returns ``{"check op": "ok" | "FAIL: ..."}`` and
-    raises AssertionError at the end if any failed."""
+    """Run every check on every op of ``plugin``; returns ``{"check op": "ok (N examples)" | "FAIL: ..."}``
+    and raises AssertionError at the end if any failed."""
     plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
     report: dict[str, str] = {}
     for op in sorted(plugin.ops if ops is None else ops):
         for name in CHECKS if checks is None else checks:
             try:
-                run_check(name, plugin, op, max_examples, shrink)
-                report[f"{name} {op}"] = "ok"
+                count = run_check(name, plugin, op, max_examples, shrink)
+                report[f"{name} {op}"] = f"ok ({count} examples)"
             except Exception as exc:  # report every failing property, not only the first
                 report[f"{name} {op}"] = f"FAIL: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-    failed = {k: v for k, v in report.items() if v != "ok"}
+    failed = {k: v for k, v in report.items() if not v.startswith("ok")}
     if failed:
         raise AssertionError(f"plugin {plugin.name} failed {len(failed)} checks: {failed}")
     return report

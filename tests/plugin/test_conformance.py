@@ -6,15 +6,36 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab.testing import CHECKS, check_plugin, run_check
-
-CASES = [(plugin.name, op, check) for plugin in convlab.plugins() for op in sorted(plugin.ops)
-         for check in CHECKS]
+from convlab.testing import CHECKS, applicable_checks, check_plugin, parametrize_with_checks, run_check
 
 
-@pytest.mark.parametrize("plugin,op,check", CASES, ids=[f"{p}-{o}-{c[6:]}" for p, o, c in CASES])
+@parametrize_with_checks()
 def test_conformance(plugin, op, check):
-    run_check(check, plugin, op)
+    assert check(plugin, op) >= 1  # examples run
+
+
+def test_parametrize_with_checks_follows_declarations():
+    class NonDeterministic(convlab.Algorithm):
+        name, ops, deterministic = "_test_nondet", frozenset({"wgrad"}), False
+
+    pairs = applicable_checks(NonDeterministic())
+    assert ("wgrad", "check_deterministic") not in pairs and ("wgrad", "check_matches_reference") in pairs
+    assert {op for op, _ in pairs} == {"wgrad"}
+    mark = parametrize_with_checks([NonDeterministic()])
+    ids = mark.kwargs["ids"]
+    assert ids == [f"_test_nondet-wgrad-{name[6:]}" for _, name in pairs]
+
+
+def test_narrow_predicate_asks_for_sample_problems():
+    class Narrow(convlab.Algorithm):
+        name, ops = "_test_narrow", frozenset({"forward"})
+
+        def check(self, problem):
+            return convlab.Verdict.no("only 17x19 images") if (problem.h, problem.w) != (17, 19) \
+                else convlab.Verdict.yes()
+
+    with pytest.raises(AssertionError, match="sample_problems"):
+        run_check("check_matches_reference", Narrow(), "forward", max_examples=5)
 
 
 def test_every_builtin_plugin_loaded():

@@ -14,7 +14,7 @@ from numba import float32
 from convlab import runtime
 from convlab.runtime import cuda
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _sim_flag(env_value):

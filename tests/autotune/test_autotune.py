@@ -25,7 +25,7 @@ from convlab.autotune import cache as tuning_cache
 from convlab.plugin import registry
 from convlab.testing.strategies import problems
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LIMIT = 1 << 20
 
 

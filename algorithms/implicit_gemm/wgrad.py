@@ -16,7 +16,7 @@ Loop nest of one block (tile m0.., n0.., split z: kk in [z*chunk, min(z*chunk + 
         if j > 0:      for kk < 8: fa <- As[(j-1) & 1], fb <- Bs[(j-1) & 1] (128-bit); acc += fa x fb
         if j < slices: As[j & 1], Bs[j & 1] <- registers
         syncthreads
-    dw[m, col] = acc               (with splits > 1: partials + an ordered sum, _igemm_common.store_tile)
+    dw[m, col] = acc               (with splits > 1: partials + an ordered sum, common.store_tile)
 """
 from __future__ import annotations
 
@@ -28,18 +28,19 @@ import numpy as np
 from numba import float32, int32, int64, uint32
 
 from convlab import Problem, runtime
+from convlab.kernels.intrinsics import SHARED_ALIGN, u32
+from convlab.kernels.splitk import split_plan
+from convlab.kernels.tile import PAD, Tile
 from convlab.runtime import cuda
 
-from ._igemm_common import (PAD, SHARED_ALIGN, Tile, np_u32, register_cap, slice_fma, store_tile,
-                             zero_fill,
-                             split_plan, workspace, dummy)
+from .common import dummy, register_cap, slice_fma, store_tile, validate, workspace, zero_fill
 
 BK = 8  # the incremental (n, p, q) walk assumes one kk per thread per slice
 
 
 def check_tile(tile: Tile) -> None:
-    """The loaders' rules on top of Tile.validate (ValueError naming the rule)."""
-    tile.validate()
+    """The loaders' rules on top of the family's (common.validate; ValueError naming the rule)."""
+    validate(tile)
     if tile.bk != BK:
         raise ValueError(f"wgrad tiles need bk={BK}, got {tile.bk}")
     rows = tile.threads // 8
@@ -64,12 +65,12 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
     step = slice_fma(BK, tm, tn, LDA, LDB, SPAN_M, SPAN_N)
     ACC = tm * tn
     zero = zero_fill(ACC)
-    u0, u1, u8, u32_ = np_u32(0), np_u32(1), np_u32(8), np_u32(32)
-    uBM, uBN, uROWS = np_u32(bm), np_u32(bn), np_u32(ROWS)
-    uLM, uLN, uWGM = np_u32(LM), np_u32(32 // LM), np_u32(NT_M // LM)
-    uGM, uGN, uLDA, uLDB = np_u32(GM), np_u32(GN), np_u32(LDA), np_u32(LDB)
-    uABUF, uBBUF = np_u32(BK * LDA), np_u32(BK * LDB)
-    NONE = np_u32(0xFFFFFFFF)  # row/column outside the problem
+    u0, u1, u8, c32 = u32(0), u32(1), u32(8), u32(32)
+    uBM, uBN, uROWS = u32(bm), u32(bn), u32(ROWS)
+    uLM, uLN, uWGM = u32(LM), u32(32 // LM), u32(NT_M // LM)
+    uGM, uGN, uLDA, uLDB = u32(GM), u32(GN), u32(LDA), u32(LDB)
+    uABUF, uBBUF = u32(BK * LDA), u32(BK * LDB)
+    NONE = u32(0xFFFFFFFF)  # row/column outside the problem
     store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, False)
 
     @runtime.jit(max_registers=register_cap(T))
@@ -116,8 +117,8 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
             crd[i] = int32(r) * dh
             csd[i] = int32(rs - r * us) * dw
             coff[i] = int32(c) * H * W + crd[i] * W + csd[i]
-        lane = tid % u32_
-        warp = tid // u32_
+        lane = tid % c32
+        warp = tid // c32
         fr_a = ((warp % uWGM) * uLM + lane % uLM) * uGM
         fr_b = ((warp // uWGM) * uLN + lane // uLM) * uGN
         zero(acc)

@@ -18,7 +18,7 @@ Loop nest of one block (tile m0 + [0, BM) x n0 + [0, BN), split z: kk in [z*chun
         if j > 0:      for kk < BK: fa <- As[(j-1) & 1], fb <- Bs[(j-1) & 1] (128-bit); acc += fa x fb
         if j < slices: As[j & 1], Bs[j & 1] <- registers
         syncthreads
-    out[m, n] = acc (+ bias[n])      (NCHW addressing; with splits > 1 see _igemm_common.store_tile)
+    out[m, n] = acc (+ bias[n])      (NCHW addressing; with splits > 1 see common.store_tile)
 """
 from __future__ import annotations
 
@@ -30,18 +30,19 @@ import numpy as np
 from numba import float32, int32, int64, uint32
 
 from convlab import Problem, runtime
+from convlab.kernels.intrinsics import SHARED_ALIGN, u32
+from convlab.kernels.splitk import split_plan
+from convlab.kernels.tile import PAD, Tile
 from convlab.runtime import cuda
 
-from ._igemm_common import (PAD, SHARED_ALIGN, Tile, np_u32, register_cap, slice_fma, store_tile,
-                             zero_fill,
-                             split_plan, workspace, dummy)
+from .common import dummy, register_cap, slice_fma, store_tile, validate, workspace, zero_fill
 
 FAR = -(1 << 30)  # hb of rows past M: every bounds test fails
 
 
 def check_tile(tile: Tile) -> None:
-    """The loaders' rules on top of Tile.validate (ValueError naming the rule)."""
-    tile.validate()
+    """The loaders' rules on top of the family's (common.validate; ValueError naming the rule)."""
+    validate(tile)
     t = tile.threads
     if not ((t % tile.bm == 0 and tile.bk % (t // tile.bm) == 0) or tile.bm % t == 0):
         raise ValueError(f"A loader: {t} threads must divide bm={tile.bm}, or be a multiple of it "
@@ -71,13 +72,13 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool)
     ACC = tm * tn
     zero = zero_fill(ACC)
     B_IDENT = b_identity
-    u0, u1, u8, u32_ = np_u32(0), np_u32(1), np_u32(8), np_u32(32)
-    NONE = np_u32(0xFFFFFFFF)  # row/column outside the problem
-    uBM, uBN, uBK, uMSPAN = np_u32(bm), np_u32(bn), np_u32(bk), np_u32(MSPAN)
-    uLM, uLN, uWGM = np_u32(LM), np_u32(32 // LM), np_u32(NT_M // LM)
-    uGM, uGN, uLDA, uLDB = np_u32(GM), np_u32(GN), np_u32(LDA), np_u32(LDB)
-    uABUF, uBBUF, uTB8 = np_u32(bk * LDA), np_u32(bk * LDB), np_u32(T // 8)
-    uTB = np_u32(len(PARAMS))  # the kk table follows the parameters
+    u0, u1, u8, c32 = u32(0), u32(1), u32(8), u32(32)
+    NONE = u32(0xFFFFFFFF)  # row/column outside the problem
+    uBM, uBN, uBK, uMSPAN = u32(bm), u32(bn), u32(bk), u32(MSPAN)
+    uLM, uLN, uWGM = u32(LM), u32(32 // LM), u32(NT_M // LM)
+    uGM, uGN, uLDA, uLDB = u32(GM), u32(GN), u32(LDA), u32(LDB)
+    uABUF, uBBUF, uTB8 = u32(bk * LDA), u32(bk * LDB), u32(T // 8)
+    uTB = u32(len(PARAMS))  # the kk table follows the parameters
     store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, True)
 
     @runtime.jit(max_registers=register_cap(T))
@@ -141,8 +142,8 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool)
             noff[i] = col * uint32(b_ncol)
             bkk[i] = (rest // uBN) * u8 + tid % u8
             bst[i] = bkk[i] * uLDB + nl
-        lane = tid % u32_
-        warp = tid // u32_
+        lane = tid % c32
+        warp = tid // c32
         fr_a = ((warp % uWGM) * uLM + lane % uLM) * uGM
         fr_b = ((warp // uWGM) * uLN + lane // uLM) * uGN
         zero(acc)

@@ -24,7 +24,7 @@ from convlab import Algorithm, Config, Problem, Verdict, register, runtime
 from convlab.kernels.splitk import MAX_INDEX
 from convlab.kernels.tile import Tile
 
-from . import forward, wgrad
+from . import common, forward, wgrad
 
 #: (BM, BN, BK, TM, TN) per op family; GPU sizes, then the tiny simulator ones.
 GATHER_TILES_GPU = ((128, 128, 8, 8, 8), (128, 128, 16, 8, 8), (128, 64, 8, 8, 8), (128, 32, 16, 8, 4),
@@ -92,14 +92,13 @@ class ImplicitGemm(Algorithm):
         module = wgrad if problem.op == "wgrad" else forward
         tile = tile_of(config)
         module.check_tile(tile)
-        return module.plan(problem, tile, workspace_limit)
+        return common.plan(problem, tile, workspace_limit)
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
         """A BM x BN partial per (split, output tile) plus one counter per tile; 0 when unsplit."""
         splits, _, n_tiles = self._plan(problem, config, workspace_limit)
-        tile = tile_of(config)
-        tiles = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles
-        return 0 if splits == 1 else (splits * tiles * tile.bm * tile.bn + tiles) * problem.itemsize
+        shape = common.workspace_shape(problem, tile_of(config), splits, n_tiles)
+        return 0 if shape is None else sum(shape) * problem.itemsize
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
         tile = tile_of(config)  # the kernel factories validate the tile (ValueError naming the rule)

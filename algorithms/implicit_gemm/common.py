@@ -14,15 +14,18 @@ launch, bit-for-bit deterministic.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any, ContextManager
+import math
+from typing import Any, ContextManager, NamedTuple
 
 import numpy as np
 
-from convlab import runtime
+from convlab import Problem, runtime
 from convlab.kernels.intrinsics import load_cg, u32, vector_load
 from convlab.kernels.source import Writer, compile_source
-from convlab.kernels.tile import Tile
+from convlab.kernels.splitk import split_plan
+from convlab.kernels.tile import PAD, Tile
 from convlab.runtime import cuda
 from convlab.scratch import scratch
 
@@ -30,6 +33,43 @@ from convlab.scratch import scratch
 def validate(tile: Tile) -> Tile:
     """The family's rules on fp32 tiles (ValueError naming the broken rule); loaders add their own."""
     return Tile(*tile).validate(4, power_of_two=True, bk_multiple=8, warp_multiple=True, max_threads=512)
+
+
+class Layout(NamedTuple):
+    """Compile-time sizes of one kernel: padded shared rows (lda, ldb), the stride between fragment
+    groups of 4 (span_m, span_n), the double-buffered shared arrays (a_size, b_size) and the threads
+    of a warp along m (lanes_m)."""
+
+    lda: int
+    ldb: int
+    span_m: int
+    span_n: int
+    a_size: int
+    b_size: int
+    lanes_m: int
+
+
+def layout(tile: Tile, prefer: tuple[int, ...]) -> Layout:
+    """The Layout of ``tile``, its warps laid out with the first of ``prefer`` that fits."""
+    lda, ldb = tile.bm + PAD, tile.bn + PAD
+    return Layout(lda, ldb, tile.gm * tile.nt_m, tile.gn * tile.nt_n, 2 * tile.bk * lda, 2 * tile.bk * ldb,
+                  tile.lanes_m(prefer))
+
+
+def plan(problem: Problem, tile: Tile, workspace_limit: int) -> tuple[int, int, int]:
+    """(splits, chunk, n_tiles) of ``problem``'s GEMM under this tile and workspace limit."""
+    m, n, k = problem.gemm_shape()
+    n_tiles = math.ceil(n / tile.bn)
+    tiles = math.ceil(m / tile.bm) * n_tiles
+    splits, chunk = split_plan(tiles, k, tile.bk, tile.threads, tiles * tile.bm * tile.bn,
+                               workspace_limit)
+    return splits, chunk, n_tiles
+
+
+def workspace_shape(problem: Problem, tile: Tile, splits: int, n_tiles: int) -> tuple[int, int] | None:
+    """(partial elements, counters) of the split-K workspace; None when unsplit."""
+    tiles = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles
+    return None if splits == 1 else (splits * tiles * tile.bm * tile.bn, tiles)
 
 
 @functools.cache
@@ -147,6 +187,11 @@ def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, thr
                 ws[counter] = np.float32(0)
 
     return store
+
+
+def lend_workspace(shape: tuple[int, int] | None) -> ContextManager[Any]:
+    """The split-K workspace of ``shape`` (:func:`workspace`), or the dummy array when None."""
+    return contextlib.nullcontext(dummy()) if shape is None else workspace(*shape)
 
 
 def workspace(partial: int, tiles: int) -> ContextManager[Any]:

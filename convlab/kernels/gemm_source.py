@@ -1,5 +1,6 @@
 """The tiled GEMM kernel family: one kernel per (dtype, tile, transposes), generated and compiled by a
-cached factory so that every tile size is a compile-time constant. Launch it through :mod:`convlab.kernels.gemm`.
+cached factory so that every tile size is a compile-time constant. Launch it through
+:mod:`convlab.kernels.gemm`.
 
 Each matrix lives in a flat (1-D) device array. Matrix (z, r) of an operand X starts at
 

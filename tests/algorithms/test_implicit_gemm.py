@@ -179,3 +179,19 @@ def test_workspace_counters_are_zero_even_after_a_launch_that_raised():
     with common.workspace(64, 3) as buf:
         assert not buf.copy_to_host()[64:].any()
     scratch.release()
+
+
+def test_registry_discovers_the_plugin_package():
+    """Built-ins are found by pkgutil over convlab.algorithms: a subpackage is imported like a module."""
+    import pkgutil
+
+    import convlab.algorithms
+    from convlab import registry
+
+    assert type(PLUGIN).__module__ == "convlab.algorithms.implicit_gemm"
+    assert not registry.load_errors()
+    found = {(m.name, m.ispkg) for m in pkgutil.iter_modules(convlab.algorithms.__path__)}
+    assert ("implicit_gemm", True) in found and ("_columns", False) in found
+    modules = {type(p).__module__ for p in convlab.plugins()}
+    assert {f"convlab.algorithms.{n}" for n in ("direct", "im2col", "col2im", "implicit_gemm")} <= modules
+    assert not any(m.startswith("convlab.algorithms._") for m in modules)

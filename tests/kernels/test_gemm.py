@@ -1,5 +1,5 @@
-"""The tiled GEMM kernel family (convlab.kernels.gemm): transposes, accumulate, batching, batch-reduce, k-splits,
-bias, ragged edges, argument checking. Float64 numpy products are the reference."""
+"""The tiled GEMM kernel family (convlab.kernels.gemm): transposes, accumulate, batching, batch-reduce,
+k-splits, bias, ragged edges, argument checking. Float64 numpy products are the reference."""
 import math
 
 import numpy as np

@@ -80,17 +80,20 @@ cases = {
     "sum_partials f32": (sum_splits.py_func, (f32_1, f32_1, uint32, uint32, uint32)),
 }
 out = {}
+only = json.loads(sys.argv[3])
 for name, (func, sig) in cases.items():
+    if only and name not in only:
+        continue
     ptx, _ = cuda.compile_ptx(func, sig, cc=cc)
     out[name] = ptx
 json.dump(out, sys.stdout)
 '''
 
 
-def compile_tree(root: Path, cc: str) -> dict[str, str]:
+def compile_tree(root: Path, cc: str, only: list[str]) -> dict[str, str]:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    res = subprocess.run([sys.executable, "-c", _CHILD, str(root), cc], env=env, capture_output=True,
-                         text=True, cwd=root)
+    res = subprocess.run([sys.executable, "-c", _CHILD, str(root), cc, json.dumps(only)], env=env,
+                         capture_output=True, text=True, cwd=root)
     if res.returncode:
         sys.exit(f"compiling in {root} failed:\n{res.stderr[-4000:]}")
     return json.loads(res.stdout)
@@ -110,7 +113,7 @@ def opcodes(ptx: str) -> list[str]:
 
 def body(ptx: str) -> list[str]:
     """The PTX lines without comments, blank lines and symbol names (mangled module paths differ)."""
-    lines = (re.sub(r"[\w$.]*cudapy[\w$.]*", "SYM", line.split("//")[0].strip()) for line in ptx.splitlines())
+    lines = (re.sub(r"_ZN[\w$]*", "SYM", line.split("//")[0].strip()) for line in ptx.splitlines())
     return [line for line in lines if line]
 
 
@@ -132,10 +135,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head", type=Path, default=Path(__file__).resolve().parents[1],
                         help="this checkout (after; default: the one holding this script)")
     parser.add_argument("--cc", default="9.0", help="compute capability (default 9.0, the H200)")
+    parser.add_argument("--only", nargs="+", default=[], choices=KERNELS, metavar="KERNEL",
+                        help=f"compare only these kernels (of: {', '.join(KERNELS)})")
+    parser.add_argument("--save", type=Path, help="write each PTX to SAVE/{before,after}/<kernel>.ptx")
     args = parser.parse_args(argv)
-    before, after = compile_tree(args.base.resolve(), args.cc), compile_tree(args.head.resolve(), args.cc)
+    before = compile_tree(args.base.resolve(), args.cc, args.only)
+    after = compile_tree(args.head.resolve(), args.cc, args.only)
+    if args.save:
+        for side, ptxs in (("before", before), ("after", after)):
+            (args.save / side).mkdir(parents=True, exist_ok=True)
+            for name, ptx in ptxs.items():
+                (args.save / side / (re.sub(r"\W+", "_", name) + ".ptx")).write_text(ptx)
     differ = 0
-    for name in KERNELS:
+    names = args.only or KERNELS
+    for name in names:
         b, a = stats(before[name]), stats(after[name])
         same = opcodes(before[name]) == opcodes(after[name])
         text = body(before[name]) == body(after[name])
@@ -145,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         for key in b:
             mark = "" if b[key] == a[key] else "   <-- changed"
             print(f"    {key:14s} before {b[key]:6d}   after {a[key]:6d}{mark}")
-    print(f"{len(KERNELS) - differ} of {len(KERNELS)} kernels have identical opcode sequences")
+    print(f"{len(names) - differ} of {len(names)} kernels have identical opcode sequences")
     return 1 if differ else 0
 
 

@@ -1,6 +1,6 @@
 """GEMM + col2im: backward-data convolution (and so conv_transpose2d) through a column buffer.
 
-With C' = C/groups, K' = K/groups and the column layout of the im2col plugin:
+With C' = C/groups, K' = K/groups and the column layout of ``_columns`` (shared with im2col):
 
     cols[n, g] (C'RS x PQ)   = W_g^T (C'RS x K') @ dy[n, g*K':(g+1)*K'] (K' x PQ)     (one GEMM)
     dx[n, c, h, w]           = bias[c] + sum over taps (r, s) with h + ph - r*dh = p*sh, w + pw - s*dw
@@ -24,11 +24,11 @@ import functools
 import numpy as np
 
 from convlab import Problem, register, runtime
-from convlab.algorithms.im2col import THREADS, ColumnGemmAlgorithm, Plan, lend_columns, launch_grid
-from convlab.gemm import Strided, Tile, gemm
+from convlab.kernels.gemm import Strided, Tile, gemm
+from convlab.kernels.intrinsics import u32
 from convlab.runtime import cuda
 
-U = np.uint32
+from ._columns import THREADS, ColumnGemmAlgorithm, Plan, launch_grid, lend_columns
 
 
 @functools.cache
@@ -38,34 +38,34 @@ def _fold_kernel(dtype: str):
     @runtime.jit
     def fold(cols, dx, bias, dx_off, rows, C, H, W, R, S, P, Q, sh, sw, ph, pw, dh, dw, has_bias):
         """dx[dx_off + row*H*W + h*W + w] = (bias[c]) + sum of its taps, for rows row = n*C + c."""
-        hw = U(U(U(cuda.blockIdx.x) * U(cuda.blockDim.x)) + U(cuda.threadIdx.x))
-        if hw >= U(H * W):
+        hw = u32(u32(u32(cuda.blockIdx.x) * u32(cuda.blockDim.x)) + u32(cuda.threadIdx.x))
+        if hw >= u32(H * W):
             return
-        h = U(hw // W)
-        hp = U(h + ph)  # = p*sh + r*dh for a contributing tap
-        wp = U(U(hw - U(h * W)) + pw)
-        npq = U(P * Q)
-        row = U(cuda.blockIdx.y)
+        h = u32(hw // W)
+        hp = u32(h + ph)  # = p*sh + r*dh for a contributing tap
+        wp = u32(u32(hw - u32(h * W)) + pw)
+        npq = u32(P * Q)
+        row = u32(cuda.blockIdx.y)
         while row < rows:
             acc = zero
-            src = U(U(row * U(R * S)) * npq)  # cols of (n, c), tap (0, 0)
-            r = U(0)
-            while r < R and U(r * dh) <= hp:
-                hh = U(hp - U(r * dh))
-                p = U(hh // sh)
-                if U(p * sh) == hh and p < P:
-                    s = U(0)
-                    while s < S and U(s * dw) <= wp:
-                        ww = U(wp - U(s * dw))
-                        q = U(ww // sw)
-                        if U(q * sw) == ww and q < Q:
-                            acc += cols[U(src + U(U(U(r * S) + s) * npq) + U(p * Q) + q)]
-                        s = U(s + 1)
-                r = U(r + 1)
+            src = u32(u32(row * u32(R * S)) * npq)  # cols of (n, c), tap (0, 0)
+            r = u32(0)
+            while r < R and u32(r * dh) <= hp:
+                hh = u32(hp - u32(r * dh))
+                p = u32(hh // sh)
+                if u32(p * sh) == hh and p < P:
+                    s = u32(0)
+                    while s < S and u32(s * dw) <= wp:
+                        ww = u32(wp - u32(s * dw))
+                        q = u32(ww // sw)
+                        if u32(q * sw) == ww and q < Q:
+                            acc += cols[u32(src + u32(u32(u32(r * S) + s) * npq) + u32(p * Q) + q)]
+                        s = u32(s + 1)
+                r = u32(r + 1)
             if has_bias:
-                acc += bias[U(row % C)]
-            dx[U(dx_off + U(row * U(H * W)) + hw)] = acc
-            row = U(row + U(cuda.gridDim.y))
+                acc += bias[u32(row % C)]
+            dx[u32(dx_off + u32(row * u32(H * W)) + hw)] = acc
+            row = u32(row + u32(cuda.gridDim.y))
 
     return fold
 
@@ -76,7 +76,7 @@ def fold(problem: Problem, cols, dx, bias, n0: int, nb: int) -> None:
     (sh, sw), (ph, pw), (dh, dw) = pr.stride, pr.padding, pr.dilation
     has_bias = bias is not None
     flat_dx = dx.reshape((dx.size,))
-    u = U
+    u = u32
     _fold_kernel(pr.dtype)[launch_grid(pr.h * pr.w, nb * pr.c), THREADS](
         cols, flat_dx, bias if has_bias else flat_dx, u(n0 * pr.c * pr.h * pr.w), u(nb * pr.c), u(pr.c),
         u(pr.h), u(pr.w), u(pr.r), u(pr.s), u(pr.p), u(pr.q), u(sh), u(sw), u(ph), u(pw), u(dh),

@@ -8,8 +8,9 @@ Loop nests (C' = C/groups, K' = K/groups, g = the element's group):
     wgrad    dw[k,c,r,s] = sum over splits j of  sum_{(n,p,q) in chunk j} x[n, g*C'+c, h, w] * dy[n,k,p,q]
 
 Every option (stride, padding, dilation, groups, bias) is supported, so this plugin is the fallback that
-accepts every valid problem. wgrad's long reduction (N*P*Q) is split into chunks summed by a second,
-deterministic kernel when the split buffer fits the workspace limit; otherwise one thread sums it all.
+accepts every valid problem. wgrad's long reduction (N*P*Q) is split into chunks summed in order by a
+second kernel (``convlab.kernels.splitk.sum_partials``: deterministic) when the split buffer fits the
+workspace limit; otherwise one thread sums it all.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import math
 import numpy as np
 
 from convlab import Algorithm, Config, Problem, Verdict, register, runtime
+from convlab.kernels.splitk import sum_partials
 from convlab.runtime import cuda
 
 THREADS = 128  # threads per block, every kernel
@@ -118,18 +120,7 @@ def _kernels(dtype: str):
                 acc += x[n, ci, h, ww] * dy[n, k, p, q]
         part[j, k, c, r, s] = acc
 
-    @runtime.jit
-    def sum_splits(part, out):
-        """out[i] = sum_j part[j, i] in a fixed order (deterministic)."""
-        i = cuda.grid(1)
-        if i >= out.size:
-            return
-        acc = zero
-        for j in range(part.shape[0]):
-            acc += part[j, i]
-        out[i] = acc
-
-    return forward, dgrad, wgrad_partial, sum_splits
+    return forward, dgrad, wgrad_partial
 
 
 def _blocks(total: int) -> int:
@@ -165,7 +156,7 @@ class Direct(Algorithm):
         return 0 if splits == 1 else splits * int(np.prod(problem.w_shape)) * problem.itemsize
 
     def run(self, problem, config, a, b, bias, out, *, workspace_limit):
-        forward, dgrad, wgrad_partial, sum_splits = _kernels(problem.dtype)
+        forward, dgrad, wgrad_partial = _kernels(problem.dtype)
         (sh, sw), (ph, pw), (dh, dw) = problem.stride, problem.padding, problem.dilation
         has_bias = bias is not None
         if not has_bias:
@@ -186,5 +177,4 @@ class Direct(Algorithm):
                 part = runtime.empty((splits,) + tuple(out.shape), problem.dtype)
                 wgrad_partial[_blocks(total * splits), THREADS](a, b, part, sh, sw, ph, pw, dh, dw,
                                                                 chunk)
-                sum_splits[_blocks(total), THREADS](part.reshape((splits, total)),
-                                                    out.reshape((total,)))
+                sum_partials(part, out, splits)

@@ -1,4 +1,4 @@
-"""Time the tiled GEMM kernel family (convlab.gemm) against cuBLAS (torch) on one fp32 GEMM.
+"""Time the tiled GEMM kernel family (convlab.kernels.gemm) against cuBLAS (torch) on one fp32 GEMM.
 
     python benchmarks/gemm_bench.py OUT.json [--size 4096] [--tiles 128x128x8/8x8 ...] [--repeat 20]
 
@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from convlab import runtime
-from convlab.gemm import TILES, Tile, matmul
+from convlab.kernels.gemm import TILES, Tile, matmul
 
 
 def _median_ms(fn: Callable[[], object], warmup: int, repeat: int) -> float:

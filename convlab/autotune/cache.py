@@ -72,15 +72,15 @@ def tuning_key(problem: Problem, policy: str = "exact", deterministic: bool = Fa
 
 
 # ---- fingerprints -------------------------------------------------------------------------------
-_TRACKED_PREFIXES = ("convlab.algorithms.", "convlab.gemm")
+_TRACKED_PREFIXES = ("convlab.algorithms.", "convlab.kernels.")
 
 
 def _tracked(name: str | None) -> bool:
-    return bool(name) and (name == "convlab.gemm" or name.startswith(_TRACKED_PREFIXES))
+    return bool(name) and name.startswith(_TRACKED_PREFIXES)
 
 
 def _related_modules(module: types.ModuleType) -> list[types.ModuleType]:
-    """``module`` and, recursively, the modules it uses from convlab.algorithms or convlab/gemm.py."""
+    """``module`` and, recursively, the modules it uses from convlab.algorithms or convlab.kernels."""
     seen: dict[str, types.ModuleType] = {module.__name__: module}
     todo = [module]
     while todo:
@@ -101,7 +101,7 @@ def _source_of(obj: Any) -> str:
 
 
 def plugin_fingerprint(plugin: Algorithm, configs: list[Config]) -> str:
-    """sha256 over the plugin's module source (plus the convlab.algorithms / convlab.gemm modules it
+    """sha256 over the plugin's module source (plus the convlab.algorithms / convlab.kernels modules it
     uses), its class name and the names of its configs for the problem. Editing the kernel, or changing
     the configs it offers, changes the fingerprint."""
     cls = type(plugin)

@@ -53,3 +53,29 @@ def test_picks_the_smallest_fit_among_several():
     with scratch.scratch(50, np.float32) as a, scratch.scratch(5, np.float32) as b:
         assert a.shape == (50,) and b.shape == (5,)
     assert scratch.held_bytes() == 440  # nothing new was allocated
+
+
+def test_zeroed_tail_is_zero_on_entry_and_kept_only_after_a_clean_exit():
+    """``zeroed=z``: the view's last z elements are zero on entry; the pool zeroes them only when the
+    buffer's last use was not a clean exit of a user of that same range."""
+    with scratch.scratch(10, np.float32, zeroed=3) as a:
+        assert not a.copy_to_host()[7:].any()
+        a[:7].copy_to_device(np.ones(7, np.float32))
+    # a kept reference breaks the promise on purpose: a re-lend that zeroed nothing shows it
+    a[7:].copy_to_device(np.full(3, 7, np.float32))
+    with scratch.scratch(10, np.float32, zeroed=3) as b:  # same range after a clean exit: not zeroed
+        np.testing.assert_array_equal(b.copy_to_host(), [1] * 7 + [7] * 3)
+        b[7:].copy_to_device(np.zeros(3, np.float32))
+    with pytest.raises(RuntimeError):
+        with scratch.scratch(10, np.float32, zeroed=3) as c:
+            c.copy_to_device(np.full(10, 5, np.float32))  # counters dirty, then the "launch" raises
+            raise RuntimeError("kernel failed")
+    with scratch.scratch(10, np.float32, zeroed=3) as d:
+        np.testing.assert_array_equal(d.copy_to_host(), [5] * 7 + [0] * 3)  # same buffer, re-zeroed
+    with scratch.scratch(10, np.float32) as e:  # another kind of user overwrites everything
+        e.copy_to_device(np.full(10, 5, np.float32))
+    with scratch.scratch(9, np.float32, zeroed=2) as f:
+        np.testing.assert_array_equal(f.copy_to_host(), [5] * 7 + [0] * 2)
+    with pytest.raises(ValueError, match="zeroed"):
+        with scratch.scratch(4, np.float32, zeroed=5):
+            pass

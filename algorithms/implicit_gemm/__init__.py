@@ -2,9 +2,9 @@
 into shared memory (no column buffer), one BM x BN output tile per block, fp32 register fragments.
 
     op        GEMM M    GEMM N   GEMM K (reduction)   kernel
-    forward   N*P*Q     K        C*R*S                _igemm_fwd   (A gathered from x, bias in the epilogue)
-    dgrad     N*H*W     C        K*R*S                _igemm_fwd   (A gathered from dy, flipped filter)
-    wgrad     K         C*R*S    N*P*Q                _igemm_wgrad (split-K over blocks + ordered 2nd pass)
+    forward   N*P*Q     K        C*R*S                forward.py  (A gathered from x, bias in the epilogue)
+    dgrad     N*H*W     C        K*R*S                forward.py  (A gathered from dy, flipped filter)
+    wgrad     K         C*R*S    N*P*Q                wgrad.py    (split-K over blocks + ordered 2nd pass)
 
 Applicability: groups == 1, each of M, N, K divisible by 16, stride 1 for dgrad, every tensor within
 32-bit indexing. Padding and dilation (and stride for forward/wgrad) are all supported, and so is the bias
@@ -21,8 +21,10 @@ import math
 
 from convlab import Algorithm, Config, Problem, Verdict, register, runtime
 
-from . import _igemm_fwd, _igemm_wgrad
-from ._igemm_common import MAX_INDEX, Tile
+from convlab.kernels.splitk import MAX_INDEX
+from convlab.kernels.tile import Tile
+
+from . import common, forward, wgrad
 
 #: (BM, BN, BK, TM, TN) per op family; GPU sizes, then the tiny simulator ones.
 GATHER_TILES_GPU = ((128, 128, 8, 8, 8), (128, 128, 16, 8, 8), (128, 64, 8, 8, 8), (128, 32, 16, 8, 4),
@@ -39,15 +41,11 @@ _GEMM_NAMES = {"forward": ("N*P*Q", "K", "C*R*S"), "dgrad": ("N*H*W", "C", "K*R*
 @functools.lru_cache(maxsize=256)
 def tile_of(config: Config) -> Tile:
     """The Tile a config names (ValueError for a malformed one)."""
-    try:
-        return Tile(int(config["BM"]), int(config["BN"]), int(config["BK"]), int(config["TM"]),
-                    int(config["TN"]))
-    except KeyError as exc:
-        raise ValueError(f"implicit_gemm config {config!r} lacks {exc}") from None
+    return Tile.from_config(config)
 
 
 def _config(t: tuple[int, int, int, int, int]) -> Config:
-    return Config(BM=t[0], BN=t[1], BK=t[2], TM=t[3], TN=t[4])
+    return Config(Tile(*t).config())
 
 
 def _preference(problem: Problem, t: tuple[int, int, int, int, int]) -> tuple:
@@ -91,21 +89,20 @@ class ImplicitGemm(Algorithm):
         return [_config(t) for t in sorted(tiles, key=lambda t: _preference(problem, t))]
 
     def _plan(self, problem: Problem, config: Config, workspace_limit: int) -> tuple[int, int, int]:
-        module = _igemm_wgrad if problem.op == "wgrad" else _igemm_fwd
+        module = wgrad if problem.op == "wgrad" else forward
         tile = tile_of(config)
         module.check_tile(tile)
-        return module.plan(problem, tile, workspace_limit)
+        return common.plan(problem, tile, workspace_limit)
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
         """A BM x BN partial per (split, output tile) plus one counter per tile; 0 when unsplit."""
         splits, _, n_tiles = self._plan(problem, config, workspace_limit)
-        tile = tile_of(config)
-        tiles = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles
-        return 0 if splits == 1 else (splits * tiles * tile.bm * tile.bn + tiles) * problem.itemsize
+        shape = common.workspace_shape(problem, tile_of(config), splits, n_tiles)
+        return 0 if shape is None else sum(shape) * problem.itemsize
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
         tile = tile_of(config)  # the kernel factories validate the tile (ValueError naming the rule)
         if problem.op == "wgrad":
-            _igemm_wgrad.launch(problem, tile, a, b, out, workspace_limit)
+            wgrad.launch(problem, tile, a, b, out, workspace_limit)
         else:
-            _igemm_fwd.launch(problem, tile, a, b, bias, out, workspace_limit)
+            forward.launch(problem, tile, a, b, bias, out, workspace_limit)

@@ -12,7 +12,8 @@ import pytest
 
 import convlab
 from convlab import Config, make_problem, reference, runtime
-from convlab.algorithms import _igemm_fwd, _igemm_wgrad, implicit_gemm
+from convlab.algorithms import implicit_gemm
+from convlab.algorithms.implicit_gemm import forward, wgrad
 from convlab.measure import random_operands, rel_error, to_device, tolerance
 
 PLUGIN = convlab.get_plugin("implicit_gemm")
@@ -72,7 +73,7 @@ def test_configs_differ_and_validate(op):
     tiles = [implicit_gemm.tile_of(c) for c in configs]
     assert len(set(tiles)) == len(tiles) >= 3
     assert len({(t.bm, t.bn) for t in tiles}) >= 2 and len({(t.tm, t.tn) for t in tiles}) >= 2
-    check = _igemm_wgrad.check_tile if op == "wgrad" else _igemm_fwd.check_tile
+    check = wgrad.check_tile if op == "wgrad" else forward.check_tile
     gpu = implicit_gemm.WGRAD_TILES_GPU if op == "wgrad" else implicit_gemm.GATHER_TILES_GPU
     for t in gpu:  # the GPU list obeys the loaders' rules too (checked here without compiling)
         check(implicit_gemm.Tile(*t))
@@ -106,7 +107,7 @@ def test_wgrad_split_k_second_pass_is_exact_deterministic_and_bounded():
     prob = make_problem("wgrad", 2, 16, 8, 8, 16, 3, 3, padding=1)  # N*P*Q = 128: room to split
     config = PLUGIN.configs(prob)[0]
     tile = implicit_gemm.tile_of(config)
-    splits, chunk, n_tiles = _igemm_wgrad.plan(prob, tile, LIMIT)
+    splits, chunk, n_tiles = wgrad.plan(prob, tile, LIMIT)
     assert splits >= 2 and chunk % 8 == 0 and splits * chunk >= 128
     tiles = math.ceil(16 / tile.bm) * n_tiles
     need = PLUGIN.workspace_bytes(prob, config, LIMIT)
@@ -119,13 +120,13 @@ def test_wgrad_split_k_second_pass_is_exact_deterministic_and_bounded():
     assert PLUGIN.workspace_bytes(prob, config, need - 1) == 0
     single, err = _run(prob, config, limit=need - 1)
     assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
-    assert _igemm_wgrad.plan(prob, tile, need - 1)[0] == 1
+    assert wgrad.plan(prob, tile, need - 1)[0] == 1
 
 
 def test_forward_split_k_adds_bias_once():
     prob = make_problem("forward", 2, 16, 4, 4, 16, 3, 3, padding=1, bias=True)  # K = 144
     config = next(c for c in PLUGIN.configs(prob) if c["BK"] == 8)
-    assert _igemm_fwd.plan(prob, implicit_gemm.tile_of(config), LIMIT)[0] >= 2
+    assert forward.plan(prob, implicit_gemm.tile_of(config), LIMIT)[0] >= 2
     _, err = _run(prob, config)
     assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
 
@@ -152,7 +153,7 @@ def test_cached_launch_keeps_its_own_grid(op, big, small):
     big, small = (make_problem(op, **dict(dict(r=1, s=1), **kw)) for kw in (big, small))
     config = Config(BM=16, BN=16, BK=8, TM=2, TN=2)
     grids = [(math.ceil(p.gemm_shape()[0] / 16) * math.ceil(p.gemm_shape()[1] / 16),
-              (_igemm_wgrad if op == "wgrad" else _igemm_fwd).plan(p, implicit_gemm.tile_of(config), LIMIT)[0])
+              (wgrad if op == "wgrad" else forward).plan(p, implicit_gemm.tile_of(config), LIMIT)[0])
              for p in (big, small)]
     assert grids[0] != grids[1]  # the two launches need different grids
     for prob in (big, small, big):
@@ -160,19 +161,37 @@ def test_cached_launch_keeps_its_own_grid(op, big, small):
         assert err <= tolerance(prob, PLUGIN.compute_eps("float32")), (prob, err)
 
 
-def test_workspace_is_reused_only_after_a_launch_that_returned():
-    """A launch raising midway may leave split-K counters non-zero: its buffer must not be reused."""
-    from convlab.algorithms import _igemm_common as common
+def test_workspace_counters_are_zero_even_after_a_launch_that_raised():
+    """The split-K workspace comes from convlab.scratch with its counters zero on entry: fresh, after a
+    normal return (kernels reset them) and after a launch that raised (which may leave them non-zero)."""
+    from convlab import scratch
+    from convlab.algorithms.implicit_gemm import common
 
-    key = (64, 3)
-    common._workspace_cache.pop(key, None)
+    scratch.release()
+    with common.workspace(64, 3) as buf:
+        assert buf.size == 67 and not buf.copy_to_host()[64:].any()
+        buf[:64].copy_to_device(np.ones(64, np.float32))
     with pytest.raises(RuntimeError):
-        with common.workspace(*key) as buf:
-            assert key not in common._workspace_cache  # checked out: no second user can get it
+        with common.workspace(64, 3) as buf:
+            assert buf.copy_to_host()[:64].all()  # the same pooled buffer, partials left as they were
+            buf[64:].copy_to_device(np.full(3, 2, np.float32))  # counters left non-zero
             raise RuntimeError("kernel failed")
-    assert key not in common._workspace_cache
-    with common.workspace(*key) as buf:
-        assert buf is not None and not buf.copy_to_host()[64:].any()  # fresh, counters zeroed
-    assert common._workspace_cache[key] is buf
-    with common.workspace(*key) as again:
-        assert again is buf  # a normal return makes it reusable
+    with common.workspace(64, 3) as buf:
+        assert not buf.copy_to_host()[64:].any()
+    scratch.release()
+
+
+def test_registry_discovers_the_plugin_package():
+    """Built-ins are found by pkgutil over convlab.algorithms: a subpackage is imported like a module."""
+    import pkgutil
+
+    import convlab.algorithms
+    from convlab import registry
+
+    assert type(PLUGIN).__module__ == "convlab.algorithms.implicit_gemm"
+    assert not registry.load_errors()
+    found = {(m.name, m.ispkg) for m in pkgutil.iter_modules(convlab.algorithms.__path__)}
+    assert ("implicit_gemm", True) in found and ("_columns", False) in found
+    modules = {type(p).__module__ for p in convlab.plugins()}
+    assert {f"convlab.algorithms.{n}" for n in ("direct", "im2col", "col2im", "implicit_gemm")} <= modules
+    assert not any(m.startswith("convlab.algorithms._") for m in modules)

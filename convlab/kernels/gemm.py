@@ -1,4 +1,4 @@
-"""Launchers of the tiled GEMM kernel family (:mod:`convlab.gemm_kernels`), shared by the plugins.
+"""Launchers of the tiled GEMM kernel family (:mod:`convlab.kernels.gemm_source`), shared by the plugins.
 
     C[M, N] (+)= opA[M, K] @ opB[K, N] (+ bias[M])    opX = X or X^T, fp32 or fp64 throughout
 
@@ -15,12 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from . import runtime
-from .gemm_kernels import U, Tile, make_gemm_kernel
-from .runtime import cuda
+from convlab import runtime
 
-__all__ = ["Tile", "Strided", "gemm", "matmul", "sum_partials", "pick_tiles", "GPU_TILES", "SIM_TILES",
-           "TILES"]
+from .gemm_source import make_gemm_kernel
+from .intrinsics import u32
+from .splitk import flat, sm_count
+from .tile import MAX_SHARED, Tile
+
+__all__ = ["Tile", "Strided", "gemm", "matmul", "pick_tiles", "GPU_TILES", "SIM_TILES", "TILES"]
 
 #: Tile presets for the GPU, largest first (on ties, pick_tiles keeps this order).
 GPU_TILES = (Tile(128, 128, 8, 8, 8), Tile(128, 128, 16, 8, 8), Tile(128, 64, 8, 8, 4),
@@ -31,7 +33,6 @@ SIM_TILES = (Tile(8, 16, 4, 2, 2), Tile(16, 8, 8, 4, 2))
 TILES = SIM_TILES if runtime.SIMULATOR else GPU_TILES
 
 _U32 = 2 ** 32
-_SM_SLOTS = 2 * 132  # resident 256-thread blocks on an H200 (for the tile heuristic only)
 
 
 @dataclass(frozen=True)
@@ -51,17 +52,6 @@ class Strided:
     red: int = 0
 
 
-def _flat(arr: Any, name: str) -> Any:
-    if not runtime.is_cuda_array_like(arr):
-        raise TypeError(f"{name} must be a device array, got {type(arr).__name__}")
-    arr = runtime.as_device_array(arr)
-    if arr.ndim != 1:
-        if not arr.is_c_contiguous():
-            raise ValueError(f"{name} must be C-contiguous")
-        arr = arr.reshape((arr.size,))
-    return arr
-
-
 def _last_index(x: Strided, rows: int, cols: int, batch: int, split: int, nred: int) -> int:
     return (x.offset + (batch - 1) // split * x.outer + (min(batch, split) - 1) * x.inner
             + (nred - 1) * x.red + (rows - 1) * x.ld + cols - 1)
@@ -78,7 +68,7 @@ def _check_operand(x: Strided, name: str, rows: int, cols: int, batch: int, spli
             raise ValueError(f"{name}.{field} must be a non-negative int, got {value!r}")
     if rows > 1 and x.ld < cols:
         raise ValueError(f"{name}.ld={x.ld} is shorter than its rows ({cols} elements)")
-    data = _flat(x.data, f"{name}.data")
+    data = flat(x.data, f"{name}.data")
     last = _last_index(x, rows, cols, batch, split, nred)
     if last >= data.size:
         raise ValueError(f"{name} reaches element {last} but {name}.data has {data.size}")
@@ -97,7 +87,8 @@ def gemm(a: Strided, b: Strided, c: Strided, m: int, n: int, k: int, *, trans_a:
     ``trans_b``), C(z) is M x N; matrices are addressed as in :class:`Strided`. ``bias`` adds
     ``bias.data[bias.offset + (z % split) * bias.inner + i]`` to row i. ``ksplit`` > 1 splits the
     r-and-k reduction over that many blocks, split s writing its partial C(z) at ``c.red * s`` further
-    (no bias or accumulate then; add the partials with :func:`sum_partials`). Launches on the default
+    (no bias or accumulate then; add the partials with
+    :func:`convlab.kernels.splitk.sum_partials`). Launches on the default
     stream; does not synchronise.
     """
     for name, value in (("m", m), ("n", n), ("k", k), ("batch", batch), ("split", split),
@@ -121,7 +112,7 @@ def gemm(a: Strided, b: Strided, c: Strided, m: int, n: int, k: int, *, trans_a:
         da = _check_operand(a, "a", rows_a, cols_a, batch, split, nred)
         db = _check_operand(b, "b", rows_b, cols_b, batch, split, nred)
     else:  # nothing is read
-        da, db = _flat(a.data, "a.data"), _flat(b.data, "b.data")
+        da, db = flat(a.data, "a.data"), flat(b.data, "b.data")
     dc = _check_operand(c, "c", m, n, batch, split, ksplit)
     dtypes = {np.dtype(x.dtype) for x in (da, db, dc)}
     if len(dtypes) != 1 or next(iter(dtypes)) not in (np.float32, np.float64):
@@ -135,53 +126,19 @@ def gemm(a: Strided, b: Strided, c: Strided, m: int, n: int, k: int, *, trans_a:
             raise TypeError(f"bias has dtype {dbias.dtype}, c has {dc.dtype}")
     else:
         bias, dbias = Strided(None, 0), dc  # never read (has_bias = 0): no allocation
-    blocks_y = math.ceil(m / tile.BM)
+    blocks_y = math.ceil(m / tile.bm)
     if blocks_y > 65535:
         raise ValueError(f"m={m} needs {blocks_y} row tiles, over the grid's y limit of 65535")
     kernel = make_gemm_kernel(dtype, tile, bool(trans_a), bool(trans_b))
-    tiles = math.ceil(k / tile.BK) * nred
-    u = np.uint32
-    grid = (math.ceil(n / tile.BN), blocks_y, batch * ksplit)
+    tiles = math.ceil(k / tile.bk) * nred
+    u = u32
+    grid = (math.ceil(n / tile.bn), blocks_y, batch * ksplit)
     kernel[grid, tile.threads](
         da, db, dc, dbias, u(m), u(n), u(k), u(a.ld), u(b.ld), u(c.ld),
         u(a.offset), u(a.outer), u(a.inner), u(a.red), u(b.offset), u(b.outer), u(b.inner), u(b.red),
         u(c.offset), u(c.outer), u(c.inner), u(c.red), u(batch), u(split), u(nred),
         u(math.ceil(tiles / ksplit)), u(bias.offset), u(bias.inner), u(bias.data is not None),
         u(bool(accumulate)))
-
-
-@runtime.jit
-def sum_splits(part, out, splits, size, accumulate):
-    """out[i] (+)= sum_{s < splits} part[s * size + i], summed in order s = 0, 1, ... (deterministic)."""
-    i = U(cuda.grid(1))
-    if i < size:
-        acc = part[i]
-        s = U(1)
-        while s < splits:
-            acc += part[U(U(s * size) + i)]
-            s = U(s + 1)
-        if accumulate:
-            acc += out[i]
-        out[i] = acc
-
-
-def sum_partials(part: Any, out: Any, splits: int, *, accumulate: bool = False) -> None:
-    """out (+)= sum over s < splits of part[s] (in order s = 0, 1, ...: deterministic).
-
-    ``part`` holds ``splits`` consecutive blocks of ``out.size`` elements (any C-contiguous shapes).
-    """
-    dpart, dout = _flat(part, "part"), _flat(out, "out")
-    if dpart.dtype != dout.dtype:
-        raise TypeError(f"part has dtype {dpart.dtype}, out has {dout.dtype}")
-    if splits < 1 or dpart.size < splits * dout.size or dpart.size >= _U32:
-        raise ValueError(f"part ({dpart.size} elements) must hold splits={splits} >= 1 blocks of "
-                         f"{dout.size} elements, within 32-bit indexing")
-    if dout.size == 0:
-        return
-    threads = 64 if runtime.SIMULATOR else 256
-    u = np.uint32
-    sum_splits[math.ceil(dout.size / threads), threads](dpart, dout, u(splits), u(dout.size),
-                                                         u(bool(accumulate)))
 
 
 def matmul(a: Any, b: Any, out: Any = None, *, trans_a: bool = False, trans_b: bool = False,
@@ -223,7 +180,7 @@ def matmul(a: Any, b: Any, out: Any = None, *, trans_a: bool = False, trans_b: b
 
 def _intensity(tile: Tile) -> float:
     """FMAs per shared-memory element loaded by a thread: a proxy for the tile's peak speed."""
-    return tile.TM * tile.TN / (tile.TM + tile.TN)
+    return tile.tm * tile.tn / (tile.tm + tile.tn)
 
 
 def pick_tiles(m: int, n: int, k: int, batch: int = 1, dtype: str = "float32") -> list[Tile]:
@@ -232,11 +189,11 @@ def pick_tiles(m: int, n: int, k: int, batch: int = 1, dtype: str = "float32") -
     itemsize = np.dtype(dtype).itemsize
     scored = []
     for tile in TILES:
-        if tile.shared_bytes(itemsize) > 48 * 1024 or (itemsize == 8 and tile.TM * tile.TN > 32
+        if tile.shared_bytes(itemsize) > MAX_SHARED or (itemsize == 8 and tile.tm * tile.tn > 32
                                                          and not runtime.SIMULATOR):
             continue  # fp64 8x8 thread tiles need ~240 registers
-        blocks = math.ceil(m / tile.BM) * math.ceil(n / tile.BN) * max(batch, 1)
-        padded = math.ceil(m / tile.BM) * tile.BM * math.ceil(n / tile.BN) * tile.BN
-        fill = min(1.0, blocks / _SM_SLOTS)
+        blocks = math.ceil(m / tile.bm) * math.ceil(n / tile.bn) * max(batch, 1)
+        padded = math.ceil(m / tile.bm) * tile.bm * math.ceil(n / tile.bn) * tile.bn
+        fill = min(1.0, blocks / (2 * sm_count()))  # resident 256-thread blocks
         scored.append((padded / (_intensity(tile) * fill), tile))
     return [t for _, t in sorted(scored, key=lambda st: st[0])]

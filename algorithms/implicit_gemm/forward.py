@@ -18,11 +18,10 @@ Loop nest of one block (tile m0 + [0, BM) x n0 + [0, BN), split z: kk in [z*chun
         if j > 0:      for kk < BK: fa <- As[(j-1) & 1], fb <- Bs[(j-1) & 1] (128-bit); acc += fa x fb
         if j < slices: As[j & 1], Bs[j & 1] <- registers
         syncthreads
-    out[m, n] = acc (+ bias[n])      (NCHW addressing; with splits > 1 see _igemm_common.store_tile)
+    out[m, n] = acc (+ bias[n])      (NCHW addressing; with splits > 1 see common.store_tile)
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 
@@ -30,18 +29,19 @@ import numpy as np
 from numba import float32, int32, int64, uint32
 
 from convlab import Problem, runtime
+from convlab.kernels.intrinsics import SHARED_ALIGN, u32
+from convlab.kernels.tile import Tile
 from convlab.runtime import cuda
 
-from ._igemm_common import (PAD, SHARED_ALIGN, Tile, np_u32, register_cap, slice_fma, store_tile,
-                             zero_fill,
-                             split_plan, workspace, dummy)
+from .common import (dummy, layout, lend_workspace, plan, register_cap, slice_fma, store_tile, validate,
+                     workspace_shape, zero_fill)
 
 FAR = -(1 << 30)  # hb of rows past M: every bounds test fails
 
 
 def check_tile(tile: Tile) -> None:
-    """The loaders' rules on top of Tile.validate (ValueError naming the rule)."""
-    tile.validate()
+    """The loaders' rules on top of the family's (common.validate; ValueError naming the rule)."""
+    validate(tile)
     t = tile.threads
     if not ((t % tile.bm == 0 and tile.bk % (t // tile.bm) == 0) or tile.bm % t == 0):
         raise ValueError(f"A loader: {t} threads must divide bm={tile.bm}, or be a multiple of it "
@@ -61,23 +61,20 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool)
     A_K = bk // KSTEP
     B_PER = bn * bk // T
     RA = A_K * A_M
-    GM, GN, NT_M, NT_N = tile.gm, tile.gn, tile.nt_m, tile.nt_n
-    LM = tile.lanes_m((8, 16, 4, 32, 2, 1))
-    LDA, LDB = bm + PAD, bn + PAD
-    SPAN_M, SPAN_N = GM * NT_M, GN * NT_N
-    A_SIZE, B_SIZE = 2 * bk * LDA, 2 * bk * LDB
+    GM, GN, NT_M = tile.gm, tile.gn, tile.nt_m
+    LDA, LDB, SPAN_M, SPAN_N, A_SIZE, B_SIZE, LM = layout(tile, (8, 16, 4, 32, 2, 1))
     ALIGN = SHARED_ALIGN
     step = slice_fma(bk, tm, tn, LDA, LDB, SPAN_M, SPAN_N)
     ACC = tm * tn
     zero = zero_fill(ACC)
     B_IDENT = b_identity
-    u0, u1, u8, u32_ = np_u32(0), np_u32(1), np_u32(8), np_u32(32)
-    NONE = np_u32(0xFFFFFFFF)  # row/column outside the problem
-    uBM, uBN, uBK, uMSPAN = np_u32(bm), np_u32(bn), np_u32(bk), np_u32(MSPAN)
-    uLM, uLN, uWGM = np_u32(LM), np_u32(32 // LM), np_u32(NT_M // LM)
-    uGM, uGN, uLDA, uLDB = np_u32(GM), np_u32(GN), np_u32(LDA), np_u32(LDB)
-    uABUF, uBBUF, uTB8 = np_u32(bk * LDA), np_u32(bk * LDB), np_u32(T // 8)
-    uTB = np_u32(len(PARAMS))  # the kk table follows the parameters
+    u0, u1, u8, c32 = u32(0), u32(1), u32(8), u32(32)
+    NONE = u32(0xFFFFFFFF)  # row/column outside the problem
+    uBM, uBN, uBK, uMSPAN = u32(bm), u32(bn), u32(bk), u32(MSPAN)
+    uLM, uLN, uWGM = u32(LM), u32(32 // LM), u32(NT_M // LM)
+    uGM, uGN, uLDA, uLDB = u32(GM), u32(GN), u32(LDA), u32(LDB)
+    uABUF, uBBUF, uTB8 = u32(bk * LDA), u32(bk * LDB), u32(T // 8)
+    uTB = u32(len(PARAMS))  # the kk table follows the parameters
     store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, True)
 
     @runtime.jit(max_registers=register_cap(T))
@@ -141,8 +138,8 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool)
             noff[i] = col * uint32(b_ncol)
             bkk[i] = (rest // uBN) * u8 + tid % u8
             bst[i] = bkk[i] * uLDB + nl
-        lane = tid % u32_
-        warp = tid // u32_
+        lane = tid % c32
+        warp = tid // c32
         fr_a = ((warp % uWGM) * uLM + lane % uLM) * uGM
         fr_b = ((warp // uWGM) * uLN + lane // uLM) * uGN
         zero(acc)
@@ -247,16 +244,6 @@ def _params(problem: Problem, tile: Tile, splits: int, chunk: int, n_tiles: int)
     return runtime.to_device(np.concatenate([np.array(values, np.int64), _kk_table(pr)]).astype(np.int32))
 
 
-def plan(problem: Problem, tile: Tile, workspace_limit: int) -> tuple[int, int, int]:
-    """(splits, chunk, n_tiles) of a forward/dgrad problem under this tile and workspace limit."""
-    m, n, k = problem.gemm_shape()
-    n_tiles = math.ceil(n / tile.bn)
-    tiles = math.ceil(m / tile.bm) * n_tiles
-    splits, chunk = split_plan(tiles, k, tile.bk, tile.threads, tiles * tile.bm * tile.bn,
-                               workspace_limit)
-    return splits, chunk, n_tiles
-
-
 @functools.lru_cache(maxsize=256)
 def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
     """(kernel, grid, params, workspace or None) of one (problem, tile, limit): one lookup per call.
@@ -264,17 +251,16 @@ def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
     The grid is configured at each launch, not cached: the simulator's ``kernel[grid, block]`` sets the
     grid on the one kernel object of this tile and returns it, so a cached configured kernel would launch
     with the grid of whichever problem configured that tile last."""
-    m, n, _ = problem.gemm_shape()
     splits, chunk, n_tiles = plan(problem, tile, workspace_limit)
-    tiles = math.ceil(m / tile.bm) * n_tiles
     kern = gather_kernel(tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, problem.op == "forward")
-    ws = None if splits == 1 else (splits * tiles * tile.bm * tile.bn, tiles)
-    return kern, (tiles, splits), _params(problem, tile, splits, chunk, n_tiles), ws
+    grid = (math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles, splits)
+    params = _params(problem, tile, splits, chunk, n_tiles)
+    return kern, grid, params, workspace_shape(problem, tile, splits, n_tiles)
 
 
 def launch(problem: Problem, tile: Tile, a, b, bias, out, workspace_limit: int) -> None:
     """Run forward or dgrad (stride 1) of ``problem``: a = x or dy, b = w, out = y or dx (device,
     C-contiguous; flattened inside the kernel, so no host-side views are built per call)."""
     kern, grid, params, ws = _prepared(problem, tile, workspace_limit)
-    with contextlib.nullcontext(dummy()) if ws is None else workspace(*ws) as buf:
+    with lend_workspace(ws) as buf:
         kern[grid, tile.threads](a, b, params, dummy() if bias is None else bias, out, buf)

@@ -16,11 +16,10 @@ Loop nest of one block (tile m0.., n0.., split z: kk in [z*chunk, min(z*chunk + 
         if j > 0:      for kk < 8: fa <- As[(j-1) & 1], fb <- Bs[(j-1) & 1] (128-bit); acc += fa x fb
         if j < slices: As[j & 1], Bs[j & 1] <- registers
         syncthreads
-    dw[m, col] = acc               (with splits > 1: partials + an ordered sum, _igemm_common.store_tile)
+    dw[m, col] = acc               (with splits > 1: partials + an ordered sum, common.store_tile)
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 
@@ -28,18 +27,19 @@ import numpy as np
 from numba import float32, int32, int64, uint32
 
 from convlab import Problem, runtime
+from convlab.kernels.intrinsics import SHARED_ALIGN, u32
+from convlab.kernels.tile import Tile
 from convlab.runtime import cuda
 
-from ._igemm_common import (PAD, SHARED_ALIGN, Tile, np_u32, register_cap, slice_fma, store_tile,
-                             zero_fill,
-                             split_plan, workspace, dummy)
+from .common import (layout, lend_workspace, plan, register_cap, slice_fma, store_tile, validate,
+                     workspace_shape, zero_fill)
 
 BK = 8  # the incremental (n, p, q) walk assumes one kk per thread per slice
 
 
 def check_tile(tile: Tile) -> None:
-    """The loaders' rules on top of Tile.validate (ValueError naming the rule)."""
-    tile.validate()
+    """The loaders' rules on top of the family's (common.validate; ValueError naming the rule)."""
+    validate(tile)
     if tile.bk != BK:
         raise ValueError(f"wgrad tiles need bk={BK}, got {tile.bk}")
     rows = tile.threads // 8
@@ -55,21 +55,18 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
     T = tile.threads
     ROWS = T // 8
     A_PER, B_PER = bm // ROWS, bn // ROWS
-    GM, GN, NT_M, NT_N = tile.gm, tile.gn, tile.nt_m, tile.nt_n
-    LM = tile.lanes_m((4, 2, 8, 1, 16, 32))
-    LDA, LDB = bm + PAD, bn + PAD
-    SPAN_M, SPAN_N = GM * NT_M, GN * NT_N
-    A_SIZE, B_SIZE = 2 * BK * LDA, 2 * BK * LDB
+    GM, GN, NT_M = tile.gm, tile.gn, tile.nt_m
+    LDA, LDB, SPAN_M, SPAN_N, A_SIZE, B_SIZE, LM = layout(tile, (4, 2, 8, 1, 16, 32))
     ALIGN = SHARED_ALIGN
     step = slice_fma(BK, tm, tn, LDA, LDB, SPAN_M, SPAN_N)
     ACC = tm * tn
     zero = zero_fill(ACC)
-    u0, u1, u8, u32_ = np_u32(0), np_u32(1), np_u32(8), np_u32(32)
-    uBM, uBN, uROWS = np_u32(bm), np_u32(bn), np_u32(ROWS)
-    uLM, uLN, uWGM = np_u32(LM), np_u32(32 // LM), np_u32(NT_M // LM)
-    uGM, uGN, uLDA, uLDB = np_u32(GM), np_u32(GN), np_u32(LDA), np_u32(LDB)
-    uABUF, uBBUF = np_u32(BK * LDA), np_u32(BK * LDB)
-    NONE = np_u32(0xFFFFFFFF)  # row/column outside the problem
+    u0, u1, u8, c32 = u32(0), u32(1), u32(8), u32(32)
+    uBM, uBN, uROWS = u32(bm), u32(bn), u32(ROWS)
+    uLM, uLN, uWGM = u32(LM), u32(32 // LM), u32(NT_M // LM)
+    uGM, uGN, uLDA, uLDB = u32(GM), u32(GN), u32(LDA), u32(LDB)
+    uABUF, uBBUF = u32(BK * LDA), u32(BK * LDB)
+    NONE = u32(0xFFFFFFFF)  # row/column outside the problem
     store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, False)
 
     @runtime.jit(max_registers=register_cap(T))
@@ -116,8 +113,8 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
             crd[i] = int32(r) * dh
             csd[i] = int32(rs - r * us) * dw
             coff[i] = int32(c) * H * W + crd[i] * W + csd[i]
-        lane = tid % u32_
-        warp = tid // u32_
+        lane = tid % c32
+        warp = tid // c32
         fr_a = ((warp % uWGM) * uLM + lane % uLM) * uGM
         fr_b = ((warp // uWGM) * uLN + lane // uLM) * uGN
         zero(acc)
@@ -183,16 +180,6 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
     return kernel
 
 
-def plan(problem: Problem, tile: Tile, workspace_limit: int) -> tuple[int, int, int]:
-    """(splits, chunk, n_tiles) of a wgrad problem under this tile and workspace limit."""
-    m, n, k = problem.gemm_shape()
-    n_tiles = math.ceil(n / tile.bn)
-    tiles = math.ceil(m / tile.bm) * n_tiles
-    splits, chunk = split_plan(tiles, k, BK, tile.threads, tiles * tile.bm * tile.bn,
-                               workspace_limit)
-    return splits, chunk, n_tiles
-
-
 @functools.lru_cache(maxsize=128)
 def _params(problem: Problem, splits: int, chunk: int, n_tiles: int):
     """Device int32 array of the kernel's parameters (cached: one upload per shape)."""
@@ -205,20 +192,17 @@ def _params(problem: Problem, splits: int, chunk: int, n_tiles: int):
 
 @functools.lru_cache(maxsize=256)
 def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
-    """(kernel, grid, params, workspace or None) of one (problem, tile, limit): one lookup per call.
-
-    The grid is configured at each launch, not cached: the simulator's ``kernel[grid, block]`` sets the
-    grid on the one kernel object of this tile and returns it, so a cached configured kernel would launch
-    with the grid of whichever problem configured that tile last."""
+    """(kernel, grid, params, workspace shape or None) of one (problem, tile, limit), as
+    ``forward._prepared`` (which says why the grid is not configured here)."""
     splits, chunk, n_tiles = plan(problem, tile, workspace_limit)
-    tiles = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles
     kern = wgrad_kernel(tile.bm, tile.bn, tile.tm, tile.tn)
-    ws = None if splits == 1 else (splits * tiles * tile.bm * tile.bn, tiles)
-    return kern, (tiles, splits), _params(problem, splits, chunk, n_tiles), ws
+    grid = (math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles, splits)
+    params = _params(problem, splits, chunk, n_tiles)
+    return kern, grid, params, workspace_shape(problem, tile, splits, n_tiles)
 
 
 def launch(problem: Problem, tile: Tile, x, dy, out, workspace_limit: int) -> None:
     """dw (device, (K, C, R, S)) from device x (N, C, H, W) and dy (N, K, P, Q), C-contiguous."""
     kern, grid, params, ws = _prepared(problem, tile, workspace_limit)
-    with contextlib.nullcontext(dummy()) if ws is None else workspace(*ws) as buf:
+    with lend_workspace(ws) as buf:
         kern[grid, tile.threads](x, dy, params, out, buf)

@@ -1,13 +1,14 @@
-"""The tiled GEMM kernel family (convlab.gemm): transposes, accumulate, batching, batch-reduce, k-splits,
-bias, ragged edges, argument checking. Float64 numpy products are the reference."""
+"""The tiled GEMM kernel family (convlab.kernels.gemm): transposes, accumulate, batching, batch-reduce,
+k-splits, bias, ragged edges, argument checking. Float64 numpy products are the reference."""
 import math
 
 import numpy as np
 import pytest
 
 from convlab import runtime
-from convlab.gemm import TILES, Strided, Tile, gemm, matmul, pick_tiles, sum_partials
-from convlab.gemm_kernels import kernel_source, make_gemm_kernel
+from convlab.kernels.gemm import TILES, Strided, Tile, gemm, matmul, pick_tiles
+from convlab.kernels.gemm_source import kernel_source, make_gemm_kernel
+from convlab.kernels.splitk import sum_partials
 
 gpu_only = pytest.mark.skipif(runtime.SIMULATOR, reason="needs a real CUDA GPU")
 
@@ -28,7 +29,7 @@ def _err(got, want):
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, False), (False, True), (True, True)])
 def test_transposes_and_ragged_edges(tile, trans_a, trans_b):
     rng = np.random.default_rng(1)
-    m, n, k = tile.BM + 3, tile.BN + 5, 2 * tile.BK + 3  # no dimension a multiple of the tile
+    m, n, k = tile.bm + 3, tile.bn + 5, 2 * tile.bk + 3  # no dimension a multiple of the tile
     a = _rand(rng, (k, m) if trans_a else (m, k))
     b = _rand(rng, (n, k) if trans_b else (k, n))
     out = runtime.full((m, n), np.nan, "float32")
@@ -95,7 +96,7 @@ def test_bad_arguments_raise_before_launch():
     with pytest.raises(ValueError, match="ksplit"):
         gemm(Strided(a, 3), Strided(b, 5), Strided(runtime.empty((40,), "float32"), 5, red=20), 4, 5,
              3, ksplit=2, accumulate=True)
-    with pytest.raises(ValueError, match="TM and TN"):
+    with pytest.raises(ValueError, match="tm and tn"):
         Tile(16, 16, 8, 3, 2).validate()
     with pytest.raises(ValueError, match="shared memory"):
         Tile(256, 256, 32, 8, 8).validate(8)
@@ -105,7 +106,7 @@ def test_pick_tiles_orders_presets_and_source_is_unrolled():
     tiles = pick_tiles(16, 100_000, 144)
     assert sorted(tiles) == sorted(TILES)
     if not runtime.SIMULATOR:
-        assert tiles[0].BM <= 32  # a 16-row GEMM should not take a 128-row tile
+        assert tiles[0].bm <= 32  # a 16-row GEMM should not take a 128-row tile
     src = kernel_source("float32", TILES[0], False, True)
     assert "for " not in src and "c0_0 += a0 * b0" in src  # scalars, no loops over the accumulator
 

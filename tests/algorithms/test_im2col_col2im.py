@@ -6,7 +6,7 @@ import pytest
 
 import convlab
 from convlab import make_problem, reference, runtime, scratch
-from convlab.algorithms.im2col import column_plan, tile_of
+from convlab.algorithms._columns import column_plan, tile_of
 from convlab.measure import random_operands, rel_error, to_device, tolerance
 
 

@@ -1,5 +1,6 @@
 """The tiled GEMM kernel family: one kernel per (dtype, tile, transposes), generated and compiled by a
-cached factory so that every tile size is a compile-time constant. Launch it through :mod:`convlab.gemm`.
+cached factory so that every tile size is a compile-time constant. Launch it through
+:mod:`convlab.kernels.gemm`.
 
 Each matrix lives in a flat (1-D) device array. Matrix (z, r) of an operand X starts at
 
@@ -16,7 +17,7 @@ opB[k, j] = B[base + k*ldb + j] (or B[base + j*ldb + k] when trans_b). The ``r``
 GEMM) adds several products into one accumulator, e.g. the images of a sub-batch in wgrad. With k
 splits (grid z = ksplit * nbatch, z = ks * nbatch + batch index), split ks sums only the k tiles
 [ks * tps, (ks + 1) * tps) of the r-major sequence of all nred * ceil(K / BK) tiles and writes its
-partial C at ``C.base + ks * c_ks``; :func:`convlab.gemm.sum_partials` adds them in a fixed order.
+partial C at ``C.base + ks * c_ks``; :func:`convlab.kernels.splitk.sum_partials` adds them in a fixed order.
 
 Loop nest of one block (BM x BN tile of C, THREADS = (BM/TM) * (BN/TN) threads, thread (ty, tx)):
 
@@ -34,16 +35,15 @@ columns, so that fragment loads are 128-bit shared loads on the GPU (arrays alig
 Why the kernel's source is generated: numba unrolls nothing itself, and LLVM keeps a local array in
 registers only when every loop touching it is fully unrolled, which it declined to do for the
 accumulator's initialisation and epilogue. The factory therefore writes the unrolled code out, with the
-accumulator, fragments and prefetch registers as scalars. Index arithmetic is uint32, wrapped in ``U``
+accumulator, fragments and prefetch registers as scalars. Index arithmetic is uint32, wrapped in ``u32``
 (numba widens integer results to 64 bits otherwise); the launcher guarantees all addresses fit in 32
 bits. The accumulator has the operands' dtype (fp32 or fp64); no TF32 or other reduced precision.
 """
 from __future__ import annotations
 
 import functools
-import linecache
 import math
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import numpy as np
 from numba import float32, float64
@@ -51,90 +51,18 @@ from numba import float32, float64
 from convlab import runtime
 from convlab.runtime import cuda
 
-U = np.uint32  # the cast that keeps index arithmetic 32-bit (numba compiles it in kernels)
+from .intrinsics import SHARED_ALIGN, u32, vector_load
+from .source import Writer, compile_source
+from .tile import PAD, Tile
+
 UNROLL = 2  # steps of the BK loop per iteration: more compiles much slower (BK=8 fully: ~9 s)
-PAD = 4  # elements added to each shared row: conflict-free transposed stores, keeps 16-byte alignment
+MAX_BK = 32
 
 
-class Tile(NamedTuple):
-    """Block tile BM x BN, k step BK, thread tile TM x TN; threads = (BM // TM) * (BN // TN)."""
-
-    BM: int
-    BN: int
-    BK: int
-    TM: int
-    TN: int
-
-    @property
-    def threads(self) -> int:
-        return (self.BM // self.TM) * (self.BN // self.TN)
-
-    def shared_bytes(self, itemsize: int) -> int:
-        """Static shared memory of one block: two buffers of each padded tile."""
-        return 2 * self.BK * (self.BM + self.BN + 2 * PAD) * itemsize
-
-    @property
-    def name(self) -> str:
-        return f"{self.BM}x{self.BN}x{self.BK}/{self.TM}x{self.TN}"
-
-    def validate(self, itemsize: int = 4) -> "Tile":
-        """Raise ValueError unless the tile can be compiled for elements of ``itemsize`` bytes."""
-        for name, value in zip(self._fields, self):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"tile {name} must be a positive int, got {value!r}")
-        if self.TM not in (1, 2, 4, 8) or self.TN not in (1, 2, 4, 8):
-            raise ValueError(f"tile TM and TN must be 1, 2, 4 or 8, got {self.TM}, {self.TN}")
-        if self.BM % self.TM or self.BN % self.TN:
-            raise ValueError(f"tile BM={self.BM}, BN={self.BN} must be multiples of TM={self.TM}, "
-                             f"TN={self.TN}")
-        if not 1 <= self.threads <= 1024:
-            raise ValueError(f"tile {self.name} has {self.threads} threads per block; must be 1..1024")
-        if self.BK > 32:
-            raise ValueError(f"tile BK={self.BK} must be <= 32")
-        if self.shared_bytes(itemsize) > 48 * 1024:
-            raise ValueError(f"tile {self.name} needs {self.shared_bytes(itemsize)} bytes of shared "
-                             f"memory for {itemsize}-byte elements, over 48 KiB")
-        return self
-
-
-def _vector_load(width: int):
-    """``loadN(arr, i) -> (arr[i], ..., arr[i + N - 1])`` as one vector load (``ld.shared.v4``).
-
-    The caller guarantees that element i of the 1-D array is 16-byte aligned (4 * 4 bytes for fp32;
-    fp64 loads split into 16-byte halves). A plain Python function on the simulator.
-    """
-    if runtime.SIMULATOR:
-        def load(arr, i):
-            return tuple(arr[i + u] for u in range(width))
-        return load
-    from llvmlite import ir
-    from numba import types
-
-    @cuda.extending.intrinsic
-    def load(typingctx, arr, index):
-        if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(index, types.Integer):
-            return None
-        sig = types.UniTuple(arr.dtype, width)(arr, index)
-
-        def codegen(context, builder, signature, args):
-            aryty, idxty = signature.args
-            ary = context.make_array(aryty)(context, builder, args[0])
-            idx = args[1]
-            if idx.type.width < 64:
-                idx = (builder.sext if idxty.signed else builder.zext)(idx, ir.IntType(64))
-            ptr = builder.gep(ary.data, [idx])
-            vec_t = ir.VectorType(context.get_value_type(aryty.dtype), width)
-            vec = builder.load(builder.bitcast(ptr, vec_t.as_pointer(ptr.type.addrspace)),
-                               align=min(16, width * aryty.dtype.bitwidth // 8))
-            items = [builder.extract_element(vec, ir.Constant(ir.IntType(32), u)) for u in range(width)]
-            return context.make_tuple(builder, signature.return_type, items)
-
-        return sig, codegen
-
-    return load
-
-
-_LOADS = {1: None, 2: _vector_load(2), 4: _vector_load(4)}
+def check_tile(tile: Tile, itemsize: int = 4) -> Tile:
+    """``tile`` as a Tile, after the family's rules (Tile.validate with bk <= 32): ValueError naming
+    the broken rule."""
+    return Tile(*tile).validate(itemsize, max_bk=MAX_BK)
 
 
 @runtime.jit(device=True)
@@ -142,25 +70,11 @@ def _store(C, at, col, n, value, accumulate):
     """C[at + col] = value (+ C[at + col] if accumulate), when col < n (the epilogue of one element)."""
     if col < n:
         if accumulate:
-            value += C[U(at + col)]
-        C[U(at + col)] = value
+            value += C[u32(at + col)]
+        C[u32(at + col)] = value
 
 
-class _Writer:
-    """Collects indented source lines."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.depth = 0
-
-    def __call__(self, line: str) -> None:
-        self.lines.append("    " * self.depth + line)
-
-    def indent(self, by: int = 1) -> None:
-        self.depth += by
-
-
-def _load_setup(w: _Writer, op: str, trans: bool, length: int, threads: int, bk: int) -> int:
+def _load_setup(w: Writer, op: str, trans: bool, length: int, threads: int, bk: int) -> int:
     """Emit, before the k loop, what the global loads of one operand's tile need; return their count.
 
     The tile of opA is BM x BK (length = BM), of opB BK x BN (length = BN). In storage order the
@@ -175,37 +89,37 @@ def _load_setup(w: _Writer, op: str, trans: bool, length: int, threads: int, bk:
     fast = bk if k_fast else length
     even = threads % fast == 0
     if even:
-        w(f"{op}_f0 = U(tid % {fast})")
-        w(f"{op}_s0 = U(tid // {fast})")
+        w(f"{op}_f0 = u32(tid % {fast})")
+        w(f"{op}_s0 = u32(tid // {fast})")
     bound, ld, lim = ("M", "lda", "m0") if op == "a" else ("N", "ldb", "n0")
     row = length + PAD
     for e in range(count):
         if even:
-            fast_e, slow_e = f"{op}_f0", f"U({op}_s0 + {e * threads // fast})"
+            fast_e, slow_e = f"{op}_f0", f"u32({op}_s0 + {e * threads // fast})"
         else:
-            w(f"{op}_fl = U(tid + {e * threads})")
-            fast_e, slow_e = f"U({op}_fl % {fast})", f"U({op}_fl // {fast})"
+            w(f"{op}_fl = u32(tid + {e * threads})")
+            fast_e, slow_e = f"u32({op}_fl % {fast})", f"u32({op}_fl // {fast})"
         k_e, x_e = (fast_e, slow_e) if k_fast else (slow_e, fast_e)
         w(f"{op}_k{e} = {k_e}")
         w(f"{op}_x{e} = {x_e}")
-        w(f"{op}_ok{e} = U({lim} + {op}_x{e}) < {bound}")
+        w(f"{op}_ok{e} = u32({lim} + {op}_x{e}) < {bound}")
         if (e + 1) * threads > size:  # the last load of a tile not a multiple of the block
             w(f"{op}_ok{e} = {op}_ok{e} and tid + {e * threads} < {size}")
-        w(f"{op}_o{e} = " + (f"U(U(U({lim} + {op}_x{e}) * {ld}) + {op}_k{e})" if k_fast
-                             else f"U(U({op}_k{e} * {ld}) + U({lim} + {op}_x{e}))"))
-        w(f"{op}_sh{e} = U(U({op}_k{e} * {row}) + {op}_x{e})")
+        w(f"{op}_o{e} = " + (f"u32(u32(u32({lim} + {op}_x{e}) * {ld}) + {op}_k{e})" if k_fast
+                             else f"u32(u32({op}_k{e} * {ld}) + u32({lim} + {op}_x{e}))"))
+        w(f"{op}_sh{e} = u32(u32({op}_k{e} * {row}) + {op}_x{e})")
     return count
 
 
-def _load_tile(w: _Writer, op: str, trans: bool, count: int) -> None:
+def _load_tile(w: Writer, op: str, trans: bool, count: int) -> None:
     """Emit the global loads of one operand's tile (at k offset k0) into scalars g{op}{e}."""
     k_fast = (op == "a") != trans
     pos, ld = ("a_pos", "lda") if op == "a" else ("b_pos", "ldb")
-    w(f"{op}_t = U({pos} + k0)" if k_fast else f"{op}_t = U({pos} + U(k0 * {ld}))")
+    w(f"{op}_t = u32({pos} + k0)" if k_fast else f"{op}_t = u32({pos} + u32(k0 * {ld}))")
     for e in range(count):
         w(f"g{op}{e} = zero")
-        w(f"if {op}_ok{e} and U(k0 + {op}_k{e}) < K:")
-        w(f"    g{op}{e} = {op.upper()}[U({op}_t + {op}_o{e})]")
+        w(f"if {op}_ok{e} and u32(k0 + {op}_k{e}) < K:")
+        w(f"    g{op}{e} = {op.upper()}[u32({op}_t + {op}_o{e})]")
 
 
 def _source(tile: Tile, trans_a: bool, trans_b: bool, unroll: int) -> str:
@@ -219,34 +133,34 @@ def _source(tile: Tile, trans_a: bool, trans_b: bool, unroll: int) -> str:
     SA, SB = BM + PAD, BN + PAD
     rows = [c * TY * VA + u for c in range(TM // VA) for u in range(VA)]  # offsets from ty*VA
     cols = [c * TX * VB + u for c in range(TN // VB) for u in range(VB)]  # offsets from tx*VB
-    w = _Writer()
+    w = Writer()
     w("def gemm(A, B, C, bias, M, N, K, lda, ldb, ldc, a_off, a_outer, a_inner, a_red, b_off, b_outer,")
     w("         b_inner, b_red, c_off, c_outer, c_inner, c_ks, nbatch, split, nred, tps, bias_off,")
     w("         bias_inner, has_bias, accumulate):")
     w.indent()
     w("As = cuda.shared.array(A_SMEM, nbtype, alignment=align)")
     w("Bs = cuda.shared.array(B_SMEM, nbtype, alignment=align)")
-    w("tid = U(cuda.threadIdx.x)")
-    w(f"tx = U(tid % {TX})")
-    w(f"ty = U(tid // {TX})")
-    w(f"m0 = U(U(cuda.blockIdx.y) * {BM})")
-    w(f"n0 = U(U(cuda.blockIdx.x) * {BN})")
-    w("z = U(cuda.blockIdx.z)")
-    w("ks = U(z // nbatch)  # k-split index")
-    w("zb = U(z - U(ks * nbatch))  # batch index")
-    w("zo = U(zb // split)")
-    w("zi = U(zb - U(zo * split))")
-    w(f"ktiles = U(U(K + {BK - 1}) // {BK})")
-    w("t_lo = U(min(U(ks * tps), U(ktiles * nred)))  # this k-split's tiles: [t_lo, t_hi)")
-    w("t_hi = U(min(U(t_lo + tps), U(ktiles * nred)))")
-    w("r0 = U(0)")
+    w("tid = u32(cuda.threadIdx.x)")
+    w(f"tx = u32(tid % {TX})")
+    w(f"ty = u32(tid // {TX})")
+    w(f"m0 = u32(u32(cuda.blockIdx.y) * {BM})")
+    w(f"n0 = u32(u32(cuda.blockIdx.x) * {BN})")
+    w("z = u32(cuda.blockIdx.z)")
+    w("ks = u32(z // nbatch)  # k-split index")
+    w("zb = u32(z - u32(ks * nbatch))  # batch index")
+    w("zo = u32(zb // split)")
+    w("zi = u32(zb - u32(zo * split))")
+    w(f"ktiles = u32(u32(K + {BK - 1}) // {BK})")
+    w("t_lo = u32(min(u32(ks * tps), u32(ktiles * nred)))  # this k-split's tiles: [t_lo, t_hi)")
+    w("t_hi = u32(min(u32(t_lo + tps), u32(ktiles * nred)))")
+    w("r0 = u32(0)")
     w("if t_lo > 0:")
-    w("    r0 = U(t_lo // ktiles)")
-    w(f"k0 = U(U(t_lo - U(r0 * ktiles)) * {BK})  # k offset of the next tile to load, in matrix r")
-    w("a_pos = U(a_off + U(zo * a_outer) + U(zi * a_inner) + U(r0 * a_red))  # matrix (z, r) in A")
-    w("b_pos = U(b_off + U(zo * b_outer) + U(zi * b_inner) + U(r0 * b_red))")
-    w(f"a_frag = U(ty * {VA})")
-    w(f"b_frag = U(tx * {VB})")
+    w("    r0 = u32(t_lo // ktiles)")
+    w(f"k0 = u32(u32(t_lo - u32(r0 * ktiles)) * {BK})  # k offset of the next tile to load, in matrix r")
+    w("a_pos = u32(a_off + u32(zo * a_outer) + u32(zi * a_inner) + u32(r0 * a_red))  # matrix (z, r) in A")
+    w("b_pos = u32(b_off + u32(zo * b_outer) + u32(zi * b_inner) + u32(r0 * b_red))")
+    w(f"a_frag = u32(ty * {VA})")
+    w(f"b_frag = u32(tx * {VB})")
     for i in range(TM):
         w(" = ".join(f"c{i}_{j}" for j in range(TN)) + " = zero")
     la = _load_setup(w, "a", trans_a, BM, threads, BK)
@@ -258,17 +172,17 @@ def _source(tile: Tile, trans_a: bool, trans_b: bool, unroll: int) -> str:
     w.indent()
     _load_tile(w, "a", trans_a, la)
     _load_tile(w, "b", trans_b, lb)
-    w(f"k0 = U(k0 + {BK})")
+    w(f"k0 = u32(k0 + {BK})")
     w("if k0 >= K:  # the next matrix of the batch-reduce")
-    w("    k0 = U(0)")
-    w("    a_pos = U(a_pos + a_red)")
-    w("    b_pos = U(b_pos + b_red)")
+    w("    k0 = u32(0)")
+    w("    a_pos = u32(a_pos + a_red)")
+    w("    b_pos = u32(b_pos + b_red)")
     w.indent(-1)
     w("if t > t_lo:  # tile t - 1: shared -> fragments -> FMAs")
     w.indent()
-    w(f"a_at = U(U(U(t - 1) & 1) * {BK * SA} + a_frag)")
-    w(f"b_at = U(U(U(t - 1) & 1) * {BK * SB} + b_frag)")
-    w(f"a_end = U(a_at + {BK * SA})")
+    w(f"a_at = u32(u32(u32(t - 1) & 1) * {BK * SA} + a_frag)")
+    w(f"b_at = u32(u32(u32(t - 1) & 1) * {BK * SB} + b_frag)")
+    w(f"a_end = u32(a_at + {BK * SA})")
     w(f"while a_at < a_end:  # {KU} of the BK={BK} steps per iteration")
     w.indent()
     for q in range(KU):
@@ -281,13 +195,13 @@ def _source(tile: Tile, trans_a: bool, trans_b: bool, unroll: int) -> str:
         for i in range(TM):
             for j in range(TN):
                 w(f"c{i}_{j} += a{i} * b{j}")
-    w(f"a_at = U(a_at + {KU * SA})")
-    w(f"b_at = U(b_at + {KU * SB})")
+    w(f"a_at = u32(a_at + {KU * SA})")
+    w(f"b_at = u32(b_at + {KU * SB})")
     w.indent(-2)
     w("if t < t_hi:  # registers -> shared buffer t % 2")
     w.indent()
-    w(f"a_at = U(U(t & 1) * {BK * SA})")
-    w(f"b_at = U(U(t & 1) * {BK * SB})")
+    w(f"a_at = u32(u32(t & 1) * {BK * SA})")
+    w(f"b_at = u32(u32(t & 1) * {BK * SB})")
     for op, count, size in (("a", la, BM * BK), ("b", lb, BN * BK)):
         for e in range(count):
             guard = (e + 1) * threads > size
@@ -299,24 +213,24 @@ def _source(tile: Tile, trans_a: bool, trans_b: bool, unroll: int) -> str:
     w("cuda.syncthreads()")
     w("if t >= t_hi:")
     w("    break")
-    w("t = U(t + 1)")
+    w("t = u32(t + 1)")
     w.indent(-1)
-    w("c_pos = U(c_off + U(zo * c_outer) + U(zi * c_inner) + U(ks * c_ks))")
-    w("bias_pos = U(bias_off + U(zi * bias_inner))")
+    w("c_pos = u32(c_off + u32(zo * c_outer) + u32(zi * c_inner) + u32(ks * c_ks))")
+    w("bias_pos = u32(bias_off + u32(zi * bias_inner))")
     for j, off in enumerate(cols):
-        w(f"col{j} = U(n0 + b_frag + {off})")
+        w(f"col{j} = u32(n0 + b_frag + {off})")
     for i, off in enumerate(rows):
-        w(f"row = U(m0 + a_frag + {off})")
+        w(f"row = u32(m0 + a_frag + {off})")
         w("if row < M:")
         w.indent()
         w("extra = zero")
         w("if has_bias:")
-        w("    extra = bias[U(bias_pos + row)]")
-        w("at = U(c_pos + U(row * ldc))")
+        w("    extra = bias[u32(bias_pos + row)]")
+        w("at = u32(c_pos + u32(row * ldc))")
         for j in range(TN):
             w(f"store(C, at, col{j}, N, c{i}_{j} + extra, accumulate)")
         w.indent(-1)
-    return "\n".join(w.lines) + "\n"
+    return w.source
 
 
 @functools.cache
@@ -330,19 +244,18 @@ def make_gemm_kernel(dtype: str, tile: Tile, trans_a: bool, trans_b: bool, unrol
     ksplit * nbatch), ``tile.threads`` threads per block. ``max_registers`` defaults to 128 (64 for
     1024 threads): two 256-thread blocks per SM, and 512-thread tiles launchable at all.
     """
-    tile = Tile(*tile).validate(np.dtype(dtype).itemsize)
-    BM, BN, BK = tile.BM, tile.BN, tile.BK
+    tile = check_tile(tile, np.dtype(dtype).itemsize)
+    BM, BN, BK = tile.bm, tile.bn, tile.bk
     namespace = {
-        "cuda": cuda, "U": U, "store": _store, "load2": _LOADS[2], "load4": _LOADS[4],
+        "cuda": cuda, "u32": u32, "store": _store, "load2": vector_load(2), "load4": vector_load(4),
         "zero": np.dtype(dtype).type(0),
         "nbtype": {"float32": float32, "float64": float64}[dtype],
-        "align": None if runtime.SIMULATOR else 16,
+        "align": SHARED_ALIGN,
         "A_SMEM": 2 * BK * (BM + PAD), "B_SMEM": 2 * BK * (BN + PAD),
     }
     source = _source(tile, trans_a, trans_b, math.gcd(unroll, BK))
-    filename = f"<convlab.gemm_kernels {dtype} {tile.name} ta={int(trans_a)} tb={int(trans_b)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks
-    exec(compile(source, filename, "exec"), namespace)
+    filename = f"<convlab.kernels.gemm {dtype} {tile.name} ta={int(trans_a)} tb={int(trans_b)}>"
+    compile_source(source, filename, namespace)
     if max_registers is None:
         max_registers = 65536 // max(tile.threads, 512)
     return runtime.jit(fastmath=False, max_registers=max_registers)(namespace["gemm"])
@@ -350,5 +263,5 @@ def make_gemm_kernel(dtype: str, tile: Tile, trans_a: bool, trans_b: bool, unrol
 
 def kernel_source(dtype: str, tile: Tile, trans_a: bool, trans_b: bool, unroll: int = UNROLL) -> str:
     """The generated source of one kernel (for reading and debugging)."""
-    tile = Tile(*tile).validate(np.dtype(dtype).itemsize)
-    return _source(tile, trans_a, trans_b, math.gcd(unroll, tile.BK))
+    tile = check_tile(tile, np.dtype(dtype).itemsize)
+    return _source(tile, trans_a, trans_b, math.gcd(unroll, tile.bk))

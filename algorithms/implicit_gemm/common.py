@@ -1,0 +1,208 @@
+"""What only the implicit-GEMM kernels share (``forward``: forward and backward-data, ``wgrad``:
+backward-weight): the family's tile rules, the unrolled slice of FMAs, the epilogue with its in-kernel
+split-K reduction, and the split-K workspace.
+
+The block tile (geometry, thread fragments, shared layout) is :class:`convlab.kernels.tile.Tile`; this
+family also needs every size a power of two, bk % 8 == 0 and 32..512 threads in whole warps, and lays
+its warps out as LM x (32 / LM) threads (m x n; LM chosen per kernel with ``Tile.lanes_m``).
+
+Split-K (planned by :func:`convlab.kernels.splitk.split_plan`) cuts the reduction into ``splits`` chunks
+of ``chunk`` (a multiple of BK); each chunk writes its partial output tile to a workspace slice, and the
+block finishing a tile last (an atomic counter per tile) sums that tile's slices in the fixed order
+z = 0, 1, ... (``store_tile``): the order of :func:`convlab.kernels.splitk.sum_partials`, in the same
+launch, bit-for-bit deterministic.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from typing import Any, ContextManager, NamedTuple
+
+import numpy as np
+
+from convlab import Problem, runtime
+from convlab.kernels.intrinsics import load_cg, u32, vector_load
+from convlab.kernels.source import Writer, compile_source
+from convlab.kernels.splitk import split_plan
+from convlab.kernels.tile import PAD, Tile
+from convlab.runtime import cuda
+from convlab.scratch import scratch
+
+
+def validate(tile: Tile) -> Tile:
+    """The family's rules on fp32 tiles (ValueError naming the broken rule); loaders add their own."""
+    return Tile(*tile).validate(4, power_of_two=True, bk_multiple=8, warp_multiple=True, max_threads=512)
+
+
+class Layout(NamedTuple):
+    """Compile-time sizes of one kernel: padded shared rows (lda, ldb), the stride between fragment
+    groups of 4 (span_m, span_n), the double-buffered shared arrays (a_size, b_size) and the threads
+    of a warp along m (lanes_m)."""
+
+    lda: int
+    ldb: int
+    span_m: int
+    span_n: int
+    a_size: int
+    b_size: int
+    lanes_m: int
+
+
+def layout(tile: Tile, prefer: tuple[int, ...]) -> Layout:
+    """The Layout of ``tile``, its warps laid out with the first of ``prefer`` that fits."""
+    lda, ldb = tile.bm + PAD, tile.bn + PAD
+    return Layout(lda, ldb, tile.gm * tile.nt_m, tile.gn * tile.nt_n, 2 * tile.bk * lda, 2 * tile.bk * ldb,
+                  tile.lanes_m(prefer))
+
+
+def plan(problem: Problem, tile: Tile, workspace_limit: int) -> tuple[int, int, int]:
+    """(splits, chunk, n_tiles) of ``problem``'s GEMM under this tile and workspace limit."""
+    m, n, k = problem.gemm_shape()
+    n_tiles = math.ceil(n / tile.bn)
+    tiles = math.ceil(m / tile.bm) * n_tiles
+    splits, chunk = split_plan(tiles, k, tile.bk, tile.threads, tiles * tile.bm * tile.bn,
+                               workspace_limit)
+    return splits, chunk, n_tiles
+
+
+def workspace_shape(problem: Problem, tile: Tile, splits: int, n_tiles: int) -> tuple[int, int] | None:
+    """(partial elements, counters) of the split-K workspace; None when unsplit."""
+    tiles = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles
+    return None if splits == 1 else (splits * tiles * tile.bm * tile.bn, tiles)
+
+
+@functools.cache
+def slice_fma(bk: int, tm: int, tn: int, lda: int, ldb: int, span_m: int, span_n: int):
+    """Device function ``slice_fma(As, Bs, oa, ob, acc, fa, fb)``: acc[i*tn + j] += A[kk, row i] *
+    B[kk, col j] over one BK slice, the kk loop unrolled in generated source so that every shared offset
+    is a literal and each group of 4 fragment values is one 128-bit load (``lds4``).
+
+    Row i of the fragment is As[oa + kk*lda + (i // 4) * span_m + i % 4]; likewise for columns and Bs.
+    """
+    gm, gn = min(4, tm), min(4, tn)
+    w = Writer("def slice_fma(As, Bs, oa, ob, acc, fa, fb):")
+    w.indent()
+    for kk in range(bk):
+        for arr, frag, base, ld, t, g_len, span in (("As", "fa", "oa", lda, tm, gm, span_m),
+                                                     ("Bs", "fb", "ob", ldb, tn, gn, span_n)):
+            for g in range(t // g_len):
+                off = kk * ld + g * span
+                if g_len == 4:
+                    w(f"t0, t1, t2, t3 = lds4({arr}, {base} + u32({off}))")
+                    for v in range(4):
+                        w(f"{frag}[{g * 4 + v}] = t{v}")
+                else:
+                    for v in range(g_len):
+                        w(f"{frag}[{g * g_len + v}] = {arr}[{base} + u32({off + v})]")
+        w(f"for i in range({tm}):")
+        w(f"    for j in range({tn}):")
+        w(f"        acc[i * {tn} + j] += fa[i] * fb[j]")
+    namespace = compile_source(w.source, f"<slice_fma {bk}x{tm}x{tn} {lda} {ldb} {span_m} {span_n}>",
+                               {"lds4": vector_load(4), "u32": u32})
+    return runtime.jit(device=True, forceinline=True)(namespace["slice_fma"])
+
+
+@functools.cache
+def zero_fill(size: int):
+    """Device function ``zero_fill(arr)`` setting arr[0:size] = 0 with literal indices (a loop of 64
+    stores is not unrolled by NVVM, which would move a register accumulator to local memory)."""
+    w = Writer("def zero_fill(arr):")
+    w.indent()
+    for i in range(size):
+        w(f"arr[{i}] = f32(0)")
+    namespace = compile_source(w.source, f"<zero_fill {size}>", {"f32": np.float32})
+    return runtime.jit(device=True, forceinline=True)(namespace["zero_fill"])
+
+
+def register_cap(threads: int) -> int:
+    """Registers per thread that keep 2 blocks of 256, 3 of 128 or 4 of 64 threads on one SM."""
+    return {256: 128, 128: 168}.get(threads, 255)
+
+
+@functools.cache
+def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, threads: int, nchw: bool):
+    """Device function writing a block's output tile, deterministically when the K loop is split.
+
+    ``store(acc, rows, cols, fb, out, ws, bias, splits, z, tile, local, m0, n0, M, N, ohw, out_img,
+    has_bias, flag)``: unsplit, thread element (i, j) goes to out[rows[i] + cols[j]] + fb[j] (NONE marks
+    rows/columns outside the problem). Split, partial z of the tile goes tile-major to
+    ws[(z * tiles + tile) * bm * bn + local + c(i, j)] (local: the fragment's offset in the tile, c a
+    literal); the block that finishes a tile last (an atomic counter per tile after the partials, reset
+    to 0 afterwards) sums the tile's partials in the fixed order z = 0, 1, ... with all its threads
+    along the tile (coalesced) and writes out (m, n) = out[img * out_img + n * ohw + pq] for NCHW outputs
+    (m = img * ohw + pq), out[m * N + n] otherwise, plus bias[n]: the bits never depend on scheduling.
+    """
+    NONE = u32(0xFFFFFFFF)
+    gm, gn = min(4, tm), min(4, tn)
+    TILE, T, BN, ONE = u32(bm * bn), u32(threads), u32(bn), u32(1)
+    PER_THREAD = bm * bn // threads
+    NCHW = nchw
+
+    @runtime.jit(device=True, forceinline=True)
+    def store(acc, rows, cols, fb, out, ws, bias, splits, z, tile, local, m0, n0, M, N, ohw, out_img,
+              has_bias, flag):
+        out = out.flat  # out: the C-contiguous output tensor
+        if splits == 1:
+            for i in range(tm):
+                for j in range(tn):
+                    if rows[i] != NONE and cols[j] != NONE:
+                        out[np.int64(rows[i] + cols[j])] = acc[i * tn + j] + fb[j]
+            return
+        tiles = u32(cuda.gridDim.x)
+        at = (z * tiles + tile) * TILE + local
+        for i in range(tm):
+            for j in range(tn):
+                ws[at + u32(((i // gm) * span_m + i % gm) * bn + (j // gn) * span_n + j % gn)] = \
+                    acc[i * tn + j]
+        cuda.threadfence()
+        cuda.syncthreads()
+        tid = u32(cuda.threadIdx.x)
+        counter = splits * tiles * TILE + tile
+        if tid == 0:
+            flag[0] = cuda.atomic.add(ws, counter, np.float32(1)) == np.float32(splits - ONE)
+        cuda.syncthreads()
+        if flag[0]:
+            cuda.threadfence()
+            for e in range(PER_THREAD):
+                el = tid + u32(e) * T
+                m = m0 + el // BN
+                n = n0 + el % BN
+                if m < M and n < N:
+                    at = tile * TILE + el
+                    total = load_cg(ws, at)
+                    zz = ONE
+                    while zz < splits:
+                        at += tiles * TILE
+                        total += load_cg(ws, at)
+                        zz += ONE
+                    if has_bias:
+                        total += bias[n]
+                    if NCHW:
+                        img = m // ohw
+                        out[np.int64(img * out_img + n * ohw + (m - img * ohw))] = total
+                    else:
+                        out[np.int64(m * N + n)] = total
+            if tid == 0:
+                ws[counter] = np.float32(0)
+
+    return store
+
+
+def lend_workspace(shape: tuple[int, int] | None) -> ContextManager[Any]:
+    """The split-K workspace of ``shape`` (:func:`workspace`), or the dummy array when None."""
+    return contextlib.nullcontext(dummy()) if shape is None else workspace(*shape)
+
+
+def workspace(partial: int, tiles: int) -> ContextManager[Any]:
+    """``with workspace(partial, tiles) as ws``: a float32 buffer of ``partial`` split-K partials, then
+    ``tiles`` counters that are zero on entry, lent by :func:`convlab.scratch.scratch`. The kernels
+    return every counter to zero; the pool re-zeroes them when the buffer's last use did not end
+    normally (a launch that raised may leave counters non-zero) or was not a split-K workspace."""
+    return scratch(partial + tiles, np.float32, zeroed=tiles)
+
+
+@functools.cache
+def dummy():
+    """A 1-element float32 device array standing in for an absent bias or workspace."""
+    return runtime.empty((1,), np.float32)

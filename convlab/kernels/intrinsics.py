@@ -1,0 +1,73 @@
+"""Intrinsic-like device helpers shared by every kernel family, with simulator stand-ins.
+
+    u32(x)             the cast that keeps index arithmetic 32-bit unsigned (numba widens integer
+                       results to 64 bits otherwise); also makes compile-time uint32 constants
+    vector_load(n)     ``load(arr, i) -> (arr[i], ..., arr[i + n - 1])`` as one vector load
+                       (``ld.shared.v4.f32`` for n = 4 fp32), n = 2 or 4, any float dtype
+    load_cg(arr, i)    arr[i] read through L2 only (``ld.global.cg``): data written by other blocks
+    SHARED_ALIGN       the ``alignment=`` of shared arrays read with vector loads (None on the
+                       simulator, which rejects the argument)
+
+On the simulator each is a plain Python function.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import numpy as np
+
+from convlab import runtime
+from convlab.runtime import cuda
+
+u32 = np.uint32
+SHARED_ALIGN = None if runtime.SIMULATOR else 16
+
+
+@functools.cache
+def vector_load(width: int) -> Callable:
+    """``load(arr, i) -> (arr[i], ..., arr[i + width - 1])`` as one vector load, ``width`` 2 or 4.
+
+    The caller guarantees that element i of the 1-D array is ``min(16, width * itemsize)``-byte
+    aligned (16 bytes for 4 fp32; fp64 loads split into 16-byte halves). A plain Python function on
+    the simulator.
+    """
+    if width not in (2, 4):
+        raise ValueError(f"vector loads are 2 or 4 wide, got {width}")
+    if runtime.SIMULATOR:
+        def load(arr, i):
+            return tuple(arr[i + u] for u in range(width))
+        return load
+    from llvmlite import ir
+    from numba import types
+
+    @cuda.extending.intrinsic
+    def load(typingctx, arr, index):
+        if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(index, types.Integer):
+            return None
+        sig = types.UniTuple(arr.dtype, width)(arr, index)
+
+        def codegen(context, builder, signature, args):
+            aryty, idxty = signature.args
+            ary = context.make_array(aryty)(context, builder, args[0])
+            idx = args[1]
+            if idx.type.width < 64:
+                idx = (builder.sext if idxty.signed else builder.zext)(idx, ir.IntType(64))
+            ptr = builder.gep(ary.data, [idx])
+            vec_t = ir.VectorType(context.get_value_type(aryty.dtype), width)
+            vec = builder.load(builder.bitcast(ptr, vec_t.as_pointer(ptr.type.addrspace)),
+                               align=min(16, width * aryty.dtype.bitwidth // 8))
+            items = [builder.extract_element(vec, ir.Constant(ir.IntType(32), u)) for u in range(width)]
+            return context.make_tuple(builder, signature.return_type, items)
+
+        return sig, codegen
+
+    return load
+
+
+if runtime.SIMULATOR:
+    def load_cg(arr, i):
+        """arr[i] read from L2 (the simulator has no caches)."""
+        return arr[i]
+else:
+    load_cg = cuda.ldcg

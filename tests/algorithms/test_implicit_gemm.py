@@ -186,7 +186,7 @@ def test_registry_discovers_the_plugin_package():
     import pkgutil
 
     import convlab.algorithms
-    from convlab import registry
+    from convlab.plugin import registry
 
     assert type(PLUGIN).__module__ == "convlab.algorithms.implicit_gemm"
     assert not registry.load_errors()

@@ -7,7 +7,7 @@
 - ``"<plugin name>"``: that plugin, with its first applicable config; if it declines, ValueError
   quoting its reason (never a silent fallback).
 - ``("<plugin name>", config)``: that plugin and config (a Config, a dict, or the config's name).
-- a :class:`~convlab.registry.Candidate`: used as is, after the same applicability check.
+- a :class:`~convlab.plugin.registry.Candidate`: used as is, after the same applicability check.
 - The ``direct`` plugin accepts every valid problem, so ``"auto"`` always finds a candidate.
 """
 from __future__ import annotations

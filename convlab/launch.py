@@ -97,8 +97,10 @@ def stream_handle(stream: Any) -> int:
     if not stream:
         return 0
     handle = getattr(stream, "handle", 0)
-    handle = getattr(handle, "value", handle)
-    return int(handle or 0)
+    try:
+        return int(handle or 0)  # a cuda.bindings CUstream converts with int()
+    except TypeError:
+        return int(handle.value or 0)  # a ctypes handle
 
 
 # ---- launching --------------------------------------------------------------------------------------

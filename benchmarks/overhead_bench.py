@@ -106,6 +106,8 @@ def selftest() -> dict:
                                             and np.array_equal(got[:16], hosts[0][:16]))
     checks["other_base_untouched"] = bool(np.array_equal(big[0].copy_to_host(), expect_before))
     _guard(checks, "ops_record_then_replay", _ops_replay_check)
+    if not runtime.SIMULATOR:
+        _guard(checks, "disk_cache_two_processes", _disk_cache_check)
     ok = all(v is True or (isinstance(v, dict) and v.get("ok")) for v in checks.values())
     return {"ok": ok, "checks": checks, "device": runtime.device_name(), "simulator": runtime.SIMULATOR}
 
@@ -132,6 +134,31 @@ def _ops_replay_check() -> dict:
     thin = [p.thin for p in plan._plans.values()]
     return {"ok": max(errors.values()) < 1e-4 and (runtime.SIMULATOR or all(thin)), "rel_err": errors,
             "plans": plan.stats(), "plans_thin": thin}
+
+
+_DISK_CHILD = ("import json, sys; sys.path.insert(0, {here!r}); import overhead_bench as b; "
+               "from convlab import kernel_cache; r = b._ops_replay_check(); "
+               "print(json.dumps(dict(r, cache=kernel_cache.stats, enabled=kernel_cache.enabled())))")
+
+
+def _disk_cache_check() -> dict:
+    """Two fresh processes with CONVLAB_KERNEL_CACHE=1 and an empty cache directory: the first
+    compiles and saves, the second loads every kernel from disk; both give correct results."""
+    import os
+    import tempfile
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, CONVLAB_KERNEL_CACHE="1", CONVLAB_CACHE_DIR=tmp)
+        runs = []
+        for _ in range(2):
+            done = subprocess.run([sys.executable, "-c", _DISK_CHILD.format(here=here)], env=env,
+                                  capture_output=True, text=True, timeout=600)
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
+                        else {"error": done.stderr[-3000:]})
+    ok = all(r.get("ok") and r.get("enabled") for r in runs) and runs[1]["cache"]["compiled"] == 0 \
+        and runs[1]["cache"]["loaded"] > 0
+    return {"ok": bool(ok), "runs": runs}
 
 
 # ---- the benchmark --------------------------------------------------------------------------------------
@@ -194,14 +221,20 @@ print(json.dumps({{"import_and_setup_s": t1 - t0, "first_call_s": t2 - t1, "seco
 
 
 def _first_call() -> dict:
-    """Twice in a fresh subprocess: the second run finds the disk caches the first one left."""
+    """Fresh subprocesses: without the kernel cache (the second finds the autotuner's disk cache the
+    first left), then with CONVLAB_KERNEL_CACHE=1 twice (the second finds the cubins too)."""
+    import os
+
     code = _CHILD.format(x=SHAPE_X, w=SHAPE_W)
-    runs = []
-    for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
-                    else {"error": done.stderr[-2000:]})
-    return {"first_process": runs[0], "warm_cache_process": runs[1]}
+    runs = {}
+    for label, flag in (("no_kernel_cache_1", "0"), ("no_kernel_cache_2", "0"),
+                        ("kernel_cache_fill", "1"), ("kernel_cache_warm", "1")):
+        env = dict(os.environ, CONVLAB_KERNEL_CACHE=flag)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                              env=env)
+        runs[label] = (json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
+                       else {"error": done.stderr[-2000:]})
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from . import runtime
+from . import kernel_cache, runtime
 
 _state = threading.local()
 
@@ -116,7 +116,8 @@ def launch(kernel: Any, grid: Any, block: Any, args: Sequence[Any], *, stream: A
     stream) with Numba's ordinary launch; recorded when a recorder is active."""
     dispatcher = kernel.dispatcher if isinstance(kernel, Kernel) else kernel
     stream = ambient_stream() if stream is None else stream
-    dispatcher[grid, block, stream, shared](*args)
+    if not (kernel_cache.enabled() and _launch_cached(dispatcher, grid, block, stream, shared, args)):
+        dispatcher[grid, block, stream, shared](*args)
     recorder = getattr(_state, "recorder", None)
     if recorder is not None:
         recorder.append(Launch(dispatcher, grid, block, shared, args, recorder.operands))
@@ -214,35 +215,74 @@ class _ThinLaunch:
 
     @classmethod
     def build(cls, rec: Launch, args: Sequence[Any]) -> "_ThinLaunch | None":
-        """From the launch just made with ``args`` (so the overload is compiled and bound); None when
+        """From the launch just made with ``args`` (so the kernel is compiled and loaded); None when
         this kernel cannot take the thin path (debug or cooperative kernel, host arrays)."""
-        dispatcher = rec.dispatcher
-        try:
-            argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
-            overload = dispatcher.overloads[argtypes]
-        except Exception:
+        target = _compiled_target(rec.dispatcher, args)
+        if target is None:
             return None
-        if getattr(overload, "debug", False) or getattr(overload, "cooperative", False):
+        handle, argtypes = target
+        packed = pack_args(argtypes, args)
+        if packed is None:
             return None
-        view_of = {i: (slot, offset) for i, slot, offset, *_ in rec.views}
-        kernelargs: list[Any] = []
-        patches = []
-        retr: list[Any] = []
-        for i, (ty, value) in enumerate(zip(overload.argument_types, args)):
-            start = len(kernelargs)
-            overload._prepare_args(ty, value, 0, retr, kernelargs)
-            if i in view_of:  # an array: meminfo, parent, nitems, itemsize, data, shape, strides
-                patches.append((start + 4, *view_of[i]))
-        if retr:
-            return None  # host arrays were copied: not a pure device launch
-        function = driver_function(overload._codelibrary.get_cufunc().handle)
-        return cls(function, [_as_ctype(v) for v in kernelargs], patches, rec.grid + rec.block,
-                   rec.shared)
+        kernelargs, starts = packed
+        patches = [(starts[i] + 4, slot, offset) for i, slot, offset, *_ in rec.views]  # data pointer
+        return cls(driver_function(handle), [_as_ctype(v) for v in kernelargs], patches,
+                   rec.grid + rec.block, rec.shared)
 
     def launch(self, bases: Sequence[int], stream: Any) -> None:
         for index, slot, offset in self.patches:
             self.values[index].value = bases[slot] + offset
         cu_launch(self.function, self.dims, self.shared, stream, self.address)
+
+
+def _compiled_target(dispatcher: Any, args: Sequence[Any]) -> tuple[Any, tuple] | None:
+    """(launch handle, Numba argument types) of the kernel ``args`` launch: from the disk cache when it
+    is on, else Numba's compiled overload; None for debug or cooperative kernels."""
+    if kernel_cache.enabled():
+        found = kernel_cache.compiled(dispatcher, tuple(args))
+        return None if found is None else (found.handle, found.argtypes)
+    try:
+        overload = dispatcher.overloads[tuple(dispatcher.typeof_pyval(a) for a in args)]
+    except Exception:
+        return None
+    if getattr(overload, "debug", False) or getattr(overload, "cooperative", False):
+        return None
+    return overload._codelibrary.get_cufunc().handle, tuple(overload.argument_types)
+
+
+class _ArgPacker:
+    """Numba's own ``_Kernel._prepare_args`` on a stand-in kernel without argument extensions."""
+
+    extensions = ()
+
+    def _prepare_args(self, *args: Any) -> None:
+        runtime.cuda.dispatcher._Kernel._prepare_args(self, *args)
+
+
+def pack_args(argtypes: Sequence[Any], args: Sequence[Any]) -> tuple[list, list[int]] | None:
+    """(kernel parameters as Numba passes them, index of each argument's first parameter); None when
+    an argument is a host array (Numba would copy it)."""
+    kernelargs: list[Any] = []
+    starts, retr = [], []
+    packer = _ArgPacker()
+    for ty, value in zip(argtypes, args):
+        starts.append(len(kernelargs))
+        packer._prepare_args(ty, value, 0, retr, kernelargs)
+    return None if retr else (kernelargs, starts)
+
+
+def _launch_cached(dispatcher: Any, grid: Any, block: Any, stream: Any, shared: int,
+                   args: Sequence[Any]) -> bool:
+    """Launch through the disk-cached kernel; False when it cannot (the caller launches via Numba)."""
+    found = kernel_cache.compiled(dispatcher, tuple(args))
+    packed = None if found is None else pack_args(found.argtypes, args)
+    if packed is None:
+        return False
+    values = [_as_ctype(v) for v in packed[0]]
+    params = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+    cu_launch(driver_function(found.handle), dims3(grid) + dims3(block), shared, stream,
+              ctypes.addressof(params))
+    return True
 
 
 def driver_function(handle: Any) -> Any:

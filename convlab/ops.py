@@ -254,7 +254,9 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
                                        contextlib.nullcontext()) as recorded:
             ran = _run_with_fallback(prob, candidate, algorithm, limit, *arrays)
         if record and ran is candidate:
-            plan.store(key, plan.Plan(ran, recorded, plan.host_state(), out_shape, prob.dtype))
+            auto = isinstance(algorithm, str) and algorithm == "auto"
+            plan.store(key, plan.Plan(ran, recorded, plan.host_state(), out_shape, prob.dtype,
+                                      plan.decision_of(prob, limit) if auto else None))
         result = dout.copy_to_host() if host or isinstance(out, np.ndarray) else None
     if isinstance(out, np.ndarray):
         out[...] = result

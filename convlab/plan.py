@@ -10,7 +10,7 @@ failing call stores no plan, so a bad argument raises the same error on every ca
 
 A plan is dropped (and rebuilt on the next call) when the host state that chose it changes: plugins
 registered/unregistered or marked broken, the autotuner's key policy, deterministic flag or its
-remembered decisions (see :func:`host_state`). A plugin whose ``run`` does host work each call sets
+remembered ``"auto"`` decision for this problem (see :func:`host_state`, :func:`decision_of`). A plugin whose ``run`` does host work each call sets
 ``replayable = False``; its calls are never planned. Plans with aliased operands are not made.
 
 Bounds: at most ``MAX_PLANS`` plans and ``MAX_HELD_BYTES`` bytes of device memory held by their
@@ -19,6 +19,7 @@ recorded workspaces (least recently used dropped first); :func:`clear` drops all
 from __future__ import annotations
 
 import collections
+import sys
 import threading
 from typing import Any, Sequence
 
@@ -36,8 +37,8 @@ class Plan:
     """The recorded launches of one call signature and the candidate that made them."""
 
     def __init__(self, candidate: Any, launches: Sequence[launch.Launch], state: tuple,
-                 out_shape: tuple, dtype: str) -> None:
-        self.candidate, self.out_shape, self.dtype = candidate, out_shape, dtype
+                 out_shape: tuple, dtype: str, decision: tuple | None = None) -> None:
+        self.candidate, self.out_shape, self.dtype, self.decision = candidate, out_shape, dtype, decision
         self.launches = list(launches)
         self.state = state
         self.held_bytes = sum(rec.owned_bytes for rec in self.launches)
@@ -71,11 +72,31 @@ def call_key(op: str, signatures: Sequence[Any], options: Sequence[Any], algorit
 
 
 def host_state() -> tuple:
-    """What a plan's candidate depends on besides the call: the registry and the autotuner's state."""
-    from . import autotune  # noqa: PLC0415  (autotune imports ops' neighbours; keep import light)
+    """What a plan's candidate depends on besides the call: the registered plugins, those marked
+    broken, and the autotuner's key policy and deterministic flag. Read from the modules' state
+    directly: this runs on every planned call (under 1 us)."""
+    tuner = sys.modules.get("convlab.autotune")
+    tuned = (tuner._policy, tuner._deterministic) if tuner is not None else ()
+    return (tuple(map(id, registry._plugins.values())), tuple(registry._broken), tuned)
 
-    return (tuple(id(p) for p in registry.plugins()), tuple(sorted(registry.broken_plugins())),
-            autotune.get_key_policy(), autotune.get_deterministic(), len(autotune._decisions))
+
+def decision_of(problem: Any, workspace_limit: int) -> tuple | None:
+    """(memo key, decision) of the autotuner's remembered ``"auto"`` choice for ``problem``; a plan
+    made under ``"auto"`` is valid while that same decision object is remembered."""
+    tuner = sys.modules.get("convlab.autotune")
+    if tuner is None:
+        return None
+    key = tuner._memo_key(problem, workspace_limit)
+    return key, tuner._decisions.get(key)
+
+
+def _valid(plan: Plan) -> bool:
+    if plan.state != host_state():
+        return False
+    if plan.decision is None:
+        return True
+    key, decision = plan.decision
+    return sys.modules["convlab.autotune"]._decisions.get(key) is decision
 
 
 def lookup(key: tuple) -> Plan | None:
@@ -85,7 +106,7 @@ def lookup(key: tuple) -> Plan | None:
         if plan is None:
             return None
         _plans.move_to_end(key)
-    if plan.state != host_state():
+    if not _valid(plan):
         with _lock:
             _plans.pop(key, None)
         return None

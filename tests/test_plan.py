@@ -212,3 +212,18 @@ def test_recorded_operand_views_are_rebased_on_replay():
     rec[0].replay([other], [runtime.device_pointer(other)], 0)
     np.testing.assert_array_equal(other.copy_to_host(), [0, 1, 2, 4, 5, 6, 7, 7])
     np.testing.assert_array_equal(base.copy_to_host(), [0, 0, 0, 1, 1, 1, 1, 0])
+
+
+def test_a_new_auto_decision_rebuilds_the_plan():
+    """Forgetting the autotuner's remembered choice invalidates the "auto" plans made from it."""
+    from convlab import autotune
+
+    x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
+    convlab.conv2d(x, w)
+    convlab.conv2d(dev(1, 2, 6, 6), w)  # another decision leaves the first plan valid
+    before = built_replayed()
+    convlab.conv2d(x, w)
+    assert built_replayed() == (before[0], before[1] + 1)
+    autotune.clear_cache(memory=True, disk=False)
+    convlab.conv2d(x, w)
+    assert built_replayed() == (before[0] + 1, before[1] + 1)

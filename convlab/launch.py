@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 import types as pytypes
+import warnings
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -34,6 +36,8 @@ import numpy as np
 from . import kernel_cache, runtime
 
 _state = threading.local()
+#: The thin path is used on a GPU unless ``CONVLAB_THIN_LAUNCH=0``; :func:`disable_thin` turns it off.
+THIN = os.environ.get("CONVLAB_THIN_LAUNCH", "1").strip() != "0"
 
 
 # ---- the kernel wrapper returned by runtime.jit ----------------------------------------------------
@@ -144,7 +148,7 @@ class Launch:
                 self.args.append(None)
                 self.views.append((i, slot, ptr - operands[slot][0], tuple(value.shape),
                                    tuple(runtime.strides_of(value)), np.dtype(value.dtype)))
-        self.thin = None if runtime.SIMULATOR else _ThinLaunch.build(self, args)
+        self.thin = _ThinLaunch.build(self, args) if THIN and not runtime.SIMULATOR else None
 
     def replay(self, operands: Sequence[Any], bases: Sequence[int], stream: Any) -> None:
         """Launch again with operand slot ``s`` at device pointer ``bases[s]`` (``operands[s]`` is
@@ -156,6 +160,14 @@ class Launch:
         for i, slot, offset, shape, strides, dtype in self.views:
             args[i] = runtime.view_at(operands[slot], offset, shape, strides, dtype)
         self.dispatcher[self.grid, self.block, stream, self.shared](*args)
+
+
+def disable_thin(exc: BaseException) -> None:
+    """Stop using the thin path in this process (a thin launch failed), with a warning."""
+    global THIN
+    THIN = False
+    warnings.warn(f"convlab: thin kernel launch failed ({exc!r}); using Numba's launch from now on",
+                  RuntimeWarning, stacklevel=3)
 
 
 def _operand_slot(ptr: int, operands: Sequence[tuple[int, int] | None]) -> int | None:

@@ -208,9 +208,15 @@ def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, opti
         spans = [None if v is None else operands.pointer(v) for v in values]
         if not plan.aliased(spans):
             devs = None if found.thin else [None if v is None else operands.as_device(v) for v in values]
-            with launch.using_stream(st):
-                found.replay(devs, [0 if sp is None else sp[0] for sp in spans], st)
-            return result
+            try:
+                with launch.using_stream(st):
+                    found.replay(devs, [0 if sp is None else sp[0] for sp in spans], st)
+                return result
+            except Exception as exc:
+                if not found.thin:
+                    raise
+                launch.disable_thin(exc)  # the full path below recomputes the whole result
+                plan.clear()
     return _execute(build(), inputs, bias, out, algorithm, workspace_limit, stream, key)
 
 

@@ -19,12 +19,14 @@ recorded workspaces (least recently used dropped first); :func:`clear` drops all
 from __future__ import annotations
 
 import collections
+import logging
 import sys
 import threading
 from typing import Any, Sequence
 
 from . import launch, registry
 
+log = logging.getLogger(__name__)
 MAX_PLANS = 256
 MAX_HELD_BYTES = 512 * 2**20
 
@@ -116,6 +118,9 @@ def lookup(key: tuple) -> Plan | None:
 
 def store(key: tuple, plan: Plan) -> None:
     """Memoize ``plan`` under ``key`` within the bounds (see the module docstring)."""
+    log.info("convlab plan for %s: %s %s, %d launch(es) recorded, thin path: %s, %d workspace bytes",
+             key[0], plan.candidate.plugin.name, plan.candidate.config.name, len(plan.launches), plan.thin,
+             plan.held_bytes)
     if plan.held_bytes > MAX_HELD_BYTES:
         return
     with _lock:

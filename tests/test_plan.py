@@ -227,3 +227,23 @@ def test_a_new_auto_decision_rebuilds_the_plan():
     autotune.clear_cache(memory=True, disk=False)
     convlab.conv2d(x, w)
     assert built_replayed() == (before[0] + 1, before[1] + 1)
+
+
+def test_a_failing_thin_replay_falls_back_to_the_full_path(monkeypatch):
+    """On a GPU, a thin launch that raises switches the process to Numba's launch, with a warning,
+    and the call still returns the full path's result (simulated: a plan marked thin that raises)."""
+    x, w = rand(1, 2, 5, 5), rand(3, 2, 3, 3)
+    convlab.conv2d(runtime.to_device(x), runtime.to_device(w))
+    found, = plan._plans.values()
+    monkeypatch.setattr(found, "thin", True)
+
+    def broken(*args):
+        raise RuntimeError("cuLaunchKernel failed: simulated")
+
+    monkeypatch.setattr(found, "replay", broken)
+    monkeypatch.setattr(launch, "THIN", True)
+    with pytest.warns(RuntimeWarning, match="thin kernel launch failed"):
+        y = convlab.conv2d(runtime.to_device(x), runtime.to_device(w))
+    assert launch.THIN is False
+    want = reference.forward(convlab.problem_for("conv2d", x, w), x, w)
+    assert rel_error(y.copy_to_host(), want) < 1e-5

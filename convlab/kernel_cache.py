@@ -98,7 +98,8 @@ def _function_digest(func: Any, depth: int = 0) -> str:
 def kernel_key(kernel: Any, argtypes: tuple, cc: tuple, options: dict | None = None) -> str:
     """The cache key of ``kernel`` compiled for ``argtypes`` on compute capability ``cc``."""
     versions = runtime.versions()
-    parts = [_function_digest(_py_func(kernel)), _package_digest(), _describe(tuple(sorted((options or {}).items()))),
+    parts = [_function_digest(_py_func(kernel)), _package_digest(),
+             _describe(tuple(sorted((options or {}).items()))),
              repr(tuple(str(t) for t in argtypes)), repr(tuple(cc)), versions["numba"],
              versions["numba_cuda"], str(FORMAT)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -105,10 +105,13 @@ def resolve_stream(stream: Any, operands: tuple) -> Any:
     return 0
 
 
-def empty_like_kind(like: Any, shape: tuple, dtype: str) -> Any:
+def empty_like_kind(like: Any, shape: tuple, dtype: str, stream: Any = 0) -> Any:
     """An uninitialised output in the kind of ``like``: a torch tensor on its device (torch's
-    allocator), else a Numba device array."""
+    caching allocator), else a Numba device array from convlab.scratch's output pool for ``stream``."""
     if is_torch(like):
         torch = sys.modules["torch"]
         return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
-    return runtime.empty(shape, dtype)
+    from .launch import stream_handle
+    from .scratch import output
+
+    return output(shape, dtype, stream_handle(stream))

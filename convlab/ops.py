@@ -203,7 +203,7 @@ def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, opti
     found = plan.lookup(key) if key is not None else None
     if found is not None:
         st = operands.resolve_stream(stream, (a, b, bias, out))
-        result = out if out is not None else operands.empty_like_kind(a, found.out_shape, found.dtype)
+        result = out if out is not None else operands.empty_like_kind(a, found.out_shape, found.dtype, st)
         values = (a, b, bias, result)
         spans = [None if v is None else operands.pointer(v) for v in values]
         if not plan.aliased(spans):
@@ -240,7 +240,7 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
     host = all(isinstance(v, np.ndarray) for v in inputs.values())
     first = next(iter(inputs.values()))
     if out is None and operands.is_torch(first) and prob.n > 0:
-        out = operands.empty_like_kind(first, out_shape, prob.dtype)  # the caller's allocator
+        out = operands.empty_like_kind(first, out_shape, prob.dtype, st)  # the caller's allocator
     if prob.n == 0:  # nothing to compute: an empty output, or a zero gradient for wgrad
         result = np.zeros(out_shape, prob.dtype)
         dout = None if host or isinstance(out, np.ndarray) else (
@@ -251,7 +251,8 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
         a, b = (_to_device(v, name) for name, v in inputs.items())
         dbias = None if bias is None else _to_device(bias, "bias")
         device_out = out is not None and not isinstance(out, np.ndarray)
-        dout = _to_device(out, "out") if device_out else runtime.empty(out_shape, prob.dtype)
+        dout = (_to_device(out, "out") if device_out else
+                operands.empty_like_kind(None, out_shape, prob.dtype, st))  # pooled: no cuMemAlloc
         arrays = (a, b, dbias, dout)
         spans = [None if v is None else operands.pointer(v) for v in arrays]
         record = (key is not None and plan.replayable(candidate) and not plan.aliased(spans)

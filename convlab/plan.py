@@ -10,7 +10,8 @@ failing call stores no plan, so a bad argument raises the same error on every ca
 
 A plan is dropped (and rebuilt on the next call) when the host state that chose it changes: plugins
 registered/unregistered or marked broken, the autotuner's key policy, deterministic flag or its
-remembered ``"auto"`` decision for this problem (see :func:`host_state`, :func:`decision_of`). A plugin whose ``run`` does host work each call sets
+remembered ``"auto"`` decision for this problem (see :func:`host_state`, :func:`decision_of`).
+A plugin whose ``run`` does host work each call sets
 ``replayable = False``; its calls are never planned. Plans with aliased operands are not made.
 
 Bounds: at most ``MAX_PLANS`` plans and ``MAX_HELD_BYTES`` bytes of device memory held by their

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import threading
 import types as pytypes
@@ -35,6 +36,7 @@ import numpy as np
 
 from . import kernel_cache, runtime
 
+log = logging.getLogger(__name__)
 _state = threading.local()
 #: The thin path is used on a GPU unless ``CONVLAB_THIN_LAUNCH=0``; :func:`disable_thin` turns it off.
 THIN = os.environ.get("CONVLAB_THIN_LAUNCH", "1").strip() != "0"
@@ -148,7 +150,12 @@ class Launch:
                 self.args.append(None)
                 self.views.append((i, slot, ptr - operands[slot][0], tuple(value.shape),
                                    tuple(runtime.strides_of(value)), np.dtype(value.dtype)))
-        self.thin = _ThinLaunch.build(self, args) if THIN and not runtime.SIMULATOR else None
+        self.thin = None
+        if THIN and not runtime.SIMULATOR:
+            try:
+                self.thin = _ThinLaunch.build(self, args)
+            except Exception as exc:  # noqa: BLE001  (replay then re-invokes the Numba kernel)
+                log.warning("thin launch unavailable for %s: %r", getattr(dispatcher, "__name__", "?"), exc)
 
     def replay(self, operands: Sequence[Any], bases: Sequence[int], stream: Any) -> None:
         """Launch again with operand slot ``s`` at device pointer ``bases[s]`` (``operands[s]`` is
@@ -224,6 +231,7 @@ class _ThinLaunch:
         self.shared = shared
         self.params = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
         self.address = ctypes.addressof(self.params)
+        self.lock = threading.Lock()  # the patched values are shared: one launch at a time
 
     @classmethod
     def build(cls, rec: Launch, args: Sequence[Any]) -> "_ThinLaunch | None":
@@ -242,9 +250,10 @@ class _ThinLaunch:
                    rec.grid + rec.block, rec.shared)
 
     def launch(self, bases: Sequence[int], stream: Any) -> None:
-        for index, slot, offset in self.patches:
-            self.values[index].value = bases[slot] + offset
-        cu_launch(self.function, self.dims, self.shared, stream, self.address)
+        with self.lock:
+            for index, slot, offset in self.patches:
+                self.values[index].value = bases[slot] + offset
+            cu_launch(self.function, self.dims, self.shared, stream, self.address)
 
 
 def _compiled_target(dispatcher: Any, args: Sequence[Any]) -> tuple[Any, tuple] | None:

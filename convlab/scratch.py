@@ -10,8 +10,9 @@ Rules: a buffer is out of the pool while lent (two users never share one); it go
 ``with`` block ends, after the launches were queued. The next user's kernels run after the previous
 user's when both calls run on one stream (the default, or the caller's: convlab.operands); calls
 that overlap on different streams must not share this pool (not yet handled: see issue #12).
-At most ``KEEP`` idle buffers per dtype are kept (the smallest are dropped first); :func:`release` frees them all. The memory held is therefore at
-most KEEP x the largest request, itself bounded by the workspace limit (convlab.settings).
+At most ``KEEP`` idle buffers per dtype are kept (the smallest are dropped first); :func:`release`
+frees them all. The memory held is therefore at most KEEP x the largest request, itself bounded by
+the workspace limit (convlab.settings).
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ Ops (NCHW, PyTorch's conventions): :func:`conv2d`, :func:`conv2d_backward_data`,
 :func:`register`); :func:`explain` says which apply to a problem and why not.
 """
 from ._version import __version__
+from . import launch  # noqa: F401  first: every kernel defined from now on launches through it (runtime.jit)
 
 from .plugin.contract import Algorithm, Config, Verdict
 from .problem import Problem, make_problem

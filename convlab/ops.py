@@ -2,15 +2,18 @@
 :class:`~convlab.problem.Problem`, picks a plugin through :mod:`convlab.strategy` and runs it.
 
 Arrays: numpy in -> numpy out (copied to the device and back); a Numba device array in -> device array
-out; any ``__cuda_array_interface__`` object (CuPy, PyTorch CUDA tensors) is used in place, no copy.
+out; a PyTorch CUDA tensor in -> a tensor from torch's allocator out; any ``__cuda_array_interface__``
+object (CuPy) is used in place, no copy. Calls with device operands replay a launch plan after the
+first call of their signature (convlab.plan); streams follow convlab.operands' rules.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Sequence
 
 import numpy as np
 
-from . import runtime
+from . import launch, operands, plan, runtime
 from .plugin import registry, strategy
 from .problem import Problem, as_pair, make_problem
 from .reference import transpose_output_size
@@ -163,21 +166,22 @@ def _to_device(obj: Any, name: str) -> Any:
     """A device array for an operand: numpy arrays are copied, CUDA arrays used in place."""
     if isinstance(obj, np.ndarray):
         return runtime.to_device(obj)
-    if runtime.is_cuda_array_like(obj):
-        dev = runtime.as_device_array(obj)
+    if operands.is_torch(obj) and obj.is_cuda or runtime.is_cuda_array_like(obj):
+        dev = operands.as_device(obj)
         if not dev.is_c_contiguous():
             raise ValueError(f"{name} is a non-contiguous device array; pass a C-contiguous one")
         return dev
     raise TypeError(f"{name} must be a numpy array or a CUDA array, got {type(obj).__name__}")
 
 
-def _run_with_fallback(prob: Problem, candidate: Any, algorithm: Any, limit: int, *arrays: Any) -> None:
+def _run_with_fallback(prob: Problem, candidate: Any, algorithm: Any, limit: int, *arrays: Any) -> Any:
     """Run the candidate; under ``"auto"`` a plugin whose kernel raises is excluded (with a warning
-    naming it) and the next choice runs instead. A forced plugin's error propagates."""
+    naming it) and the next choice runs instead. A forced plugin's error propagates. Returns the
+    candidate that ran."""
     while True:
         try:
             candidate.plugin.run(prob, candidate.config, *arrays, workspace_limit=limit)
-            return
+            return candidate
         except Exception as exc:
             if not (isinstance(algorithm, str) and algorithm == "auto"):
                 raise
@@ -191,10 +195,37 @@ def _run_with_fallback(prob: Problem, candidate: Any, algorithm: Any, limit: int
             candidate = following
 
 
-def _execute(prob: Problem, operands: dict[str, Any], bias: Any, out: Any, algorithm: Any,
-             workspace_limit: int | None) -> Any:
-    """Check ``out``, pick the candidate, run it, and hand the result back in the caller's kind of
-    array: numpy when every operand was numpy, else a device array (or ``out`` when given)."""
+def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, options: tuple,
+          algorithm: Any, workspace_limit: Any, stream: Any) -> Any:
+    """Replay the launch plan of this call's signature (convlab.plan), else check, run and record."""
+    a, b = inputs.values()
+    key = plan.call_key(op, [operands.signature(v) for v in (a, b, bias, out)], options, algorithm,
+                        workspace_limit)
+    found = plan.lookup(key) if key is not None else None
+    if found is not None:
+        st = operands.resolve_stream(stream, (a, b, bias, out))
+        result = out if out is not None else operands.empty_like_kind(a, found.out_shape, found.dtype, st)
+        values = (a, b, bias, result)
+        spans = [None if v is None else operands.pointer(v) for v in values]
+        if not plan.aliased(spans):
+            devs = None if found.thin else [None if v is None else operands.as_device(v) for v in values]
+            try:
+                with launch.using_stream(st):
+                    found.replay(devs, [0 if sp is None else sp[0] for sp in spans], st)
+                return result
+            except Exception as exc:
+                if not found.thin:
+                    raise
+                launch.disable_thin(exc)  # the full path below recomputes the whole result
+                plan.clear()
+    return _execute(build(), inputs, bias, out, algorithm, workspace_limit, stream, key)
+
+
+def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorithm: Any,
+             workspace_limit: int | None, stream: Any = None, key: tuple | None = None) -> Any:
+    """Check ``out``, pick the candidate, run it (recording a plan under ``key``), and hand the result
+    back in the caller's kind of array: numpy when every operand was numpy, a torch tensor for torch
+    operands, else a device array (or ``out`` when given)."""
     limit = check_workspace_limit(workspace_limit)
     out_shape = prob.operand_shapes[2]
     if out is not None:
@@ -202,11 +233,15 @@ def _execute(prob: Problem, operands: dict[str, Any], bias: Any, out: Any, algor
         if oshape != out_shape or str(odtype) != prob.dtype:
             raise ValueError(f"out must have shape {out_shape} and dtype {prob.dtype}, "
                              f"got {oshape} {odtype}")
-    for name, value in (*operands.items(), ("bias", bias), ("out", out)):  # before "auto" may tune
-        if value is not None and runtime.is_cuda_array_like(value):
+    for name, value in (*inputs.items(), ("bias", bias), ("out", out)):  # before "auto" may tune
+        if value is not None and not isinstance(value, np.ndarray):
             _to_device(value, name)  # a view, no copy: ValueError when non-contiguous
     candidate = strategy.resolve(prob, algorithm, limit)  # validates algorithm= before any copy
-    host = all(isinstance(v, np.ndarray) for v in operands.values())
+    st = operands.resolve_stream(stream, (*inputs.values(), bias, out))
+    host = all(isinstance(v, np.ndarray) for v in inputs.values())
+    first = next(iter(inputs.values()))
+    if out is None and operands.is_torch(first) and prob.n > 0:
+        out = operands.empty_like_kind(first, out_shape, prob.dtype, st)  # the caller's allocator
     if prob.n == 0:  # nothing to compute: an empty output, or a zero gradient for wgrad
         result = np.zeros(out_shape, prob.dtype)
         dout = None if host or isinstance(out, np.ndarray) else (
@@ -214,11 +249,22 @@ def _execute(prob: Problem, operands: dict[str, Any], bias: Any, out: Any, algor
         if dout is not None and out is not None:
             dout.copy_to_device(result)
     else:
-        a, b = (_to_device(v, name) for name, v in operands.items())
+        a, b = (_to_device(v, name) for name, v in inputs.items())
         dbias = None if bias is None else _to_device(bias, "bias")
         device_out = out is not None and not isinstance(out, np.ndarray)
-        dout = _to_device(out, "out") if device_out else runtime.empty(out_shape, prob.dtype)
-        _run_with_fallback(prob, candidate, algorithm, limit, a, b, dbias, dout)
+        dout = (_to_device(out, "out") if device_out else
+                operands.empty_like_kind(None, out_shape, prob.dtype, st))  # pooled: no cuMemAlloc
+        arrays = (a, b, dbias, dout)
+        spans = [None if v is None else operands.pointer(v) for v in arrays]
+        record = (key is not None and plan.replayable(candidate) and not plan.aliased(spans)
+                  and not launch.is_recording())
+        with launch.using_stream(st), (launch.recording(spans) if record else
+                                       contextlib.nullcontext()) as recorded:
+            ran = _run_with_fallback(prob, candidate, algorithm, limit, *arrays)
+        if record and ran is candidate:
+            auto = isinstance(algorithm, str) and algorithm == "auto"
+            plan.store(key, plan.Plan(ran, recorded, plan.host_state(), out_shape, prob.dtype,
+                                      plan.decision_of(prob, limit) if auto else None))
         result = dout.copy_to_host() if host or isinstance(out, np.ndarray) else None
     if isinstance(out, np.ndarray):
         out[...] = result
@@ -229,38 +275,48 @@ def _execute(prob: Problem, operands: dict[str, Any], bias: Any, out: Any, algor
 
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=1, groups: int = 1, *,
-           algorithm: Any = "auto", out: Any = None, workspace_limit: int | None = None) -> Any:
-    """y (N, K, P, Q) = conv2d(x (N, C, H, W), weight (K, C/groups, R, S)) + bias (K,)."""
-    prob = _forward_problem(x, weight, bias, stride, padding, dilation, groups)
-    return _execute(prob, {"x": x, "weight": weight}, bias, out, algorithm, workspace_limit)
+           algorithm: Any = "auto", out: Any = None, workspace_limit: int | None = None,
+           stream: Any = None) -> Any:
+    """y (N, K, P, Q) = conv2d(x (N, C, H, W), weight (K, C/groups, R, S)) + bias (K,).
+
+    ``stream``: where the kernels run (default: the operands' stream; see convlab.operands)."""
+    return _call("conv2d", lambda: _forward_problem(x, weight, bias, stride, padding, dilation, groups),
+                 {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups), algorithm,
+                 workspace_limit, stream)
 
 
 def conv2d_backward_data(grad_out: Any, weight: Any, input_shape: Sequence[int], stride=1, padding=0,
-                         dilation=1, groups: int = 1, *, algorithm: Any = "auto",
-                         workspace_limit: int | None = None) -> Any:
+                         dilation=1, groups: int = 1, *, algorithm: Any = "auto", out: Any = None,
+                         workspace_limit: int | None = None, stream: Any = None) -> Any:
     """dx (input_shape) from grad_out (N, K, P, Q) and weight (K, C/groups, R, S)."""
-    prob = _dgrad_problem(grad_out, weight, input_shape, stride, padding, dilation, groups)
-    return _execute(prob, {"grad_out": grad_out, "weight": weight}, None, None, algorithm,
-                    workspace_limit)
+    return _call("conv2d_backward_data",
+                 lambda: _dgrad_problem(grad_out, weight, input_shape, stride, padding, dilation, groups),
+                 {"grad_out": grad_out, "weight": weight}, None, out,
+                 (input_shape, stride, padding, dilation, groups), algorithm, workspace_limit, stream)
 
 
 def conv2d_backward_weight(x: Any, grad_out: Any, weight_shape: Sequence[int], stride=1, padding=0,
-                           dilation=1, groups: int = 1, *, algorithm: Any = "auto",
-                           workspace_limit: int | None = None) -> Any:
+                           dilation=1, groups: int = 1, *, algorithm: Any = "auto", out: Any = None,
+                           workspace_limit: int | None = None, stream: Any = None) -> Any:
     """dw (weight_shape = (K, C/groups, R, S)) from x (N, C, H, W) and grad_out (N, K, P, Q)."""
-    prob = _wgrad_problem(x, grad_out, weight_shape, stride, padding, dilation, groups)
-    return _execute(prob, {"x": x, "grad_out": grad_out}, None, None, algorithm, workspace_limit)
+    return _call("conv2d_backward_weight",
+                 lambda: _wgrad_problem(x, grad_out, weight_shape, stride, padding, dilation, groups),
+                 {"x": x, "grad_out": grad_out}, None, out,
+                 (weight_shape, stride, padding, dilation, groups), algorithm, workspace_limit, stream)
 
 
 def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1, *, algorithm: Any = "auto", out: Any = None,
-                     workspace_limit: int | None = None) -> Any:
+                     workspace_limit: int | None = None, stream: Any = None) -> Any:
     """y (N, C_out, H_out, W_out) from x (N, C_in, H, W), weight (C_in, C_out/groups, R, S), bias (C_out,).
 
     Computed as the backward-data problem of the forward convolution that maps y's shape to x's.
     """
-    prob = _transpose_problem(x, weight, bias, stride, padding, output_padding, groups, dilation)
-    return _execute(prob, {"x": x, "weight": weight}, bias, out, algorithm, workspace_limit)
+    return _call("conv_transpose2d",
+                 lambda: _transpose_problem(x, weight, bias, stride, padding, output_padding, groups,
+                                            dilation),
+                 {"x": x, "weight": weight}, bias, out, (stride, padding, output_padding, groups, dilation),
+                 algorithm, workspace_limit, stream)
 
 
 _BUILDERS = {"conv2d": _forward_problem, "conv2d_backward_data": _dgrad_problem,

@@ -102,13 +102,27 @@ if SIMULATOR:
 _SIM_UNSUPPORTED_JIT_KWARGS = ("lineinfo", "launch_bounds", "max_registers", "lto", "forceinline", "link")
 
 
+_kernel_wrapper: list[Callable] = []  # set once by convlab.launch (see use_kernel_wrapper)
+
+
+def use_kernel_wrapper(wrap: Callable) -> None:
+    """Have :func:`jit` pass every kernel (not device functions) through ``wrap``. convlab.launch
+    registers itself here when imported (convlab/__init__ imports it first), so every kernel launch
+    goes through it (streams, recording for plans, the thin path) while this module imports nothing
+    above itself."""
+    _kernel_wrapper[:] = [wrap]
+
+
 def jit(*args: Any, **kwargs: Any) -> Callable:
-    """``cuda.jit`` that drops GPU-only options (``max_registers``, ``lineinfo`` ...) on the simulator."""
+    """``cuda.jit`` that drops GPU-only options (``max_registers``, ``lineinfo`` ...) on the simulator;
+    kernels come back wrapped by the registered launch module (device functions as they are)."""
     if SIMULATOR:
         for key in _SIM_UNSUPPORTED_JIT_KWARGS:
             kwargs.pop(key, None)
         kwargs.pop("cache", None)
-    return cuda.jit(*args, **kwargs)
+    if kwargs.get("device") or not _kernel_wrapper:
+        return cuda.jit(*args, **kwargs)
+    return _kernel_wrapper[0](cuda.jit(*args, **kwargs))
 
 
 def device_name() -> str:
@@ -158,6 +172,40 @@ def as_device_array(obj: Any) -> Any:
     if is_device_array(obj):
         return obj
     return cuda.as_cuda_array(obj)
+
+
+def device_pointer(dev: Any) -> int:
+    """Device address of a device array's first element (a host address on the simulator)."""
+    if SIMULATOR:
+        return int(dev._ary.__array_interface__["data"][0])
+    return int(dev.device_ctypes_pointer.value or 0)
+
+
+def strides_of(dev: Any) -> tuple[int, ...]:
+    """Byte strides of a device array."""
+    return tuple(int(s) for s in (dev._ary.strides if SIMULATOR else dev.strides))
+
+
+def view_at(base: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+    """A device-array view into ``base``'s memory at byte ``offset`` with ``shape`` / byte ``strides``."""
+    dtype = np.dtype(dtype)
+    if SIMULATOR:
+        raw = base._ary.reshape(-1).view(np.uint8)[offset:]
+        flat = np.ndarray((raw.size // dtype.itemsize,), dtype, buffer=raw) if raw.size else raw
+        view = np.lib.stride_tricks.as_strided(flat, shape, strides)
+        return cuda.devicearray.FakeCUDAArray(view)
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return DeviceNDArray(shape, strides, dtype, gpu_data=base.gpu_data.view(offset))
+
+
+def is_stream(obj: Any) -> bool:
+    """True for a Numba stream (or the simulator's stand-in)."""
+    if SIMULATOR:
+        from numba.cuda.simulator.api import stream as stream_class
+    else:
+        stream_class = cuda.cudadrv.driver.Stream
+    return isinstance(obj, stream_class)
 
 
 def to_device(host: np.ndarray) -> Any:

@@ -1,4 +1,4 @@
-"""Reusable device scratch buffers (the column buffers of im2col and col2im).
+"""Reusable device scratch buffers (the column buffers of im2col and col2im), and the op outputs' pool.
 
 ``with scratch(n, dtype) as buf`` lends an uninitialised 1-D device array of ``n`` elements: a view of the
 smallest idle cached buffer that is large enough, or a new one. Allocating per call would put
@@ -7,10 +7,12 @@ and every timing, so a plugin's speed would depend on the allocator's state; PyT
 allocator gives cuDNN the same reuse.
 
 Rules: a buffer is out of the pool while lent (two users never share one); it goes back when the
-``with`` block ends, after the launches were queued. Every convlab launch uses the default stream, so
-the next user's kernels run after the previous user's. At most ``KEEP`` idle buffers per dtype are
-kept (the smallest are dropped first); :func:`release` frees them all. The memory held is therefore at
-most KEEP x the largest request, itself bounded by the workspace limit (convlab.settings).
+``with`` block ends, after the launches were queued. The next user's kernels run after the previous
+user's when both calls run on one stream (the default, or the caller's: convlab.operands); calls
+that overlap on different streams must not share this pool (not yet handled: see issue #12).
+At most ``KEEP`` idle buffers per dtype are kept (the smallest are dropped first); :func:`release`
+frees them all. The memory held is therefore at most KEEP x the largest request, itself bounded by
+the workspace limit (convlab.settings).
 
 ``scratch(n, dtype, zeroed=z)`` also guarantees that the last ``z`` elements of the view are zero on
 entry, and the caller promises to leave them zero when the block ends normally (the split-K counters
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from typing import Any, Iterator
 
 import numpy as np
@@ -78,3 +81,47 @@ def release() -> None:
     with _lock:
         _idle.clear()
         _zeroed.clear()
+
+
+# ---- op outputs ------------------------------------------------------------------------------------
+OUTPUT_KEEP = 4  # idle output buffers kept per (shape, dtype, stream)
+_outputs: dict[tuple, list[Any]] = {}
+
+
+def _give_back(key: tuple, base: Any) -> None:
+    with _lock:
+        idle = _outputs.setdefault(key, [])
+        if len(idle) < OUTPUT_KEEP:
+            idle.append(base)
+
+
+def output(shape: tuple[int, ...], dtype: Any, stream: int = 0) -> Any:
+    """An uninitialised device array for an op's result, from a pool: its memory goes back to the
+    pool when the caller drops the array, and is lent again only for the same shape, dtype and
+    stream handle (stream-ordered reuse, as PyTorch's caching allocator does), so the steady state
+    of a loop does no cuMemAlloc. Arrays that cannot be tracked are plain allocations."""
+    shape = tuple(int(s) for s in shape)
+    key = (shape, np.dtype(dtype).str, int(stream))
+    with _lock:
+        idle = _outputs.get(key)
+        base = idle.pop() if idle else None
+    if base is None:
+        base = runtime.empty((max(int(np.prod(shape)), 1),), dtype)
+    view = base[:int(np.prod(shape))].reshape(shape)
+    try:
+        weakref.finalize(view, _give_back, key, base)
+    except TypeError:  # pragma: no cover - an array type without weak references
+        return view
+    return view
+
+
+def output_held_bytes() -> int:
+    """Bytes held by idle output buffers."""
+    with _lock:
+        return sum(b.size * b.dtype.itemsize for idle in _outputs.values() for b in idle)
+
+
+def release_outputs() -> None:
+    """Drop every idle output buffer."""
+    with _lock:
+        _outputs.clear()

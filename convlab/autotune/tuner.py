@@ -169,7 +169,12 @@ def _registry_state() -> tuple:
     return tuple((p.name, id(p)) for p in registry.plugins())
 
 
-def _memo_key(problem: Problem, limit: int) -> tuple:
+def remembered(key: tuple) -> TuneResult | None:
+    """This process's last result under a :func:`memo_key` (what ``choose`` answers from)."""
+    return _decisions.get(key)
+
+
+def memo_key(problem: Problem, limit: int) -> tuple:
     return (problem.key(), limit, settings.get_key_policy(), settings.get_deterministic(), _registry_state())
 
 
@@ -210,7 +215,7 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
                 result.notes.append(f"cache entry replaced: {stale}")
             if result.winner is not None:
                 _store(result, cands, prints)
-        _decisions[_memo_key(problem, limit)] = result
+        _decisions[memo_key(problem, limit)] = result
     return result
 
 
@@ -219,7 +224,7 @@ def choose(problem: Problem, workspace_limit: int) -> Candidate:
 
     ValueError when no plugin can run the problem; RuntimeError when every candidate failed its check.
     """
-    result = _decisions.get(_memo_key(problem, workspace_limit))
+    result = _decisions.get(memo_key(problem, workspace_limit))
     if result is not None and result.winner is not None and not registry.verdict(
             result.winner.plugin, problem, result.winner.config, workspace_limit):
         result = None  # the remembered winner was excluded since (e.g. its kernel raised)

@@ -93,6 +93,12 @@ def mark_broken(name: str, exc: BaseException) -> None:
                   RuntimeWarning, stacklevel=3)
 
 
+def state() -> tuple:
+    """A cheap snapshot of what registered and excluded plugins there are (object ids and names): it
+    changes whenever a plugin is registered, unregistered or marked broken (convlab.plan keys on it)."""
+    return tuple(map(id, _plugins.values())), tuple(_broken)
+
+
 def broken_plugins() -> dict[str, str]:
     """Plugins excluded because their kernel raised, with the error (see :func:`mark_broken`)."""
     return dict(_broken)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from convlab import scratch
+from convlab import runtime, scratch
 
 
 @pytest.fixture(autouse=True)
@@ -79,3 +79,24 @@ def test_zeroed_tail_is_zero_on_entry_and_kept_only_after_a_clean_exit():
     with pytest.raises(ValueError, match="zeroed"):
         with scratch.scratch(4, np.float32, zeroed=5):
             pass
+
+
+def test_op_outputs_come_from_a_pool_per_shape_dtype_and_stream():
+    """An output's memory is lent again once the caller dropped it, never while it is alive, and only
+    for the same (shape, dtype, stream)."""
+    import gc
+
+    pool = scratch
+    pool.release_outputs()
+    a = pool.output((2, 3), np.float32)
+    ptr = runtime.device_pointer(a)
+    live = pool.output((2, 3), np.float32)
+    assert runtime.device_pointer(live) != ptr and a.shape == (2, 3)
+    del a
+    gc.collect()
+    assert runtime.device_pointer(pool.output((2, 3), np.float32, stream=7)) != ptr  # other stream
+    assert runtime.device_pointer(pool.output((3, 2), np.float32)) != ptr  # other shape
+    again = pool.output((2, 3), np.float32)
+    assert runtime.device_pointer(again) == ptr and pool.output_held_bytes() >= 0
+    pool.release_outputs()
+    assert pool.output_held_bytes() == 0

@@ -1,0 +1,193 @@
+"""The one entry of every plugin kernel launch; with convlab.thin, the only code below Numba's marshalling.
+
+``launch(kernel, grid, block, args, stream=..., shared=...)`` runs one kernel. Plugins do not call it
+by name: :func:`convlab.runtime.jit` returns a :class:`Kernel` (this module registers :func:`wrap`
+with :func:`convlab.runtime.use_kernel_wrapper` when imported) whose ``kernel[grid, block](*args)``
+comes here, so plugins need no change.
+
+Streams: a launch without an explicit stream runs on the *ambient* stream, set by the public ops for
+the duration of a call (``with using_stream(s):``), else the default stream (0).
+
+Recording and replay (used by :mod:`convlab.plan`): inside ``with recording(operands) as rec`` every
+launch is also captured as a :class:`Launch`: compiled function, grid, block, shared memory, stream
+and arguments. An argument array whose memory lies inside an operand (a, b, bias, out, matched by
+device pointer) is stored as (operand slot, byte offset, shape, strides, dtype); every other array
+(workspace, parameter tables) is kept referenced by the record, so its memory lives as long as the
+plan. ``Launch.replay(bases, stream)`` re-issues the launch on new operands:
+
+- on a GPU through the *thin path* (:mod:`convlab.thin`): the parameters packed once at record time
+  by Numba's own ``_prepare_args``; a replay writes the new data pointers and calls ``cuLaunchKernel``;
+- on the simulator (and on a GPU when the thin path is unavailable) by re-invoking the Numba kernel
+  with views of the new operands.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import types as pytypes
+import warnings
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from . import kernel_cache, runtime
+from .thin import _ThinLaunch, _launch_cached, dims3, stream_handle  # noqa: F401  (re-exported)
+
+log = logging.getLogger(__name__)
+_state = threading.local()
+#: The thin path is used on a GPU unless ``CONVLAB_THIN_LAUNCH=0``; :func:`disable_thin` turns it off.
+THIN = os.environ.get("CONVLAB_THIN_LAUNCH", "1").strip() != "0"
+
+
+# ---- the kernel wrapper returned by runtime.jit ----------------------------------------------------
+class Kernel:
+    """A Numba kernel whose ``kernel[grid, block(, stream(, shared))](*args)`` goes through
+    :func:`launch`; every other attribute is the dispatcher's."""
+
+    __slots__ = ("dispatcher",)
+
+    def __init__(self, dispatcher: Any) -> None:
+        self.dispatcher = dispatcher
+
+    def __getitem__(self, config: tuple) -> "_Configured":
+        if not isinstance(config, tuple) or len(config) not in (2, 3, 4):
+            raise ValueError("a kernel launch needs [grid, block] or [grid, block, stream(, shared)]")
+        grid, block, *rest = config
+        return _Configured(self.dispatcher, grid, block, rest[0] if rest else None,
+                           rest[1] if len(rest) > 1 else 0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.dispatcher, name)
+
+
+class _Configured:
+    __slots__ = ("dispatcher", "grid", "block", "stream", "shared")
+
+    def __init__(self, dispatcher, grid, block, stream, shared) -> None:
+        self.dispatcher, self.grid, self.block, self.stream, self.shared = dispatcher, grid, block, \
+            stream, shared
+
+    def __call__(self, *args: Any) -> None:
+        launch(self.dispatcher, self.grid, self.block, args, stream=self.stream, shared=self.shared)
+
+
+def wrap(jitted: Any) -> Any:
+    """``Kernel(jitted)``; for a decorator (``cuda.jit(max_registers=...)``), one that wraps."""
+    if isinstance(jitted, pytypes.FunctionType):
+        return lambda fn: wrap(jitted(fn))
+    return Kernel(jitted)
+
+
+runtime.use_kernel_wrapper(wrap)  # from now on runtime.jit returns Kernel objects
+
+
+# ---- streams ----------------------------------------------------------------------------------------
+def ambient_stream() -> Any:
+    """The stream a launch without an explicit one runs on (0: the default stream)."""
+    return getattr(_state, "stream", 0)
+
+
+@contextlib.contextmanager
+def using_stream(stream: Any) -> Iterator[None]:
+    """Run the launches of the ``with`` block on ``stream`` (a Numba stream or 0)."""
+    previous = ambient_stream()
+    _state.stream = stream
+    try:
+        yield
+    finally:
+        _state.stream = previous
+
+
+# ---- launching --------------------------------------------------------------------------------------
+def launch(kernel: Any, grid: Any, block: Any, args: Sequence[Any], *, stream: Any = None,
+           shared: int = 0) -> None:
+    """Launch ``kernel`` (a :class:`Kernel` or Numba dispatcher) on ``stream`` (default: the ambient
+    stream) with Numba's ordinary launch; recorded when a recorder is active."""
+    dispatcher = kernel.dispatcher if isinstance(kernel, Kernel) else kernel
+    stream = ambient_stream() if stream is None else stream
+    if not (kernel_cache.enabled() and _launch_cached(dispatcher, grid, block, stream, shared, args)):
+        dispatcher[grid, block, stream, shared](*args)
+    recorder = getattr(_state, "recorder", None)
+    if recorder is not None:
+        recorder.append(Launch(dispatcher, grid, block, shared, args, recorder.operands))
+
+
+class Launch:
+    """One recorded launch; :meth:`replay` re-issues it on new operands (see the module docstring)."""
+
+    def __init__(self, dispatcher: Any, grid: Any, block: Any, shared: int, args: Sequence[Any],
+                 operands: Sequence[tuple[int, int] | None]) -> None:
+        self.dispatcher, self.grid, self.block, self.shared = dispatcher, dims3(grid), dims3(block), \
+            int(shared)
+        self.args: list[Any] = []   # constants and owned arrays; None where an operand view goes
+        self.views: list[tuple[int, int, int, tuple, tuple, np.dtype]] = []  # (arg, slot, offset, ...)
+        self.owned_bytes = 0
+        for i, value in enumerate(args):
+            ptr = runtime.device_pointer(value) if runtime.is_device_array(value) else None
+            slot = _operand_slot(ptr, operands) if ptr is not None else None
+            if slot is None:
+                self.args.append(value)
+                if ptr is not None:
+                    self.owned_bytes += int(value.size) * value.dtype.itemsize
+            else:
+                self.args.append(None)
+                self.views.append((i, slot, ptr - operands[slot][0], tuple(value.shape),
+                                   tuple(runtime.strides_of(value)), np.dtype(value.dtype)))
+        self.thin = None
+        if THIN and not runtime.SIMULATOR:
+            try:
+                self.thin = _ThinLaunch.build(self, args)
+            except Exception as exc:  # noqa: BLE001  (replay then re-invokes the Numba kernel)
+                log.warning("thin launch unavailable for %s: %r", getattr(dispatcher, "__name__", "?"), exc)
+
+    def replay(self, operands: Sequence[Any], bases: Sequence[int], stream: Any) -> None:
+        """Launch again with operand slot ``s`` at device pointer ``bases[s]`` (``operands[s]`` is
+        the device array itself, used when the thin path is not available)."""
+        if self.thin is not None:
+            self.thin.launch(bases, stream)
+            return
+        args = list(self.args)
+        for i, slot, offset, shape, strides, dtype in self.views:
+            args[i] = runtime.view_at(operands[slot], offset, shape, strides, dtype)
+        self.dispatcher[self.grid, self.block, stream, self.shared](*args)
+
+
+def disable_thin(exc: BaseException) -> None:
+    """Stop using the thin path in this process (a thin launch failed), with a warning."""
+    global THIN
+    THIN = False
+    warnings.warn(f"convlab: thin kernel launch failed ({exc!r}); using Numba's launch from now on",
+                  RuntimeWarning, stacklevel=3)
+
+
+def _operand_slot(ptr: int, operands: Sequence[tuple[int, int] | None]) -> int | None:
+    for slot, span in enumerate(operands):
+        if span is not None and span[0] <= ptr < span[0] + max(span[1], 1):
+            return slot
+    return None
+
+
+def is_recording() -> bool:
+    """True inside :func:`recording` on this thread."""
+    return getattr(_state, "recorder", None) is not None
+
+
+@contextlib.contextmanager
+def recording(operands: Sequence[tuple[int, int] | None]) -> Iterator[list[Launch]]:
+    """Record the launches of the ``with`` block; ``operands`` are (device pointer, bytes) per slot."""
+    if getattr(_state, "recorder", None) is not None:
+        raise RuntimeError("launch recordings do not nest")
+    rec = _Recorder(operands)
+    _state.recorder = rec
+    try:
+        yield rec
+    finally:
+        _state.recorder = None
+
+
+class _Recorder(list):
+    def __init__(self, operands) -> None:
+        super().__init__()
+        self.operands = list(operands)

@@ -1,0 +1,117 @@
+"""Operands of the public ops on the fast path: signatures, device pointers, streams and outputs.
+
+PyTorch tensors are read through their own attributes (``shape``, ``stride()``, ``dtype``,
+``data_ptr()``, ``is_cuda``) instead of ``__cuda_array_interface__`` (~12 us through
+``cuda.as_cuda_array``); a tensor is recognised by its class's module, so torch is never imported
+here: it is imported lazily, and only once a torch tensor was seen. Tensors that require grad are
+detached (convlab computes no autograd graph), not refused.
+
+Synchronisation rules (the stream a call's kernels run on), first match wins:
+1. ``stream=`` given to the op: a Numba stream, a ``torch.cuda.Stream`` (or anything with an int
+   ``cuda_stream``), or an int CUstream handle (0: the default stream);
+2. a torch CUDA tensor among the operands: PyTorch's current stream on that tensor's device;
+3. a Numba device array created on a stream (its ``stream``), or a ``__cuda_array_interface__``
+   ``stream`` field (1: the legacy default stream, 2: per-thread default stream, else a handle);
+4. the default stream (0).
+All of a call's kernels run in order on that one stream, so consuming the result on the same stream
+needs no synchronisation; on another stream the caller synchronises (event or stream sync), as with
+any CUDA library. Numpy operands are copied synchronously and the result is copied back, so numpy in
+-> numpy out is always complete on return. Outputs allocated for torch operands come from torch's
+caching allocator on the call's stream (``torch.empty``), so PyTorch's stream-ordered reuse applies.
+On the simulator every stream runs synchronously; a raw int handle stands for the default stream.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from . import runtime
+
+_external: dict[int, Any] = {}
+
+
+def is_torch(obj: Any) -> bool:
+    """True for a torch.Tensor (by its class's module; torch is not imported)."""
+    return type(obj).__module__.startswith("torch")
+
+
+def signature(obj: Any) -> tuple | None:
+    """What the checks of an op read from an array operand (kind, shape, strides, dtype, device), as
+    a hashable key; None for an absent operand; False when the operand is not a device array (numpy
+    or unknown: no launch plan)."""
+    if obj is None:
+        return None
+    if is_torch(obj):
+        if not obj.is_cuda:
+            return False
+        return ("torch", tuple(obj.shape), obj.stride(), obj.dtype, obj.device.index)
+    if runtime.is_device_array(obj):
+        return ("numba", tuple(obj.shape), runtime.strides_of(obj), obj.dtype.str)
+    return False
+
+
+def pointer(obj: Any) -> tuple[int, int]:
+    """(device pointer, bytes) of a device operand (torch tensor or Numba device array)."""
+    if is_torch(obj):
+        return obj.data_ptr(), obj.numel() * obj.element_size()
+    return runtime.device_pointer(obj), int(obj.size) * obj.dtype.itemsize
+
+
+def as_device(obj: Any) -> Any:
+    """A Numba device-array view of a device operand (torch tensors are detached first)."""
+    if is_torch(obj):
+        obj = obj.detach()
+    return runtime.as_device_array(obj)
+
+
+def _numba_stream(handle: int) -> Any:
+    if handle == 0 or runtime.SIMULATOR:
+        return 0
+    stream = _external.get(handle)
+    if stream is None:
+        stream = _external[handle] = runtime.cuda.external_stream(handle)
+    return stream
+
+
+def resolve_stream(stream: Any, operands: tuple) -> Any:
+    """The stream the call's kernels run on (a Numba stream or 0); see the module docstring."""
+    if stream is not None:
+        if isinstance(stream, bool):
+            raise TypeError(f"stream must be a CUDA stream or an int handle, got {stream!r}")
+        if isinstance(stream, (int, np.integer)):
+            return _numba_stream(int(stream))
+        if hasattr(stream, "cuda_stream"):
+            return _numba_stream(int(stream.cuda_stream))
+        if runtime.is_stream(stream):
+            return stream
+        raise TypeError(f"stream must be a Numba stream, a torch.cuda.Stream or an int handle, "
+                        f"got {type(stream).__name__}")
+    for obj in operands:
+        if obj is None:
+            continue
+        if is_torch(obj):
+            if obj.is_cuda:
+                torch = sys.modules["torch"]
+                return _numba_stream(int(torch.cuda.current_stream(obj.device).cuda_stream))
+            continue
+        own = getattr(obj, "stream", 0)
+        if own and runtime.is_stream(own):
+            return own
+        cai = getattr(obj, "__cuda_array_interface__", None) if not runtime.is_device_array(obj) else None
+        if cai is not None and cai.get("stream"):
+            return _numba_stream(0 if cai["stream"] == 1 else int(cai["stream"]))
+    return 0
+
+
+def empty_like_kind(like: Any, shape: tuple, dtype: str, stream: Any = 0) -> Any:
+    """An uninitialised output in the kind of ``like``: a torch tensor on its device (torch's
+    caching allocator), else a Numba device array from convlab.scratch's output pool for ``stream``."""
+    if is_torch(like):
+        torch = sys.modules["torch"]
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+    from .launch import stream_handle
+    from .scratch import output
+
+    return output(shape, dtype, stream_handle(stream))

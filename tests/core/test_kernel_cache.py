@@ -1,0 +1,94 @@
+"""The disk cache of compiled kernels (convlab.kernel_cache): file format, damage, concurrent writers,
+and the key. Payloads are fake bytes (no cubins on the simulator); the GPU path is exercised by
+``benchmarks/overhead_bench.py --selftest``."""
+import multiprocessing
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from convlab import kernel_cache, runtime
+
+
+def test_entries_round_trip(tmp_path):
+    path = kernel_cache.save("k1", "entry_name", b"\x7fELF" + bytes(range(256)), tmp_path)
+    assert path.exists() and not list(tmp_path.glob("*.tmp"))
+    assert kernel_cache.load("k1", tmp_path) == ("entry_name", b"\x7fELF" + bytes(range(256)))
+    assert kernel_cache.load("absent", tmp_path) is None
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped byte", "garbage", "empty"])
+def test_a_damaged_file_warns_is_removed_and_can_be_rewritten(tmp_path, damage):
+    path = kernel_cache.save("k", "name", b"payload" * 100, tmp_path)
+    data = path.read_bytes()
+    path.write_bytes({"truncated": data[:-10], "flipped byte": data[:-1] + bytes([data[-1] ^ 1]),
+                      "garbage": b"not a cache file at all", "empty": b""}[damage])
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        assert kernel_cache.load("k", tmp_path) is None
+    assert not path.exists()
+    kernel_cache.save("k", "name", b"new", tmp_path)
+    assert kernel_cache.load("k", tmp_path) == ("name", b"new")
+
+
+def _writer(args):
+    where, seed = args
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        size = int(rng.integers(1, 50_000))
+        kernel_cache.save("shared", f"w{seed}", bytes([seed]) * size, where)
+
+
+def test_concurrent_writers_leave_whole_files(tmp_path):
+    """Three processes rewrite one key with different lengths while this one reads: every read is a
+    whole entry of one writer (never a damaged file)."""
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(3) as pool, warnings.catch_warnings():
+        warnings.simplefilter("error")  # a damaged-file warning would fail the test
+        pending = pool.map_async(_writer, [(tmp_path, s) for s in (1, 2, 3)])
+        reads = 0
+        while not pending.ready() or reads < 5:
+            hit = kernel_cache.load("shared", tmp_path)
+            if hit is not None:
+                name, payload = hit
+                assert payload == bytes([int(name[1:])]) * len(payload)
+                reads += 1
+        pending.get()
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def _factory(constant):
+    @runtime.jit
+    def kernel(a):
+        i = runtime.cuda.grid(1)
+        if i < a.size:
+            a[i] = constant
+    return kernel
+
+
+KEY_SCRIPT = ("import sys; sys.path.insert(0, {path!r}); import {module} as t; "
+              "from convlab import kernel_cache; "
+              "print(kernel_cache.kernel_key(t._factory(3), ('float32[::1]',), (9, 0)))")
+
+
+def test_the_key_is_stable_across_processes_and_sees_every_input():
+    key = kernel_cache.kernel_key(_factory(3), ("float32[::1]",), (9, 0))
+    assert key == kernel_cache.kernel_key(_factory(3), ("float32[::1]",), (9, 0))
+    other = [kernel_cache.kernel_key(_factory(4), ("float32[::1]",), (9, 0)),
+             kernel_cache.kernel_key(_factory(3.0), ("float32[::1]",), (9, 0)),
+             kernel_cache.kernel_key(_factory(3), ("float64[::1]",), (9, 0)),
+             kernel_cache.kernel_key(_factory(3), ("float32[::1]",), (8, 0)),
+             kernel_cache.kernel_key(_factory(3), ("float32[::1]",), (9, 0), {"max_registers": 64})]
+    assert len({key, *other}) == 6
+    module = sys.modules[_factory.__module__]
+    root = Path(module.__file__).parents[_factory.__module__.count(".")]
+    script = KEY_SCRIPT.format(path=str(root), module=_factory.__module__)
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == key
+
+
+def test_the_cache_is_off_on_the_simulator(monkeypatch):
+    monkeypatch.setenv("CONVLAB_KERNEL_CACHE", "1")
+    assert kernel_cache.enabled() is (not runtime.SIMULATOR)

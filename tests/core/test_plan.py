@@ -1,0 +1,250 @@
+"""Launch plans (convlab.plan), the launch module's recording/replay and the caller's stream.
+
+Device operands (Numba device arrays) take the planned path; tiny problems keep the simulator fast.
+"""
+import numpy as np
+import pytest
+
+import convlab
+from convlab import launch, plan, reference, runtime
+from convlab.plugin import registry
+from convlab.measure import rel_error, tolerance
+from convlab.runtime import cuda
+
+
+def rand(*shape, dtype=np.float32, seed=None):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def dev(*shape, dtype=np.float32):
+    return runtime.to_device(rand(*shape, dtype=dtype))
+
+
+@pytest.fixture(autouse=True)
+def fresh_plans():
+    plan.clear()
+    yield
+    plan.clear()
+
+
+def built_replayed():
+    s = plan.stats()
+    return s["built"], s["replayed"]
+
+
+def test_same_signature_reuses_the_plan():
+    x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
+    before = built_replayed()
+    convlab.conv2d(x, w, padding=1)
+    key = next(reversed(plan._plans))
+    first = plan._plans[key]
+    convlab.conv2d(dev(1, 2, 5, 5), dev(3, 2, 3, 3), padding=1)
+    after = built_replayed()
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 1)
+    assert plan._plans[key] is first and len(plan._plans) == 1
+
+
+CHANGES = {
+    "shape": lambda: ((dev(1, 2, 6, 5), dev(3, 2, 3, 3)), {"padding": 1}),
+    "dtype": lambda: ((dev(1, 2, 5, 5, dtype=np.float64), dev(3, 2, 3, 3, dtype=np.float64)), {"padding": 1}),
+    "option": lambda: ((dev(1, 2, 5, 5), dev(3, 2, 3, 3)), {"padding": 1, "stride": 2}),
+    "option type": lambda: ((dev(1, 2, 5, 5), dev(3, 2, 3, 3)), {"padding": (1, 1)}),
+    "algorithm": lambda: ((dev(1, 2, 5, 5), dev(3, 2, 3, 3)), {"padding": 1, "algorithm": "direct"}),
+    "workspace limit": lambda: ((dev(1, 2, 5, 5), dev(3, 2, 3, 3)), {"padding": 1, "workspace_limit": 0}),
+    "bias": lambda: ((dev(1, 2, 5, 5), dev(3, 2, 3, 3), dev(3)), {"padding": 1}),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_any_change_of_signature_builds_a_new_plan(change):
+    convlab.conv2d(dev(1, 2, 5, 5), dev(3, 2, 3, 3), padding=1)
+    args, kwargs = CHANGES[change]()
+    before = built_replayed()
+    convlab.conv2d(*args, **kwargs)
+    after = built_replayed()
+    assert after == (before[0] + 1, before[1]) and len(plan._plans) == 2
+
+
+def test_strides_are_part_of_the_signature():
+    """A non-contiguous operand of a planned shape is not replayed: it gets the full path's error."""
+    convlab.conv2d(dev(1, 2, 5, 5), dev(3, 2, 3, 3))
+    strided = runtime.to_device(rand(1, 2, 5, 10))[:, :, :, ::2]
+    for _ in range(2):
+        with pytest.raises(ValueError, match="x is a non-contiguous device array"):
+            convlab.conv2d(strided, dev(3, 2, 3, 3))
+
+
+@pytest.mark.parametrize("bad, error", [
+    ({"bias": "wrong bias"}, "bias must have shape"),
+    ({"out": "wrong out"}, "out must have shape"),
+    ({"groups": True}, "groups must be an int"),
+    ({"algorithm": "nope"}, "nope"),
+])
+def test_a_bad_argument_raises_the_same_error_every_call(bad, error):
+    x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
+    convlab.conv2d(x, w, padding=1)  # a plan exists for the good signature
+    kwargs = {"padding": 1}
+    name, = bad
+    kwargs[name] = {"bias": dev(4), "out": dev(1, 3, 4, 4), "groups": True, "algorithm": "nope"}[name]
+    messages = []
+    for _ in range(2):
+        with pytest.raises((ValueError, TypeError, KeyError), match=error) as info:
+            convlab.conv2d(x, w, **kwargs)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+
+
+OPS = {
+    "conv2d": lambda rng: ((rng(1, 4, 5, 5), rng(4, 2, 3, 3), rng(4)),
+                           {"padding": 1, "stride": (1, 2), "groups": 2}, (1, 4, 5, 3)),
+    "conv2d_backward_data": lambda rng: ((rng(1, 4, 5, 3), rng(4, 2, 3, 3), (1, 4, 5, 5)),
+                                         {"padding": 1, "stride": (1, 2), "groups": 2}, (1, 4, 5, 5)),
+    "conv2d_backward_weight": lambda rng: ((rng(1, 4, 5, 5), rng(1, 4, 5, 3), (4, 2, 3, 3)),
+                                           {"padding": 1, "stride": (1, 2), "groups": 2}, (4, 2, 3, 3)),
+    "conv_transpose2d": lambda rng: ((rng(1, 4, 3, 3), rng(4, 1, 3, 3), rng(2)),
+                                     {"padding": 1, "stride": 2, "output_padding": 1, "groups": 2},
+                                     (1, 2, 6, 6)),
+}
+
+
+def _plugins_for(op_name):
+    args, kwargs, _ = OPS[op_name](lambda *s: rand(*s))
+    prob = convlab.problem_for(op_name, *args, **kwargs)
+    return [p.name for p in registry.plugins(prob.op) if registry.verdict(p, prob)]
+
+
+@pytest.mark.parametrize("op_name", sorted(OPS))
+def test_replayed_results_equal_fresh_results_on_new_inputs(op_name):
+    """Per plugin: record on one input, replay on new random inputs into a NaN-poisoned out; equal to
+    a fresh full-path run (plans cleared) and to the float64 reference."""
+    op = getattr(convlab, op_name)
+    for name in _plugins_for(op_name):
+        plan.clear()
+        host_args, kwargs, out_shape = OPS[op_name](lambda *s: rand(*s))
+        op(*[runtime.to_device(a) if isinstance(a, np.ndarray) else a for a in host_args],
+           algorithm=name, out=runtime.full(out_shape, np.nan, np.float32), **kwargs)
+        host_args, _, _ = OPS[op_name](lambda *s: rand(*s))
+        devs = [runtime.to_device(a) if isinstance(a, np.ndarray) else a for a in host_args]
+        out = runtime.full(out_shape, np.nan, np.float32)
+        before = built_replayed()
+        assert op(*devs, algorithm=name, out=out, **kwargs) is out
+        assert built_replayed()[1] == before[1] + 1, name  # replayed, not rebuilt
+        replayed = out.copy_to_host()
+        plan.clear()
+        fresh = op(*devs, algorithm=name, **kwargs).copy_to_host()
+        np.testing.assert_array_equal(replayed, fresh, err_msg=name)
+        prob = convlab.problem_for(op_name, *host_args, **kwargs)
+        arrays = [a for a in host_args if isinstance(a, np.ndarray)]
+        bias = arrays[2] if len(arrays) == 3 else None
+        want = reference.solve(prob, *[a.astype(np.float64) for a in arrays[:2]], bias)
+        assert rel_error(replayed, want) <= tolerance(prob, np.finfo(np.float32).eps), name
+
+
+def test_a_plugin_can_opt_out_of_replay(monkeypatch):
+    monkeypatch.setattr(registry.get("direct"), "replayable", False, raising=False)
+    x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
+    for _ in range(2):
+        convlab.conv2d(x, w, algorithm="direct")
+    assert plan.stats()["plans"] == 0
+
+
+def test_the_plan_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(plan, "MAX_PLANS", 2)
+    for h in (5, 6, 7):
+        convlab.conv2d(dev(1, 2, h, 5), dev(3, 2, 3, 3))
+    assert plan.stats()["plans"] == 2
+
+
+def test_a_host_state_change_rebuilds_the_plan():
+    x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
+    convlab.conv2d(x, w)
+    with pytest.warns(RuntimeWarning, match="im2col"):
+        registry.mark_broken("im2col", RuntimeError("test"))
+    try:
+        before = built_replayed()
+        convlab.conv2d(x, w)
+        assert built_replayed() == (before[0] + 1, before[1])
+    finally:
+        registry.unmark_broken("im2col")
+
+
+def test_stream_argument_is_used_for_every_launch(monkeypatch):
+    """Two simulator streams: each call's launches (recorded and replayed) run on the stream given."""
+    seen = []
+    original_launch, original_replay = launch.launch, launch.Launch.replay
+
+    def spy_launch(kernel, grid, block, args, *, stream=None, shared=0):
+        seen.append(launch.ambient_stream() if stream is None else stream)
+        original_launch(kernel, grid, block, args, stream=stream, shared=shared)
+
+    def spy_replay(self, operands, bases, stream):
+        seen.append(stream)
+        original_replay(self, operands, bases, stream)
+
+    monkeypatch.setattr(launch, "launch", spy_launch)
+    monkeypatch.setattr(launch.Launch, "replay", spy_replay)
+    s1, s2 = cuda.stream(), cuda.stream()
+    x, w = rand(1, 2, 5, 5), rand(3, 2, 3, 3)
+    want = reference.forward(convlab.problem_for("conv2d", x, w), x, w)
+    for stream in (s1, s2, s2, s1):
+        seen.clear()
+        y = convlab.conv2d(runtime.to_device(x), runtime.to_device(w), stream=stream)
+        assert seen and all(s is stream for s in seen)
+        assert rel_error(y.copy_to_host(), want) < 1e-5
+    assert launch.ambient_stream() == 0  # restored after the call
+    with pytest.raises(TypeError, match="stream must be"):
+        convlab.conv2d(runtime.to_device(x), runtime.to_device(w), stream="default")
+
+
+def test_recorded_operand_views_are_rebased_on_replay():
+    """A kernel launched on a view at an offset inside an operand replays on the new operand's view."""
+    @runtime.jit
+    def add_one(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] += 1
+
+    base = runtime.to_device(np.zeros(8, np.float32))
+    spans = [(runtime.device_pointer(base), base.size * 4)]
+    with launch.recording(spans) as rec:
+        add_one[1, 8](base[3:7])
+    assert len(rec) == 1 and rec[0].views[0][1:3] == (0, 12)
+    other = runtime.to_device(np.arange(8, dtype=np.float32))
+    rec[0].replay([other], [runtime.device_pointer(other)], 0)
+    np.testing.assert_array_equal(other.copy_to_host(), [0, 1, 2, 4, 5, 6, 7, 7])
+    np.testing.assert_array_equal(base.copy_to_host(), [0, 0, 0, 1, 1, 1, 1, 0])
+
+
+def test_a_new_auto_decision_rebuilds_the_plan():
+    """Forgetting the autotuner's remembered choice invalidates the "auto" plans made from it."""
+    from convlab import autotune
+
+    x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
+    convlab.conv2d(x, w)
+    convlab.conv2d(dev(1, 2, 6, 6), w)  # another decision leaves the first plan valid
+    before = built_replayed()
+    convlab.conv2d(x, w)
+    assert built_replayed() == (before[0], before[1] + 1)
+    autotune.clear_cache(memory=True, disk=False)
+    convlab.conv2d(x, w)
+    assert built_replayed() == (before[0] + 1, before[1] + 1)
+
+
+def test_a_failing_thin_replay_falls_back_to_the_full_path(monkeypatch):
+    """On a GPU, a thin launch that raises switches the process to Numba's launch, with a warning,
+    and the call still returns the full path's result (simulated: a plan marked thin that raises)."""
+    x, w = rand(1, 2, 5, 5), rand(3, 2, 3, 3)
+    convlab.conv2d(runtime.to_device(x), runtime.to_device(w))
+    found, = plan._plans.values()
+    monkeypatch.setattr(found, "thin", True)
+
+    def broken(*args):
+        raise RuntimeError("cuLaunchKernel failed: simulated")
+
+    monkeypatch.setattr(found, "replay", broken)
+    monkeypatch.setattr(launch, "THIN", True)
+    with pytest.warns(RuntimeWarning, match="thin kernel launch failed"):
+        y = convlab.conv2d(runtime.to_device(x), runtime.to_device(w))
+    assert launch.THIN is False
+    want = reference.forward(convlab.problem_for("conv2d", x, w), x, w)
+    assert rel_error(y.copy_to_host(), want) < 1e-5

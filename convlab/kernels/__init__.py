@@ -1,0 +1,1 @@
+"""Reusable GPU kernel building blocks (tensor-core intrinsics, tiles, generated sources, GEMM cores)."""

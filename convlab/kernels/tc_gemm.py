@@ -89,7 +89,7 @@ class TcConfig(NamedTuple):
 CONFIGS = {"f16": [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 32, 4),
                    TcConfig(128, 128, 32, 64, 32, 2)],
            "tf32": [TcConfig(128, 128, 16, 64, 64, 3), TcConfig(128, 64, 16, 64, 32, 4),
-                    TcConfig(128, 128, 32, 64, 32, 2)]}
+                    TcConfig(64, 128, 16, 32, 64, 4)]}
 CONFIGS["bf16"] = CONFIGS["f16"]
 SIM_CONFIG = {"f16": TcConfig(32, 32, 16, 16, 32, 3), "bf16": TcConfig(32, 32, 16, 16, 32, 2),
               "tf32": TcConfig(32, 32, 8, 16, 32, 3)}
@@ -235,6 +235,24 @@ def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32") -> Calla
 def kernel_source(itype: str, cfg: TcConfig, out_dtype: str = "float32") -> str:
     """The generated source of one kernel (for reading and debugging)."""
     return _source(TcConfig(*cfg).validate(itype), itype, _out_kind(itype, out_dtype))
+
+
+def to_storage(itype: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(array in ``itype``'s storage type, its exact float64 values) for float ``values``.
+
+    f16: float16; bf16: uint16 bits rounded to nearest even; tf32: float32 (the kernel rounds to TF32).
+    """
+    v32 = np.ascontiguousarray(values, np.float32)
+    if itype == "f16":
+        stored = v32.astype(np.float16)
+        return stored, stored.astype(np.float64)
+    if itype == "bf16":
+        bits = v32.view(np.uint32).astype(np.uint64)
+        stored = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        return stored, (stored.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if itype == "tf32":
+        return v32, v32.astype(np.float64)
+    raise ValueError(f"itype must be one of {sorted(ITYPES)}, got {itype!r}")
 
 
 def tc_matmul(itype: str, A: Any, Bt: Any, C: Any, cfg: TcConfig | None = None) -> Any:

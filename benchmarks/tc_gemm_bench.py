@@ -78,7 +78,8 @@ def _resources(kernel) -> dict:
     out = {}
     for name in ("get_regs_per_thread", "get_local_mem_per_thread", "get_shared_mem_per_block"):
         try:
-            out[name[4:]] = int(next(iter(getattr(kernel, name)().values())))
+            value = getattr(kernel, name)()
+            out[name[4:]] = int(next(iter(value.values())) if isinstance(value, dict) else value)
         except Exception as exc:  # informational only
             out[name[4:]] = repr(exc)
     return out

@@ -81,11 +81,15 @@ if not runtime.SIMULATOR:
             off = (builder.sext if offty.signed else builder.zext)(off, _I64)
         return builder.gep(data, [off])
 
-    def _shared_u32(builder, ptr):
-        """32-bit shared-window address of a generic pointer into shared memory (cvta.to.shared)."""
+    def _shared_u32(context, builder, aryty, ary, off, offty):
+        """32-bit shared-window address of element ``off`` of a shared array (cvta.to.shared of the
+        base, then 32-bit arithmetic: no 64-bit index math in the loop)."""
         i8 = ir.IntType(8)
-        generic = builder.bitcast(ptr, i8.as_pointer())
-        return builder.ptrtoint(builder.addrspacecast(generic, i8.as_pointer(3)), _I32)
+        data = context.make_array(aryty)(context, builder, ary).data
+        generic = builder.bitcast(data, i8.as_pointer())
+        base = builder.ptrtoint(builder.addrspacecast(generic, i8.as_pointer(3)), _I32)
+        size = ir.Constant(_I32, context.get_abi_sizeof(context.get_data_type(aryty.dtype)))
+        return builder.add(base, builder.mul(_as_i32(builder, off, offty), size))
 
     def _asm(builder, ret, args, text, constraints, side_effect=False):
         fnty = ir.FunctionType(ret, [a.type for a in args])
@@ -160,9 +164,9 @@ if not runtime.SIMULATOR:
 
             def codegen(context, builder, signature, args):
                 aryty, offty = signature.args
-                ptr = _element_ptr(context, builder, aryty, args[0], args[1], offty)
-                out = _asm(builder, ir.LiteralStructType([_I32] * count), [_shared_u32(builder, ptr)],
-                           text, constraints, side_effect=True)
+                addr = _shared_u32(context, builder, aryty, args[0], args[1], offty)
+                out = _asm(builder, ir.LiteralStructType([_I32] * count), [addr], text, constraints,
+                           side_effect=True)
                 items = [builder.extract_value(out, i) for i in range(count)]
                 return context.make_tuple(builder, signature.return_type, items)
 
@@ -183,9 +187,9 @@ if not runtime.SIMULATOR:
 
         def codegen(context, builder, signature, args):
             st, sot, gt, got, nt = signature.args
-            sptr = _element_ptr(context, builder, st, args[0], args[1], sot)
+            saddr = _shared_u32(context, builder, st, args[0], args[1], sot)
             gptr = _element_ptr(context, builder, gt, args[2], args[3], got)
-            ops = [_shared_u32(builder, sptr), builder.ptrtoint(gptr, _I64), _as_i32(builder, args[4], nt)]
+            ops = [saddr, builder.ptrtoint(gptr, _I64), _as_i32(builder, args[4], nt)]
             _asm(builder, ir.VoidType(), ops, "cp.async.cg.shared.global [$0], [$1], 16, $2;",
                  "r,l,r,~{memory}", side_effect=True)
             return context.get_dummy_value()

@@ -64,16 +64,6 @@ def _rel_err(torch, c, a, bt) -> float:
     return float(torch.linalg.norm(c.double() - want) / torch.linalg.norm(want))
 
 
-def _launcher(itype: str, cfg: tc_gemm.TcConfig, a_nb, bt_nb, c_nb) -> Callable[[], None]:
-    m, k = a_nb.shape
-    n = bt_nb.shape[0]
-    kernel = tc_gemm.make_tc_gemm(itype, cfg)
-    grid = ((n + cfg.BN - 1) // cfg.BN, (m + cfg.BM - 1) // cfg.BM)
-    configured = kernel[grid, cfg.threads]
-    args = (a_nb, bt_nb, c_nb, np.uint32(m), np.uint32(n), np.uint32(k))
-    return lambda: configured(*args)
-
-
 def _resources(kernel) -> dict:
     out = {}
     for name in ("get_regs_per_thread", "get_local_mem_per_thread", "get_shared_mem_per_block"):
@@ -99,7 +89,7 @@ def selftest(torch, result: dict) -> None:
                 try:
                     a, bt, a_nb, bt_nb = _operands(torch, itype, m, n, k, seed=m + n + k)
                     c = torch.full((m, n), float("nan"), device="cuda")
-                    _launcher(itype, cfg, a_nb, bt_nb, cuda.as_cuda_array(c))()
+                    tc_gemm.launcher(itype, cfg, a_nb, bt_nb, cuda.as_cuda_array(c))()
                     cuda.synchronize()
                     row["rel_err"] = _rel_err(torch, c, a, bt)
                     row["ok"] = row["rel_err"] < (2e-3 if itype == "tf32" else 1e-5)
@@ -129,7 +119,7 @@ def bench(torch, itype: str, cfgs, m: int, n: int, k: int, args, result: dict) -
         try:
             c = torch.full((m, n), float("nan"), device="cuda")
             t0 = time.perf_counter()
-            run = _launcher(itype, cfg, a_nb, bt_nb, cuda.as_cuda_array(c))
+            run = tc_gemm.launcher(itype, cfg, a_nb, bt_nb, cuda.as_cuda_array(c))
             run()
             cuda.synchronize()
             row["compile_s"] = time.perf_counter() - t0

@@ -23,8 +23,9 @@ Loop nest of one block (BM x BN tile of C; warps WARPS_M x WARPS_N, each a WM x 
 Shared rows are BK elements = CH 16-byte chunks (CH = 2, 4 or 8), unpadded; chunk c of row r is stored
 at chunk c ^ ((r // (8 // CH)) % CH), an XOR swizzle that makes the 8 row reads of one ldmatrix (and the
 cp.async writes) hit distinct banks. 16-byte ``cp.async`` per thread: thread tid copies chunk tid % CH of
-rows tid // CH + e * (threads / CH). Static shared memory only (48 KiB; dynamic above that needs
-numba-cuda#94's attribute). Generated source, as in :mod:`convlab.gemm_kernels`: the accumulators and
+rows tid // CH + e * (threads / CH). Static shared memory up to 48 KiB; above that (or with
+``dynamic=True``) one dynamic shared array holds A's stages then B's, and the launcher raises the
+kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first (numba-cuda#94: no public API). Generated source, as in :mod:`convlab.gemm_kernels`: the accumulators and
 fragments are scalars so they stay in registers; index math is uint32.
 """
 from __future__ import annotations
@@ -34,12 +35,15 @@ import linecache
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
+from numba.np.numpy_support import from_dtype as numba_from_dtype
 
 from convlab import runtime
 from convlab.kernels import mma
 from convlab.runtime import cuda
 
 U = np.uint32
+STATIC_LIMIT = 48 * 1024  # static shared memory per block
+DYNAMIC_LIMIT = 227 * 1024  # dynamic shared memory per block on sm_80 / sm_90 (opt-in attribute)
 ITYPES = {"f16": (np.float16, 2, 16), "bf16": (np.uint16, 2, 16), "tf32": (np.float32, 4, 8)}
 #: itype -> (shared/storage dtype, bytes per element, k of one mma)
 
@@ -53,6 +57,7 @@ class TcConfig(NamedTuple):
     WM: int
     WN: int
     STAGES: int = 3
+    dynamic: bool = False  # dynamic shared memory even when 48 KiB of static would do
 
     @property
     def threads(self) -> int:
@@ -63,14 +68,18 @@ class TcConfig(NamedTuple):
 
     @property
     def name(self) -> str:
-        return f"{self.BM}x{self.BN}x{self.BK}/{self.WM}x{self.WN}/s{self.STAGES}"
+        return f"{self.BM}x{self.BN}x{self.BK}/{self.WM}x{self.WN}/s{self.STAGES}" + \
+            ("/dyn" if self.dynamic else "")
+
+    def uses_dynamic(self, itype: str) -> bool:
+        return self.dynamic or self.shared_bytes(itype) > STATIC_LIMIT
 
     def validate(self, itype: str) -> "TcConfig":
         """Raise ValueError unless this config compiles for ``itype``."""
         if itype not in ITYPES:
             raise ValueError(f"itype must be one of {sorted(ITYPES)}, got {itype!r}")
         size, kstep = ITYPES[itype][1], ITYPES[itype][2]
-        if any(not isinstance(v, int) or v < 1 for v in self):
+        if any(not isinstance(v, int) or v < 1 for v in self[:6]):
             raise ValueError(f"config {self} must hold positive ints")
         if self.WM % 16 or self.WN % 16 or self.BM % self.WM or self.BN % self.WN:
             raise ValueError(f"config {self.name}: WM, WN must be multiples of 16 dividing BM, BN")
@@ -79,24 +88,26 @@ class TcConfig(NamedTuple):
         ch = self.BK * size // 16
         if (self.BM * ch) % self.threads or (self.BN * ch) % self.threads or self.threads > 1024:
             raise ValueError(f"config {self.name}: {self.threads} threads must divide the tiles' chunks")
-        if self.STAGES < 2 or self.shared_bytes(itype) > 48 * 1024:
-            raise ValueError(f"config {self.name}: needs 2+ stages and <= 48 KiB shared memory for "
+        if self.STAGES < 2 or self.shared_bytes(itype) > DYNAMIC_LIMIT:
+            raise ValueError(f"config {self.name}: needs 2+ stages and <= 227 KiB shared memory for "
                              f"{itype} ({self.shared_bytes(itype)} bytes)")
         return self
 
 
-#: configs for the GPU (all 48 KiB or less); the simulator uses SIM_CONFIG.
+#: configs for the GPU (the first three static, 48 KiB or less); the simulator uses SIM_CONFIG.
 CONFIGS = {"f16": [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 32, 4),
-                   TcConfig(128, 128, 32, 64, 32, 2)],
+                   TcConfig(128, 128, 32, 64, 32, 2), TcConfig(128, 256, 32, 64, 64, 3),
+                   TcConfig(128, 128, 64, 64, 64, 3)],
            "tf32": [TcConfig(128, 128, 16, 64, 64, 3), TcConfig(128, 64, 16, 64, 32, 4),
-                    TcConfig(64, 128, 16, 32, 64, 4)]}
+                    TcConfig(64, 128, 16, 32, 64, 4), TcConfig(128, 128, 32, 64, 64, 3),
+                    TcConfig(128, 256, 16, 64, 64, 4)]}
 CONFIGS["bf16"] = CONFIGS["f16"]
 SIM_CONFIG = {"f16": TcConfig(32, 32, 16, 16, 32, 3), "bf16": TcConfig(32, 32, 16, 16, 32, 2),
               "tf32": TcConfig(32, 32, 8, 16, 32, 3)}
 
 
 def _source(cfg: TcConfig, itype: str, out: str) -> str:
-    BM, BN, BK, WM, WN, S = cfg
+    BM, BN, BK, WM, WN, S = cfg[:6]
     T = cfg.threads
     size, kstep = ITYPES[itype][1], ITYPES[itype][2]
     EPC, CH = 16 // size, BK * size // 16  # elements per chunk, chunks per row
@@ -104,8 +115,14 @@ def _source(cfg: TcConfig, itype: str, out: str) -> str:
     MI, NI = WM // 16, WN // 8
     L = ["def gemm(A, Bt, C, M, N, K):"]
     w = lambda line, d=1: L.append("    " * d + line)  # noqa: E731
-    w("As = cuda.shared.array(A_SMEM, stype, alignment=align)")
-    w("Bs = cuda.shared.array(B_SMEM, stype, alignment=align)")
+    B0 = 0  # B's stages start at element B0 of Bs
+    if cfg.uses_dynamic(itype):
+        w("As = cuda.shared.array(0, stype, alignment=align)  # dynamic: A's stages, then B's")
+        w("Bs = As")
+        B0 = S * BM * BK
+    else:
+        w("As = cuda.shared.array(A_SMEM, stype, alignment=align)")
+        w("Bs = cuda.shared.array(B_SMEM, stype, alignment=align)")
     w("tid = U(cuda.threadIdx.x)")
     w("lane = U(tid % 32)")
     w("warp = U(tid // 32)")
@@ -119,14 +136,15 @@ def _source(cfg: TcConfig, itype: str, out: str) -> str:
     for op, rows, base, lim in (("a", BM, "m0", "M"), ("b", BN, "n0", "N")):
         for e in range(rows * CH // T):
             w(f"{op}r{e} = U(U(tid // {CH}) + {e * T // CH})")
-            w(f"{op}s{e} = U(U({op}r{e} * {BK}) + U(U(cc ^ U(U({op}r{e} // {per}) % {CH})) * {EPC}))")
+            w(f"{op}s{e} = U(U(U({op}r{e} * {BK}) + U(U(cc ^ U(U({op}r{e} // {per}) % {CH})) * {EPC}))"
+              f" + {B0 if op == 'b' else 0})")
             w(f"{op}ok{e} = U({base} + {op}r{e}) < {lim}")
             w(f"{op}g{e} = U(U({base} + {op}r{e}) * K) if {op}ok{e} else U(0)")
     # ldmatrix addresses: A rows wm0 + lane % 16, chunk 2kk + lane // 16; B rows wn0 + lane % 8 +
     # 8 (lane // 16), chunk 2kk + (lane // 8) % 2; the swizzle of both is that of lane % 8.
     w(f"sw = U(U(U(lane % 8) // {per}) % {CH})")
     w(f"a_ld = U(U(wm0 + U(lane % 16)) * {BK})")
-    w(f"b_ld = U(U(U(wn0 + U(lane % 8)) + U(U(lane // 16) * 8)) * {BK})")
+    w(f"b_ld = U(U(U(U(wn0 + U(lane % 8)) + U(U(lane // 16) * 8)) * {BK}) + {B0})")
     for kk in range(BK // kstep):
         w(f"a_c{kk} = U(U(U({2 * kk} + U(lane // 16)) ^ sw) * {EPC})")
         w(f"b_c{kk} = U(U(U({2 * kk} + U(U(lane // 8) % 2)) ^ sw) * {EPC})")
@@ -218,7 +236,7 @@ def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32") -> Calla
     """
     cfg = TcConfig(*cfg).validate(itype)
     out = _out_kind(itype, out_dtype)
-    namespace = {"cuda": cuda, "U": U, "zero": np.float32(0), "stype": ITYPES[itype][0],
+    namespace = {"cuda": cuda, "U": U, "zero": np.float32(0), "stype": numba_from_dtype(np.dtype(ITYPES[itype][0])),
                  "align": None if runtime.SIMULATOR else 16,
                  "A_SMEM": cfg.STAGES * cfg.BM * cfg.BK, "B_SMEM": cfg.STAGES * cfg.BN * cfg.BK,
                  "mma": {"f16": mma.mma_f16, "bf16": mma.mma_bf16, "tf32": mma.mma_tf32}[itype],
@@ -267,7 +285,30 @@ def tc_matmul(itype: str, A: Any, Bt: Any, C: Any, cfg: TcConfig | None = None) 
         raise ValueError(f"C must be [{M}, {N}], got {tuple(C.shape)}")
     if K % (16 // ITYPES[itype][1]) or K == 0:
         raise ValueError(f"K={K} must be a positive multiple of {16 // ITYPES[itype][1]} for {itype}")
-    kernel = make_tc_gemm(itype, cfg, np.dtype(C.dtype).name)
-    grid = ((N + cfg.BN - 1) // cfg.BN, (M + cfg.BM - 1) // cfg.BM)
-    kernel[grid, cfg.threads](A, Bt, C, U(M), U(N), U(K))
+    launcher(itype, cfg, A, Bt, C)()
     return C
+
+
+def launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any) -> Callable[[], None]:
+    """A no-argument function that launches the kernel on these (checked) device arrays."""
+    cfg = TcConfig(*cfg).validate(itype)
+    (M, K), N = A.shape, Bt.shape[0]
+    kernel = make_tc_gemm(itype, cfg, np.dtype(C.dtype).name)
+    args = (A, Bt, C, U(M), U(N), U(K))
+    dyn = cfg.shared_bytes(itype) if cfg.uses_dynamic(itype) else 0
+    if dyn > STATIC_LIMIT:
+        _allow_dynamic_shared(kernel, args, dyn)
+    configured = kernel[((N + cfg.BN - 1) // cfg.BN, (M + cfg.BM - 1) // cfg.BM), cfg.threads, 0, dyn]
+    return lambda: configured(*args)
+
+
+def _allow_dynamic_shared(kernel: Any, args: tuple, nbytes: int) -> None:
+    """Compile ``kernel`` for ``args`` and let it use ``nbytes`` of dynamic shared memory (over 48 KiB
+    needs CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on the function: numba-cuda#94)."""
+    if runtime.SIMULATOR:
+        return
+    compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    cufunc = compiled.library.get_cufunc()
+    drv = cuda.cudadrv.driver
+    attr = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    drv.driver.cuKernelSetAttribute(attr, int(nbytes), cufunc.handle, cufunc.device.id)

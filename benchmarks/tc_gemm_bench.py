@@ -1,7 +1,7 @@
 """GPU probe of the tensor-core GEMM (convlab.kernels.tc_gemm) against cuBLAS (torch.matmul), same process.
 
     python benchmarks/tc_gemm_bench.py [--selftest] [--out FILE.json] [--size 4096 [N K]]
-                                       [--itypes f16 bf16 tf32] [--repeat 20] [--inner 5]
+                                       [--itypes f16 bf16 tf32] [--configs 0 1 ...] [--repeat 20] [--inner 5]
 
 --selftest first runs tests/kernels with pytest in this process (each intrinsic, one warp, on the GPU
 against numpy and the PTX spec, and every config at an odd size), then checks every config at a few
@@ -141,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="JSON file to write")
     parser.add_argument("--selftest", action="store_true")
     parser.add_argument("--size", type=int, nargs="+", default=[4096], help="M [N K] (default 4096^3)")
-    parser.add_argument("--itypes", nargs="+", default=["f16", "bf16", "tf32"])
+    parser.add_argument("--itypes", nargs="*", default=["f16", "bf16", "tf32"],
+                        help="input types to time (none: only the selftest)")
+    parser.add_argument("--configs", type=int, nargs="*", default=None,
+                        help="indices into tc_gemm.CONFIGS[itype] to time (default: all)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--inner", type=int, default=5)
@@ -168,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
             print("selftest failed:", exc, flush=True)
         save()
     for itype in args.itypes:
-        bench(torch, itype, tc_gemm.CONFIGS[itype], m, n, k, args, result)
+        cfgs = tc_gemm.CONFIGS[itype]
+        if args.configs is not None:
+            cfgs = [cfgs[i] for i in args.configs if i < len(cfgs)]
+        bench(torch, itype, cfgs, m, n, k, args, result)
         save()
     print(f"\n{'itype':6} {'config':24} {'ms':>8} {'TFLOP/s':>8} {'vs cuBLAS':>9} {'rel err':>9} "
           f"{'regs':>5} {'local':>5} {'compile s':>9}")

@@ -25,8 +25,9 @@ at chunk c ^ ((r // (8 // CH)) % CH), an XOR swizzle that makes the 8 row reads 
 cp.async writes) hit distinct banks. 16-byte ``cp.async`` per thread: thread tid copies chunk tid % CH of
 rows tid // CH + e * (threads / CH). Static shared memory up to 48 KiB; above that (or with
 ``dynamic=True``) one dynamic shared array holds A's stages then B's, and the launcher raises the
-kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first (numba-cuda#94: no public API). Generated source, as in :mod:`convlab.gemm_kernels`: the accumulators and
-fragments are scalars so they stay in registers; index math is uint32.
+kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first (numba-cuda#94: no public API).
+Generated source, as in :mod:`convlab.gemm_kernels`: the accumulators and fragments are scalars so they
+stay in registers; index math is uint32.
 """
 from __future__ import annotations
 
@@ -236,7 +237,8 @@ def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32") -> Calla
     """
     cfg = TcConfig(*cfg).validate(itype)
     out = _out_kind(itype, out_dtype)
-    namespace = {"cuda": cuda, "U": U, "zero": np.float32(0), "stype": numba_from_dtype(np.dtype(ITYPES[itype][0])),
+    namespace = {"cuda": cuda, "U": U, "zero": np.float32(0),
+                 "stype": numba_from_dtype(np.dtype(ITYPES[itype][0])),
                  "align": None if runtime.SIMULATOR else 16,
                  "A_SMEM": cfg.STAGES * cfg.BM * cfg.BK, "B_SMEM": cfg.STAGES * cfg.BN * cfg.BK,
                  "mma": {"f16": mma.mma_f16, "bf16": mma.mma_bf16, "tf32": mma.mma_tf32}[itype],

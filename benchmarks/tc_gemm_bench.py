@@ -1,0 +1,196 @@
+"""GPU probe of the tensor-core GEMM (convlab.kernels.tc_gemm) against cuBLAS (torch.matmul), same process.
+
+    python benchmarks/tc_gemm_bench.py [--selftest] [--out FILE.json] [--size 4096 [N K]]
+                                       [--itypes f16 bf16 tf32] [--configs 0 1 ...] [--repeat 20] [--inner 5]
+
+--selftest first runs tests/kernels with pytest in this process (each intrinsic, one warp, on the GPU
+against numpy and the PTX spec, and every config at an odd size), then checks every config at a few
+sizes against float64 (relative norm error). Then for each input type (fp16, bf16, tf32 from fp32) and
+each config of tc_gemm.CONFIGS it compiles, checks and times C[M, N] = A[M, K] @ Bt[N, K]^T (fp32
+output) with CUDA events (warm-up, then the median over ``repeat`` samples of ``inner`` back-to-back
+calls, so the ~30 us Numba launch cost overlaps), against torch.matmul(A, Bt.T) in the same dtype
+(fp32 output for cuBLAS fp16/bf16 is not offered by torch.matmul: it writes the input dtype) with
+TF32 allowed for tf32. Every measurement is in its own try/except; the table is printed at the end and
+everything goes to --out (JSON).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+
+from convlab import runtime
+from convlab.kernels import tc_gemm
+from convlab.runtime import cuda
+
+TORCH_DTYPE = {"f16": "float16", "bf16": "bfloat16", "tf32": "float32"}
+
+
+def _median_ms(fn: Callable[[], Any], warmup: int, repeat: int, inner: int) -> float:
+    for _ in range(warmup):
+        fn()
+    cuda.synchronize()
+    samples = []
+    for _ in range(repeat):
+        start, stop = runtime.event(), runtime.event()
+        start.record()
+        for _ in range(inner):
+            fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) / inner)
+    return statistics.median(samples)
+
+
+def _operands(torch, itype: str, m: int, n: int, k: int, seed: int):
+    """(A, Bt) torch tensors in the itype's dtype, and numba views of them (bf16 as int16 bits)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    dtype = getattr(torch, TORCH_DTYPE[itype])
+    a = torch.randn(m, k, device="cuda", generator=gen).to(dtype)
+    bt = torch.randn(n, k, device="cuda", generator=gen).to(dtype)
+    view = (lambda t: t.view(torch.int16)) if itype == "bf16" else (lambda t: t)
+    return a, bt, cuda.as_cuda_array(view(a)), cuda.as_cuda_array(view(bt))
+
+
+def _rel_err(torch, c, a, bt) -> float:
+    want = a.double() @ bt.double().T
+    return float(torch.linalg.norm(c.double() - want) / torch.linalg.norm(want))
+
+
+def _resources(kernel) -> dict:
+    out = {}
+    for name in ("get_regs_per_thread", "get_local_mem_per_thread", "get_shared_mem_per_block"):
+        try:
+            value = getattr(kernel, name)()
+            out[name[4:]] = int(next(iter(value.values())) if isinstance(value, dict) else value)
+        except Exception as exc:  # informational only
+            out[name[4:]] = repr(exc)
+    return out
+
+
+def selftest(torch, result: dict) -> None:
+    import pytest
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = pytest.main(["-q", "-p", "no:cacheprovider", os.path.join(here, "..", "tests", "kernels")])
+    result["pytest_tests_kernels_exit"] = int(code)
+    checks = result.setdefault("gemm_checks", [])
+    for itype in ("f16", "bf16", "tf32"):
+        for cfg in tc_gemm.CONFIGS[itype]:
+            for m, n, k in ((256, 256, 256), (1000, 520, 264), (129, 131, 72)):
+                row = {"itype": itype, "config": cfg.name, "shape": [m, n, k]}
+                try:
+                    a, bt, a_nb, bt_nb = _operands(torch, itype, m, n, k, seed=m + n + k)
+                    c = torch.full((m, n), float("nan"), device="cuda")
+                    tc_gemm.launcher(itype, cfg, a_nb, bt_nb, cuda.as_cuda_array(c))()
+                    cuda.synchronize()
+                    row["rel_err"] = _rel_err(torch, c, a, bt)
+                    row["ok"] = row["rel_err"] < (2e-3 if itype == "tf32" else 1e-5)
+                except Exception as exc:
+                    row.update(ok=False, error=repr(exc), trace=traceback.format_exc()[-2000:])
+                checks.append(row)
+                print("check", row, flush=True)
+
+
+def bench(torch, itype: str, cfgs, m: int, n: int, k: int, args, result: dict) -> None:
+    flops = 2.0 * m * n * k
+    rows = result.setdefault("timings", [])
+    try:
+        a, bt, a_nb, bt_nb = _operands(torch, itype, m, n, k, seed=1)
+    except Exception as exc:
+        rows.append({"itype": itype, "error": repr(exc)})
+        return
+    try:  # cuBLAS in the same dtype
+        torch.backends.cuda.matmul.allow_tf32 = itype == "tf32"
+        ms = _median_ms(lambda: torch.matmul(a, bt.T), args.warmup, args.repeat, args.inner)
+        rows.append({"itype": itype, "config": "cublas", "ms": ms, "tflops": flops / ms / 1e9})
+    except Exception as exc:
+        rows.append({"itype": itype, "config": "cublas", "error": repr(exc)})
+    cublas_ms = rows[-1].get("ms")
+    for cfg in cfgs:
+        row = {"itype": itype, "config": cfg.name}
+        try:
+            c = torch.full((m, n), float("nan"), device="cuda")
+            t0 = time.perf_counter()
+            run = tc_gemm.launcher(itype, cfg, a_nb, bt_nb, cuda.as_cuda_array(c))
+            run()
+            cuda.synchronize()
+            row["compile_s"] = time.perf_counter() - t0
+            row["rel_err"] = _rel_err(torch, c, a, bt)
+            row.update(_resources(tc_gemm.make_tc_gemm(itype, cfg)))
+            row["ms"] = _median_ms(run, args.warmup, args.repeat, args.inner)
+            row["tflops"] = flops / row["ms"] / 1e9
+            if cublas_ms:
+                row["vs_cublas"] = cublas_ms / row["ms"]
+        except Exception as exc:
+            row.update(error=repr(exc), trace=traceback.format_exc()[-2000:])
+        rows.append(row)
+        print("time", row, flush=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="JSON file to write")
+    parser.add_argument("--selftest", action="store_true")
+    parser.add_argument("--size", type=int, nargs="+", default=[4096], help="M [N K] (default 4096^3)")
+    parser.add_argument("--itypes", nargs="*", default=["f16", "bf16", "tf32"],
+                        help="input types to time (none: only the selftest)")
+    parser.add_argument("--configs", type=int, nargs="*", default=None,
+                        help="indices into tc_gemm.CONFIGS[itype] to time (default: all)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--inner", type=int, default=5)
+    args = parser.parse_args(argv)
+    if runtime.SIMULATOR:
+        print("tc_gemm_bench needs a CUDA GPU (running on the simulator)", file=sys.stderr)
+        return 2
+    import torch
+
+    m, n, k = (args.size * 3)[:3] if len(args.size) == 1 else args.size
+    result: dict[str, Any] = {"device": runtime.device_name(), "versions": runtime.versions(),
+                              "torch": torch.__version__, "shape": [m, n, k]}
+
+    def save() -> None:
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1, default=str)
+
+    if args.selftest:
+        try:
+            selftest(torch, result)
+        except Exception as exc:
+            result["selftest_error"] = traceback.format_exc()[-3000:]
+            print("selftest failed:", exc, flush=True)
+        save()
+    for itype in args.itypes:
+        cfgs = tc_gemm.CONFIGS[itype]
+        if args.configs is not None:
+            cfgs = [cfgs[i] for i in args.configs if i < len(cfgs)]
+        bench(torch, itype, cfgs, m, n, k, args, result)
+        save()
+    print(f"\n{'itype':6} {'config':24} {'ms':>8} {'TFLOP/s':>8} {'vs cuBLAS':>9} {'rel err':>9} "
+          f"{'regs':>5} {'local':>5} {'compile s':>9}")
+    for r in result.get("timings", []):
+        fmt = lambda key, spec: format(r[key], spec) if isinstance(r.get(key), (int, float)) else "-"  # noqa
+        print(f"{r['itype']:6} {r.get('config', '-'):24} {fmt('ms', '8.3f')} {fmt('tflops', '8.1f')} "
+              f"{fmt('vs_cublas', '9.2f')} {fmt('rel_err', '9.1e')} {fmt('regs_per_thread', '5d')} "
+              f"{fmt('local_mem_per_thread', '5d')} {fmt('compile_s', '9.1f')}"
+              + (f"  ERROR {r['error']}" if "error" in r else ""))
+    if args.selftest:
+        bad = [c for c in result.get("gemm_checks", []) if not c.get("ok")]
+        print(f"selftest: pytest tests/kernels exit {result.get('pytest_tests_kernels_exit')}; "
+              f"GEMM checks {len(result.get('gemm_checks', [])) - len(bad)} ok, {len(bad)} failed")
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""Warp-level tensor-core intrinsics as inline PTX: ``mma.sync``, ``ldmatrix``, ``cp.async``.
+
+numba-cuda has no MMA API (numba-cuda#309); these are ``cuda.extending.intrinsic``s that emit llvmlite
+``ir.InlineAsm``. On the simulator the same names are Python stand-ins with the same per-lane semantics
+(:mod:`convlab.kernels.mma_sim`); they exchange fragments through a block-shared staging buffer and
+``syncthreads``, so there **every thread of the block must call them together** (block-uniform control
+flow), where the GPU only needs the warp converged.
+
+Intrinsics (all arguments scalars unless said; offsets are element offsets from the array's data start,
+of a C-contiguous array of any rank):
+
+    mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
+        mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32: D[16x8] = A[16x16] @ B[16x8] + C, a*/b* uint32
+        holding two packed halves (the lower column/row index in the low 16 bits), c*/d* float32.
+    mma_bf16(...)                 the same with .bf16 inputs (bf16 bits packed like the halves).
+    mma_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
+        mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: D[16x8] = A[16x8] @ B[8x8] + C, a*/b* uint32
+        tf32 bits (fp32 bits; the hardware ignores the low 13 mantissa bits).
+    to_tf32(x) -> uint32          cvt.rna.tf32.f32 (x float32, or uint32 fp32 bits): round to nearest,
+                                  ties away, to 10 mantissa bits.
+    f32_to_bf16(x) -> uint16      cvt.rn.bf16.f32: bf16 bits of x, round to nearest even.
+    ldmatrix_x4(arr, off) -> (r0, r1, r2, r3)   ldmatrix.sync.aligned.m8n8.x4.shared.b16
+    ldmatrix_x2(arr, off) -> (r0, r1)           .x2;  ldmatrix_x4_trans / ldmatrix_x2_trans: .trans
+        arr a shared array (any element type; rows are 16 bytes = 8 b16), off this lane's row start,
+        16-byte aligned. Lanes 8i..8i+7 give the 8 row addresses of matrix i (x2: lanes 0..15 count).
+        Lane l receives in r_i the b16 pair (row l//4, elements 2(l%4), 2(l%4)+1) of matrix i; with
+        .trans, (rows 2(l%4), 2(l%4)+1 of column l//4), i.e. the pair of the transposed matrix.
+    cp_async16(sarr, soff, garr, goff, src_bytes)   cp.async.cg.shared.global [s], [g], 16, src_bytes:
+        16 bytes global -> shared, asynchronously; bytes past src_bytes (0..16) are zero-filled, so
+        src_bytes = 0 writes 16 zero bytes and reads nothing (padding and remainders without branches;
+        keep goff valid anyway). Both addresses 16-byte aligned.
+    cp_async_commit()             cp.async.commit_group
+    cp_async_wait(n)              the intrinsic for ``cp.async.wait_group n`` (n = 0..7, compile time:
+                                  call it in a factory, bind the result as a global of the kernel).
+
+Fragment layouts (PTX ISA "Matrix Fragments for mma.m16n8k16 / m16n8k8"), lane = 4*g + t, g = lane // 4
+in 0..7, t = lane % 4 in 0..3:
+
+    m16n8k16 f16/bf16:  a0 = A[g, 2t:2t+2]    a1 = A[g+8, 2t:2t+2]
+                        a2 = A[g, 2t+8:2t+10] a3 = A[g+8, 2t+8:2t+10]
+                        b0 = B[2t:2t+2, g]    b1 = B[2t+8:2t+10, g]
+    m16n8k8 tf32:       a0 = A[g, t]   a1 = A[g+8, t]   a2 = A[g, t+4]   a3 = A[g+8, t+4]
+                        b0 = B[t, g]   b1 = B[t+4, g]
+    C and D (both):     c0, c1 = C[g, 2t], C[g, 2t+1]    c2, c3 = C[g+8, 2t], C[g+8, 2t+1]
+
+How ldmatrix feeds them (A row-major in shared, B stored as B^T, i.e. [n][k], both k-contiguous): an
+x4 whose lane l addresses row l % 16, k chunk kc + l // 16 (a chunk = 16 bytes = 8 halves or 4 fp32)
+returns (a0, a1, a2, a3) of a 16 x 16 (f16) or 16 x 8 (tf32) A tile; an x4 whose lane l addresses
+n row (l % 8) + 8 (l // 16), chunk kc + (l // 8) % 2 returns (b0, b1) of two adjacent n8 tiles. The
+32-bit case works because one b16 pair is one fp32 element. A [k][n] B needs ``.trans`` (16-bit only).
+"""
+from __future__ import annotations
+
+import functools
+
+from convlab import runtime
+from convlab.runtime import cuda
+
+__all__ = ["mma_f16", "mma_bf16", "mma_tf32", "to_tf32", "f32_to_bf16", "ldmatrix_x4", "ldmatrix_x2",
+           "ldmatrix_x4_trans", "ldmatrix_x2_trans", "cp_async16", "cp_async_commit", "cp_async_wait"]
+
+if not runtime.SIMULATOR:
+    from llvmlite import ir
+    from numba import types
+
+    _I32, _F32, _I64 = ir.IntType(32), ir.FloatType(), ir.IntType(64)
+
+    def _as_i32(builder, value, ty):
+        """An integer argument as i32 (truncated or extended)."""
+        width = value.type.width
+        if width == 32:
+            return value
+        if width > 32:
+            return builder.trunc(value, _I32)
+        return (builder.sext if ty.signed else builder.zext)(value, _I32)
+
+    def _element_ptr(context, builder, aryty, ary, off, offty):
+        """Pointer to element ``off`` (flat, from the data start) of an array argument."""
+        data = context.make_array(aryty)(context, builder, ary).data
+        if off.type.width < 64:
+            off = (builder.sext if offty.signed else builder.zext)(off, _I64)
+        return builder.gep(data, [off])
+
+    def _shared_u32(context, builder, aryty, ary, off, offty):
+        """32-bit shared-window address of element ``off`` of a shared array (cvta.to.shared of the
+        base, then 32-bit arithmetic: no 64-bit index math in the loop)."""
+        i8 = ir.IntType(8)
+        data = context.make_array(aryty)(context, builder, ary).data
+        generic = builder.bitcast(data, i8.as_pointer())
+        base = builder.ptrtoint(builder.addrspacecast(generic, i8.as_pointer(3)), _I32)
+        size = ir.Constant(_I32, context.get_abi_sizeof(context.get_data_type(aryty.dtype)))
+        return builder.add(base, builder.mul(_as_i32(builder, off, offty), size))
+
+    def _asm(builder, ret, args, text, constraints, side_effect=False):
+        fnty = ir.FunctionType(ret, [a.type for a in args])
+        return builder.call(ir.InlineAsm(fnty, text, constraints, side_effect=side_effect), args)
+
+    def _make_mma(shape: str, itype: str):
+        text = (f"mma.sync.aligned.{shape}.row.col.f32.{itype}.{itype}.f32 "
+                "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};")
+
+        @cuda.extending.intrinsic
+        def mma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+            ints, floats = (a0, a1, a2, a3, b0, b1), (c0, c1, c2, c3)
+            if not all(isinstance(x, types.Integer) for x in ints):
+                return None
+            if not all(isinstance(x, (types.Float, types.Integer)) for x in floats):
+                return None
+            sig = types.UniTuple(types.float32, 4)(*ints, *floats)
+
+            def codegen(context, builder, signature, args):
+                tys = signature.args
+                ops = [_as_i32(builder, v, t) for v, t in zip(args[:6], tys[:6])]
+                ops += [context.cast(builder, v, t, types.float32) for v, t in zip(args[6:], tys[6:])]
+                out = _asm(builder, ir.LiteralStructType([_F32] * 4), ops, text,
+                           "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3")
+                items = [builder.extract_value(out, i) for i in range(4)]
+                return context.make_tuple(builder, signature.return_type, items)
+
+            return sig, codegen
+
+        return mma
+
+    mma_f16 = _make_mma("m16n8k16", "f16")
+    mma_bf16 = _make_mma("m16n8k16", "bf16")
+    mma_tf32 = _make_mma("m16n8k8", "tf32")
+
+    @cuda.extending.intrinsic
+    def to_tf32(typingctx, x):
+        if not isinstance(x, (types.Float, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            (xty,) = signature.args
+            if isinstance(xty, types.Integer):  # fp32 bits in a 32-bit register
+                return _asm(builder, _I32, [_as_i32(builder, args[0], xty)],
+                            "cvt.rna.tf32.f32 $0, $1;", "=r,r")
+            value = context.cast(builder, args[0], xty, types.float32)
+            return _asm(builder, _I32, [value], "cvt.rna.tf32.f32 $0, $1;", "=r,f")
+
+        return types.uint32(x), codegen
+
+    @cuda.extending.intrinsic
+    def f32_to_bf16(typingctx, x):
+        if not isinstance(x, (types.Float, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            value = context.cast(builder, args[0], signature.args[0], types.float32)
+            return _asm(builder, ir.IntType(16), [value], "cvt.rn.bf16.f32 $0, $1;", "=h,f")
+
+        return types.uint16(x), codegen
+
+    def _make_ldmatrix(count: int, trans: bool):
+        regs = ",".join(f"${i}" for i in range(count))
+        text = (f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 "
+                f"{{{regs}}}, [${count}];")
+        constraints = ",".join(["=r"] * count) + ",r,~{memory}"
+
+        @cuda.extending.intrinsic
+        def ldmatrix(typingctx, arr, off):
+            if not isinstance(arr, types.Array) or not isinstance(off, types.Integer):
+                return None
+
+            def codegen(context, builder, signature, args):
+                aryty, offty = signature.args
+                addr = _shared_u32(context, builder, aryty, args[0], args[1], offty)
+                out = _asm(builder, ir.LiteralStructType([_I32] * count), [addr], text, constraints,
+                           side_effect=True)
+                items = [builder.extract_value(out, i) for i in range(count)]
+                return context.make_tuple(builder, signature.return_type, items)
+
+            return types.UniTuple(types.uint32, count)(arr, off), codegen
+
+        return ldmatrix
+
+    ldmatrix_x4 = _make_ldmatrix(4, False)
+    ldmatrix_x2 = _make_ldmatrix(2, False)
+    ldmatrix_x4_trans = _make_ldmatrix(4, True)
+    ldmatrix_x2_trans = _make_ldmatrix(2, True)
+
+    @cuda.extending.intrinsic
+    def cp_async16(typingctx, sarr, soff, garr, goff, src_bytes):
+        if not (isinstance(sarr, types.Array) and isinstance(garr, types.Array)
+                and all(isinstance(x, types.Integer) for x in (soff, goff, src_bytes))):
+            return None
+
+        def codegen(context, builder, signature, args):
+            st, sot, gt, got, nt = signature.args
+            saddr = _shared_u32(context, builder, st, args[0], args[1], sot)
+            gptr = _element_ptr(context, builder, gt, args[2], args[3], got)
+            ops = [saddr, builder.ptrtoint(gptr, _I64), _as_i32(builder, args[4], nt)]
+            _asm(builder, ir.VoidType(), ops, "cp.async.cg.shared.global [$0], [$1], 16, $2;",
+                 "r,l,r,~{memory}", side_effect=True)
+            return context.get_dummy_value()
+
+        return types.void(sarr, soff, garr, goff, src_bytes), codegen
+
+    @cuda.extending.intrinsic
+    def cp_async_commit(typingctx):
+        def codegen(context, builder, signature, args):
+            _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}", side_effect=True)
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    @functools.cache
+    def cp_async_wait(n: int):
+        """The intrinsic ``wait()`` for ``cp.async.wait_group n``: at most n committed groups pending."""
+        if not 0 <= int(n) <= 7:
+            raise ValueError(f"cp_async_wait n must be in 0..7, got {n!r}")
+
+        @cuda.extending.intrinsic
+        def wait(typingctx):
+            def codegen(context, builder, signature, args):
+                _asm(builder, ir.VoidType(), [], f"cp.async.wait_group {int(n)};", "~{memory}",
+                     side_effect=True)
+                return context.get_dummy_value()
+
+            return types.void(), codegen
+
+        return wait
+else:
+    from convlab.kernels.mma_sim import (  # noqa: F401  (the simulator's stand-ins)
+        cp_async16, cp_async_commit, cp_async_wait, f32_to_bf16, ldmatrix_x2, ldmatrix_x2_trans,
+        ldmatrix_x4, ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, to_tf32)
+
+
+# --- one-warp probes: each intrinsic on its own, against the PTX spec (tests and benchmarks/tc_gemm_bench)
+
+_ALIGN = None if runtime.SIMULATOR else 16  # shared arrays feeding ldmatrix / cp.async: 16-byte aligned
+
+
+@functools.cache
+def _mma_probe(itype: str):
+    """Kernel (A32, B32, C, D), one warp: D = A @ B + C with fragments read per the layout above.
+
+    A32 = A.view(uint32) [16, 8] (A 16 x 16 halves, or 16 x 8 fp32), B32 = Bt.view(uint32) [8, 8]
+    (Bt = B^T, 8 x 16 halves or 8 x 8 fp32): both layouts index a0..a3 and b0, b1 the same way.
+    """
+    mma = {"f16": mma_f16, "bf16": mma_bf16, "tf32": mma_tf32}[itype]
+    tf32 = itype == "tf32"
+
+    def probe(A32, B32, C, D):
+        lane = cuda.threadIdx.x
+        g, t = lane // 4, lane % 4
+        a0, a1, a2, a3 = A32[g, t], A32[g + 8, t], A32[g, t + 4], A32[g + 8, t + 4]
+        b0, b1 = B32[g, t], B32[g, t + 4]
+        if tf32:
+            a0, a1, a2, a3, b0, b1 = to_tf32(a0), to_tf32(a1), to_tf32(a2), to_tf32(a3), to_tf32(b0), \
+                to_tf32(b1)
+        d0, d1, d2, d3 = mma(a0, a1, a2, a3, b0, b1, C[g, 2 * t], C[g, 2 * t + 1], C[g + 8, 2 * t],
+                             C[g + 8, 2 * t + 1])
+        D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1] = d0, d1, d2, d3
+
+    return runtime.jit(probe)
+
+
+def warp_mma(itype: str, A, Bt, C):
+    """One ``mma_<itype>`` by one warp: A [16, K], Bt [8, K] (B^T), C [16, 8] float32 -> D [16, 8].
+
+    K = 16 for 'f16' (float16 arrays) and 'bf16' (uint16 bf16 bits), K = 8 for 'tf32' (float32, rounded
+    with ``to_tf32`` in the kernel). Numpy in, numpy out.
+    """
+    import numpy as np
+    A32 = np.ascontiguousarray(A).view(np.uint32)
+    B32 = np.ascontiguousarray(Bt).view(np.uint32)
+    D = cuda.to_device(np.full((16, 8), np.nan, np.float32))
+    _mma_probe(itype)[1, 32](cuda.to_device(A32), cuda.to_device(B32),
+                             cuda.to_device(np.ascontiguousarray(C, np.float32)), D)
+    return D.copy_to_host()
+
+
+@functools.cache
+def _ldmatrix_probe(count: int, trans: bool):
+    """Kernel (src uint16 [32 * 8], rows int32 [32], out uint32 [32, count]): shared <- src (32 rows of
+    8 halves), then lane l calls ldmatrix with the address of row rows[l]."""
+    load = {(4, False): ldmatrix_x4, (2, False): ldmatrix_x2, (4, True): ldmatrix_x4_trans,
+            (2, True): ldmatrix_x2_trans}[count, trans]
+    import numpy as np
+
+    def probe(src, rows, out):
+        sh = cuda.shared.array(256, np.uint16, alignment=_ALIGN)
+        lane = cuda.threadIdx.x
+        for e in range(8):
+            sh[lane * 8 + e] = src[lane * 8 + e]
+        cuda.syncthreads()
+        regs = load(sh, rows[lane] * 8)
+        for i in range(count):
+            out[lane, i] = regs[i]
+
+    return runtime.jit(probe)
+
+
+def warp_ldmatrix(count: int, trans: bool, src, rows):
+    """One ldmatrix .x{count}(.trans) by one warp: src uint16 [256] (32 rows of 8), rows int32 [32] (lane
+    l addresses row rows[l]) -> uint32 [32, count] as received by each lane."""
+    import numpy as np
+    out = cuda.to_device(np.zeros((32, count), np.uint32))
+    _ldmatrix_probe(count, trans)[1, 32](cuda.to_device(np.ascontiguousarray(src, np.uint16)),
+                                         cuda.to_device(np.ascontiguousarray(rows, np.int32)), out)
+    return out.copy_to_host()
+
+
+@functools.cache
+def _cp_async_probe():
+    import numpy as np
+    wait0 = cp_async_wait(0)
+
+    def probe(src, chunks, nbytes, out):
+        sh = cuda.shared.array(128, np.uint32, alignment=_ALIGN)  # 32 chunks of 16 bytes
+        lane = cuda.threadIdx.x
+        sh[lane * 4], sh[lane * 4 + 1], sh[lane * 4 + 2], sh[lane * 4 + 3] = 7, 7, 7, 7
+        cuda.syncthreads()
+        cp_async16(sh, lane * 4, src, chunks[lane] * 4, nbytes[lane])
+        cp_async_commit()
+        wait0()
+        cuda.syncthreads()
+        for e in range(4):
+            out[lane * 4 + e] = sh[lane * 4 + e]
+
+    return runtime.jit(probe)
+
+
+def warp_cp_async(src, chunks, nbytes):
+    """Lane l copies 16-byte chunk chunks[l] of src (uint32, 4 per chunk) with src_bytes nbytes[l] into
+    shared chunk l (pre-filled with 7s): returns the 32 shared chunks as uint32 [128]."""
+    import numpy as np
+    out = cuda.to_device(np.zeros(128, np.uint32))
+    _cp_async_probe()[1, 32](cuda.to_device(np.ascontiguousarray(src, np.uint32)),
+                             cuda.to_device(np.asarray(chunks, np.int32)),
+                             cuda.to_device(np.asarray(nbytes, np.int32)), out)
+    return out.copy_to_host()

@@ -1,0 +1,65 @@
+"""The tensor-core GEMM (convlab.kernels.tc_gemm) against float64 numpy, smallest tiles on the simulator."""
+import numpy as np
+import pytest
+
+from convlab import runtime
+from convlab.kernels import tc_gemm
+from convlab.runtime import cuda
+
+
+def _run(itype, m, n, k, out_dtype=np.float32, cfg=None):
+    rng = np.random.default_rng(m * 7 + n * 3 + k)
+    A, A64 = tc_gemm.to_storage(itype, rng.standard_normal((m, k)))
+    Bt, B64 = tc_gemm.to_storage(itype, rng.standard_normal((n, k)))
+    C = cuda.to_device(np.full((m, n), np.nan if out_dtype != np.uint16 else 0xFFFF, out_dtype))
+    tc_gemm.tc_matmul(itype, cuda.to_device(A), cuda.to_device(Bt), C, cfg)
+    return C.copy_to_host(), A64 @ B64.T
+
+
+def _rel(got, want):
+    return np.linalg.norm(got - want) / np.linalg.norm(want)
+
+
+@pytest.mark.parametrize("itype", ["f16", "bf16", "tf32"])
+@pytest.mark.parametrize("shape", [(64, 32, 48), (40, 24, 40)])  # tile multiples; remainders in M, N, K
+def test_tc_gemm_matches_float64(itype, shape):
+    got, want = _run(itype, *shape)
+    assert np.all(np.isfinite(got))
+    tol = 2e-3 if itype == "tf32" else 1e-6  # tf32 rounds the inputs; f16/bf16 products are exact
+    assert _rel(got, want) < tol
+
+
+def test_tc_gemm_dynamic_shared_layout():
+    """A's and B's stages in one dynamic shared array (the layout of the configs over 48 KiB)."""
+    cfg = tc_gemm.TcConfig(32, 32, 16, 16, 32, 2, True)
+    assert cfg.uses_dynamic("f16") and "As = cuda.shared.array(0" in tc_gemm.kernel_source("f16", cfg)
+    got, want = _run("f16", 64, 32, 48, cfg=cfg)
+    assert _rel(got, want) < 1e-6
+
+
+def test_tc_gemm_fp16_and_bf16_outputs():
+    got, want = _run("f16", 32, 32, 32, np.float16)
+    assert got.dtype == np.float16 and _rel(got.astype(np.float64), want) < 1e-3
+    bits, want = _run("bf16", 32, 32, 32, np.uint16)
+    got = (bits.astype(np.uint32) << 16).view(np.float32)
+    assert _rel(got.astype(np.float64), want) < 8e-3
+
+
+def test_tc_gemm_configs_validate():
+    for itype, configs in tc_gemm.CONFIGS.items():
+        for cfg in configs:
+            assert cfg.validate(itype).shared_bytes(itype) <= 227 * 1024
+    with pytest.raises(ValueError, match="227 KiB"):
+        tc_gemm.TcConfig(256, 256, 64, 64, 64, 4).validate("f16")
+    with pytest.raises(ValueError, match="multiple of 8"):
+        tc_gemm.tc_matmul("f16", cuda.to_device(np.zeros((16, 12), np.float16)),
+                          cuda.to_device(np.zeros((16, 12), np.float16)),
+                          cuda.to_device(np.zeros((16, 16), np.float32)))
+
+
+@pytest.mark.skipif(runtime.SIMULATOR, reason="needs a real CUDA GPU")
+@pytest.mark.parametrize("itype", ["f16", "bf16", "tf32"])
+def test_tc_gemm_gpu_configs(itype):
+    for cfg in tc_gemm.CONFIGS[itype]:
+        got, want = _run(itype, 300, 260, 136, cfg=cfg)
+        assert _rel(got, want) < (2e-3 if itype == "tf32" else 1e-6), cfg.name

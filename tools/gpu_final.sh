@@ -12,6 +12,11 @@
 #   autotune   benchmarks/autotune_bench.py (AUTOTUNE_ARGS, default --quick)
 #   resnet50   convlab bench: ResNet-50 layers, every op
 #   dcgan      convlab bench: DCGAN conv_transpose2d layers
+#   probes     GPU self-tests of the thin launch path (overhead_bench --selftest) and of the tensor-core
+#              intrinsics and GEMM (tc_gemm_bench --selftest): run first, before the suite
+#   overhead   benchmarks/overhead_bench.py: host cost per op call vs PyTorch, empty and raw launches
+#   tcgemm     benchmarks/tc_gemm_bench.py: tensor-core GEMM at 4096^3 (fp16, bf16, tf32) vs cuBLAS
+#   depthwise  benchmarks/depthwise_bench.py: depthwise layers of MobileNetV2 / EfficientNet-B0 vs cuDNN
 #   TEST_PROFILE  hypothesis profile of the tests (convlab-gpu: 60 examples a property)
 # Everything lands in $OUT/results.tgz (plus the test log) so it comes back in one file; with LANE=NAME
 # (tools/gpu_two_lanes.sh) the work folder and the archive carry that name.
@@ -31,6 +36,14 @@ bench() { # name timeout args...
   echo "$name rc=$?"; tail -25 "$W/bench/$name.log"
 }
 
+probe() { # name timeout command...
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" "$@" > "$W/bench/$name.log" 2>&1; echo "$name rc=$?"; tail -${TAIL:-30} "$W/bench/$name.log"
+}
+if has probes; then el "probes"
+  probe overhead_selftest 150 python3 benchmarks/overhead_bench.py --selftest --out "$W/bench/overhead_selftest.json"
+  probe tc_selftest 240 python3 benchmarks/tc_gemm_bench.py --selftest --itypes --out "$W/bench/tc_selftest.json"
+fi
 el "parallel steps (no timings taken)"
 if has tests; then
   ( CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-gpu}" timeout "${TEST_S:-300}" python3 -m pytest \
@@ -60,6 +73,9 @@ if has autotune; then timeout "${AUTOTUNE_S:-200}" python3 benchmarks/autotune_b
     --out "$W/bench/autotune.json" > "$W/bench/autotune.log" 2>&1; tail -15 "$W/bench/autotune.log"; fi
 has resnet50 && bench resnet50 400 --suite resnet50 --no-auto --repeat 10 --warmup 2 --max-seconds 0.4
 has dcgan && bench dcgan 120 --suite dcgan --no-auto --repeat 15 --warmup 3 --max-seconds 0.6
+has overhead && probe overhead 200 python3 benchmarks/overhead_bench.py --out "$W/bench/overhead.json"
+has tcgemm && probe tcgemm 240 python3 benchmarks/tc_gemm_bench.py --out "$W/bench/tc_gemm.json"
+has depthwise && probe depthwise 240 python3 benchmarks/depthwise_bench.py --out "$W/bench/depthwise.json"
 el "done"
 tar czf "$OUT/results${LANE:+-$LANE}.tgz" -C "$W" . && cp "$W/gpu-tests.log" "$OUT/gpu-tests${LANE:+-$LANE}.log" 2>/dev/null
 exit 0

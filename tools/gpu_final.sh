@@ -13,7 +13,7 @@
 #   resnet50   convlab bench: ResNet-50 layers, every op
 #   dcgan      convlab bench: DCGAN conv_transpose2d layers
 #   probes     GPU self-tests of the thin launch path (overhead_bench --selftest) and of the tensor-core
-#              intrinsics and GEMM (tc_gemm_bench --selftest): run first, before the suite
+#              intrinsics and GEMM (tc_gemm_bench --selftest), beside the tests
 #   overhead   benchmarks/overhead_bench.py: host cost per op call vs PyTorch, empty and raw launches
 #   tcgemm     benchmarks/tc_gemm_bench.py: tensor-core GEMM at 4096^3 (fp16, bf16, tf32) vs cuBLAS
 #   depthwise  benchmarks/depthwise_bench.py: depthwise layers of MobileNetV2 / EfficientNet-B0 vs cuDNN
@@ -40,11 +40,13 @@ probe() { # name timeout command...
   local name=$1 limit=$2; shift 2
   timeout "$limit" "$@" > "$W/bench/$name.log" 2>&1; echo "$name rc=$?"; tail -${TAIL:-30} "$W/bench/$name.log"
 }
-if has probes; then el "probes"
-  probe overhead_selftest 150 python3 benchmarks/overhead_bench.py --selftest --out "$W/bench/overhead_selftest.json"
-  probe tc_selftest 240 python3 benchmarks/tc_gemm_bench.py --selftest --itypes --out "$W/bench/tc_selftest.json"
-fi
 el "parallel steps (no timings taken)"
+if has probes; then
+  ( probe overhead_selftest 150 python3 benchmarks/overhead_bench.py --selftest \
+      --out "$W/bench/overhead_selftest.json" > "$W/probes1.txt" ) &
+  ( probe tc_selftest 240 python3 benchmarks/tc_gemm_bench.py --selftest --itypes \
+      --out "$W/bench/tc_selftest.json" > "$W/probes2.txt" ) &
+fi
 if has tests; then
   ( CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-gpu}" timeout "${TEST_S:-300}" python3 -m pytest \
       -n 8 -v -ra -p no:benchmark --junitxml="$W/gpu-tests.xml" > "$W/gpu-tests.log" 2>&1
@@ -62,6 +64,7 @@ if has notebooks; then
 fi
 wait
 el "parallel steps done"
+cat "$W"/probes*.txt 2>/dev/null
 [ -f "$W/gpu-tests.log" ] && { grep -E "FAILED|ERROR" "$W/gpu-tests.log" | head -30; tail -3 "$W/gpu-tests.log"; }
 for f in "$W"/sanitizer/*.log "$W"/notebooks/run_all.log; do [ -f "$f" ] && tail -n 3 "$f"; done
 

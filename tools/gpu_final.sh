@@ -17,6 +17,8 @@
 #   overhead   benchmarks/overhead_bench.py: host cost per op call vs PyTorch, empty and raw launches
 #   tcgemm     benchmarks/tc_gemm_bench.py: tensor-core GEMM at 4096^3 (fp16, bf16, tf32) vs cuBLAS
 #   depthwise  benchmarks/depthwise_bench.py: depthwise layers of MobileNetV2 / EfficientNet-B0 vs cuDNN
+#   diag       tools/igemm_launch_diag.py: implicit_gemm run as is / Numba launch / fixed workspace
+#   tcconv     benchmarks/tc_conv_bench.py (TC_ARGS, default --quick): the tensor-core conv plugin vs cuDNN
 #   TEST_PROFILE  hypothesis profile of the tests (convlab-gpu: 60 examples a property)
 # Everything lands in $OUT/results.tgz (plus the test log) so it comes back in one file; with LANE=NAME
 # (tools/gpu_two_lanes.sh) the work folder and the archive carry that name.
@@ -78,6 +80,8 @@ has resnet50 && bench resnet50 400 --suite resnet50 --no-auto --repeat 10 --warm
 has dcgan && bench dcgan 120 --suite dcgan --no-auto --repeat 15 --warmup 3 --max-seconds 0.6
 has overhead && probe overhead 200 python3 benchmarks/overhead_bench.py --out "$W/bench/overhead.json"
 has tcgemm && probe tcgemm 240 python3 benchmarks/tc_gemm_bench.py --out "$W/bench/tc_gemm.json"
+has diag && probe igemm_diag 90 python3 tools/igemm_launch_diag.py
+has tcconv && probe tcconv 240 python3 benchmarks/tc_conv_bench.py ${TC_ARGS:---quick} --out "$W/bench/tc_conv.json"
 has depthwise && probe depthwise 240 python3 benchmarks/depthwise_bench.py --out "$W/bench/depthwise.json"
 el "done"
 tar czf "$OUT/results${LANE:+-$LANE}.tgz" -C "$W" . && cp "$W/gpu-tests.log" "$OUT/gpu-tests${LANE:+-$LANE}.log" 2>/dev/null

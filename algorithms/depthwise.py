@@ -100,6 +100,37 @@ def wgrad_plan(problem: Problem, tile: tuple[int, int, int], workspace_limit: in
     return math.ceil(units / chunk), chunk
 
 
+@functools.lru_cache(maxsize=1024)
+def _configs(problem: Problem) -> tuple[Config, ...]:
+    """The tiles that fit ``problem``, least waste first, then the larger (cached: the ops ask per call)."""
+    tiles = [t for t in (TILES_SIM if runtime.SIMULATOR else TILES_GPU) if _fits(problem, t)]
+    tiles.sort(key=lambda t: (round(_waste(problem, t), 1), -t[0] * t[1], t[2]))
+    return tuple(Config(TH=t[0], TW=t[1], VH=t[2]) for t in tiles)
+
+
+@functools.lru_cache(maxsize=1024)
+def _launch(problem: Problem, config: Config, workspace_limit: int):
+    """(kernel, blocks, threads, scalar arguments, wgrad splits) of one call (cached: host time counts)."""
+    th, tw, vh = tile = _tile(config)
+    (sh, sw), (ph, pw), (dh, dw) = problem.stride, problem.padding, problem.dilation
+    geometry = (problem.r, problem.s, sh, sw, ph, pw, dh, dw)
+    tiles_h, tiles_w, blocks = _blocks(problem, tile)
+    u, mult = np.uint32, problem.k // problem.c
+    if problem.op == "wgrad":
+        splits, chunk = wgrad_plan(problem, tile, workspace_limit)
+        sizes = (u(problem.h), u(problem.w), u(problem.p), u(problem.q), u(problem.c), u(problem.k),
+                 u(mult), u(tiles_h), u(tiles_w), u(blocks), u(chunk), u(splits))
+        kernel = wgrad_kernel(problem.dtype, th, tw, vh, *geometry)
+        return kernel, problem.k * splits, tw * th // vh, sizes, splits
+    dgrad = problem.op == "dgrad"
+    (in_h, in_w), (out_h, out_w) = ((problem.p, problem.q), (problem.h, problem.w)) if dgrad else \
+        ((problem.h, problem.w), (problem.p, problem.q))
+    in_c, out_c = (problem.k, problem.c) if dgrad else (problem.c, problem.k)
+    sizes = (u(in_h), u(in_w), u(out_h), u(out_w), u(in_c), u(out_c), u(mult), u(tiles_h), u(tiles_w))
+    kernel = conv_kernel(problem.dtype, dgrad, th, tw, vh, *geometry)
+    return kernel, blocks, tw * th // vh, sizes, 1
+
+
 @register
 class Depthwise(Algorithm):
     """Tiled depthwise convolution with shared halo tiles and register rows; any multiplier K/C."""
@@ -126,9 +157,7 @@ class Depthwise(Algorithm):
         return Verdict.yes()
 
     def configs(self, problem: Problem) -> list[Config]:
-        tiles = [t for t in (TILES_SIM if runtime.SIMULATOR else TILES_GPU) if _fits(problem, t)]
-        tiles.sort(key=lambda t: (round(_waste(problem, t), 1), -t[0] * t[1], t[2]))
-        return [Config(TH=t[0], TW=t[1], VH=t[2]) for t in tiles]
+        return list(_configs(problem))
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
         if problem.op != "wgrad":
@@ -148,33 +177,16 @@ class Depthwise(Algorithm):
                    groups=2, bias=bias)]  # dgrad: the shortened dy of conv_transpose2d's output_padding
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
-        th, tw, vh = tile = _tile(config)
-        threads = tw * th // vh
-        (sh, sw), (ph, pw), (dh, dw) = problem.stride, problem.padding, problem.dilation
-        geometry = (problem.r, problem.s, sh, sw, ph, pw, dh, dw)
-        tiles_h, tiles_w, blocks = _blocks(problem, tile)
-        u = np.uint32
-        mult = problem.k // problem.c
+        kernel, blocks, threads, sizes, splits = _launch(problem, config, workspace_limit)
         if problem.op == "wgrad":
-            kernel = wgrad_kernel(problem.dtype, th, tw, vh, *geometry)
-            splits, chunk = wgrad_plan(problem, tile, workspace_limit)
-            sizes = (u(problem.h), u(problem.w), u(problem.p), u(problem.q), u(problem.c), u(problem.k),
-                     u(mult), u(tiles_h), u(tiles_w), u(blocks), u(chunk), u(splits))
-            grid = problem.k * splits
             if splits == 1:
-                kernel[grid, threads](a, b, out.reshape((out.size,)), *sizes)
+                kernel[blocks, threads](a, b, out.reshape((out.size,)), *sizes)
                 return
             with scratch(splits * out.size, problem.dtype) as part:
-                kernel[grid, threads](a, b, part, *sizes)
+                kernel[blocks, threads](a, b, part, *sizes)
                 sum_partials(part, out, splits)
             return
-        dgrad = problem.op == "dgrad"
-        kernel = conv_kernel(problem.dtype, dgrad, th, tw, vh, *geometry)
-        (in_h, in_w), (out_h, out_w) = ((problem.p, problem.q), (problem.h, problem.w)) if dgrad else \
-            ((problem.h, problem.w), (problem.p, problem.q))
-        in_c, out_c = (problem.k, problem.c) if dgrad else (problem.c, problem.k)
         has_bias = bias is not None
         if not has_bias:  # kernels take a real array; a 1-element dummy stands in
             bias = _dummy(problem.dtype)
-        kernel[blocks, threads](a, b, bias, out, u(in_h), u(in_w), u(out_h), u(out_w), u(in_c), u(out_c),
-                                u(mult), u(tiles_h), u(tiles_w), u(has_bias))
+        kernel[blocks, threads](a, b, bias, out, *sizes, np.uint32(has_bias))

@@ -122,15 +122,15 @@ def halo_loader(dtype: str, halo_h: int, halo_w: int, threads: int):
     @runtime.jit(device=True, forceinline=True)
     def load(a, src, org_h, org_w, in_h, in_w, tile, tid):
         e = tid
-        while e < HALO:
-            i = e // HW
-            ih = org_h + int32(i)
-            iw = org_w + int32(e - i * HW)
+        while e < HALO:  # every product and sum cast back to 32 bits (Numba widens them to 64)
+            i = uint32(e // HW)
+            ih = int32(org_h + int32(i))
+            iw = int32(org_w + int32(e - uint32(i * HW)))
             val = zero
             if uint32(ih) < in_h and uint32(iw) < in_w:
-                val = a[int64(src + uint32(ih) * in_w + uint32(iw))]
+                val = a[int64(uint32(src + uint32(uint32(ih) * in_w) + uint32(iw)))]
             tile[e] = val
-            e += T
+            e = uint32(e + T)
 
     return load
 
@@ -164,8 +164,8 @@ def row_store(vh: int, ostep: int):
     acc[v] + b for the rows and column inside the output plane."""
     lines = ["def store(out, plane, oh0, ow, out_h, out_w, acc, b):", "    if u32(ow) < out_w:"]
     for v in range(vh):
-        lines += [f"        oh = oh0 + i32({v * ostep})", "        if u32(oh) < out_h:",
-                  f"            out[i64(plane + u32(oh) * out_w + u32(ow))] = acc[{v}] + b"]
+        lines += [f"        oh = u32(oh0 + i32({v * ostep}))", "        if oh < out_h:",
+                  f"            out[i64(u32(plane + u32(oh * out_w) + u32(ow)))] = acc[{v}] + b"]
     return _device(lines, "store", {"i32": np.int32})
 
 
@@ -187,8 +187,8 @@ def dy_loader(vh: int):
     and the column is inside (q_ok), else 0."""
     lines = ["def load(dy, at, p0, out_h, q_ok, out_w, zero):"]
     for v in range(vh):
-        lines += [f"    g{v} = zero", f"    if q_ok and p0 + u32({v}) < out_h:",
-                  f"        g{v} = dy[i64(at + u32({v}) * out_w)]"]
+        lines += [f"    g{v} = zero", f"    if q_ok and u32(p0 + u32({v})) < out_h:",
+                  f"        g{v} = dy[i64(u32(at + u32({v} * out_w)))]"]
     lines.append(f"    return ({_names('g', vh)})")
     return _device(lines, "load", {})
 
@@ -213,10 +213,11 @@ def _consts(values) -> tuple:
 @functools.cache
 def conv_kernel(dtype: str, dgrad: bool, th: int, tw: int, vh: int, r_: int, s_: int, sh: int, sw: int,
                 ph: int, pw: int, dh: int, dw: int):
-    """The forward (``dgrad`` False) or backward-data kernel of one tile shape and filter geometry."""
+    """The forward (``dgrad`` False) or backward-data kernel of one tile shape and filter geometry.
+    Grid: x = (phase, tile row, tile column), y = output channel, z = image."""
     ah, aw = axis(dgrad, r_, sh, ph, dh), axis(dgrad, s_, sw, pw, dw)
     HH, HW, T, RS = ah.halo(th), aw.halo(tw), tw * (th // vh), r_ * s_
-    NT, zero = from_dtype(np.dtype(dtype)), np.dtype(dtype).type(0)
+    HALO, NT, zero = HH * HW, from_dtype(np.dtype(dtype)), np.dtype(dtype).type(0)
     load = halo_loader(dtype, HH, HW, T)
     compute = conv_compute(ah, aw, vh, HW, s_)
     store = row_store(vh, ah.ostep)
@@ -225,53 +226,56 @@ def conv_kernel(dtype: str, dgrad: bool, th: int, tw: int, vh: int, r_: int, s_:
     O0_H, O0_W = _consts(p.o0 for p in ah.phases), _consts(p.o0 for p in aw.phases)
     IST_H, IST_W, OST_H, OST_W = _consts((ah.istep, aw.istep, ah.ostep, aw.ostep))
     u0, u1, uT, uRS, uNPW = (np.uint32(v) for v in (0, 1, T, RS, len(aw.phases)))
-    uNPH, uTH, uTW, uVH = (np.uint32(v) for v in (len(ah.phases), th, tw, vh))
+    uTH, uTW, uVH = (np.uint32(v) for v in (th, tw, vh))
     ROWSTEP, uISW = np.uint32(vh * ah.istep * HW), np.uint32(aw.istep)
-    ZEROS, DGRAD = (zero,) * vh, dgrad
+    ZEROS, DGRAD, PHASED = (zero,) * vh, dgrad, len(ah.phases) * len(aw.phases) > 1
 
     @runtime.jit
     def kernel(a4, wt4, bias, out4, in_h, in_w, out_h, out_w, ca, co_n, mult, tiles_h, tiles_w, has_bias):
         a, wt, out = a4.flat, wt4.flat, out4.flat  # C-contiguous: flat indexing
-        tile = cuda.shared.array(HH * HW, NT)
+        tile = cuda.shared.array(HALO, NT)
         ws = cuda.shared.array(RS, NT)
         tid = uint32(cuda.threadIdx.x)
-        bid = uint32(cuda.blockIdx.x)
-        thw = tiles_h * tiles_w
-        plane = bid // (uNPH * uNPW * thw)
-        rem = bid - plane * (uNPH * uNPW * thw)
-        f = rem // thw
-        rem = rem - f * thw
-        bh = rem // tiles_w
-        fh = f // uNPW
-        fw = f - fh * uNPW
-        n = plane // co_n
-        co = plane - n * co_n
-        t0h = int32(bh * uTH) + TLO_H[fh]
-        t0w = int32((rem - bh * tiles_w) * uTW) + TLO_W[fw]
-        ty = tid // uTW
-        tx = tid - ty * uTW
-        base = ty * ROWSTEP + tx * uISW
+        rem = uint32(cuda.blockIdx.x)
+        co = uint32(cuda.blockIdx.y)
+        n = uint32(cuda.blockIdx.z)
+        f = u0
+        if PHASED:
+            thw = uint32(tiles_h * tiles_w)
+            f = uint32(rem // thw)
+            rem = uint32(rem - uint32(f * thw))
+        bh = uint32(rem // tiles_w)
+        fh = uint32(f // uNPW)
+        fw = uint32(f - uint32(fh * uNPW))
+        t0h = int32(int32(uint32(bh * uTH)) + TLO_H[fh])
+        t0w = int32(int32(uint32(uint32(rem - uint32(bh * tiles_w)) * uTW)) + TLO_W[fw])
+        org_h = int32(int32(t0h * IST_H) + ORG_H[fh])
+        org_w = int32(int32(t0w * IST_W) + ORG_W[fw])
+        ty = uint32(tid // uTW)
+        tx = uint32(tid - uint32(ty * uTW))
+        base = uint32(uint32(ty * ROWSTEP) + uint32(tx * uISW))
+        in_hw = uint32(in_h * in_w)
         acc = ZEROS
         jn = mult if DGRAD else u1
         j = u0
         while j < jn:
-            ci = co * mult + j if DGRAD else co // mult
+            ci = uint32(uint32(co * mult) + j) if DGRAD else uint32(co // mult)
             fk = ci if DGRAD else co
             e = tid
             while e < uRS:
-                ws[e] = wt[int64(fk * uRS + e)]
-                e += uT
-            load(a, (n * ca + ci) * (in_h * in_w), t0h * IST_H + ORG_H[fh], t0w * IST_W + ORG_W[fw],
-                 in_h, in_w, tile, tid)
+                ws[e] = wt[int64(uint32(uint32(fk * uRS) + e))]
+                e = uint32(e + uT)
+            load(a, uint32(uint32(uint32(n * ca) + ci) * in_hw), org_h, org_w, in_h, in_w, tile, tid)
             cuda.syncthreads()
             acc = compute(f, tile, ws, base, acc)
             cuda.syncthreads()
-            j += u1
+            j = uint32(j + u1)
         b = zero
         if has_bias:
             b = bias[co]
-        store(out, plane * (out_h * out_w), (t0h + int32(ty * uVH)) * OST_H + O0_H[fh],
-              (t0w + int32(tx)) * OST_W + O0_W[fw], out_h, out_w, acc, b)
+        store(out, uint32(uint32(uint32(n * co_n) + co) * uint32(out_h * out_w)),
+              int32(int32(int32(t0h + int32(ty * uVH)) * OST_H) + O0_H[fh]),
+              int32(int32(int32(t0w + int32(tx)) * OST_W) + O0_W[fw]), out_h, out_w, acc, b)
 
     return kernel
 
@@ -279,15 +283,16 @@ def conv_kernel(dtype: str, dgrad: bool, th: int, tw: int, vh: int, r_: int, s_:
 @functools.cache
 def wgrad_kernel(dtype: str, th: int, tw: int, vh: int, r_: int, s_: int, sh: int, sw: int, ph: int,
                  pw: int, dh: int, dw: int):
-    """The backward-weight kernel of one tile shape and filter geometry (threads a power of two)."""
+    """The backward-weight kernel of one tile shape and filter geometry (threads a power of two).
+    Grid: x = split, y = filter."""
     ah, aw = axis(False, r_, sh, ph, dh), axis(False, s_, sw, pw, dw)
     HH, HW, T, RS = ah.halo(th), aw.halo(tw), tw * (th // vh), r_ * s_
-    NT, zero = from_dtype(np.dtype(dtype)), np.dtype(dtype).type(0)
+    HALO, NT, zero = HH * HW, from_dtype(np.dtype(dtype)), np.dtype(dtype).type(0)
     load = halo_loader(dtype, HH, HW, T)
     compute = wgrad_compute(ah, aw, vh, HW, s_, r_)
     load_dy = dy_loader(vh)
     reduce = block_reduce(RS, T)
-    u1, uRS, uTH, uTW, uVH = (np.uint32(v) for v in (1, RS, th, tw, vh))
+    u0, u1, uRS, uTH, uTW, uVH = (np.uint32(v) for v in (0, 1, RS, th, tw, vh))
     SH, SW, PH, PW = _consts((sh, sw, ph, pw))
     ROWSTEP, uSW = np.uint32(vh * sh * HW), np.uint32(sw)
     ZEROS = (zero,) * RS
@@ -296,35 +301,43 @@ def wgrad_kernel(dtype: str, th: int, tw: int, vh: int, r_: int, s_: int, sh: in
     def kernel(x4, dy4, part, in_h, in_w, out_h, out_w, ca, k_n, mult, tiles_h, tiles_w, units, chunk,
                splits):
         x, dy = x4.flat, dy4.flat  # C-contiguous: flat indexing
-        tile = cuda.shared.array(HH * HW, NT)
+        tile = cuda.shared.array(HALO, NT)
         red = cuda.shared.array(T, NT)
         tid = uint32(cuda.threadIdx.x)
-        bid = uint32(cuda.blockIdx.x)
-        k = bid // splits
-        z = bid - k * splits
-        ty = tid // uTW
-        tx = tid - ty * uTW
-        base = ty * ROWSTEP + tx * uSW
-        thw = tiles_h * tiles_w
-        src_c = k // mult
+        z = uint32(cuda.blockIdx.x)
+        k = uint32(cuda.blockIdx.y)
+        ty = uint32(tid // uTW)
+        tx = uint32(tid - uint32(ty * uTW))
+        base = uint32(uint32(ty * ROWSTEP) + uint32(tx * uSW))
+        thw = uint32(tiles_h * tiles_w)
+        src_c = uint32(k // mult)
+        in_hw, out_hw = uint32(in_h * in_w), uint32(out_h * out_w)
         acc = ZEROS
-        u = z * chunk
-        stop = min(u + chunk, units)
+        u = uint32(z * chunk)
+        stop = min(uint32(u + chunk), units)
+        n = uint32(u // thw)  # unit u = (n, bh, bw), advanced without division below
+        bh = uint32(uint32(u - uint32(n * thw)) // tiles_w)
+        bw = uint32(uint32(u - uint32(n * thw)) - uint32(bh * tiles_w))
         while u < stop:
-            n = u // thw
-            rem = u - n * thw
-            bh = rem // tiles_w
-            t0h = bh * uTH
-            t0w = (rem - bh * tiles_w) * uTW
-            load(x, (n * ca + src_c) * (in_h * in_w), int32(t0h) * SH - PH, int32(t0w) * SW - PW,
-                 in_h, in_w, tile, tid)
-            p0 = t0h + ty * uVH
-            q = t0w + tx
-            g = load_dy(dy, ((n * k_n + k) * out_h + p0) * out_w + q, p0, out_h, q < out_w, out_w, zero)
+            t0h = uint32(bh * uTH)
+            t0w = uint32(bw * uTW)
+            load(x, uint32(uint32(uint32(n * ca) + src_c) * in_hw), int32(int32(t0h) * SH - PH),
+                 int32(int32(t0w) * SW - PW), in_h, in_w, tile, tid)
+            p0 = uint32(t0h + uint32(ty * uVH))
+            q = uint32(t0w + tx)
+            at = uint32(uint32(uint32(uint32(n * k_n) + k) * out_hw) + uint32(uint32(p0 * out_w) + q))
+            g = load_dy(dy, at, p0, out_h, q < out_w, out_w, zero)
             cuda.syncthreads()
             acc = compute(tile, base, g, acc)
             cuda.syncthreads()
-            u += u1
-        reduce(acc, red, tid, part, (z * k_n + k) * uRS)
+            u = uint32(u + u1)
+            bw = uint32(bw + u1)
+            if bw == tiles_w:
+                bw = u0
+                bh = uint32(bh + u1)
+                if bh == tiles_h:
+                    bh = u0
+                    n = uint32(n + u1)
+        reduce(acc, red, tid, part, uint32(uint32(uint32(z * k_n) + k) * uRS))
 
     return kernel

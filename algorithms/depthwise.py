@@ -31,6 +31,7 @@ from convlab.scratch import scratch
 from ._depthwise_kernels import MAX_SHARED, axis, conv_kernel, shared_bytes, wgrad_kernel
 from ._igemm_common import MAX_INDEX, sm_count
 
+MAX_GRID_YZ = 65535  # grid y and z: output channels and images (wgrad: filters)
 MAX_TAPS = 121  # R*S: up to 11x11 (the unrolled per-thread code and wgrad's accumulators grow with it)
 #: (TH, TW, VH): output tile rows x columns, rows per thread (threads = TW * TH / VH, a power of two)
 TILES_GPU = ((16, 32, 2), (32, 32, 4), (16, 32, 4), (16, 16, 2), (16, 16, 1), (8, 16, 1), (8, 8, 1),
@@ -61,14 +62,14 @@ def _geometry(problem: Problem):
 
 
 def _blocks(problem: Problem, tile: tuple[int, int, int]) -> tuple[int, int, int]:
-    """(tiles along h, tiles along w, blocks of the conv launch or wgrad's units per filter)."""
+    """(tiles along h, tiles along w, grid x of the conv launch (phases x tiles) or wgrad's units per
+    filter (images x tiles))."""
     ah, aw, (oh, ow), _ = _geometry(problem)
     th, tw, _ = tile
     tiles_h, tiles_w = ah.tiles(th, oh), aw.tiles(tw, ow)
     if problem.op == "wgrad":
         return tiles_h, tiles_w, problem.n * tiles_h * tiles_w
-    planes = problem.n * (problem.c if problem.op == "dgrad" else problem.k)
-    return tiles_h, tiles_w, planes * len(ah.phases) * len(aw.phases) * tiles_h * tiles_w
+    return tiles_h, tiles_w, len(ah.phases) * len(aw.phases) * tiles_h * tiles_w
 
 
 def _fits(problem: Problem, tile: tuple[int, int, int]) -> bool:
@@ -121,14 +122,14 @@ def _launch(problem: Problem, config: Config, workspace_limit: int):
         sizes = (u(problem.h), u(problem.w), u(problem.p), u(problem.q), u(problem.c), u(problem.k),
                  u(mult), u(tiles_h), u(tiles_w), u(blocks), u(chunk), u(splits))
         kernel = wgrad_kernel(problem.dtype, th, tw, vh, *geometry)
-        return kernel, problem.k * splits, tw * th // vh, sizes, splits
+        return kernel, (splits, problem.k), tw * th // vh, sizes, splits
     dgrad = problem.op == "dgrad"
     (in_h, in_w), (out_h, out_w) = ((problem.p, problem.q), (problem.h, problem.w)) if dgrad else \
         ((problem.h, problem.w), (problem.p, problem.q))
     in_c, out_c = (problem.k, problem.c) if dgrad else (problem.c, problem.k)
     sizes = (u(in_h), u(in_w), u(out_h), u(out_w), u(in_c), u(out_c), u(mult), u(tiles_h), u(tiles_w))
     kernel = conv_kernel(problem.dtype, dgrad, th, tw, vh, *geometry)
-    return kernel, blocks, tw * th // vh, sizes, 1
+    return kernel, (blocks, out_c, problem.n), tw * th // vh, sizes, 1
 
 
 @register
@@ -150,10 +151,13 @@ class Depthwise(Algorithm):
         for tensor, shape in (("x", problem.x_shape), ("w", problem.w_shape), ("y", problem.y_shape)):
             if math.prod(shape) > MAX_INDEX:
                 return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
+        if max(problem.n, problem.c, problem.k) > MAX_GRID_YZ:
+            return Verdict.no(f"N={problem.n}, C={problem.c}, K={problem.k}: the grid takes at most "
+                              f"{MAX_GRID_YZ} images and channels")
         if not self.configs(problem):
             return Verdict.no(f"no tile fits: the halo of the smallest tile exceeds {MAX_SHARED} bytes of "
                               f"shared memory (filter {problem.r}x{problem.s}, stride {problem.stride}, "
-                              f"dilation {problem.dilation}) or the grid 2**31 blocks")
+                              f"dilation {problem.dilation})")
         return Verdict.yes()
 
     def configs(self, problem: Problem) -> list[Config]:

@@ -18,6 +18,7 @@ PLUGIN = convlab.get_plugin("depthwise")
     (convlab.make_problem("forward", 1, 2, 16, 16, 2, 12, 11, groups=2), "filter 12x11 has more than 121"),
     (convlab.make_problem("dgrad", 1, 2, 900, 900, 2, 3, 3, dilation=400, groups=2), "no tile fits"),
     (convlab.make_problem("forward", 2**16, 2, 128, 128, 2, 3, 3, groups=2), "32-bit indexing"),
+    (convlab.make_problem("wgrad", 70000, 2, 8, 8, 2, 3, 3, groups=2), "at most 65535 images"),
 ])
 def test_declines_with_reason(problem, reason):
     verdict = PLUGIN.applicable(problem)

@@ -300,7 +300,7 @@ def wgrad_kernel(dtype: str, th: int, tw: int, vh: int, r_: int, s_: int, sh: in
     @runtime.jit
     def kernel(x4, dy4, part, in_h, in_w, out_h, out_w, ca, k_n, mult, tiles_h, tiles_w, units, chunk,
                splits):
-        x, dy = x4.flat, dy4.flat  # C-contiguous: flat indexing
+        x, dy, part = x4.flat, dy4.flat, part.flat  # C-contiguous: flat indexing (part: dw or 1-D)
         tile = cuda.shared.array(HALO, NT)
         red = cuda.shared.array(T, NT)
         tid = uint32(cuda.threadIdx.x)

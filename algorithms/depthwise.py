@@ -184,7 +184,7 @@ class Depthwise(Algorithm):
         kernel, blocks, threads, sizes, splits = _launch(problem, config, workspace_limit)
         if problem.op == "wgrad":
             if splits == 1:
-                kernel[blocks, threads](a, b, out.reshape((out.size,)), *sizes)
+                kernel[blocks, threads](a, b, out, *sizes)
                 return
             with scratch(splits * out.size, problem.dtype) as part:
                 kernel[blocks, threads](a, b, part, *sizes)

@@ -115,3 +115,18 @@ def test_public_ops():
                                    algorithm="depthwise")
     dgrad = convlab.make_problem("dgrad", 1, 2, 7, 6, 4, 3, 3, stride=2, padding=1, groups=2, bias=True)
     assert measure.rel_error(got, reference.solve(dgrad, y, w, bias_t)) <= tol
+
+
+@pytest.mark.skipif(runtime.SIMULATOR, reason="PTX needs the GPU compiler")
+@pytest.mark.parametrize("op,r,stride", [("forward", 3, 2), ("dgrad", 5, 2), ("wgrad", 7, 1)])
+def test_ptx_keeps_registers_and_32_bit_indices(op, r, stride):
+    """Accumulators and the filter stay in registers (no local memory); index math stays 32-bit."""
+    problem = convlab.make_problem(op, 2, 8, 28, 28, 8, r, r, stride=stride, padding=r // 2, groups=8)
+    config = PLUGIN.configs(problem)[0]
+    kernel = dw._launch(problem, config, 1 << 30)[0]
+    host = measure.random_operands(problem, np.random.default_rng(1))
+    a, b, _ = measure.to_device(*host)
+    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+    PLUGIN.run(problem, config, a, b, None, out, workspace_limit=1 << 30)  # compiles the kernel
+    (ptx,) = kernel.inspect_asm().values()
+    assert ".local" not in ptx and "mul.lo.s64" not in ptx and "mul.lo.u64" not in ptx

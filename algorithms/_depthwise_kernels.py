@@ -12,7 +12,7 @@ one residue class, each with only its valid taps (no zero is multiplied). Filter
 and dilation are compile-time constants of a kernel (a cached factory per geometry), so every tile offset
 in the generated per-thread code is a literal and each shared value is read once per thread.
 
-conv kernel (forward and dgrad), block = (plane n*CO + co, phase f, tile bh, bw); thread (ty, tx):
+conv kernel (forward and dgrad), grid (x = phase f and tile bh, bw; y = channel co; z = image n):
 
     for j < J (forward J = 1: ci = co // M, filter co;  dgrad J = M: ci = filter = co*M + j):
         tile[HALO_H][HALO_W] <- in[n, ci, org_h + i, org_w + jj] (0 outside: padding), ws <- w[filter]
@@ -21,11 +21,12 @@ conv kernel (forward and dgrad), block = (plane n*CO + co, phase f, tile bh, bw)
         syncthreads
     out[n, co, (t0h + ty*VH + v)*OSTEP_H + o0h, (t0w + tx)*OSTEP_W + o0w] = acc[v] + bias[co]
 
-wgrad kernel, block = (filter k, split z) over units u = (n, bh, bw) in [z*chunk, z*chunk + chunk):
+wgrad kernel, grid (x = split z, y = filter k), units u = (n, bh, bw) in [z*chunk, z*chunk + chunk):
 
     for u: tile <- x[n, k // M] halo; g[v] <- dy[n, k, t0h + ty*VH + v, t0w + tx]; syncthreads
            acc[r, s] += tile[row(v, r)][col(tx, s)] * g[v]  for v, r, s;  syncthreads
-    part[z, k, r, s] = tree sum of acc[r, s] over the block's threads (fixed order)
+    part[z, k, r, s] = tree sum of acc[r, s] over the block's threads (fixed pairing, up to 16 KiB of
+                       taps per tree: log2(threads) + 2 barriers per group of taps)
     (splits > 1: dw = sum over z of part[z], in order z = 0, 1, ...: convlab.gemm.sum_partials)
 """
 from __future__ import annotations
@@ -41,6 +42,7 @@ from convlab import runtime
 from convlab.runtime import cuda
 
 MAX_SHARED = 48 * 1024  # bytes of static shared memory per block
+REDUCE_BYTES = 16 * 1024  # wgrad's reduction buffer
 
 
 @dataclass(frozen=True)
@@ -89,9 +91,15 @@ def axis(dgrad: bool, k: int, stride: int, pad: int, dil: int) -> Axis:
     return Axis(1, stride, phases)
 
 
+def reduce_group(taps: int, threads: int, itemsize: int) -> int:
+    """Filter taps that wgrad's block reduction sums at once (a taps x threads buffer of <= 16 KiB)."""
+    return max(1, min(taps, REDUCE_BYTES // (threads * itemsize)))
+
+
 def shared_bytes(ah: Axis, aw: Axis, th: int, tw: int, vh: int, taps: int, itemsize: int) -> int:
-    """Static shared memory of a kernel: halo tile, filter, reduction buffer."""
-    return (ah.halo(th) * aw.halo(tw) + taps + tw * (th // vh)) * itemsize
+    """Static shared memory of a kernel (the larger, wgrad's): halo tile, filter, reduction buffer."""
+    threads = tw * (th // vh)
+    return (ah.halo(th) * aw.halo(tw) + taps + reduce_group(taps, threads, itemsize) * threads) * itemsize
 
 
 def _reads(ah: Axis, aw: Axis, fh: int, fw: int, vh: int, hw: int):
@@ -194,15 +202,22 @@ def dy_loader(vh: int):
 
 
 @functools.cache
-def block_reduce(taps: int, threads: int):
-    """``reduce(acc, red, tid, out, at)``: out[at + i] = sum of acc[i] over the block's threads, a tree
-    in shared ``red`` (fixed pairing: deterministic), tap after tap."""
+def block_reduce(taps: int, threads: int, group: int):
+    """``reduce(acc, red, tid, out, at)``: out[at + i] = sum of acc[i] over the block's threads: ``group``
+    taps at a time go to red[g * threads + tid], then one tree over the threads for all of them (fixed
+    pairing: deterministic; log2(threads) + 2 barriers per group)."""
     lines = ["def reduce(acc, red, tid, out, at):", f"    {_names('a', taps)}= acc"]
-    for i in range(taps):
-        lines += [f"    red[tid] = a{i}", "    cuda.syncthreads()", f"    h = u32({threads // 2})",
-                  "    while h > u32(0):", "        if tid < h:", "            red[tid] += red[tid + h]",
-                  "        cuda.syncthreads()", "        h >>= u32(1)", "    if tid == u32(0):",
-                  f"        out[i64(at + u32({i}))] = red[0]", "    cuda.syncthreads()"]
+    for i0 in range(0, taps, group):
+        size = min(group, taps - i0)
+        lines += [f"    red[u32({g * threads}) + tid] = a{i0 + g}" for g in range(size)]
+        lines += ["    cuda.syncthreads()", f"    h = u32({threads // 2})", "    while h > u32(0):",
+                  "        if tid < h:"]
+        lines += [f"            red[u32({g * threads}) + tid] += red[u32({g * threads}) + tid + h]"
+                  for g in range(size)]
+        lines += ["        cuda.syncthreads()", "        h >>= u32(1)", "    g = tid",
+                  f"    while g < u32({size}):",
+                  f"        out[i64(at + u32({i0}) + g)] = red[g * u32({threads})]",
+                  f"        g += u32({threads})", "    cuda.syncthreads()"]
     return _device(lines, "reduce", {"cuda": cuda})
 
 
@@ -291,7 +306,9 @@ def wgrad_kernel(dtype: str, th: int, tw: int, vh: int, r_: int, s_: int, sh: in
     load = halo_loader(dtype, HH, HW, T)
     compute = wgrad_compute(ah, aw, vh, HW, s_, r_)
     load_dy = dy_loader(vh)
-    reduce = block_reduce(RS, T)
+    GROUP = reduce_group(RS, T, np.dtype(dtype).itemsize)
+    reduce = block_reduce(RS, T, GROUP)
+    RED = GROUP * T
     u0, u1, uRS, uTH, uTW, uVH = (np.uint32(v) for v in (0, 1, RS, th, tw, vh))
     SH, SW, PH, PW = _consts((sh, sw, ph, pw))
     ROWSTEP, uSW = np.uint32(vh * sh * HW), np.uint32(sw)
@@ -302,7 +319,7 @@ def wgrad_kernel(dtype: str, th: int, tw: int, vh: int, r_: int, s_: int, sh: in
                splits):
         x, dy, part = x4.flat, dy4.flat, part.flat  # C-contiguous: flat indexing (part: dw or 1-D)
         tile = cuda.shared.array(HALO, NT)
-        red = cuda.shared.array(T, NT)
+        red = cuda.shared.array(RED, NT)
         tid = uint32(cuda.threadIdx.x)
         z = uint32(cuda.blockIdx.x)
         k = uint32(cuda.blockIdx.y)

@@ -2,7 +2,8 @@
 tiled kernels (``_depthwise_kernels``): each block owns a TH x TW tile of one output plane, stages the
 input halo tile and the R x S filter in shared memory, and each thread keeps VH output rows in registers.
 
-    forward  y[n, k, p, q]  = bias[k] + sum_{r, s} x[n, k // M, p*sh - ph + r*dh, q*sw - pw + s*dw] * w[k, 0, r, s]
+    forward  y[n, k, p, q]  = bias[k] + sum_{r, s} x[n, k // M, p*sh - ph + r*dh, q*sw - pw + s*dw]
+                                                  * w[k, 0, r, s]
     dgrad    dx[n, c, h, w] = bias[c] + sum_{m < M, r, s : h + ph - r*dh = p*sh, w + pw - s*dw = q*sw}
                                          dy[n, c*M + m, p, q] * w[c*M + m, 0, r, s]
     wgrad    dw[k, 0, r, s] = sum_{z < splits} sum_{(n, tile) in chunk z} sum_{(p, q) in tile}
@@ -14,7 +15,8 @@ sequence, then a shared-memory tree over its threads; with splits > 1 the partia
 are summed in split order by ``convlab.gemm.sum_partials``. No atomics: every result is deterministic.
 
 Applicability: groups == C; at most MAX_TAPS filter taps (the per-thread code is unrolled over them);
-the halo tile of some config fits 48 KiB of shared memory; every tensor within 32-bit indexing.
+the halo tile of some config fits 48 KiB of shared memory; every tensor within 32-bit indexing; at most
+65535 images and channels (grid y and z).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import numpy as np
 
 import convlab
 from convlab import Algorithm, Config, Problem, Verdict, register, runtime
-from convlab.gemm import sum_partials
+from convlab.gemm import sum_partials  # the ordered split sum (moving to convlab.kernels.splitk)
 from convlab.scratch import scratch
 
 from ._depthwise_kernels import MAX_SHARED, axis, conv_kernel, shared_bytes, wgrad_kernel

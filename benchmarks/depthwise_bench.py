@@ -176,7 +176,8 @@ def summary(rows) -> str:
         ok = all(r.get("check", {}).get("ok", "declined" in r) for r in row["configs"].values())
         fmt = lambda v, w=6, d=2: f"{v:>{w}.{d}f}" if isinstance(v, float) else f"{'-':>{w}}"  # noqa: E731
         lines.append(f"{row['layer']:22} {row['op']:7} {fmt(row['cudnn'].get('ms'), 9, 4)} "
-                     f"{fmt(row.get('best', {}).get('ms'), 8, 4)} {row.get('best', {}).get('config', '-'):16} "
+                     f"{fmt(row.get('best', {}).get('ms'), 8, 4)} "
+                     f"{row.get('best', {}).get('config', '-'):16} "
                      f"{fmt(ratio(row, 'best'))} {fmt(ratio(row, 'first'))} "
                      f"{fmt(ratio(row, 'best', 'b2b_ms'))} {fmt(row['public_op'].get('ms'), 9, 4)} "
                      f"{fmt(ratio(row, 'public_op'))} {'ok' if ok else 'WRONG':>6}")

@@ -44,7 +44,7 @@ def test_configs():
         assert threads & (threads - 1) == 0 and config["TH"] % config["VH"] == 0
         assert threads <= (32 if runtime.SIMULATOR else 256)
     # a wide dilated filter keeps only the tiles whose halo fits 48 KiB of shared memory, or declines
-    wide = convlab.make_problem("forward", 1, 2, 90, 90, 2, 7, 7, dilation=12, groups=2, dtype="float64")
+    wide = convlab.make_problem("forward", 1, 2, 90, 90, 2, 7, 7, dilation=11, groups=2, dtype="float64")
     kept = [(c["TH"], c["TW"], c["VH"]) for c in PLUGIN.configs(wide)]
     assert sorted(kept) == sorted(t for t in tiles if dw._fits(wide, t)) and len(kept) < len(tiles)
     assert bool(kept) == bool(PLUGIN.applicable(wide))

@@ -36,8 +36,8 @@ from ._igemm_common import MAX_INDEX, sm_count
 MAX_GRID_YZ = 65535  # grid y and z: output channels and images (wgrad: filters)
 MAX_TAPS = 121  # R*S: up to 11x11 (the unrolled per-thread code and wgrad's accumulators grow with it)
 #: (TH, TW, VH): output tile rows x columns, rows per thread (threads = TW * TH / VH, a power of two)
-TILES_GPU = ((16, 32, 2), (32, 32, 4), (16, 32, 4), (16, 16, 2), (16, 16, 1), (8, 16, 1), (8, 8, 1),
-             (8, 8, 2))
+TILES_GPU = ((16, 32, 2), (32, 32, 4), (16, 32, 4), (16, 16, 2), (16, 16, 4), (16, 16, 1), (8, 16, 1),
+             (8, 16, 2), (8, 8, 1), (8, 8, 2))
 TILES_SIM = ((4, 4, 2), (8, 4, 1), (8, 8, 2))
 
 
@@ -89,11 +89,12 @@ def _waste(problem: Problem, tile: tuple[int, int, int]) -> float:
 
 
 def wgrad_plan(problem: Problem, tile: tuple[int, int, int], workspace_limit: int) -> tuple[int, int]:
-    """(splits, chunk) of wgrad's N * tiles units per filter: about one wave of blocks over the SMs,
-    at least 4 units per block, the partials within the workspace limit and 32-bit indexing."""
+    """(splits, chunk) of wgrad's N * tiles units per filter: about four waves of blocks over the SMs
+    (shorter serial chains per block), at least 4 units per block, the partials within the workspace
+    limit and 32-bit indexing."""
     units = _blocks(problem, tile)[2]
     threads = tile[1] * tile[0] // tile[2]
-    target = sm_count() * max(1, 2048 // threads)
+    target = 4 * sm_count() * max(1, 2048 // threads)
     splits = min(math.ceil(target / problem.k), max(1, units // 4))
     out_elems = problem.k * problem.r * problem.s
     splits = min(splits, workspace_limit // (out_elems * problem.itemsize), MAX_INDEX // out_elems)

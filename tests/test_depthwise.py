@@ -1,0 +1,132 @@
+"""The depthwise plugin beyond the conformance suite: its reasons, configs, stride phases, the split wgrad
+(bit-for-bit deterministic), every sample problem on every config, and the public ops."""
+import numpy as np
+import pytest
+
+import convlab
+from convlab import measure, reference, runtime, strategy
+from convlab.algorithms import depthwise as dw
+from convlab.algorithms._depthwise_kernels import axis
+from convlab.testing.checks import check_matches_reference
+
+PLUGIN = convlab.get_plugin("depthwise")
+
+
+@pytest.mark.parametrize("problem,reason", [
+    (convlab.make_problem("forward", 1, 8, 6, 6, 8, 3, 3, groups=2), "groups=2 != C=8: not depthwise"),
+    (convlab.make_problem("wgrad", 1, 4, 6, 6, 4, 3, 3), "groups=1 != C=4: not depthwise"),
+    (convlab.make_problem("forward", 1, 2, 16, 16, 2, 12, 11, groups=2), "filter 12x11 has more than 121"),
+    (convlab.make_problem("dgrad", 1, 2, 900, 900, 2, 3, 3, dilation=400, groups=2), "no tile fits"),
+    (convlab.make_problem("forward", 2**16, 2, 128, 128, 2, 3, 3, groups=2), "32-bit indexing"),
+    (convlab.make_problem("wgrad", 70000, 2, 8, 8, 2, 3, 3, groups=2), "at most 65535 images"),
+])
+def test_declines_with_reason(problem, reason):
+    verdict = PLUGIN.applicable(problem)
+    assert not verdict and reason in verdict.reason
+
+
+def test_accepts_any_multiplier_and_ranks_first():
+    for k in (3, 6):  # M = 1 and M = 2
+        problem = convlab.make_problem("forward", 1, 3, 6, 6, k, 3, 3, padding=1, groups=3)
+        assert PLUGIN.applicable(problem)
+        assert strategy.by_priority(problem, 1 << 20).plugin is PLUGIN
+    dense = convlab.make_problem("forward", 1, 16, 4, 4, 16, 3, 3, padding=1)
+    assert strategy.by_priority(dense, 1 << 20).plugin is not PLUGIN
+
+
+def test_configs():
+    problem = convlab.make_problem("forward", 2, 4, 7, 7, 4, 3, 3, padding=1, groups=4)
+    configs = PLUGIN.configs(problem)
+    tiles = dw.TILES_SIM if runtime.SIMULATOR else dw.TILES_GPU
+    assert len(configs) == len(tiles)
+    for config in configs:
+        threads = config["TW"] * config["TH"] // config["VH"]
+        assert threads & (threads - 1) == 0 and config["TH"] % config["VH"] == 0
+        assert threads <= (32 if runtime.SIMULATOR else 256)
+    # a wide dilated filter keeps only the tiles whose halo fits 48 KiB of shared memory, or declines
+    wide = convlab.make_problem("forward", 1, 2, 90, 90, 2, 7, 7, dilation=11, groups=2, dtype="float64")
+    kept = [(c["TH"], c["TW"], c["VH"]) for c in PLUGIN.configs(wide)]
+    assert sorted(kept) == sorted(t for t in tiles if dw._fits(wide, t)) and len(kept) < len(tiles)
+    assert bool(kept) == bool(PLUGIN.applicable(wide))
+    if runtime.SIMULATOR:
+        assert kept == [(4, 4, 2)]
+
+
+@pytest.mark.parametrize("k,stride,dil", [(3, 1, 1), (3, 2, 1), (5, 2, 1), (3, 2, 2), (7, 3, 2), (4, 4, 1)])
+def test_dgrad_phases_partition_the_taps(k, stride, dil):
+    """Each filter tap belongs to exactly one residue class, and it maps the class's outputs to dy."""
+    ax = axis(True, k, stride, 1, dil)
+    taps = sorted(r for phase in ax.phases for r, _ in phase.taps)
+    assert taps == list(range(k))
+    for phase in ax.phases:
+        for r, off in phase.taps:  # output h = t*stride + o0 reads dy[t + off]: h + pad - r*dil = p*stride
+            t = phase.t_lo + 2
+            assert (t * stride + phase.o0) + 1 - r * dil == (t + off) * stride
+
+
+@pytest.mark.parametrize("op", sorted(PLUGIN.ops))
+def test_every_sample_problem_on_every_config(op):
+    """Hypothesis may not draw each sample: run them all (check_matches_reference poisons with NaN)."""
+    rng = np.random.default_rng(7)
+    for problem in PLUGIN.sample_problems(op):
+        assert PLUGIN.applicable(problem), problem.describe()
+        check_matches_reference(PLUGIN, problem, rng)
+
+
+def _wgrad(problem, config, limit, host):
+    a, b, _ = measure.to_device(*host)
+    out = runtime.full(problem.w_shape, np.nan, problem.dtype)
+    PLUGIN.run(problem, config, a, b, None, out, workspace_limit=limit)
+    return out.copy_to_host()
+
+
+def test_wgrad_split_is_deterministic_and_fits_the_limit():
+    problem = convlab.make_problem("wgrad", 8, 2, 9, 10, 4, 3, 3, stride=2, padding=1, groups=2)
+    config = min(PLUGIN.configs(problem), key=lambda c: c["TH"] * c["TW"])
+    limit = 1 << 20
+    splits, chunk = dw.wgrad_plan(problem, dw._tile(config), limit)
+    assert splits > 1 and (splits - 1) * chunk < dw._blocks(problem, dw._tile(config))[2]
+    assert PLUGIN.workspace_bytes(problem, config, limit) == splits * 4 * 9 * 4
+    host = measure.random_operands(problem, np.random.default_rng(3))
+    first, second = _wgrad(problem, config, limit, host), _wgrad(problem, config, limit, host)
+    assert np.array_equal(first, second)
+    want = reference.solve(problem, *host)
+    assert measure.rel_error(first, want) <= measure.tolerance(problem, float(np.finfo(np.float32).eps))
+    # a workspace limit too small for two partials: one block per filter sums everything, no workspace
+    tight = 2 * 4 * 9 * 4 - 1
+    assert dw.wgrad_plan(problem, dw._tile(config), tight)[0] == 1
+    assert PLUGIN.workspace_bytes(problem, config, tight) == 0
+    unsplit = _wgrad(problem, config, tight, host)
+    assert measure.rel_error(unsplit, want) <= measure.tolerance(problem, float(np.finfo(np.float32).eps))
+
+
+def test_public_ops():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 2, 7, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(4).astype(np.float32)
+    y = convlab.conv2d(x, w, bias, stride=2, padding=1, groups=2, algorithm="depthwise")
+    problem = convlab.make_problem("forward", 1, 2, 7, 6, 4, 3, 3, stride=2, padding=1, groups=2, bias=True)
+    tol = measure.tolerance(problem, float(np.finfo(np.float32).eps))
+    assert measure.rel_error(y, reference.solve(problem, x, w, bias)) <= tol
+    # conv_transpose2d: the depthwise dgrad with roles swapped, carrying a bias of its output channels
+    bias_t = rng.standard_normal(2).astype(np.float32)
+    got = convlab.conv_transpose2d(y, w, bias_t, stride=2, padding=1, output_padding=(0, 1), groups=2,
+                                   algorithm="depthwise")
+    dgrad = convlab.make_problem("dgrad", 1, 2, 7, 6, 4, 3, 3, stride=2, padding=1, groups=2, bias=True)
+    assert measure.rel_error(got, reference.solve(dgrad, y, w, bias_t)) <= tol
+
+
+@pytest.mark.skipif(runtime.SIMULATOR, reason="PTX needs the GPU compiler")
+@pytest.mark.parametrize("op,r,stride", [("forward", 3, 2), ("dgrad", 5, 2), ("wgrad", 7, 1)])
+def test_ptx_keeps_registers_and_32_bit_indices(op, r, stride):
+    """Accumulators and the filter stay in registers (no local memory); index math stays 32-bit."""
+    problem = convlab.make_problem(op, 2, 8, 28, 28, 8, r, r, stride=stride, padding=r // 2, groups=8)
+    config = PLUGIN.configs(problem)[0]
+    kernel = dw._launch(problem, config, 1 << 30)[0]
+    host = measure.random_operands(problem, np.random.default_rng(1))
+    a, b, _ = measure.to_device(*host)
+    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+    PLUGIN.run(problem, config, a, b, None, out, workspace_limit=1 << 30)  # compiles the kernel
+    (ptx,) = kernel.inspect_asm().values()
+    assert ".local" not in ptx and "mul.lo.s64" not in ptx and "mul.lo.u64" not in ptx

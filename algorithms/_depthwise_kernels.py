@@ -27,7 +27,7 @@ wgrad kernel, grid (x = split z, y = filter k), units u = (n, bh, bw) in [z*chun
            acc[r, s] += tile[row(v, r)][col(tx, s)] * g[v]  for v, r, s;  syncthreads
     part[z, k, r, s] = tree sum of acc[r, s] over the block's threads (fixed pairing, up to 16 KiB of
                        taps per tree: log2(threads) + 2 barriers per group of taps)
-    (splits > 1: dw = sum over z of part[z], in order z = 0, 1, ...: convlab.gemm.sum_partials)
+    (splits > 1: dw = sum over z of part[z], in order z = 0, 1, ...: convlab.kernels.splitk.sum_partials)
 """
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ import numpy as np
 from numba import from_dtype, int32, int64, uint32
 
 from convlab import runtime
+from convlab.kernels.intrinsics import u32
+from convlab.kernels.source import compile_source
 from convlab.runtime import cuda
 
 MAX_SHARED = 48 * 1024  # bytes of static shared memory per block
@@ -115,8 +117,7 @@ def _reads(ah: Axis, aw: Axis, fh: int, fw: int, vh: int, hw: int):
 
 
 def _device(lines: list[str], name: str, extra: dict):
-    namespace = {"u32": np.uint32, "i64": int64, **extra}
-    exec(compile("\n".join(lines), f"<depthwise {name}>", "exec"), namespace)
+    namespace = compile_source("\n".join(lines) + "\n", f"<depthwise {name}>", {"u32": u32, "i64": int64, **extra})
     return runtime.jit(device=True, forceinline=True)(namespace[name])
 
 

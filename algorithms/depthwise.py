@@ -12,7 +12,7 @@ input halo tile and the R x S filter in shared memory, and each thread keeps VH 
 dgrad runs one stride-1 correlation per output residue class (h + ph) mod sh, (w + pw) mod sw, with only
 the filter taps that reach it. wgrad reduces in a fixed order: each block sums its chunk of tiles in
 sequence, then a shared-memory tree over its threads; with splits > 1 the partials go to a workspace and
-are summed in split order by ``convlab.gemm.sum_partials``. No atomics: every result is deterministic.
+are summed in split order by ``convlab.kernels.splitk.sum_partials``. No atomics: every result is deterministic.
 
 Applicability: groups == C; at most MAX_TAPS filter taps (the per-thread code is unrolled over them);
 the halo tile of some config fits 48 KiB of shared memory; every tensor within 32-bit indexing; at most
@@ -27,11 +27,11 @@ import numpy as np
 
 import convlab
 from convlab import Algorithm, Config, Problem, Verdict, register, runtime
-from convlab.gemm import sum_partials  # the ordered split sum (moving to convlab.kernels.splitk)
+from convlab.kernels.splitk import sum_partials  # the ordered split sum
 from convlab.scratch import scratch
 
 from ._depthwise_kernels import MAX_SHARED, axis, conv_kernel, shared_bytes, wgrad_kernel
-from ._igemm_common import MAX_INDEX, sm_count
+from convlab.kernels.splitk import MAX_INDEX, sm_count
 
 MAX_GRID_YZ = 65535  # grid y and z: output channels and images (wgrad: filters)
 MAX_TAPS = 121  # R*S: up to 11x11 (the unrolled per-thread code and wgrad's accumulators grow with it)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import measure, reference, runtime, strategy
+from convlab import measure, reference, runtime
+from convlab.plugin import strategy
 from convlab.algorithms import depthwise as dw
 from convlab.algorithms._depthwise_kernels import axis
 from convlab.testing.checks import check_matches_reference

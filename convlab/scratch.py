@@ -34,6 +34,7 @@ from . import runtime
 KEEP = 2  # idle buffers kept per dtype (im2col's wgrad lends two at once)
 _idle: dict[str, list[Any]] = {}
 _zeroed: dict[int, tuple[int, int]] = {}  # id of an idle buffer -> a range [lo, hi) known to be zero
+_views: dict[int, dict[int, Any]] = {}  # id of a pooled buffer -> {n: buf[:n]} (see _view)
 _lock = threading.Lock()
 
 
@@ -58,7 +59,7 @@ def scratch(n: int, dtype: Any, *, zeroed: int = 0) -> Iterator[Any]:
         buf[zero[0]:zero[1]].copy_to_device(np.zeros(zeroed, dtype))
     clean = False
     try:
-        yield buf[:n]
+        yield _view(buf, n)
         clean = zeroed > 0
     finally:
         with _lock:
@@ -67,7 +68,23 @@ def scratch(n: int, dtype: Any, *, zeroed: int = 0) -> Iterator[Any]:
             idle = _idle.setdefault(key, [])
             idle.append(buf)
             while len(idle) > KEEP:
-                _zeroed.pop(id(idle.pop(min(range(len(idle)), key=lambda i: idle[i].size))), None)
+                dropped = idle.pop(min(range(len(idle)), key=lambda i: idle[i].size))
+                _zeroed.pop(id(dropped), None)
+                _views.pop(id(dropped), None)
+
+
+def _view(buf: Any, n: int) -> Any:
+    """``buf[:n]``, made once per (buffer, n): slicing a Numba device array costs tens of microseconds
+    of host time on a GPU, which a per-call workspace would pay on every call (and event timings
+    count, since the kernel launch waits for it)."""
+    if buf.size == n:
+        return buf
+    with _lock:
+        views = _views.setdefault(id(buf), {})
+        view = views.get(n)
+        if view is None:
+            view = views[n] = buf[:n]
+    return view
 
 
 def held_bytes() -> int:
@@ -81,6 +98,7 @@ def release() -> None:
     with _lock:
         _idle.clear()
         _zeroed.clear()
+        _views.clear()
 
 
 # ---- op outputs ------------------------------------------------------------------------------------

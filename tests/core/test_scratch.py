@@ -100,3 +100,20 @@ def test_op_outputs_come_from_a_pool_per_shape_dtype_and_stream():
     assert runtime.device_pointer(again) == ptr and pool.output_held_bytes() >= 0
     pool.release_outputs()
     assert pool.output_held_bytes() == 0
+
+
+def test_a_repeated_size_gets_the_same_view_without_slicing_again():
+    """Lending n elements of a larger pooled buffer slices it once per (buffer, n): slicing a device
+    array costs host time on every call otherwise."""
+    scratch.release()
+    with scratch.scratch(100, np.float32) as big:
+        pass
+    with scratch.scratch(60, np.float32) as first:
+        pass
+    with scratch.scratch(60, np.float32) as second:
+        assert second is first and second.size == 60
+    with scratch.scratch(100, np.float32) as whole:
+        assert whole is big  # the full buffer is lent as is
+    scratch.release()
+    with scratch.scratch(60, np.float32) as fresh:
+        assert fresh is not first

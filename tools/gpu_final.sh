@@ -19,6 +19,9 @@
 #   depthwise  benchmarks/depthwise_bench.py: depthwise layers of MobileNetV2 / EfficientNet-B0 vs cuDNN
 #   diag       tools/igemm_launch_diag.py: implicit_gemm run as is / Numba launch / fixed workspace
 #   tcconv     benchmarks/tc_conv_bench.py (TC_ARGS, default --quick): the tensor-core conv plugin vs cuDNN
+#   igemmcov   benchmarks/igemm_coverage_bench.py: grouped, odd-channel and strided-dgrad layers
+#   burnig     convlab bench: Burn suites, implicit_gemm only (the refactor's speed check against session 2)
+#   DW_NETS    depthwise step's networks (default mobilenetv2)
 #   TEST_PROFILE  hypothesis profile of the tests (convlab-gpu: 60 examples a property)
 # Everything lands in $OUT/results.tgz (plus the test log) so it comes back in one file; with LANE=NAME
 # (tools/gpu_two_lanes.sh) the work folder and the archive carry that name.
@@ -82,7 +85,9 @@ has overhead && probe overhead 200 python3 benchmarks/overhead_bench.py --out "$
 has tcgemm && probe tcgemm 240 python3 benchmarks/tc_gemm_bench.py --out "$W/bench/tc_gemm.json"
 has diag && probe igemm_diag 90 python3 tools/igemm_launch_diag.py
 has tcconv && probe tcconv 240 python3 benchmarks/tc_conv_bench.py ${TC_ARGS:---quick} --out "$W/bench/tc_conv.json"
-has depthwise && probe depthwise 240 python3 benchmarks/depthwise_bench.py --out "$W/bench/depthwise.json"
+has depthwise && probe depthwise 240 python3 benchmarks/depthwise_bench.py --nets ${DW_NETS:-mobilenetv2} --out "$W/bench/depthwise.json"
+has igemmcov && probe igemmcov 150 python3 benchmarks/igemm_coverage_bench.py --out "$W/bench/igemm_coverage.json"
+has burnig && bench burn_igemm 150 --suite burn --suite burn_b4 --no-auto --plugins implicit_gemm --repeat 15 --warmup 3 --max-seconds 0.6
 el "done"
 tar czf "$OUT/results${LANE:+-$LANE}.tgz" -C "$W" . && cp "$W/gpu-tests.log" "$OUT/gpu-tests${LANE:+-$LANE}.log" 2>/dev/null
 exit 0

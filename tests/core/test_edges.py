@@ -188,3 +188,45 @@ def test_duplicate_plugin_name_raises_unless_replace():
         assert type(convlab.get_plugin("direct")).__name__ != "Direct2"
     finally:
         convlab.unregister("_test_dup")
+
+
+# ---- the simulator's cost ----------------------------------------------------------------------------------
+def test_simulator_warns_once_per_launch_above_the_thread_budget(monkeypatch):
+    import warnings
+
+    from convlab import launch
+
+    monkeypatch.setattr(launch, "_cost_warned", set())
+    x, w = _rand(1, 4, 5, 5), _rand(4, 4, 3, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        convlab.conv2d(x, w, padding=1, algorithm="direct")  # 100 outputs: under the default budget
+    assert not [c for c in caught if issubclass(c.category, convlab.SimulatorCostWarning)]
+    monkeypatch.setenv("CONVLAB_SIM_THREAD_BUDGET", "50")
+    with pytest.warns(convlab.SimulatorCostWarning,
+                      match=r"launches \d+ threads .* CUDA simulator.*Shrink the problem.*"
+                            r"CONVLAB_SIM_THREAD_BUDGET \(now 50\)"):
+        convlab.conv2d(x, w, padding=1, algorithm="direct")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        convlab.conv2d(x, w, padding=1, algorithm="direct")  # the same kernel and grid: once only
+    assert not [c for c in caught if issubclass(c.category, convlab.SimulatorCostWarning)]
+
+
+# ---- result files get the umask's mode ---------------------------------------------------------------------
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_atomic_writes_get_the_modes_a_plain_open_would(tmp_path, umask):
+    import os
+    import stat
+
+    from convlab.fileio import atomic_write, atomic_write_json
+
+    old = os.umask(umask)
+    try:
+        plain = tmp_path / "plain.txt"
+        plain.write_text("x")
+        for path in (atomic_write(tmp_path / "sub" / "a.txt", "x"), atomic_write_json(tmp_path / "b.json", {})):
+            assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o666 & ~umask
+        assert not [p for p in tmp_path.rglob(".*.tmp")]  # no temporary file left behind
+    finally:
+        os.umask(old)

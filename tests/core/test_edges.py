@@ -230,3 +230,26 @@ def test_atomic_writes_get_the_modes_a_plain_open_would(tmp_path, umask):
         assert not [p for p in tmp_path.rglob(".*.tmp")]  # no temporary file left behind
     finally:
         os.umask(old)
+
+
+def test_an_entry_point_class_reusing_a_registered_name_is_reported(monkeypatch):
+    from importlib import metadata
+
+    class Impostor(convlab.Algorithm):
+        name, ops = "direct", frozenset({"forward"})
+
+    import types
+    module = types.ModuleType("_edges_impostor")
+    module.Impostor = Impostor
+    monkeypatch.setitem(__import__("sys").modules, "_edges_impostor", module)
+    fake = [metadata.EntryPoint("impostor", "_edges_impostor:Impostor", registry.ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(registry.metadata, "entry_points", lambda **kw: fake)
+    registry.load()
+    before = type(convlab.get_plugin("direct"))
+    try:
+        with pytest.warns(RuntimeWarning, match="impostor.*'direct' is already registered"):
+            registry.load(reload=True)
+        assert type(convlab.get_plugin("direct")) is before
+    finally:
+        for key in [k for k in registry._load_errors if "impostor" in k]:
+            del registry._load_errors[key]

@@ -125,8 +125,8 @@ _cost_warned: set = set()
 
 def _warn_simulator_cost(dispatcher: Any, grid: Any, block: Any) -> None:
     """Warn (once per kernel and launch shape) before a simulated launch of more threads than
-    ``settings.sim_thread_budget()`` (the simulator runs each thread as a Python thread, a few thousand
-    a second at best)."""
+    ``settings.sim_thread_budget()`` (the simulator runs each thread as a Python thread: hundreds to a
+    few thousand a second)."""
     from .settings import sim_thread_budget
 
     threads = int(np.prod(dims3(grid))) * int(np.prod(dims3(block)))
@@ -138,8 +138,8 @@ def _warn_simulator_cost(dispatcher: Any, grid: Any, block: Any) -> None:
         return
     _cost_warned.add(key)
     warnings.warn(f"convlab: kernel {name} launches {threads:,} threads (grid {dims3(grid)} x block "
-                  f"{dims3(block)}) on the CUDA simulator, where each thread is a Python thread (a few "
-                  f"thousand a second at best): this will take long. Shrink the problem (batch, channels, "
+                  f"{dims3(block)}) on the CUDA simulator, where each thread is a Python thread "
+                  f"(hundreds to a few thousand a second): this will take long. Shrink the problem (batch, channels, "
                   f"spatial size) or run on a GPU; CONVLAB_SIM_THREAD_BUDGET (now {budget}) sets this "
                   f"warning's threshold", SimulatorCostWarning, stacklevel=4)
 

@@ -139,8 +139,8 @@ def _warn_simulator_cost(dispatcher: Any, grid: Any, block: Any) -> None:
     _cost_warned.add(key)
     warnings.warn(f"convlab: kernel {name} launches {threads:,} threads (grid {dims3(grid)} x block "
                   f"{dims3(block)}) on the CUDA simulator, where each thread is a Python thread "
-                  f"(hundreds to a few thousand a second): this will take long. Shrink the problem (batch, channels, "
-                  f"spatial size) or run on a GPU; CONVLAB_SIM_THREAD_BUDGET (now {budget}) sets this "
+                  f"(hundreds to a few thousand a second): this will take long. Shrink the problem "
+                  f"(batch, channels, spatial size) or run on a GPU; CONVLAB_SIM_THREAD_BUDGET (now {budget}) sets this "
                   f"warning's threshold", SimulatorCostWarning, stacklevel=4)
 
 

@@ -72,7 +72,8 @@ def _load_entry_points() -> None:
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             obj = ep.load()
-            if isinstance(obj, type) and issubclass(obj, Algorithm) and type(_plugins.get(obj.name)) is not obj:
+            if (isinstance(obj, type) and issubclass(obj, Algorithm)
+                    and type(_plugins.get(obj.name)) is not obj):
                 register(obj)  # a name taken by another class: ValueError, reported below
         except Exception as exc:
             _report(f"entry point {ep.name} ({ep.value})", exc)

@@ -225,7 +225,8 @@ def test_atomic_writes_get_the_modes_a_plain_open_would(tmp_path, umask):
     try:
         plain = tmp_path / "plain.txt"
         plain.write_text("x")
-        for path in (atomic_write(tmp_path / "sub" / "a.txt", "x"), atomic_write_json(tmp_path / "b.json", {})):
+        for path in (atomic_write(tmp_path / "sub" / "a.txt", "x"),
+                     atomic_write_json(tmp_path / "b.json", {})):
             assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o666 & ~umask
         assert not [p for p in tmp_path.rglob(".*.tmp")]  # no temporary file left behind
     finally:

@@ -308,7 +308,8 @@ def test_plugin_template_is_a_complete_package_that_passes_conformance(monkeypat
         plugin = convlab.get_plugin(name)
         assert f"{type(plugin).__module__}:{type(plugin).__name__}" == target
         report = check_plugin(name)
-        assert all(v.startswith("ok (") for v in report.values()) and len(report) == len(convlab.testing.CHECKS)
+        assert all(v.startswith("ok (") for v in report.values())
+        assert len(report) == len(convlab.testing.CHECKS)
         assert "docs/plugin_template/" in (REPO / "docs" / "ADDING_A_PLUGIN.md").read_text()
     finally:
         convlab.unregister(name)
@@ -323,5 +324,6 @@ def test_the_guide_needs_nothing_outside_the_repository():
     assert "shared/" not in guide and "NUMBA_NOTES" not in guide
     paths = set(re.findall(r"`((?:convlab|algorithms|tests|docs|notebooks)/[\w/.]+)`", guide))
     for path in paths - {"algorithms/depthwise_example.py"}:  # the file the guide has you write
-        assert (root / path).exists() or list(root.glob(path + ".*")), f"the guide names {path}, which is not in the repository"
+        assert (root / path).exists() or list(root.glob(path + ".*")), \
+            f"the guide names {path}, which is not in the repository"
     assert "sample_problems" in guide and "replace=True" in guide

@@ -38,6 +38,11 @@ def pair(text: str) -> int | list[int]:
     return values[0] if len(values) == 1 else values
 
 
+def padding(text: str) -> int | list[int] | str:
+    """--padding: one int, h,w, or PyTorch's 'same' / 'valid' (as the ops take it)."""
+    return text.strip() if text.strip() in ("same", "valid") else pair(text)
+
+
 def nbytes(text: str) -> int:
     """'268435456', '256M', '1GiB' -> bytes (the same forms as ``convlab.set_workspace_limit``)."""
     from convlab.settings import parse_bytes
@@ -88,7 +93,7 @@ def _add_shape(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--w", type=shape4, required=required, metavar="K,C,R,S",
                    help="weight shape K,C/groups,R,S (for --transpose: C_in,C_out/groups,R,S)")
     g.add_argument("--stride", type=pair, default=1, metavar="S|SH,SW")
-    g.add_argument("--padding", type=pair, default=0, metavar="P|PH,PW")
+    g.add_argument("--padding", type=padding, default=0, metavar="P|PH,PW|same|valid")
     g.add_argument("--dilation", type=pair, default=1, metavar="D|DH,DW")
     g.add_argument("--groups", type=int, default=1)
     g.add_argument("--bias", action="store_true", help="with a bias operand (forward / transpose)")

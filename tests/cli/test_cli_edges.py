@@ -70,7 +70,7 @@ def test_explain_exits_1_when_nothing_is_picked(capsys, algorithm, words):
                        algorithm=algorithm)
 
 
-def test_explain_takes_a_config_and_either_op_spelling(capsys):
+def test_explain_takes_a_config_either_op_spelling_and_string_padding(capsys, tmp_path):
     from convlab.plugin import registry
 
     prob = convlab.make_problem("forward", 1, 4, 5, 5, 4, 3, 3, padding=1)
@@ -82,6 +82,11 @@ def test_explain_takes_a_config_and_either_op_spelling(capsys):
         code, out, _ = run_cli(capsys, "explain", *SHAPE, "--op", op)
         assert code == 0 and f"problem: {short} f32" in out
     assert cli.op_list("conv2d,wgrad") == ("forward", "wgrad")
+    code, out, _ = run_cli(capsys, "explain", "--x", "1,4,5,5", "--w", "4,4,3,3", "--padding", "same")
+    assert code == 0 and "problem: forward f32 x(1, 4, 5, 5) w(4, 4, 3, 3) s1 p1 " in out
+    code, out, _ = run_cli(capsys, "bench", "--x", "1,4,5,5", "--w", "4,4,3,3", "--padding", "valid",
+                           "--ops", "forward", "--no-auto", *TINY_RUN, "--out", str(tmp_path))
+    assert code == 0 and "n1 4x5x5 w4x3x3 pvalid" in out
 
 
 @pytest.mark.skipif(not runtime.SIMULATOR, reason="simulator runs only")

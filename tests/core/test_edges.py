@@ -254,3 +254,31 @@ def test_an_entry_point_class_reusing_a_registered_name_is_reported(monkeypatch)
     finally:
         for key in [k for k in registry._load_errors if "impostor" in k]:
             del registry._load_errors[key]
+
+
+@pytest.mark.skipif(not convlab.runtime.SIMULATOR, reason="the simulator's behaviour")
+def test_ctrl_c_stops_a_long_simulated_launch():
+    """What the README says: KeyboardInterrupt reaches the caller once the running block finishes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    child = ("import signal, sys, time, numpy as np, convlab\n"
+             "signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal\n"
+             "x = np.ones((1, 32, 32, 32), np.float32); w = np.ones((32, 32, 3, 3), np.float32)\n"
+             "print('start', flush=True)\n"
+             "try:\n"
+             "    convlab.conv2d(x, w, padding=1, algorithm='direct')\n"
+             "except KeyboardInterrupt:\n"
+             "    print('interrupted', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-W", "ignore", "-c", child], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "start"
+        time.sleep(1.0)  # inside the launch (about 50 s uninterrupted)
+        proc.send_signal(signal.SIGINT)
+        sent = time.perf_counter()
+        out, _ = proc.communicate(timeout=30)
+        assert "interrupted" in out and time.perf_counter() - sent < 30
+    finally:
+        proc.kill()

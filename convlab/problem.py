@@ -25,27 +25,6 @@ from typing import Iterable
 import numpy as np
 
 OPS = ("forward", "dgrad", "wgrad")
-#: One vocabulary, two spellings: the public op names (canonical in the API: ``explain(op=...)``,
-#: ``problem_for``) and the short names (canonical in ``Problem.op`` and on the command line). Both are
-#: accepted everywhere; ``transpose`` is conv_transpose2d, whose problem is a dgrad one.
-OP_NAMES = {"forward": "conv2d", "dgrad": "conv2d_backward_data", "wgrad": "conv2d_backward_weight",
-            "transpose": "conv_transpose2d"}
-
-
-def public_op(name: str) -> str:
-    """The public op name of ``name`` (either spelling); ValueError listing both otherwise."""
-    if name in OP_NAMES.values():
-        return name
-    if isinstance(name, str) and name in OP_NAMES:
-        return OP_NAMES[name]
-    raise ValueError(f"op must be one of {sorted(OP_NAMES.values())} (or {sorted(OP_NAMES)}), "
-                     f"got {name!r}")
-
-
-def short_op(name: str) -> str:
-    """The short name of ``name`` (either spelling): forward, dgrad, wgrad or transpose."""
-    public = public_op(name)
-    return next(k for k, v in OP_NAMES.items() if v == public)
 DTYPES = ("float32", "float64")
 
 Pair = tuple[int, int]
@@ -69,6 +48,29 @@ def as_pair(value: int | Iterable[int], name: str, *, minimum: int) -> Pair:
     if min(pair) < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
     return pair
+
+
+#: One vocabulary, two spellings: the public op names (canonical in the API: ``explain(op=...)``,
+#: ``problem_for``) and the short names (canonical in ``Problem.op`` and on the command line). Both are
+#: accepted everywhere; ``transpose`` is conv_transpose2d, whose problem is a dgrad one.
+OP_NAMES = {"forward": "conv2d", "dgrad": "conv2d_backward_data", "wgrad": "conv2d_backward_weight",
+            "transpose": "conv_transpose2d"}
+
+
+def public_op(name: str) -> str:
+    """The public op name of ``name`` (either spelling); ValueError listing both otherwise."""
+    if name in OP_NAMES.values():
+        return name
+    if isinstance(name, str) and name in OP_NAMES:
+        return OP_NAMES[name]
+    raise ValueError(f"op must be one of {sorted(OP_NAMES.values())} (or {sorted(OP_NAMES)}), "
+                     f"got {name!r}")
+
+
+def short_op(name: str) -> str:
+    """The short name of ``name`` (either spelling): forward, dgrad, wgrad or transpose."""
+    public = public_op(name)
+    return next(k for k, v in OP_NAMES.items() if v == public)
 
 
 def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:

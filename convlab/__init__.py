@@ -6,6 +6,7 @@ Ops (NCHW, PyTorch's conventions): :func:`conv2d`, :func:`conv2d_backward_data`,
 """
 from ._version import __version__
 from . import launch  # noqa: F401  first: every kernel defined from now on launches through it (runtime.jit)
+from .launch import SimulatorCostWarning
 
 from .plugin.contract import Algorithm, Config, Verdict
 from .problem import Problem, make_problem
@@ -19,4 +20,4 @@ __all__ = ["Algorithm", "Config", "Verdict", "Problem", "make_problem", "get_plu
            "plugins", "register", "unregister", "get_workspace_limit", "set_workspace_limit",
            "get_deterministic", "set_deterministic", "conv2d",
            "conv2d_backward_data", "conv2d_backward_weight", "conv_transpose2d", "explain",
-           "problem_for", "__version__"]
+           "problem_for", "SimulatorCostWarning", "__version__"]

@@ -10,11 +10,14 @@ expected), before anything is copied or launched. Arrays need only ``shape`` and
 """
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import numpy as np
 
-from .problem import Problem, as_pair, make_problem
+from . import operands, runtime
+from .problem import Problem, as_pair, make_problem, public_op
 from .reference import transpose_output_size
 
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -69,6 +72,32 @@ def _check_bias(bias: Any, channels: int):
     return spec
 
 
+def _padding_arg(padding: Any, op: str, r: int, s: int, stride: Any, dilation: Any) -> Any:
+    """PyTorch's string paddings: ``"valid"`` is 0; ``"same"`` (stride 1 only) pads ``dilation * (k - 1)``
+    in total per axis, which must be even here (convlab pads symmetrically; PyTorch puts an odd total's
+    extra row/column at the bottom/right). Non-strings pass through unchanged."""
+    if not isinstance(padding, str):
+        return padding
+    if op == "conv_transpose2d":
+        raise ValueError(f"conv_transpose2d takes padding as an int or a pair (PyTorch refuses string "
+                         f"padding there too), got padding={padding!r}")
+    if padding == "valid":
+        return 0
+    if padding != "same":
+        raise ValueError(f"padding must be an int, a pair of ints, 'same' or 'valid', got {padding!r}")
+    if as_pair(stride, "stride", minimum=1) != (1, 1):
+        raise ValueError(f"padding='same' needs stride=1 (as in PyTorch), got stride={stride!r}")
+    dl = as_pair(dilation, "dilation", minimum=1)
+    totals = (dl[0] * (r - 1), dl[1] * (s - 1))
+    for axis, total in zip(("height", "width"), totals):
+        if total % 2:
+            raise ValueError(f"padding='same' with a {r}x{s} kernel and dilation {dl} pads {total} in total "
+                             f"along the {axis}, an odd total: PyTorch puts the extra one at the "
+                             f"bottom/right, but convlab pads symmetrically only; pad the input yourself "
+                             f"(numpy.pad) and pass an int padding")
+    return (totals[0] // 2, totals[1] // 2)
+
+
 def forward_problem(x, w, bias, stride, padding, dilation, groups) -> Problem:
     xs, ws = array_spec(x, "x", 4), array_spec(w, "weight", 4)
     (n, c, h, wd), (k, cg, r, s) = xs[0], ws[0]
@@ -78,6 +107,7 @@ def forward_problem(x, w, bias, stride, padding, dilation, groups) -> Problem:
     if cg * groups != c:
         raise ValueError(f"channel mismatch: x has C={c} channels but weight {ws[0]} expects "
                          f"C/groups * groups = {cg} * {groups} = {cg * groups}")
+    padding = _padding_arg(padding, "conv2d", r, s, stride, dilation)
     return make_problem("forward", n, c, h, wd, k, r, s, stride=stride, padding=padding,
                         dilation=dilation, groups=groups, dtype=dtype, bias=bias is not None)
 
@@ -123,6 +153,7 @@ def _backward_problem(op: str, x_dims: tuple, x_name: str, w_dims: tuple, w_name
     if (gn, gk) != (n, k):
         raise ValueError(f"grad_out {tuple(g_dims)} must have batch {n} ({x_name}) and K={k} channels "
                          f"({w_name})")
+    padding = _padding_arg(padding, public_op(op), r, s, stride, dilation)
     prob = make_problem(op, n, c, h, wd, k, r, s, stride=stride, padding=padding, dilation=dilation,
                         groups=groups, dtype=dtype)
     if (gp, gq) != (prob.p, prob.q):
@@ -143,7 +174,7 @@ def transpose_problem(x, w, bias, stride, padding, output_padding, groups, dilat
     dtype = _same_dtype(x=xs, weight=ws, bias=bs)
     _check_groups(groups, cout, "the output", cin)
     st = as_pair(stride, "stride", minimum=1)
-    pd = as_pair(padding, "padding", minimum=0)
+    pd = as_pair(_padding_arg(padding, "conv_transpose2d", r, s, stride, dilation), "padding", minimum=0)
     dl = as_pair(dilation, "dilation", minimum=1)
     op = as_pair(output_padding, "output_padding", minimum=0)
     for axis in range(2):
@@ -159,6 +190,77 @@ def transpose_problem(x, w, bias, stride, padding, output_padding, groups, dilat
                         dilation=dl, groups=groups, dtype=dtype, bias=bias is not None)
 
 
+# ---- out= aliasing and sizes (checked by the ops before anything is allocated or launched) ---------
+def _device_span(obj: Any) -> tuple[int, int] | None:
+    """(address, bytes) of a device operand's memory; None for a numpy array."""
+    if isinstance(obj, np.ndarray):
+        return None
+    if operands.is_torch(obj):
+        return operands.pointer(obj)
+    return operands.pointer(runtime.as_device_array(obj))
+
+
+def check_out_aliasing(out: Any, inputs: dict[str, Any]) -> None:
+    """ValueError when ``out`` shares memory with an input (the same array, a view into the same
+    buffer, overlapping device memory): the kernels read the inputs while they write ``out``."""
+    if out is None:
+        return
+    span = _device_span(out)
+    for name, value in inputs.items():
+        if value is None:
+            continue
+        if isinstance(out, np.ndarray) or isinstance(value, np.ndarray):
+            overlap = (isinstance(out, np.ndarray) and isinstance(value, np.ndarray)
+                       and np.shares_memory(out, value))
+        else:
+            other = _device_span(value)
+            overlap = (span[1] > 0 and other[1] > 0 and span[0] < other[0] + other[1]
+                       and other[0] < span[0] + span[1])
+        if overlap:
+            raise ValueError(f"out overlaps {name}: they share memory, and the kernels read {name} "
+                             f"while they write out; pass an out= that shares no memory with the "
+                             f"inputs (or out=None)")
+
+
+#: Memory the simulator is assumed to have (it allocates host memory for every device array).
+SIMULATOR_MEMORY = 2 * 2**30
+
+
+@functools.cache
+def memory_budget() -> tuple[int, str]:
+    """(bytes, description) of the memory an op's operands must fit in: the GPU's total memory, or
+    :data:`SIMULATOR_MEMORY` on the simulator."""
+    if runtime.SIMULATOR:
+        return SIMULATOR_MEMORY, "simulator's budget"
+    return int(runtime.cuda.current_context().get_memory_info()[1]), "device's memory"
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.3g} GiB"
+
+
+def check_fits(op: str, prob: Problem) -> None:
+    """ValueError naming the argument when the output of ``op`` (a public op name) on ``prob``, or all
+    its operands together, cannot fit in :func:`memory_budget` (checked before any allocation)."""
+    budget, where = memory_budget()
+    shapes = prob.operand_shapes
+    out_bytes = math.prod(shapes[2]) * prob.itemsize
+    total = sum(math.prod(s) for s in shapes) * prob.itemsize
+    if out_bytes <= budget and total <= budget:
+        return
+    pd, st = prob.padding, prob.stride
+    culprit = {"conv2d": f"padding={pd[0] if pd[0] == pd[1] else pd}" if max(pd) else
+               f"x {prob.x_shape}",
+               "conv2d_backward_data": f"input_shape={prob.x_shape}",
+               "conv2d_backward_weight": f"weight_shape={prob.w_shape}" if max(pd) == 0 else
+               f"padding={pd[0] if pd[0] == pd[1] else pd} with weight_shape={prob.w_shape}",
+               "conv_transpose2d": f"stride={st[0] if st[0] == st[1] else st} on x {prob.y_shape}"}[op]
+    dims = "x".join(map(str, shapes[2]))
+    what = (f"the output {dims} ({_gib(out_bytes)})" if out_bytes > budget else
+            f"the operands ({_gib(total)} with the output {dims})")
+    raise ValueError(f"{op}: {culprit} makes {what}, more than the {where} ({_gib(budget)})")
+
+
 _BUILDERS = {"conv2d": forward_problem, "conv2d_backward_data": dgrad_problem,
              "conv2d_backward_weight": wgrad_problem, "conv_transpose2d": transpose_problem}
 _PARAMS = {"conv2d": ("x", "weight", "bias", "stride", "padding", "dilation", "groups"),
@@ -172,9 +274,9 @@ _DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1
 
 
 def problem_for(op: str, *args: Any, **kwargs: Any) -> Problem:
-    """The canonical Problem of a call ``op(*args, **kwargs)``; arrays need only ``shape``/``dtype``."""
-    if op not in _BUILDERS:
-        raise ValueError(f"op must be one of {sorted(_BUILDERS)}, got {op!r}")
+    """The canonical Problem of a call ``op(*args, **kwargs)``; arrays need only ``shape``/``dtype``.
+    ``op``: a public op name or its short form (forward, dgrad, wgrad, transpose)."""
+    op = public_op(op)
     names = _PARAMS[op]
     if len(args) > len(names):
         raise TypeError(f"{op} takes at most {len(names)} positional arguments")

@@ -106,12 +106,42 @@ def launch(kernel: Any, grid: Any, block: Any, args: Sequence[Any], *, stream: A
     """Launch ``kernel`` (a :class:`Kernel` or Numba dispatcher) on ``stream`` (default: the ambient
     stream) with Numba's ordinary launch; recorded when a recorder is active."""
     dispatcher = kernel.dispatcher if isinstance(kernel, Kernel) else kernel
+    if runtime.SIMULATOR:
+        _warn_simulator_cost(dispatcher, grid, block)
     stream = ambient_stream() if stream is None else stream
     if not (kernel_cache.enabled() and _launch_cached(dispatcher, grid, block, stream, shared, args)):
         dispatcher[grid, block, stream, shared](*args)
     recorder = getattr(_state, "recorder", None)
     if recorder is not None:
         recorder.append(Launch(dispatcher, grid, block, shared, args, recorder.operands))
+
+
+class SimulatorCostWarning(UserWarning):
+    """A kernel launch on Numba's CUDA simulator that will take long (every thread is a Python thread)."""
+
+
+_cost_warned: set = set()
+
+
+def _warn_simulator_cost(dispatcher: Any, grid: Any, block: Any) -> None:
+    """Warn (once per kernel and launch shape) before a simulated launch of more threads than
+    ``settings.sim_thread_budget()`` (the simulator runs each thread as a Python thread: hundreds to a
+    few thousand a second)."""
+    from .settings import sim_thread_budget
+
+    threads = int(np.prod(dims3(grid))) * int(np.prod(dims3(block)))
+    budget = sim_thread_budget()
+    name = getattr(dispatcher, "__name__", None) or getattr(getattr(dispatcher, "py_func", None),
+                                                            "__name__", "kernel")
+    key = (name, dims3(grid), dims3(block))
+    if threads <= budget or key in _cost_warned:
+        return
+    _cost_warned.add(key)
+    warnings.warn(f"convlab: kernel {name} launches {threads:,} threads (grid {dims3(grid)} x block "
+                  f"{dims3(block)}) on the CUDA simulator, where each thread is a Python thread "
+                  f"(hundreds to a few thousand a second): this will take long. Shrink the problem "
+                  f"(batch, channels, spatial size) or run on a GPU; CONVLAB_SIM_THREAD_BUDGET (now {budget}) sets this "
+                  f"warning's threshold", SimulatorCostWarning, stacklevel=4)
 
 
 class Launch:

@@ -15,8 +15,8 @@ import numpy as np
 
 from . import launch, operands, plan, runtime
 from .plugin import registry, strategy
-from .arguments import (array_spec, dgrad_problem, forward_problem, problem_for, transpose_problem,
-                        wgrad_problem)
+from .arguments import (array_spec, check_fits, check_out_aliasing, dgrad_problem, forward_problem,
+                        problem_for, transpose_problem, wgrad_problem)
 from .problem import Problem
 from .settings import check_workspace_limit
 
@@ -77,7 +77,9 @@ def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, opti
                     raise
                 launch.disable_thin(exc)  # the full path below recomputes the whole result
                 plan.clear()
-    return _execute(build(), inputs, bias, out, algorithm, workspace_limit, stream, key)
+    prob = build()
+    check_fits(op, prob)  # before anything is allocated
+    return _execute(prob, inputs, bias, out, algorithm, workspace_limit, stream, key)
 
 
 def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorithm: Any,
@@ -92,6 +94,7 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
         if oshape != out_shape or str(odtype) != prob.dtype:
             raise ValueError(f"out must have shape {out_shape} and dtype {prob.dtype}, "
                              f"got {oshape} {odtype}")
+        check_out_aliasing(out, {**inputs, "bias": bias})
     for name, value in (*inputs.items(), ("bias", bias), ("out", out)):  # before "auto" may tune
         if value is not None and not isinstance(value, np.ndarray):
             _to_device(value, name)  # a view, no copy: ValueError when non-contiguous

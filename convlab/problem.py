@@ -50,6 +50,29 @@ def as_pair(value: int | Iterable[int], name: str, *, minimum: int) -> Pair:
     return pair
 
 
+#: One vocabulary, two spellings: the public op names (canonical in the API: ``explain(op=...)``,
+#: ``problem_for``) and the short names (canonical in ``Problem.op`` and on the command line). Both are
+#: accepted everywhere; ``transpose`` is conv_transpose2d, whose problem is a dgrad one.
+OP_NAMES = {"forward": "conv2d", "dgrad": "conv2d_backward_data", "wgrad": "conv2d_backward_weight",
+            "transpose": "conv_transpose2d"}
+
+
+def public_op(name: str) -> str:
+    """The public op name of ``name`` (either spelling); ValueError listing both otherwise."""
+    if name in OP_NAMES.values():
+        return name
+    if isinstance(name, str) and name in OP_NAMES:
+        return OP_NAMES[name]
+    raise ValueError(f"op must be one of {sorted(OP_NAMES.values())} (or {sorted(OP_NAMES)}), "
+                     f"got {name!r}")
+
+
+def short_op(name: str) -> str:
+    """The short name of ``name`` (either spelling): forward, dgrad, wgrad or transpose."""
+    public = public_op(name)
+    return next(k for k, v in OP_NAMES.items() if v == public)
+
+
 def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
     """Output length of a convolution along one axis (PyTorch's formula); may be <= 0."""
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
@@ -190,7 +213,12 @@ class Problem:
 def make_problem(op: str, n: int, c: int, h: int, w: int, k: int, r: int, s: int,
                  p: int | None = None, q: int | None = None, stride=1, padding=0, dilation=1,
                  groups: int = 1, dtype: str = "float32", bias: bool = False) -> Problem:
-    """Validate and build a :class:`Problem`; ``p``/``q`` default to the forward formula."""
+    """Validate and build a :class:`Problem`; ``p``/``q`` default to the forward formula. ``op`` is
+    forward, dgrad or wgrad, or its public name (conv2d, conv2d_backward_data, conv2d_backward_weight)."""
+    op = short_op(op)
+    if op == "transpose":
+        raise ValueError("make_problem takes the canonical problem (forward, dgrad or wgrad); a "
+                         "conv_transpose2d is a dgrad problem: use problem_for('conv_transpose2d', ...)")
     stride = as_pair(stride, "stride", minimum=1)
     padding = as_pair(padding, "padding", minimum=0)
     dilation = as_pair(dilation, "dilation", minimum=1)

@@ -5,6 +5,7 @@
 | workspace limit: scratch bytes a plugin may use per call | ``CONVLAB_WORKSPACE_LIMIT`` (256M) | :func:`set_workspace_limit` |
 | tuning key policy: ``"exact"`` or ``"pow2"`` | ``CONVLAB_KEY_POLICY`` (exact) | :func:`set_key_policy` |
 | deterministic mode: exclude plugins declaring ``deterministic = False`` | ``CONVLAB_DETERMINISTIC`` (0) | :func:`set_deterministic` |
+| simulator thread budget: simulated threads per launch above which convlab warns | ``CONVLAB_SIM_THREAD_BUDGET`` (10000) | the variable |
 | cache directory: tuning results (and compiled kernels) | ``CONVLAB_CACHE_DIR`` (user cache dir) | the variable |
 
 Sizes in bytes are given as an int or a string such as ``"256M"``, ``"1.5GiB"``, ``"4096"`` (K, M, G, T are
@@ -121,6 +122,12 @@ def set_deterministic(flag: bool) -> bool:
     if not isinstance(flag, bool):
         raise TypeError(f"flag must be a bool, got {flag!r}")
     return _swap("deterministic", flag)
+
+
+def sim_thread_budget() -> int:
+    """Threads of one simulated launch above which ``convlab.SimulatorCostWarning`` is issued:
+    ``$CONVLAB_SIM_THREAD_BUDGET`` (read at each call), else 10000 (a few seconds of simulation)."""
+    return _from_env("CONVLAB_SIM_THREAD_BUDGET", int, 10_000)
 
 
 def cache_dir() -> Path:

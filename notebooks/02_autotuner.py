@@ -39,9 +39,11 @@ import time
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import ListedColormap
 
 import convlab
 from convlab import autotune, measure, runtime
+from convlab.bench.plot import plugin_color
 
 SIZE = os.environ.get("CONVLAB_NOTEBOOK_SIZE", "tiny" if runtime.SIMULATOR else "full")
 assert SIZE in ("tiny", "full"), f"CONVLAB_NOTEBOOK_SIZE must be 'tiny' or 'full', got {SIZE!r}"
@@ -99,7 +101,7 @@ plugins = sorted({result.winner.plugin.name for result in grid.values()})
 colour = {name: i for i, name in enumerate(plugins)}
 cells = np.array([[colour[grid[r, c].winner.plugin.name] for c in COLS] for r in ROWS])
 fig, ax = plt.subplots(figsize=(2.2 + 2.4 * len(COLS), 1.4 + 1.0 * len(ROWS)))
-cmap = plt.get_cmap("tab10", max(len(plugins), 1))
+cmap = ListedColormap([plugin_color(name) for name in plugins])  # the colours of every convlab chart
 ax.imshow(cells, cmap=cmap, vmin=-0.5, vmax=len(plugins) - 0.5, aspect="auto")
 for i, r in enumerate(ROWS):
     for j, c in enumerate(COLS):

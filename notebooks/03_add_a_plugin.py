@@ -210,12 +210,12 @@ class WinogradF2x3(Algorithm):
 # %% [markdown]
 # ## Register it
 # `convlab.register` (also usable as a class decorator) instantiates the class and adds it to the
-# registry. From now on `conv2d(..., algorithm="notebook_winograd")` forces it, and `algorithm="auto"`
-# considers it. In a repository checkout the same class would go into `algorithms/winograd.py` with
+# registry; `replace=True` lets this cell run again (a name is registered once, else ValueError).
+# From now on `conv2d(..., algorithm="notebook_winograd")` forces it, and `algorithm="auto"` considers it. In a repository checkout the same class would go into `algorithms/winograd.py` with
 # `@register`; a separate package would declare it under the `convlab.algorithms` entry-point group.
 
 # %%
-convlab.register(WinogradF2x3)
+convlab.register(WinogradF2x3, replace=True)
 for plugin in convlab.plugins("forward"):
     print(f"{plugin.name:<18} priority {plugin.priority:>3}  {plugin.description}")
 

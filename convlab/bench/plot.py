@@ -6,6 +6,9 @@ panel per op; and ``SUITE-roofline.png``, achieved TFLOP/s against arithmetic in
 
     attainable TFLOP/s = min(peak_tflops, intensity [FLOP/B] * peak_tbps)
 
+Simulator runs (``convlab bench --simulator-wall-clock``) give one chart per suite,
+``SUITE-simulator-time.png``, titled "simulator wall-clock, not GPU speed".
+
 The default ceilings were measured on the benchmark GPU (see shared/gpu/README.md): cuBLAS SGEMM 4096^3 in
 fp32 without TF32, and a device-to-device copy (read + write). Override them for another GPU.
 Wrong or failing candidates never appear (the harness timed only checked ones).
@@ -84,10 +87,17 @@ def _log_ticks(ax) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def bar_chart(suite: str, results: list[dict[str, Any]], metric: str, path: Path) -> Path:
-    """One panel per op: for each shape, a bar per plugin."""
+#: The title of charts of simulator runs (``convlab bench --simulator-wall-clock``).
+SIMULATOR_TITLE = "simulator wall-clock (ms, log), not GPU speed"
+
+
+def bar_chart(suite: str, results: list[dict[str, Any]], metric: str, path: Path, *,
+              simulator: bool = False) -> Path:
+    """One panel per op: for each shape, a bar per plugin. ``simulator``: the times are the simulator's
+    wall-clock, and the chart says so."""
     plt = _plt()
     title, key = METRICS[metric]
+    title = SIMULATOR_TITLE if simulator else title
     ops = [op for op in _OPS if any(r["op"] == op for r in results)]
     fig, axes = plt.subplots(len(ops), 1, figsize=(max(8, 0.9 * len(results) / len(ops) + 4), 3.6 * len(ops)),
                              squeeze=False)
@@ -109,7 +119,7 @@ def bar_chart(suite: str, results: list[dict[str, Any]], metric: str, path: Path
         ax.set_xticklabels([("T " if r["kind"] == "conv_transpose2d" and not r["label"].startswith("T ")
                              else "") + r["label"] for r in rows],
                            rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel(title if len(title) < 20 else metric)
+        ax.set_ylabel("simulator ms" if simulator else title if len(title) < 20 else metric)
         transposes = all(r["kind"] == "conv_transpose2d" for r in rows)
         ax.set_title(f"{suite}: {'conv_transpose2d (dgrad)' if transposes else op}")
         ax.grid(axis="y", alpha=0.3)
@@ -187,11 +197,25 @@ def plot_results(datas: list[dict[str, Any]], out_dir: str | os.PathLike, *, met
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     device = next((d.get("device", "") for d in datas), "")
+    simulator = any(d.get("simulator") for d in datas)
+    if simulator and not all(d.get("simulator") for d in datas):
+        raise ValueError("mixing simulator and GPU results in one chart: plot them separately")
     written = []
     for suite, results in by_suite(datas).items():
         timed = [r for r in results if best_per_plugin(r, "median_ms")]
+        if not timed and simulator:
+            raise ValueError(f"suite {suite!r} is a simulator run with no timings: rerun it with "
+                             "'convlab bench --simulator-wall-clock ...' to chart the simulator's "
+                             "wall-clock (not GPU speed)")
         if not timed:
-            raise ValueError(f"suite {suite!r} has no timings (a simulator run?): nothing to plot")
+            raise ValueError(f"suite {suite!r} has no timings: nothing to plot")
+        if simulator:  # no rates, no cuDNN, no roofline: only wall-clock bars, labelled as such
+            if metric not in ("auto", "time"):
+                raise ValueError(f"a simulator run has only wall-clock times: --metric {metric} needs "
+                                 "a GPU run")
+            written.append(bar_chart(suite, timed, "time", out / f"{suite}-simulator-time.png",
+                                     simulator=True))
+            continue
         chosen = metric
         if metric == "auto":
             chosen = "ratio" if any(r.get("cudnn") and r["cudnn"].get("median_ms") for r in timed) else "time"

@@ -30,6 +30,14 @@ from convlab._version import __version__
 FORMAT = "convlab-bench/1"
 SIMULATOR_NOTE = "CUDA simulator: outputs were checked, but no time was measured (times are not meaningful)"
 
+#: Printed under every table: how to read the shape labels and the marks.
+LEGEND = "\n".join([
+    "legend: shape 'n1 16x4x4 w16x3x1 p1x0' = batch N=1, input C x H x W = 16x4x4, weight K x R x S = 16x3x1,",
+    "  then, when not the default: s stride, p padding, d dilation, op output_padding (HxW when they",
+    "  differ), g groups, +bias; 'T ' marks a conv_transpose2d. '*' the plugin 'auto' picks, '<' the fastest;",
+    "  check: ok (within tolerance) / wrong / error, with the relative error against the float64 reference."])
+
+
 @dataclass
 class ProblemResult:
     """One (suite entry, op) problem: its candidates, the auto pick, the declining plugins, cuDNN."""
@@ -195,4 +203,5 @@ def table(results: Iterable[ProblemResult]) -> str:
         lines.append("geometric mean of cuDNN ms / plugin ms (above 1: faster than cuDNN):")
         for (plugin, op), vals in sorted(ratios.items()):
             lines.append(f"  {plugin:<20} {op:<9} {geomean(vals):.3f} over {len(vals)} problem(s)")
+    lines.extend(["", LEGEND])
     return "\n".join(lines)

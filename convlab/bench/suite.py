@@ -72,6 +72,9 @@ def _label(kind: str, x: tuple[int, ...], w: tuple[int, ...], spec: dict[str, An
     for key, short, default in (("stride", "s", 1), ("padding", "p", 0), ("dilation", "d", 1),
                                 ("output_padding", "op", 0)):
         value = spec.get(key, default)
+        if isinstance(value, str):  # padding "same" / "valid"
+            text += f" p{value}"
+            continue
         pair = (value, value) if isinstance(value, int) else tuple(value)
         if pair != (default, default):
             text += f" {short}{pair[0] if pair[0] == pair[1] else f'{pair[0]}x{pair[1]}'}"

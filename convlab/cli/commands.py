@@ -22,6 +22,13 @@ class UsageError(ValueError):
     """Bad command-line input: reported as ``convlab CMD: error: ...`` with exit status 2."""
 
 
+def _missing_extra(command: str, what: str, extra: str, exc: ImportError) -> int:
+    """Tell how to install an optional dependency (no traceback); exit status 1."""
+    print(f"convlab {command}: {what} is not installed ({exc.name or exc}); install it with:\n"
+          f"    pip install \"convlab[{extra}]\"", file=sys.stderr)
+    return 1
+
+
 def _shape_spec(args: argparse.Namespace) -> dict[str, Any]:
     spec = {"x": args.x, "w": args.w, "stride": args.stride, "padding": args.padding,
             "dilation": args.dilation, "groups": args.groups, "bias": args.bias, "dtype": args.dtype,
@@ -69,7 +76,8 @@ def _run_bench(args: argparse.Namespace, suites: list, opts: Any, out_stem: str 
     if runtime.SIMULATOR:
         print(f"note: {report.SIMULATOR_NOTE}")
     settings = {k: getattr(opts, k) for k in ("ops", "plugins", "all_configs", "warmup", "repeat",
-                                               "max_seconds", "workspace_limit", "auto", "seed")}
+                                               "max_seconds", "workspace_limit", "auto", "seed",
+                                               "simulator_wall_clock")}
     settings["suites"] = [s.name for s in suites]
     meta = report.metadata(settings, baseline.versions(cudnn))
     done: list = []
@@ -81,8 +89,11 @@ def _run_bench(args: argparse.Namespace, suites: list, opts: Any, out_stem: str 
 
     bench.run(suites, opts, cudnn, progress=not args.quiet, on_result=save)
     print(report.table(done))
-    if runtime.SIMULATOR:
-        print(f"note: {report.SIMULATOR_NOTE}; run on a GPU for times")
+    if runtime.SIMULATOR and opts.simulator_wall_clock:
+        print("note: the ms column is the simulator's wall-clock time, not GPU speed")
+    elif runtime.SIMULATOR:
+        print(f"note: {report.SIMULATOR_NOTE}; run on a GPU for times (or pass --simulator-wall-clock "
+              "for the simulator's wall-clock)")
     if out_stem is not None:
         print(f"wrote {os.path.join(args.out, out_stem)}.json and .csv")
     return done
@@ -95,7 +106,8 @@ def _options(args: argparse.Namespace, ops: tuple[str, ...]) -> Any:
         raise UsageError("--repeat must be >= 1 and --warmup >= 0")
     return BenchOptions(ops=ops, plugins=_check_plugins(args.plugins), all_configs=args.all_configs,
                         warmup=args.warmup, repeat=args.repeat, max_seconds=args.max_seconds,
-                        workspace_limit=args.workspace_limit, auto=not args.no_auto, seed=args.seed)
+                        workspace_limit=args.workspace_limit, auto=not args.no_auto, seed=args.seed,
+                        simulator_wall_clock=getattr(args, "simulator_wall_clock", False))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -165,7 +177,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise UsageError("a conv_transpose2d shape is a dgrad problem; drop --op or use --op dgrad")
     wanted = "dgrad" if entry.kind == "conv_transpose2d" else (op or "forward")
     problem = next(p for p in entry.problems if p.op == wanted)
-    print(explain(problem, algorithm=args.algorithm, workspace_limit=args.workspace_limit))
+    explanation = explain(problem, algorithm=args.algorithm, workspace_limit=args.workspace_limit)
+    print(explanation)
+    if explanation.chosen is None:  # what the op would raise with this algorithm=
+        print(f"convlab explain: error: {explanation.notes[-1] if explanation.notes else 'nothing picked'}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -192,7 +209,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
                    f"{result.tuning_s:.3g} s)" + ("" if result.winner else f": {result.reason}"))
         if args.verbose:
             tqdm.write(str(result))
-    print(f"cache: {autotune.cache_path()}")
+    from convlab import runtime
+
+    if runtime.SIMULATOR:
+        print("nothing was written: on the simulator the autotuner picks by declared priority and caches "
+              "nothing (tune on a GPU to fill the cache)")
+    else:
+        print(f"cache: {autotune.cache_path()}")
     return 1 if failed else 0
 
 
@@ -201,11 +224,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     plugin = registry.get(args.plugin)  # ValueError naming the registered plugins
     try:
-        from convlab import testing
         from hypothesis import settings
+
+        from convlab import testing
     except ImportError as exc:
-        print(f"convlab check: the conformance suite needs hypothesis ({exc})", file=sys.stderr)
-        return 1
+        return _missing_extra("check", "the conformance suite needs hypothesis, which", "test", exc)
     settings.load_profile(os.environ.get("CONVLAB_HYPOTHESIS_PROFILE", testing.DEFAULT_PROFILE))
     ops = sorted(plugin.ops) if args.ops is None else [o for o in args.ops if o in plugin.ops]
     checks = list(testing.CHECKS) if args.checks is None else args.checks.split(",")
@@ -230,6 +253,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from convlab.bench import plot, report
 
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        return _missing_extra("plot", "matplotlib", "plot", exc)
     data = [report.load(p) for p in args.results]
     for path in plot.plot_results(data, args.output, metric=args.metric, peak_tflops=args.peak_tflops,
                                   peak_tbps=args.peak_tbps):

@@ -2,7 +2,8 @@
 
 Subcommands (demo, list, explain, bench, plot, tune, check) live in :mod:`convlab.commands`. Exit status:
 0 success, 1 a check or command failed, 2 bad arguments (argparse's convention: the message, no
-traceback; ``convlab --debug ...`` shows the traceback instead).
+traceback; ``--debug`` shows the traceback instead). ``--debug`` and ``--deterministic`` may be given
+before or after the subcommand.
 """
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ def pair(text: str) -> int | list[int]:
     return values[0] if len(values) == 1 else values
 
 
+def padding(text: str) -> int | list[int] | str:
+    """--padding: one int, h,w, or PyTorch's 'same' / 'valid' (as the ops take it)."""
+    return text.strip() if text.strip() in ("same", "valid") else pair(text)
+
+
 def nbytes(text: str) -> int:
     """'268435456', '256M', '1GiB' -> bytes (the same forms as ``convlab.set_workspace_limit``)."""
     from convlab.settings import parse_bytes
@@ -47,15 +53,37 @@ def nbytes(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def op_list(text: str) -> tuple[str, ...]:
-    from convlab.problem import OPS
+def op_name(text: str) -> str:
+    """An op in either spelling (conv2d or forward, conv2d_backward_data or dgrad, ...) -> the short one."""
+    from convlab.problem import short_op
 
-    ops = tuple(o.strip() for o in text.split(",") if o.strip())
-    bad = [o for o in ops if o not in OPS]
-    if bad or not ops:
-        raise argparse.ArgumentTypeError(f"ops must be a comma-separated subset of {','.join(OPS)}, "
-                                         f"got {text!r}")
+    try:
+        return short_op(text.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def op_list(text: str) -> tuple[str, ...]:
+    from convlab.problem import OPS, short_op
+
+    try:
+        ops = tuple(short_op(o.strip()) for o in text.split(",") if o.strip())
+    except ValueError:
+        ops = ()
+    if not ops or "transpose" in ops:
+        raise argparse.ArgumentTypeError(f"ops must be a comma-separated subset of {','.join(OPS)} (or "
+                                         f"conv2d, conv2d_backward_data, conv2d_backward_weight), got "
+                                         f"{text!r}; a conv_transpose2d shape is a dgrad problem")
     return ops
+
+
+def algorithm(text: str) -> str | tuple[str, str]:
+    """'auto', a plugin name, or NAME[CONFIG] (as ``explain`` prints it, e.g. 'im2col[BK=8, BM=64]')."""
+    text = text.strip()
+    if text.endswith("]") and "[" in text:
+        name, config = text[:-1].split("[", 1)
+        return name.strip(), config
+    return text
 
 
 def _add_shape(p: argparse.ArgumentParser, required: bool) -> None:
@@ -65,7 +93,7 @@ def _add_shape(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--w", type=shape4, required=required, metavar="K,C,R,S",
                    help="weight shape K,C/groups,R,S (for --transpose: C_in,C_out/groups,R,S)")
     g.add_argument("--stride", type=pair, default=1, metavar="S|SH,SW")
-    g.add_argument("--padding", type=pair, default=0, metavar="P|PH,PW")
+    g.add_argument("--padding", type=padding, default=0, metavar="P|PH,PW|same|valid")
     g.add_argument("--dilation", type=pair, default=1, metavar="D|DH,DW")
     g.add_argument("--groups", type=int, default=1)
     g.add_argument("--bias", action="store_true", help="with a bias operand (forward / transpose)")
@@ -102,6 +130,17 @@ def _bench_args(p: argparse.ArgumentParser, ops_default: tuple[str, ...]) -> Non
                    help="scratch memory per call, e.g. 256M (default: convlab's setting)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_shape(p, required=False)
+    _common(p)
+
+
+def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
+    """The options every command takes, before or after its name (a subcommand's own copy only
+    overrides the top-level value when given)."""
+    default = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
+    p.add_argument("--debug", action="store_true", default=default(False), help="show tracebacks of errors")
+    p.add_argument("--deterministic", action="store_true", default=default(False),
+                   help="deterministic mode: exclude plugins whose results may vary bit-wise between runs "
+                        "(as convlab.set_deterministic(True) or CONVLAB_DETERMINISTIC=1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "autotuner, benchmarks.", epilog=_EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"convlab {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    _common(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("demo", help="every plugin on a small problem, checked against the reference",
@@ -121,19 +160,26 @@ def build_parser() -> argparse.ArgumentParser:
                        "PyTorch is installed). Exit status 1 if a plugin disagrees with the reference.")
     p.add_argument("--no-torch", action="store_true", help="skip the cuDNN baseline")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _common(p)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("list", help="registered plugins and built-in suites")
+    _common(p)
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("explain", help="for one shape: which plugins apply, why not, what is picked",
                        description="Which plugins apply to one problem, why the others decline, their "
                        "workspace, and what the strategy picks.")
     _add_shape(p, required=True)
-    p.add_argument("--op", choices=(*OPS, "transpose"), default=None,
-                   help="which problem of the shape (default: forward; transpose = --transpose)")
-    p.add_argument("--algorithm", default="auto", help="'auto' or a plugin name (default: auto)")
+    p.add_argument("--op", type=op_name, default=None, metavar="OP",
+                   help="which problem of the shape: forward, dgrad, wgrad or transpose (= --transpose), "
+                        "or the public names conv2d, conv2d_backward_data, conv2d_backward_weight, "
+                        "conv_transpose2d (default: forward)")
+    p.add_argument("--algorithm", type=algorithm, default="auto",
+                   help="'auto', a plugin name, or NAME[CONFIG] such as 'im2col[BK=8,BM=64,BN=64]' "
+                        "(default: auto)")
     p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES")
+    _common(p)
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("bench", help="time every eligible plugin (and cuDNN) on a suite",
@@ -157,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="file stem (default: the suite names joined by '+')")
     p.add_argument("--seed", type=int, default=0, help="seed of the random operands")
     p.add_argument("--force", action="store_true", help="allow large suites on the simulator")
+    p.add_argument("--simulator-wall-clock", action="store_true",
+                   help="on the simulator: record one run's wall-clock time per candidate, so that "
+                        "'convlab plot' can chart it (simulator wall-clock, not GPU speed)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("plot", help="charts from results files (matplotlib, PNG)",
@@ -170,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compute ceiling in TFLOP/s (default: H200 fp32 SGEMM, 50.7)")
     p.add_argument("--peak-tbps", type=float, default=None,
                    help="memory ceiling in TB/s (default: H200 device copy, 4.24)")
+    _common(p)
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("tune", help="pre-tune a suite into the autotuner's cache",
@@ -190,14 +240,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", type=op_list, default=None, metavar="OPS", help="only these ops")
     p.add_argument("--checks", default=None, metavar="A,B", help="only these checks (check_* names)")
     p.add_argument("--max-examples", type=int, default=None, help="hypothesis examples per check")
+    _common(p)
     p.set_defaults(func=cmd_check)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``convlab`` console script; returns the exit status."""
+    from convlab import settings
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = settings.set_deterministic(True) if args.deterministic else None
     try:
         return args.func(args)
     except (ValueError, TypeError) as exc:
@@ -212,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            settings.set_deterministic(previous)
 
 
 if __name__ == "__main__":

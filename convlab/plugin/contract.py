@@ -148,13 +148,23 @@ class Algorithm:
         return f"<plugin {self.name}: ops={sorted(self.ops)} priority={self.priority}>"
 
 
+def _config_text(text: str) -> str:
+    """A config string in the form of :attr:`Config.name`: ``" BM = 8, BK=4 "`` -> ``"BK=4,BM=8"``."""
+    parts = [p.split("=", 1) for p in text.split(",") if p.strip()]
+    if not parts or any(len(p) != 2 for p in parts):
+        return text.strip()
+    return ",".join(f"{k.strip()}={v.strip()}" for k, v in sorted((k.strip(), v) for k, v in parts))
+
+
 def config_from(value: Config | Mapping[str, Any] | str | None, choices: Iterable[Config]) -> Config | None:
-    """Resolve a user's config (a Config, a dict, or a ``name`` string) against ``choices``."""
+    """Resolve a user's config (a Config, a dict, or a ``name`` string such as ``"BK=4,BM=8"``; spaces
+    and the order of the entries do not matter) against ``choices``."""
     if value is None:
         return None
     choices = list(choices)
+    text = _config_text(value) if isinstance(value, str) else None
     for choice in choices:
-        if (isinstance(value, str) and choice.name == value) or (
+        if (text is not None and choice.name == text) or (
                 isinstance(value, Mapping) and choice == value):
             return choice
     raise ValueError(f"unknown config {value!r}; choices are {[c.name for c in choices]}")

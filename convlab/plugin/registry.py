@@ -13,7 +13,7 @@ import pkgutil
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Iterable, TypeVar
+from typing import Any, Iterable, TypeVar
 
 from .contract import Algorithm, Config, Verdict
 from convlab.problem import Problem
@@ -28,8 +28,14 @@ _loaded = False
 A = TypeVar("A", bound=type)
 
 
-def register(cls: A) -> A:
-    """Class decorator: instantiate ``cls`` and add it to the registry under ``cls.name``."""
+def register(cls: A | None = None, *, replace: bool = False) -> Any:
+    """Class decorator: instantiate ``cls`` and add it to the registry under ``cls.name``.
+
+    ``@register``, ``@register(replace=True)`` and ``register(Cls, replace=True)`` all work. A name that
+    is already registered raises ValueError unless ``replace=True`` (re-running a notebook cell, a test
+    that swaps in an edited class)."""
+    if cls is None:
+        return lambda c: register(c, replace=replace)
     if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
         raise TypeError(f"@register expects a subclass of convlab.Algorithm, got {cls!r}")
     if not cls.name or not isinstance(cls.name, str):
@@ -38,8 +44,10 @@ def register(cls: A) -> A:
     if not cls.ops or unknown:
         raise ValueError(f"plugin {cls.name!r}: ops must be a non-empty subset of forward/dgrad/wgrad")
     existing = _plugins.get(cls.name)
-    if existing is not None and type(existing).__qualname__ != cls.__qualname__:
-        raise ValueError(f"a plugin named {cls.name!r} is already registered ({existing!r})")
+    if existing is not None and not replace:
+        raise ValueError(f"a plugin named {cls.name!r} is already registered "
+                         f"({type(existing).__module__}.{type(existing).__qualname__}); choose another "
+                         f"name, or pass replace=True to replace it")
     _plugins[cls.name] = cls()
     return cls
 
@@ -64,8 +72,9 @@ def _load_entry_points() -> None:
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             obj = ep.load()
-            if isinstance(obj, type) and issubclass(obj, Algorithm) and obj.name not in _plugins:
-                register(obj)
+            if (isinstance(obj, type) and issubclass(obj, Algorithm)
+                    and type(_plugins.get(obj.name)) is not obj):
+                register(obj)  # a name taken by another class: ValueError, reported below
         except Exception as exc:
             _report(f"entry point {ep.name} ({ep.value})", exc)
 

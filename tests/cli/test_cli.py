@@ -328,6 +328,7 @@ def test_plot_from_results(tmp_path, capsys):
         row = res["candidates"][0]
         row.update(median_ms=0.1 * (i + 1), tflops=res["flops"] / (0.1 * (i + 1)) / 1e9, vs_cudnn=0.5)
         res["cudnn"] = dict(row, plugin="cudnn", median_ms=0.05 * (i + 1), vs_cudnn=None)
+    data["simulator"] = False
     (tmp_path / "gpu.json").write_text(json.dumps(data))
     code, out, err = run_cli(capsys, "plot", str(tmp_path / "gpu.json"), "-o", str(tmp_path / "p"))
     assert code == 0, err

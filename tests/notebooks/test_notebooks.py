@@ -96,3 +96,15 @@ def test_run_all_inline_engine_needs_no_jupyter(tmp_path, monkeypatch):
     assert not _errors(nb) and "relative error" in _text(nb)
     assert all(c["execution_count"] for c in nb["cells"] if c["cell_type"] == "code")
     assert (tmp_path / "out" / "figures" / "01_time_by_plugin.png").is_file()
+
+
+def test_winner_map_uses_the_shared_plugin_colours():
+    """Notebook 02's map colours each plugin as every other chart does (convlab.bench.plot.plugin_color)."""
+    pytest.importorskip("matplotlib")
+    from convlab.bench.plot import plugin_color
+
+    for path in (NOTEBOOKS / "02_autotuner.py", NOTEBOOKS / "02_autotuner.ipynb"):
+        text = path.read_text()
+        assert "ListedColormap([plugin_color(name) for name in plugins])" in text, path
+        assert "get_cmap(" not in text, path
+    assert len({plugin_color(p) for p in ("direct", "im2col", "col2im", "implicit_gemm", "cudnn")}) == 5

@@ -17,6 +17,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -286,3 +287,43 @@ def test_guide_example_plugin_is_registered_tested_and_forced(monkeypatch, tmp_p
     finally:
         convlab.unregister("depthwise_example")
         autotune.clear_cache(memory=True, disk=False)
+
+
+# ---- the plugin template of docs/plugin_template ----------------------------------------------------------
+TEMPLATE = REPO / "docs" / "plugin_template"
+
+
+def test_plugin_template_is_a_complete_package_that_passes_conformance(monkeypatch, tmp_path):
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "cache"))
+    meta = tomllib.loads((TEMPLATE / "pyproject.toml").read_text())
+    (name, target), = meta["project"]["entry-points"][registry.ENTRY_POINT_GROUP].items()
+    assert meta["project"]["dependencies"] == ["convlab"] and "do not install" not in \
+        (TEMPLATE / "pyproject.toml").read_text()
+    monkeypatch.syspath_prepend(str(TEMPLATE / "src"))
+    fake = [metadata.EntryPoint(name, target, registry.ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(registry.metadata, "entry_points",
+                        lambda **kw: [ep for ep in fake if kw.get("group") in (None, ep.group)])
+    try:
+        registry.load(reload=True)
+        plugin = convlab.get_plugin(name)
+        assert f"{type(plugin).__module__}:{type(plugin).__name__}" == target
+        report = check_plugin(name)
+        assert all(v.startswith("ok (") for v in report.values())
+        assert len(report) == len(convlab.testing.CHECKS)
+        assert "docs/plugin_template/" in (REPO / "docs" / "ADDING_A_PLUGIN.md").read_text()
+    finally:
+        convlab.unregister(name)
+        for module in [m for m in sys.modules if m.startswith("my_convlab_plugins")]:
+            del sys.modules[module]
+        autotune.clear_cache(memory=True, disk=False)
+
+
+def test_the_guide_needs_nothing_outside_the_repository():
+    root = REPO
+    guide = (root / "docs" / "ADDING_A_PLUGIN.md").read_text()
+    assert "shared/" not in guide and "NUMBA_NOTES" not in guide
+    paths = set(re.findall(r"`((?:convlab|algorithms|tests|docs|notebooks)/[\w/.]+)`", guide))
+    for path in paths - {"algorithms/depthwise_example.py"}:  # the file the guide has you write
+        assert (root / path).exists() or list(root.glob(path + ".*")), \
+            f"the guide names {path}, which is not in the repository"
+    assert "sample_problems" in guide and "replace=True" in guide

@@ -1,0 +1,1 @@
+"""convlab plugins of this package (registered through the entry points in pyproject.toml)."""

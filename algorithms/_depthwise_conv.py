@@ -89,13 +89,13 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
     uCA, uCO, uM, uOUT_HW, uPLRS = (np.uint32(v) for v in (in_c, out_c, mult, out_h * out_w, pl * RS))
     ROWSTEP, uISW, uHALO = np.uint32(vh * ah.istep * HW), np.uint32(aw.istep), np.uint32(HALO)
     ZEROS, DGRAD, PHASED, JN = (zero,) * vh, dgrad, len(ah.phases) * len(aw.phases) > 1, np.uint32(mult if dgrad else 1)
-    ONE, HAS_BIAS = pl == 1, has_bias
+    ONE, HAS_BIAS, TILE_N, WS_N = pl == 1, has_bias, pl * HALO, pl * RS  # shared sizes: literals
 
     @runtime.jit
     def kernel(a4, wt4, bias, out4):
         a, wt, out = a4.flat, wt4.flat, out4.flat  # C-contiguous: flat indexing
-        tile = cuda.shared.array(pl * HALO, NT)
-        ws = cuda.shared.array(pl * RS, NT)
+        tile = cuda.shared.array(TILE_N, NT)
+        ws = cuda.shared.array(WS_N, NT)
         tid = uint32(cuda.threadIdx.x)
         rem = uint32(cuda.blockIdx.x)
         co0 = uint32(uint32(cuda.blockIdx.y) * uPL)

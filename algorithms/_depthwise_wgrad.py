@@ -9,7 +9,7 @@ k = k0 + l; units u = (n, bh, bw) in [z*chunk, z*chunk + chunk), the same for ev
            syncthreads
            acc[r, s] += tile[l][row(v, r)][col(tx, s)] * g[v]  for v, r, s;  syncthreads
     part[z, k, r, s] = tree sum of acc[r, s] over the TP threads of filter k (fixed pairing, up to
-                       16 KiB of taps per tree: log2(TP) + 2 barriers per group of taps)
+                       16 KiB of taps per tree: log2(TP) + 2 barriers per group of taps; k < K)
     (splits > 1: dw = sum over z of part[z], in order z = 0, 1, ...: convlab.kernels.splitk.sum_partials)
 
 With small planes one unit is a whole image plane and PL filters share the block: few blocks, each with
@@ -53,28 +53,23 @@ def dy_loader(vh: int, out_h: int, out_w: int):
 
 
 @functools.cache
-def block_reduce(taps: int, tp: int, pl: int, group: int, k_n: int):
-    """``reduce(acc, red, tid, out, at)``: out[at + l*taps + i] = sum of acc[i] over the TP threads of
-    plane l (threads l*TP .. l*TP + TP - 1), for l < PL with k0 + l < k_n (``at`` = (z*k_n + k0) * taps,
-    ``k0`` passed as the last argument). ``group`` taps at a time go to red[g * T + tid], then one
-    tree per plane for all of them (fixed pairing: deterministic; log2(TP) + 2 barriers per group)."""
+def block_reduce(taps: int, tp: int, pl: int, group: int):
+    """``reduce(acc, red, tid, lane, ok, out, at)``: out[at + i] = sum of acc[i] over the TP threads
+    of the caller's plane (threads tid - lane .. tid - lane + TP - 1, lane = tid % TP), written when
+    ``ok``. ``group`` taps at a time go to red[g * T + tid], then one tree per plane for all of them
+    (fixed pairing: deterministic; log2(TP) + 2 barriers per group); lane g of each plane writes tap g."""
     t = tp * pl
-    lines = ["def reduce(acc, red, tid, out, at, k0):", f"    {names('a', taps)}= acc",
-             f"    lane = u32(tid % u32({tp}))"]
+    lines = ["def reduce(acc, red, tid, lane, ok, out, at):", f"    {names('a', taps)}= acc"]
     for i0 in range(0, taps, group):
         size = min(group, taps - i0)
         lines += [f"    red[u32({g * t}) + tid] = a{i0 + g}" for g in range(size)]
         lines += ["    cuda.syncthreads()", f"    h = u32({tp // 2})", "    while h > u32(0):",
                   "        if lane < h:"]
         lines += [f"            red[u32({g * t}) + tid] += red[u32({g * t}) + tid + h]" for g in range(size)]
-        lines += ["        cuda.syncthreads()", "        h >>= u32(1)", "    e = tid",
-                  f"    while e < u32({size * pl}):",
-                  f"        lp = u32(e // u32({size}))",
-                  f"        g = u32(e - u32(lp * u32({size})))",
-                  f"        if u32(k0 + lp) < u32({k_n}):",
-                  f"            out[i64(u32(at + u32(lp * u32({taps})) + u32({i0}) + g))] = "
-                  f"red[u32(g * u32({t})) + u32(lp * u32({tp}))]",
-                  f"        e += u32({t})", "    cuda.syncthreads()"]
+        lines += ["        cuda.syncthreads()", "        h >>= u32(1)", "    g = lane",
+                  f"    while ok and g < u32({size}):",
+                  f"        out[i64(u32(at + u32({i0}) + g))] = red[u32(u32(g * u32({t})) + tid) - lane]",
+                  f"        g += u32({tp})", "    cuda.syncthreads()"]
     return device(lines, "reduce", {"cuda": cuda})
 
 
@@ -94,7 +89,7 @@ def wgrad_kernel(dtype: str, tile: tuple[int, int, int, int], geometry: tuple[in
     compute = wgrad_compute(ah, aw, vh, HW, s_, r_)
     load_dy = dy_loader(vh, out_h, out_w)
     GROUP = reduce_group(RS, T, np.dtype(dtype).itemsize)
-    reduce = block_reduce(RS, TP, pl, GROUP, k_n)
+    reduce = block_reduce(RS, TP, pl, GROUP)
     RED = GROUP * T
     u0, u1, uRS, uTH, uTW, uVH, uTP, uPL = (np.uint32(v) for v in (0, 1, RS, th, tw, vh, TP, pl))
     uC, uK, uOUT_W, uOUT_HW, uHALO = (np.uint32(v) for v in (c_n, k_n, out_w, out_h * out_w, HALO))
@@ -102,12 +97,12 @@ def wgrad_kernel(dtype: str, tile: tuple[int, int, int, int], geometry: tuple[in
     uUNITS, uCHUNK = np.uint32(units), np.uint32(chunk)
     SH, SW, PH, PW = (np.int32(v) for v in (sh, sw, ph, pw))
     ROWSTEP, uSW = np.uint32(vh * sh * HW), np.uint32(sw)
-    ZEROS, ONE = (zero,) * RS, pl == 1
+    ZEROS, ONE, TILE_N = (zero,) * RS, pl == 1, pl * HALO  # shared size: a literal
 
     @runtime.jit
     def kernel(x4, dy4, part):
         x, dy, part = x4.flat, dy4.flat, part.flat  # C-contiguous: flat indexing (part: dw or 1-D)
-        tile = cuda.shared.array(pl * HALO, NT)
+        tile = cuda.shared.array(TILE_N, NT)
         red = cuda.shared.array(RED, NT)
         tid = uint32(cuda.threadIdx.x)
         z = uint32(cuda.blockIdx.x)
@@ -144,6 +139,6 @@ def wgrad_kernel(dtype: str, tile: tuple[int, int, int, int], geometry: tuple[in
                 if bh == uTILES_H:
                     bh = u0
                     n = uint32(n + u1)
-        reduce(acc, red, tid, part, uint32(uint32(uint32(z * uK) + k0) * uRS), k0)
+        reduce(acc, red, tid, t, k < uK, part, uint32(uint32(uint32(z * uK) + k) * uRS))
 
     return kernel

@@ -88,7 +88,8 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
     uTH, uTW, uVH, uTHW, uTILES_W = (np.uint32(v) for v in (th, tw, vh, tiles_h * tiles_w, tiles_w))
     uCA, uCO, uM, uOUT_HW, uPLRS = (np.uint32(v) for v in (in_c, out_c, mult, out_h * out_w, pl * RS))
     ROWSTEP, uISW, uHALO = np.uint32(vh * ah.istep * HW), np.uint32(aw.istep), np.uint32(HALO)
-    ZEROS, DGRAD, PHASED, JN = (zero,) * vh, dgrad, len(ah.phases) * len(aw.phases) > 1, np.uint32(mult if dgrad else 1)
+    ZEROS, DGRAD, PHASED = (zero,) * vh, dgrad, len(ah.phases) * len(aw.phases) > 1
+    JN = np.uint32(mult if dgrad else 1)
     ONE, HAS_BIAS, TILE_N, WS_N = pl == 1, has_bias, pl * HALO, pl * RS  # shared sizes: literals
 
     @runtime.jit

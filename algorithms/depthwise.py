@@ -45,11 +45,15 @@ MAX_TAPS = 121  # R*S: up to 11x11 (the unrolled per-thread code and wgrad's acc
 #: the H200's best on MobileNetV2's large planes first
 TILES_GPU = ((16, 32, 4), (16, 16, 4), (32, 32, 4), (16, 32, 2), (16, 16, 2), (8, 16, 2), (8, 16, 1),
              (16, 16, 1), (8, 8, 2), (8, 8, 1))
+#: the same tiles in wgrad's order (its H200 best on MobileNetV2's large planes first)
+TILES_WGRAD_GPU = ((8, 8, 1), (16, 16, 4), (32, 32, 4), (16, 16, 2), (8, 16, 2), (8, 8, 2), (16, 32, 2),
+                   (8, 16, 1), (16, 32, 4), (16, 16, 1))
 TILES_SIM = ((4, 4, 2), (8, 4, 1), (8, 8, 2))
 #: plane tiles {size: (VH, ...)}: a size x size tile covering a whole plane, PL = PLANE_THREADS / threads
 PLANES_GPU = {8: (2, 4), 16: (4, 8), 32: (8, 16)}
 PLANES_SIM = {4: (2,), 8: (4,)}
 PLANE_THREADS_GPU, PLANE_THREADS_SIM = 256, 32
+MAX_WASTE = 1.5  # computed outputs per useful output beyond which a plain tile ranks last
 
 
 def _tile(config: Config) -> tuple[int, int, int, int]:
@@ -93,7 +97,8 @@ def _waste(problem: Problem, tile: tuple[int, int, int, int]) -> float:
     ah, aw, (oh, ow), _, _, out_c = _geometry(problem)
     th, tw, _, pl = tile
     planes = math.ceil(out_c / pl) * pl / out_c
-    return planes * (ah.tiles(th, oh) * th * len(ah.phases) / oh) * (aw.tiles(tw, ow) * tw * len(aw.phases) / ow)
+    along_h = ah.tiles(th, oh) * th * len(ah.phases) / oh
+    return planes * along_h * (aw.tiles(tw, ow) * tw * len(aw.phases) / ow)
 
 
 def wgrad_plan(problem: Problem, config: Config, workspace_limit: int) -> tuple[int, int]:
@@ -119,7 +124,8 @@ def _plane_tiles(problem: Problem) -> list[tuple[int, int, int, int]]:
     """The plane tiles of the smallest size covering the largest phase of an output plane (none for
     larger planes)."""
     ah, aw, (oh, ow), *_ = _geometry(problem)
-    planes, threads = (PLANES_SIM, PLANE_THREADS_SIM) if runtime.SIMULATOR else (PLANES_GPU, PLANE_THREADS_GPU)
+    planes, threads = ((PLANES_SIM, PLANE_THREADS_SIM) if runtime.SIMULATOR
+                       else (PLANES_GPU, PLANE_THREADS_GPU))
     for size, vhs in planes.items():
         if ah.extent(oh) <= size and aw.extent(ow) <= size:
             return [(size, size, vh, threads * vh // (size * size)) for vh in vhs]
@@ -128,15 +134,15 @@ def _plane_tiles(problem: Problem) -> list[tuple[int, int, int, int]]:
 
 @functools.lru_cache(maxsize=1024)
 def _configs(problem: Problem) -> tuple[Config, ...]:
-    """The plane tiles that fit (wgrad: each also with SPLIT=1), then the plain tiles that fit, least
-    waste first, then in TILES order (cached: the ops ask per call)."""
+    """The plane tiles that fit (wgrad: each also with SPLIT=1), then the plain tiles that fit in TILES
+    order, those wasting more than MAX_WASTE last (cached: the ops ask per call)."""
     planes = [t for t in _plane_tiles(problem) if _fits(problem, t)]
     configs = [Config(TH=t[0], TW=t[1], VH=t[2], PL=t[3]) for t in planes]
     if problem.op == "wgrad":
         configs += [Config(TH=t[0], TW=t[1], VH=t[2], PL=t[3], SPLIT=1) for t in planes]
-    order = TILES_SIM if runtime.SIMULATOR else TILES_GPU
+    order = TILES_SIM if runtime.SIMULATOR else TILES_WGRAD_GPU if problem.op == "wgrad" else TILES_GPU
     tiles = [t + (1,) for t in order if _fits(problem, t + (1,))]
-    tiles.sort(key=lambda t: (round(_waste(problem, t), 1), order.index(t[:3])))
+    tiles.sort(key=lambda t: (_waste(problem, t) > MAX_WASTE, order.index(t[:3])))
     return tuple(configs) + tuple(Config(TH=t[0], TW=t[1], VH=t[2], PL=1) for t in tiles)
 
 
@@ -168,6 +174,21 @@ def _launch(problem: Problem, config: Config, workspace_limit: int) -> _Plan:
     grid = (blocks, math.ceil(out_c / pl), problem.n)
     return _Plan(*(conv_kernel(problem.dtype, problem.op == "dgrad", tile, geometry, sizes, b)[grid, threads]
                    for b in (False, True)), 1)
+
+
+_PLANS: dict[tuple[int, int, int], tuple[Problem, Config, _Plan]] = {}
+
+
+def _plan(problem: Problem, config: Config, workspace_limit: int) -> _Plan:
+    """``_launch`` looked up by the identity of its arguments (hashing a Problem and a Config costs a few
+    microseconds per call); the entry keeps both alive, so their ids are not reused while it exists."""
+    hit = _PLANS.get((id(problem), id(config), workspace_limit))
+    if hit is None:
+        if len(_PLANS) >= 1024:
+            _PLANS.clear()
+        hit = _PLANS[id(problem), id(config), workspace_limit] = (problem, config,
+                                                                  _launch(problem, config, workspace_limit))
+    return hit[2]
 
 
 @register
@@ -219,7 +240,7 @@ class Depthwise(Algorithm):
                    groups=2, bias=bias)]  # dgrad: the shortened dy of conv_transpose2d's output_padding
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
-        plan = _launch(problem, config, workspace_limit)
+        plan = _plan(problem, config, workspace_limit)
         if problem.op != "wgrad":
             if bias is None:
                 plan.launch(a, b, out, out)  # no bias: the kernel never reads its bias argument

@@ -39,6 +39,7 @@ def test_configs():
     problem = convlab.make_problem("forward", 2, 4, 7, 7, 4, 3, 3, padding=1, groups=4)
     configs = PLUGIN.configs(problem)
     tiles = dw.TILES_SIM if runtime.SIMULATOR else dw.TILES_GPU
+    assert sorted(dw.TILES_WGRAD_GPU) == sorted(dw.TILES_GPU)  # one set of plain tiles, two orders
     planes = [c for c in configs if c["PL"] > 1]
     assert len(configs) - len(planes) == len(tiles) and planes and configs[0] is planes[0]
     for config in configs:
@@ -159,13 +160,16 @@ def test_public_ops():
 @pytest.mark.skipif(runtime.SIMULATOR, reason="PTX needs the GPU compiler")
 @pytest.mark.parametrize("op,r,stride", [("forward", 3, 2), ("dgrad", 5, 2), ("wgrad", 7, 1)])
 def test_ptx_keeps_registers_and_32_bit_indices(op, r, stride):
-    """Accumulators and the filter stay in registers (no local memory); index math stays 32-bit."""
+    """Accumulators and the filter stay in registers (no local memory); index math stays 32-bit: the
+    first plane tile and the first plain tile."""
     problem = convlab.make_problem(op, 2, 8, 28, 28, 8, r, r, stride=stride, padding=r // 2, groups=8)
-    config = PLUGIN.configs(problem)[0]
-    kernel = dw._launch(problem, config, 1 << 30)[0]
-    host = measure.random_operands(problem, np.random.default_rng(1))
-    a, b, _ = measure.to_device(*host)
-    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
-    PLUGIN.run(problem, config, a, b, None, out, workspace_limit=1 << 30)  # compiles the kernel
-    (ptx,) = kernel.inspect_asm().values()
-    assert ".local" not in ptx and "mul.lo.s64" not in ptx and "mul.lo.u64" not in ptx
+    configs = PLUGIN.configs(problem)
+    assert configs[0]["PL"] > 1
+    for config in (configs[0], next(c for c in configs if c["PL"] == 1)):
+        kernel = dw._launch(problem, config, 1 << 30).launch.dispatcher
+        host = measure.random_operands(problem, np.random.default_rng(1))
+        a, b, _ = measure.to_device(*host)
+        out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+        PLUGIN.run(problem, config, a, b, None, out, workspace_limit=1 << 30)  # compiles the kernel
+        (ptx,) = kernel.inspect_asm().values()
+        assert ".local" not in ptx and "mul.lo.s64" not in ptx and "mul.lo.u64" not in ptx, config

@@ -66,12 +66,12 @@ def _consts(values) -> tuple:
 def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geometry: tuple[int, ...],
                 sizes: tuple[int, ...], has_bias: bool):
     """The forward (``dgrad`` False) or backward-data kernel ``kernel(a, w, bias, out)`` of one tile
-    (TH, TW, VH, PL), filter geometry (R, S, sh, sw, ph, pw, dh, dw) and layer ``sizes`` (N, in_h, in_w,
+    (TH, TW, VH, PL), filter geometry (R, S, sh, sw, ph, pw, dh, dw) and layer ``sizes`` (in_h, in_w,
     out_h, out_w, in_c, out_c, M, tiles_h, tiles_w); ``bias`` is read only when ``has_bias``.
     Grid: x = (phase, tile row, tile column), y = channel group of PL, z = image; TP * PL threads."""
     th, tw, vh, pl = tile
     r_, s_, sh, sw, ph, pw, dh, dw = geometry
-    _, in_h, in_w, out_h, out_w, in_c, out_c, mult, tiles_h, tiles_w = sizes
+    in_h, in_w, out_h, out_w, in_c, out_c, mult, tiles_h, tiles_w = sizes
     ah, aw = axis(dgrad, r_, sh, ph, dh), axis(dgrad, s_, sw, pw, dw)
     HH, HW, TP, RS = ah.halo(th), aw.halo(tw), tw * (th // vh), r_ * s_
     T, HALO, NT, zero = TP * pl, HH * HW, from_dtype(np.dtype(dtype)), np.dtype(dtype).type(0)

@@ -170,7 +170,7 @@ def _launch(problem: Problem, config: Config, workspace_limit: int) -> _Plan:
         kernel = wgrad_kernel(problem.dtype, tile, geometry, sizes)
         return _Plan(kernel[(splits, math.ceil(problem.k / pl)), threads], None, splits)
     _, _, (out_h, out_w), (in_h, in_w), in_c, out_c = _geometry(problem)
-    sizes = (problem.n, in_h, in_w, out_h, out_w, in_c, out_c, mult, tiles_h, tiles_w)
+    sizes = (in_h, in_w, out_h, out_w, in_c, out_c, mult, tiles_h, tiles_w)  # N: grid z only
     grid = (blocks, math.ceil(out_c / pl), problem.n)
     return _Plan(*(conv_kernel(problem.dtype, problem.op == "dgrad", tile, geometry, sizes, b)[grid, threads]
                    for b in (False, True)), 1)

@@ -1,6 +1,7 @@
 """Depthwise convolution (groups == C, channel multiplier M = K / C >= 1): forward, dgrad and wgrad with
-tiled kernels (``_depthwise_kernels``): each block owns a TH x TW tile of one output plane, stages the
-input halo tile and the R x S filter in shared memory, and each thread keeps VH output rows in registers.
+tiled kernels (``_depthwise_conv``, ``_depthwise_wgrad``): each block owns a TH x TW tile of PL output
+planes (consecutive channels of one image), stages the PL input halo tiles and filters in shared memory,
+and each thread keeps VH output rows in registers.
 
     forward  y[n, k, p, q]  = bias[k] + sum_{r, s} x[n, k // M, p*sh - ph + r*dh, q*sw - pw + s*dw]
                                                   * w[k, 0, r, s]
@@ -9,10 +10,15 @@ input halo tile and the R x S filter in shared memory, and each thread keeps VH 
     wgrad    dw[k, 0, r, s] = sum_{z < splits} sum_{(n, tile) in chunk z} sum_{(p, q) in tile}
                                          x[n, k // M, p*sh - ph + r*dh, q*sw - pw + s*dw] * dy[n, k, p, q]
 
-dgrad runs one stride-1 correlation per output residue class (h + ph) mod sh, (w + pw) mod sw, with only
-the filter taps that reach it. wgrad reduces in a fixed order: each block sums its chunk of tiles in
-sequence, then a shared-memory tree over its threads; with splits > 1 the partials go to a workspace and
-are summed in split order by ``convlab.kernels.splitk.sum_partials``. No atomics: every result is deterministic.
+Configs: the plain tiles (PL = 1, planes of any size) and, when a plane (its largest stride phase) fits
+one tile of 8, 16 or 32 (GPU; 4 or 8 on the simulator), plane tiles with PL = 256 / threads per plane
+(7x7 and 14x14 layers: one block per PL whole planes instead of many tiny blocks). dgrad runs one
+stride-1 correlation per output residue class (h + ph) mod sh, (w + pw) mod sw, with only the filter taps
+that reach it. wgrad reduces in a fixed order: each block sums its chunk of units in sequence, then a
+shared-memory tree per filter; with splits > 1 the partials go to a workspace and are summed in split
+order by ``convlab.kernels.splitk.sum_partials`` (plane tiles offer SPLIT=1: never split, one launch).
+No atomics: every result is deterministic. Every layer size is a compile-time constant of its kernels,
+so a launch passes the arrays only (host time per call counts on small layers).
 
 Applicability: groups == C; at most MAX_TAPS filter taps (the per-thread code is unrolled over them);
 the halo tile of some config fits 48 KiB of shared memory; every tensor within 32-bit indexing; at most
@@ -22,117 +28,167 @@ from __future__ import annotations
 
 import functools
 import math
-
-import numpy as np
+from typing import Any, NamedTuple
 
 import convlab
 from convlab import Algorithm, Config, Problem, Verdict, register, runtime
-from convlab.kernels.splitk import sum_partials  # the ordered split sum
+from convlab.kernels.splitk import MAX_INDEX, sm_count, sum_partials  # the ordered split sum
 from convlab.scratch import scratch
 
-from ._depthwise_kernels import MAX_SHARED, axis, conv_kernel, shared_bytes, wgrad_kernel
-from convlab.kernels.splitk import MAX_INDEX, sm_count
+from ._depthwise_common import MAX_SHARED, axis, shared_bytes
+from ._depthwise_conv import conv_kernel
+from ._depthwise_wgrad import wgrad_kernel
 
-MAX_GRID_YZ = 65535  # grid y and z: output channels and images (wgrad: filters)
+MAX_GRID_YZ = 65535  # grid y and z: channel groups and images (wgrad: filter groups)
 MAX_TAPS = 121  # R*S: up to 11x11 (the unrolled per-thread code and wgrad's accumulators grow with it)
-#: (TH, TW, VH): output tile rows x columns, rows per thread (threads = TW * TH / VH, a power of two)
-TILES_GPU = ((16, 32, 2), (32, 32, 4), (16, 32, 4), (16, 16, 2), (16, 16, 4), (16, 16, 1), (8, 16, 1),
-             (8, 16, 2), (8, 8, 1), (8, 8, 2))
+#: (TH, TW, VH): output tile rows x columns, rows per thread (threads = TW * TH / VH, a power of two);
+#: the H200's best on MobileNetV2's large planes first
+TILES_GPU = ((16, 32, 4), (16, 16, 4), (32, 32, 4), (16, 32, 2), (16, 16, 2), (8, 16, 2), (8, 16, 1),
+             (16, 16, 1), (8, 8, 2), (8, 8, 1))
+#: the same tiles in wgrad's order (its H200 best on MobileNetV2's large planes first)
+TILES_WGRAD_GPU = ((8, 8, 1), (16, 16, 4), (32, 32, 4), (16, 16, 2), (8, 16, 2), (8, 8, 2), (16, 32, 2),
+                   (8, 16, 1), (16, 32, 4), (16, 16, 1))
 TILES_SIM = ((4, 4, 2), (8, 4, 1), (8, 8, 2))
+#: plane tiles {size: (VH, ...)}: a size x size tile covering a whole plane, PL = PLANE_THREADS / threads
+PLANES_GPU = {8: (2, 4), 16: (4, 8), 32: (8, 16)}
+PLANES_SIM = {4: (2,), 8: (4,)}
+PLANE_THREADS_GPU, PLANE_THREADS_SIM = 256, 32
+MAX_WASTE = 1.5  # computed outputs per useful output beyond which a plain tile ranks last
 
 
-@functools.cache
-def _dummy(dtype: str):
-    """A 1-element device array standing in for an absent bias (allocated once per dtype)."""
-    return runtime.empty((1,), dtype)
-
-
-def _tile(config: Config) -> tuple[int, int, int]:
+def _tile(config: Config) -> tuple[int, int, int, int]:
+    """(TH, TW, VH, PL) of a config."""
     try:
-        return int(config["TH"]), int(config["TW"]), int(config["VH"])
+        return int(config["TH"]), int(config["TW"]), int(config["VH"]), int(config.get("PL", 1))
     except KeyError as exc:
         raise ValueError(f"depthwise config {config!r} lacks {exc}") from None
 
 
 def _geometry(problem: Problem):
-    """(axis_h, axis_w, out extent, in extent) of the kernel ``problem`` runs (wgrad: forward's)."""
+    """(axis_h, axis_w, out extent, in extent, in channels, out channels) of the kernel ``problem``
+    runs (wgrad: forward's)."""
     dgrad = problem.op == "dgrad"
     (sh, sw), (ph, pw), (dh, dw) = problem.stride, problem.padding, problem.dilation
     ah, aw = axis(dgrad, problem.r, sh, ph, dh), axis(dgrad, problem.s, sw, pw, dw)
     pq, hw = (problem.p, problem.q), (problem.h, problem.w)
-    return (ah, aw, hw, pq) if dgrad else (ah, aw, pq, hw)
+    if dgrad:
+        return ah, aw, hw, pq, problem.k, problem.c
+    return ah, aw, pq, hw, problem.c, problem.k
 
 
-def _blocks(problem: Problem, tile: tuple[int, int, int]) -> tuple[int, int, int]:
+def _blocks(problem: Problem, tile: tuple[int, int, int, int]) -> tuple[int, int, int]:
     """(tiles along h, tiles along w, grid x of the conv launch (phases x tiles) or wgrad's units per
-    filter (images x tiles))."""
-    ah, aw, (oh, ow), _ = _geometry(problem)
-    th, tw, _ = tile
-    tiles_h, tiles_w = ah.tiles(th, oh), aw.tiles(tw, ow)
+    filter group (images x tiles))."""
+    ah, aw, (oh, ow), *_ = _geometry(problem)
+    tiles_h, tiles_w = ah.tiles(tile[0], oh), aw.tiles(tile[1], ow)
     if problem.op == "wgrad":
         return tiles_h, tiles_w, problem.n * tiles_h * tiles_w
     return tiles_h, tiles_w, len(ah.phases) * len(aw.phases) * tiles_h * tiles_w
 
 
-def _fits(problem: Problem, tile: tuple[int, int, int]) -> bool:
-    ah, aw, _, _ = _geometry(problem)
-    th, tw, vh = tile
-    return (shared_bytes(ah, aw, th, tw, vh, problem.r * problem.s, problem.itemsize) <= MAX_SHARED
-            and _blocks(problem, tile)[2] <= MAX_INDEX)
+def _fits(problem: Problem, tile: tuple[int, int, int, int]) -> bool:
+    ah, aw, *_ = _geometry(problem)
+    return (shared_bytes(ah, aw, *tile, problem.r * problem.s, problem.itemsize, problem.op == "wgrad")
+            <= MAX_SHARED and _blocks(problem, tile)[2] <= MAX_INDEX)
 
 
-def _waste(problem: Problem, tile: tuple[int, int, int]) -> float:
-    """Computed outputs per useful output (tiles over the edges, idle phases)."""
-    ah, aw, (oh, ow), _ = _geometry(problem)
-    th, tw, _ = tile
-    return (ah.tiles(th, oh) * th * len(ah.phases) / oh) * (aw.tiles(tw, ow) * tw * len(aw.phases) / ow)
+def _waste(problem: Problem, tile: tuple[int, int, int, int]) -> float:
+    """Computed outputs per useful output (tiles over the edges, idle phases, empty planes)."""
+    ah, aw, (oh, ow), _, _, out_c = _geometry(problem)
+    th, tw, _, pl = tile
+    planes = math.ceil(out_c / pl) * pl / out_c
+    along_h = ah.tiles(th, oh) * th * len(ah.phases) / oh
+    return planes * along_h * (aw.tiles(tw, ow) * tw * len(aw.phases) / ow)
 
 
-def wgrad_plan(problem: Problem, tile: tuple[int, int, int], workspace_limit: int) -> tuple[int, int]:
-    """(splits, chunk) of wgrad's N * tiles units per filter: about four waves of blocks over the SMs
-    (shorter serial chains per block), at least 4 units per block, the partials within the workspace
-    limit and 32-bit indexing."""
+def wgrad_plan(problem: Problem, config: Config, workspace_limit: int) -> tuple[int, int]:
+    """(splits, chunk) of wgrad's N * tiles units per filter group: about four waves of blocks over the
+    SMs (shorter serial chains per block), at least 4 units per block, at most the config's SPLIT (0:
+    no cap), the partials within the workspace limit and 32-bit indexing."""
+    tile = _tile(config)
     units = _blocks(problem, tile)[2]
-    threads = tile[1] * tile[0] // tile[2]
+    threads = tile[1] * tile[0] // tile[2] * tile[3]
     target = 4 * sm_count() * max(1, 2048 // threads)
-    splits = min(math.ceil(target / problem.k), max(1, units // 4))
+    splits = min(math.ceil(target / math.ceil(problem.k / tile[3])), max(1, units // 4))
     out_elems = problem.k * problem.r * problem.s
     splits = min(splits, workspace_limit // (out_elems * problem.itemsize), MAX_INDEX // out_elems)
+    if int(config.get("SPLIT", 0)):
+        splits = min(splits, int(config["SPLIT"]))
     if splits < 2:
         return 1, units
     chunk = math.ceil(units / splits)
     return math.ceil(units / chunk), chunk
 
 
+def _plane_tiles(problem: Problem) -> list[tuple[int, int, int, int]]:
+    """The plane tiles of the smallest size covering the largest phase of an output plane (none for
+    larger planes)."""
+    ah, aw, (oh, ow), *_ = _geometry(problem)
+    planes, threads = ((PLANES_SIM, PLANE_THREADS_SIM) if runtime.SIMULATOR
+                       else (PLANES_GPU, PLANE_THREADS_GPU))
+    for size, vhs in planes.items():
+        if ah.extent(oh) <= size and aw.extent(ow) <= size:
+            return [(size, size, vh, threads * vh // (size * size)) for vh in vhs]
+    return []
+
+
 @functools.lru_cache(maxsize=1024)
 def _configs(problem: Problem) -> tuple[Config, ...]:
-    """The tiles that fit ``problem``, least waste first, then the larger (cached: the ops ask per call)."""
-    tiles = [t for t in (TILES_SIM if runtime.SIMULATOR else TILES_GPU) if _fits(problem, t)]
-    tiles.sort(key=lambda t: (round(_waste(problem, t), 1), -t[0] * t[1], t[2]))
-    return tuple(Config(TH=t[0], TW=t[1], VH=t[2]) for t in tiles)
+    """The plane tiles that fit (wgrad: each also with SPLIT=1), then the plain tiles that fit in TILES
+    order, those wasting more than MAX_WASTE last (cached: the ops ask per call)."""
+    planes = [t for t in _plane_tiles(problem) if _fits(problem, t)]
+    configs = [Config(TH=t[0], TW=t[1], VH=t[2], PL=t[3]) for t in planes]
+    if problem.op == "wgrad":
+        configs += [Config(TH=t[0], TW=t[1], VH=t[2], PL=t[3], SPLIT=1) for t in planes]
+    order = TILES_SIM if runtime.SIMULATOR else TILES_WGRAD_GPU if problem.op == "wgrad" else TILES_GPU
+    tiles = [t + (1,) for t in order if _fits(problem, t + (1,))]
+    tiles.sort(key=lambda t: (_waste(problem, t) > MAX_WASTE, order.index(t[:3])))
+    return tuple(configs) + tuple(Config(TH=t[0], TW=t[1], VH=t[2], PL=1) for t in tiles)
+
+
+class _Plan(NamedTuple):
+    """One call's launch: the configured kernels (without and with bias), wgrad splits."""
+
+    launch: Any
+    launch_bias: Any
+    splits: int
 
 
 @functools.lru_cache(maxsize=1024)
-def _launch(problem: Problem, config: Config, workspace_limit: int):
-    """(kernel, blocks, threads, scalar arguments, wgrad splits) of one call (cached: host time counts)."""
-    th, tw, vh = tile = _tile(config)
-    (sh, sw), (ph, pw), (dh, dw) = problem.stride, problem.padding, problem.dilation
-    geometry = (problem.r, problem.s, sh, sw, ph, pw, dh, dw)
+def _launch(problem: Problem, config: Config, workspace_limit: int) -> _Plan:
+    """The configured kernel launches of one call (cached: host time per call counts)."""
+    tile = _tile(config)
+    th, tw, vh, pl = tile
+    threads = tw * th // vh * pl
+    geometry = (problem.r, problem.s, *problem.stride, *problem.padding, *problem.dilation)
     tiles_h, tiles_w, blocks = _blocks(problem, tile)
-    u, mult = np.uint32, problem.k // problem.c
+    mult = problem.k // problem.c
     if problem.op == "wgrad":
-        splits, chunk = wgrad_plan(problem, tile, workspace_limit)
-        sizes = (u(problem.h), u(problem.w), u(problem.p), u(problem.q), u(problem.c), u(problem.k),
-                 u(mult), u(tiles_h), u(tiles_w), u(blocks), u(chunk), u(splits))
-        kernel = wgrad_kernel(problem.dtype, th, tw, vh, *geometry)
-        return kernel, (splits, problem.k), tw * th // vh, sizes, splits
-    dgrad = problem.op == "dgrad"
-    (in_h, in_w), (out_h, out_w) = ((problem.p, problem.q), (problem.h, problem.w)) if dgrad else \
-        ((problem.h, problem.w), (problem.p, problem.q))
-    in_c, out_c = (problem.k, problem.c) if dgrad else (problem.c, problem.k)
-    sizes = (u(in_h), u(in_w), u(out_h), u(out_w), u(in_c), u(out_c), u(mult), u(tiles_h), u(tiles_w))
-    kernel = conv_kernel(problem.dtype, dgrad, th, tw, vh, *geometry)
-    return kernel, (blocks, out_c, problem.n), tw * th // vh, sizes, 1
+        splits, chunk = wgrad_plan(problem, config, workspace_limit)
+        sizes = (problem.h, problem.w, problem.p, problem.q, problem.c, problem.k, mult, tiles_h, tiles_w,
+                 blocks, chunk)
+        kernel = wgrad_kernel(problem.dtype, tile, geometry, sizes)
+        return _Plan(kernel[(splits, math.ceil(problem.k / pl)), threads], None, splits)
+    _, _, (out_h, out_w), (in_h, in_w), in_c, out_c = _geometry(problem)
+    sizes = (in_h, in_w, out_h, out_w, in_c, out_c, mult, tiles_h, tiles_w)  # N: grid z only
+    grid = (blocks, math.ceil(out_c / pl), problem.n)
+    return _Plan(*(conv_kernel(problem.dtype, problem.op == "dgrad", tile, geometry, sizes, b)[grid, threads]
+                   for b in (False, True)), 1)
+
+
+_PLANS: dict[tuple[int, int, int], tuple[Problem, Config, _Plan]] = {}
+
+
+def _plan(problem: Problem, config: Config, workspace_limit: int) -> _Plan:
+    """``_launch`` looked up by the identity of its arguments (hashing a Problem and a Config costs a few
+    microseconds per call); the entry keeps both alive, so their ids are not reused while it exists."""
+    hit = _PLANS.get((id(problem), id(config), workspace_limit))
+    if hit is None:
+        if len(_PLANS) >= 1024:
+            _PLANS.clear()
+        hit = _PLANS[id(problem), id(config), workspace_limit] = (problem, config,
+                                                                  _launch(problem, config, workspace_limit))
+    return hit[2]
 
 
 @register
@@ -169,7 +225,7 @@ class Depthwise(Algorithm):
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
         if problem.op != "wgrad":
             return 0
-        splits, _ = wgrad_plan(problem, _tile(config), workspace_limit)
+        splits, _ = wgrad_plan(problem, config, workspace_limit)
         return 0 if splits == 1 else splits * problem.k * problem.r * problem.s * problem.itemsize
 
     def sample_problems(self, op: str) -> list[Problem]:
@@ -184,16 +240,15 @@ class Depthwise(Algorithm):
                    groups=2, bias=bias)]  # dgrad: the shortened dy of conv_transpose2d's output_padding
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
-        kernel, blocks, threads, sizes, splits = _launch(problem, config, workspace_limit)
-        if problem.op == "wgrad":
-            if splits == 1:
-                kernel[blocks, threads](a, b, out, *sizes)
-                return
-            with scratch(splits * out.size, problem.dtype) as part:
-                kernel[blocks, threads](a, b, part, *sizes)
-                sum_partials(part, out, splits)
-            return
-        has_bias = bias is not None
-        if not has_bias:  # kernels take a real array; a 1-element dummy stands in
-            bias = _dummy(problem.dtype)
-        kernel[blocks, threads](a, b, bias, out, *sizes, np.uint32(has_bias))
+        plan = _plan(problem, config, workspace_limit)
+        if problem.op != "wgrad":
+            if bias is None:
+                plan.launch(a, b, out, out)  # no bias: the kernel never reads its bias argument
+            else:
+                plan.launch_bias(a, b, bias, out)
+        elif plan.splits == 1:
+            plan.launch(a, b, out)
+        else:
+            with scratch(plan.splits * out.size, problem.dtype) as part:
+                plan.launch(a, b, part)
+                sum_partials(part, out, plan.splits)

@@ -1,8 +1,8 @@
 """GPU probe: the depthwise plugin against cuDNN/PyTorch on the depthwise layers of MobileNetV2 and
-EfficientNet-B0 (batch 32, fp32, TF32 off), forward / dgrad / wgrad, every config.
+EfficientNet-B0 (batch 32, fp32, TF32 off), forward / dgrad / wgrad, the plugin's first configs.
 
     python benchmarks/depthwise_bench.py [--batch 32] [--nets mobilenetv2,efficientnet-b0]
-        [--ops forward,dgrad,wgrad] [--repeat 30] [--out depthwise.json]
+        [--ops forward,dgrad,wgrad] [--configs 3] [--repeat 30] [--out depthwise.json]
 
 Layers (unique shapes, with how often each occurs in the network):
 - MobileNetV2: Sandler et al. 2018, Table 2 (bottlenecks t, c, n, s = 1,16,1,1 / 6,24,2,2 / 6,32,3,2 /
@@ -12,8 +12,9 @@ Layers (unique shapes, with how often each occurs in the network):
   stride, in, out, layers = 1,3,1,32,16,1 / 6,3,2,16,24,2 / 6,5,2,24,40,2 / 6,3,2,40,80,3 /
   6,5,1,80,112,3 / 6,5,2,112,192,4 / 6,3,1,192,320,1): padding (k - 1) / 2.
 
-For each layer and op: correctness of every config against PyTorch in float64 (relative norm error
-within convlab's tolerance), the median time of every config with CUDA events (warm-up, then one call
+For each layer and op: correctness of the plugin's first ``--configs`` configs (0: all; each compiles
+for about a second, so all of them make a net take minutes) against PyTorch in float64 (relative norm
+error within convlab's tolerance), the median time of each with CUDA events (warm-up, then one call
 per event pair, as convlab bench times), cuDNN/PyTorch (torch.nn.functional.conv2d with groups=C, and
 torch.nn.grad.conv2d_input / conv2d_weight, cudnn.benchmark=True), and the public op
 (convlab.conv2d / conv2d_backward_data / conv2d_backward_weight on torch tensors, algorithm="depthwise").
@@ -122,7 +123,8 @@ def run_layer(net, name, c, h, k, stride, count, args) -> list[dict]:
         want = ref_fn().cpu().numpy()
         tol = measure.tolerance(problem, float(np.finfo(np.float32).eps))
         a, b = (convlab.runtime.as_device_array(t) for t in operands)
-        for config in plugin.configs(problem):
+        configs = plugin.configs(problem)
+        for config in configs[:args.configs] if args.configs > 0 else configs:
             rec: dict = {}
             if not plugin.applicable(problem, config, limit):
                 rec["declined"] = plugin.applicable(problem, config, limit).reason
@@ -147,7 +149,8 @@ def run_layer(net, name, c, h, k, stride, count, args) -> list[dict]:
         def public():
             got = public_fn()
             torch.cuda.synchronize()
-            err = measure.rel_error(got.copy_to_host(), want)
+            host = got.cpu().numpy() if isinstance(got, torch.Tensor) else got.copy_to_host()
+            err = measure.rel_error(host, want)
             return {"rel_err": err, "ok": err <= tol, **timed(public_fn, args.warmup, args.repeat)}
 
         attempt(row, "public_op", public)
@@ -198,6 +201,7 @@ def main() -> None:
     parser.add_argument("--nets", default="mobilenetv2,efficientnet-b0")
     parser.add_argument("--ops", default="forward,dgrad,wgrad")
     parser.add_argument("--layers", default="", help="comma-separated substrings of layer names")
+    parser.add_argument("--configs", type=int, default=3, help="time the plugin's first N configs (0: all)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--out", default="")

@@ -7,7 +7,7 @@ import convlab
 from convlab import measure, reference, runtime
 from convlab.plugin import strategy
 from convlab.algorithms import depthwise as dw
-from convlab.algorithms._depthwise_kernels import axis
+from convlab.algorithms._depthwise_common import axis
 from convlab.testing.checks import check_matches_reference
 
 PLUGIN = convlab.get_plugin("depthwise")
@@ -39,18 +39,57 @@ def test_configs():
     problem = convlab.make_problem("forward", 2, 4, 7, 7, 4, 3, 3, padding=1, groups=4)
     configs = PLUGIN.configs(problem)
     tiles = dw.TILES_SIM if runtime.SIMULATOR else dw.TILES_GPU
-    assert len(configs) == len(tiles)
+    assert sorted(dw.TILES_WGRAD_GPU) == sorted(dw.TILES_GPU)  # one set of plain tiles, two orders
+    planes = [c for c in configs if c["PL"] > 1]
+    assert len(configs) - len(planes) == len(tiles) and planes and configs[0] is planes[0]
     for config in configs:
-        threads = config["TW"] * config["TH"] // config["VH"]
-        assert threads & (threads - 1) == 0 and config["TH"] % config["VH"] == 0
-        assert threads <= (32 if runtime.SIMULATOR else 256)
-    # a wide dilated filter keeps only the tiles whose halo fits 48 KiB of shared memory, or declines
-    wide = convlab.make_problem("forward", 1, 2, 90, 90, 2, 7, 7, dilation=11, groups=2, dtype="float64")
+        per_plane = config["TW"] * config["TH"] // config["VH"]
+        assert per_plane & (per_plane - 1) == 0 and config["TH"] % config["VH"] == 0
+        assert per_plane * config["PL"] <= (32 if runtime.SIMULATOR else 256)
+    for config in planes:  # a plane tile covers the whole 7x7 plane: one tile, PL planes per block
+        assert dw._blocks(problem, dw._tile(config))[:2] == (1, 1)
+    # a wide dilated filter keeps only the tiles whose halo (and wgrad's reduction buffer) fit 48 KiB of
+    # shared memory, or declines
+    wide = convlab.make_problem("wgrad", 1, 2, 90, 90, 2, 7, 7, dilation=11, groups=2, dtype="float64")
     kept = [(c["TH"], c["TW"], c["VH"]) for c in PLUGIN.configs(wide)]
-    assert sorted(kept) == sorted(t for t in tiles if dw._fits(wide, t)) and len(kept) < len(tiles)
+    assert sorted(kept) == sorted(t for t in tiles if dw._fits(wide, t + (1,))) and len(kept) < len(tiles)
     assert bool(kept) == bool(PLUGIN.applicable(wide))
     if runtime.SIMULATOR:
         assert kept == [(4, 4, 2)]
+
+
+def test_plane_tiles_only_for_small_planes():
+    """Plane tiles: the smallest size covering the largest stride phase; none once planes are large;
+    wgrad offers each also unsplit."""
+    big = convlab.make_problem("forward", 1, 2, 40, 40, 2, 3, 3, padding=1, groups=2)
+    assert all(c["PL"] == 1 for c in PLUGIN.configs(big))
+    # dgrad of stride 2: dx 15x15 in phases of at most 8 rows and columns: the 8-tile (not 16) covers it
+    dgrad = convlab.make_problem("dgrad", 1, 2, 15, 15, 2, 3, 3, stride=2, padding=1, groups=2)
+    sizes = {(c["TH"], c["TW"]) for c in PLUGIN.configs(dgrad) if c["PL"] > 1}
+    assert sizes == ({(8, 8)} if runtime.SIMULATOR else {(8, 8)})
+    wgrad = convlab.make_problem("wgrad", 2, 3, 7, 7, 3, 3, 3, padding=1, groups=3)
+    planes = [c for c in PLUGIN.configs(wgrad) if c["PL"] > 1]
+    assert {c.get("SPLIT", 0) for c in planes} == {0, 1}
+    assert all(dw.wgrad_plan(wgrad, c, 1 << 20)[0] == 1 for c in planes if c.get("SPLIT"))
+
+
+@pytest.mark.parametrize("op", sorted(PLUGIN.ops))
+def test_plane_tiles_with_partial_group_and_multiplier(op):
+    """PL planes per block where the last group is partly empty (K = 6 channels, PL = 4 on the
+    simulator's 4x4 plane tile), channel multiplier 2, stride 2 (dgrad: phases), split and unsplit wgrad."""
+    rng = np.random.default_rng(5)
+    problem = convlab.make_problem(op, 2, 3, 7, 8, 6, 3, 3, stride=2, padding=1, groups=3,
+                                   bias=op != "wgrad")
+    configs = [c for c in PLUGIN.configs(problem) if c["PL"] > 1]
+    assert configs and configs[0] == PLUGIN.configs(problem)[0]
+    for config in configs:
+        host = measure.random_operands(problem, rng)
+        a, b, bias = measure.to_device(*host)
+        out = runtime.full(problem.operand_shapes[2], np.nan, problem.dtype)
+        PLUGIN.run(problem, config, a, b, bias if op != "wgrad" else None, out, workspace_limit=1 << 20)
+        got = out.copy_to_host()
+        tol = measure.tolerance(problem, float(np.finfo(np.float32).eps))
+        assert measure.rel_error(got, reference.solve(problem, *host)) <= tol, config
 
 
 @pytest.mark.parametrize("k,stride,dil", [(3, 1, 1), (3, 2, 1), (5, 2, 1), (3, 2, 2), (7, 3, 2), (4, 4, 1)])
@@ -83,9 +122,9 @@ def _wgrad(problem, config, limit, host):
 
 def test_wgrad_split_is_deterministic_and_fits_the_limit():
     problem = convlab.make_problem("wgrad", 8, 2, 9, 10, 4, 3, 3, stride=2, padding=1, groups=2)
-    config = min(PLUGIN.configs(problem), key=lambda c: c["TH"] * c["TW"])
+    config = min((c for c in PLUGIN.configs(problem) if c["PL"] == 1), key=lambda c: c["TH"] * c["TW"])
     limit = 1 << 20
-    splits, chunk = dw.wgrad_plan(problem, dw._tile(config), limit)
+    splits, chunk = dw.wgrad_plan(problem, config, limit)
     assert splits > 1 and (splits - 1) * chunk < dw._blocks(problem, dw._tile(config))[2]
     assert PLUGIN.workspace_bytes(problem, config, limit) == splits * 4 * 9 * 4
     host = measure.random_operands(problem, np.random.default_rng(3))
@@ -95,7 +134,7 @@ def test_wgrad_split_is_deterministic_and_fits_the_limit():
     assert measure.rel_error(first, want) <= measure.tolerance(problem, float(np.finfo(np.float32).eps))
     # a workspace limit too small for two partials: one block per filter sums everything, no workspace
     tight = 2 * 4 * 9 * 4 - 1
-    assert dw.wgrad_plan(problem, dw._tile(config), tight)[0] == 1
+    assert dw.wgrad_plan(problem, config, tight)[0] == 1
     assert PLUGIN.workspace_bytes(problem, config, tight) == 0
     unsplit = _wgrad(problem, config, tight, host)
     assert measure.rel_error(unsplit, want) <= measure.tolerance(problem, float(np.finfo(np.float32).eps))
@@ -121,13 +160,16 @@ def test_public_ops():
 @pytest.mark.skipif(runtime.SIMULATOR, reason="PTX needs the GPU compiler")
 @pytest.mark.parametrize("op,r,stride", [("forward", 3, 2), ("dgrad", 5, 2), ("wgrad", 7, 1)])
 def test_ptx_keeps_registers_and_32_bit_indices(op, r, stride):
-    """Accumulators and the filter stay in registers (no local memory); index math stays 32-bit."""
+    """Accumulators and the filter stay in registers (no local memory); index math stays 32-bit: the
+    first plane tile and the first plain tile."""
     problem = convlab.make_problem(op, 2, 8, 28, 28, 8, r, r, stride=stride, padding=r // 2, groups=8)
-    config = PLUGIN.configs(problem)[0]
-    kernel = dw._launch(problem, config, 1 << 30)[0]
-    host = measure.random_operands(problem, np.random.default_rng(1))
-    a, b, _ = measure.to_device(*host)
-    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
-    PLUGIN.run(problem, config, a, b, None, out, workspace_limit=1 << 30)  # compiles the kernel
-    (ptx,) = kernel.inspect_asm().values()
-    assert ".local" not in ptx and "mul.lo.s64" not in ptx and "mul.lo.u64" not in ptx
+    configs = PLUGIN.configs(problem)
+    assert configs[0]["PL"] > 1
+    for config in (configs[0], next(c for c in configs if c["PL"] == 1)):
+        kernel = dw._launch(problem, config, 1 << 30).launch.dispatcher
+        host = measure.random_operands(problem, np.random.default_rng(1))
+        a, b, _ = measure.to_device(*host)
+        out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+        PLUGIN.run(problem, config, a, b, None, out, workspace_limit=1 << 30)  # compiles the kernel
+        (ptx,) = kernel.inspect_asm().values()
+        assert ".local" not in ptx and "mul.lo.s64" not in ptx and "mul.lo.u64" not in ptx, config

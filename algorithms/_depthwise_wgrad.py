@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import from_dtype, int32, int64, uint32
+from numba import from_dtype, int32, uint32
 
 from convlab import runtime
 from convlab.runtime import cuda

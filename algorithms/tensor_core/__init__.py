@@ -9,11 +9,12 @@ dgrad (and conv_transpose2d, its dgrad) with stride 1 is the forward convolution
 spatially flipped, K<->C transposed filter and padding dilation*(R-1) - padding (negative padding is fine:
 the gather works in padded coordinates). The GEMM is :mod:`convlab.kernels.tc_pipeline` with the
 NHWC gather of :mod:`convlab.kernels.tc_conv`: 16-byte ``cp.async`` chunks of 8 (fp16/bf16) or 4 (tf32)
-channels, so the gathered tensor's channel count must be a multiple of 8 (4); zero-fill for padding and
-remainders. Not done: wgrad, groups > 1, strided dgrad, split-K.
+channels, so the NHWC / KRSC copies pad the gathered channel count with zeros up to a multiple of 8 (4)
+(C = 3 becomes 8: more reduction work, still on tensor cores); zero-fill for padding and remainders.
+Not done: wgrad, groups > 1, strided dgrad, split-K.
 
-Applicability: compute capability 8.0 or newer (any on the simulator), groups == 1, the channel rule,
-float32 only under precision "high", every tensor below 2**31 elements.
+Applicability: compute capability 8.0 or newer (any on the simulator), groups == 1, float32 only under
+precision "high", stride 1 for dgrad, every tensor below 2**31 elements.
 """
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ def tc_config(config: Config) -> TcConfig:
     return TcConfig(config["BM"], config["BN"], config["BK"], config["WM"], config["WN"], config["STAGES"])
 
 
+def _padded(channels: int, dtype: str) -> int:
+    """Channels rounded up to whole 16-byte chunks (8 fp16/bf16, 4 fp32)."""
+    return -(-channels // ALIGN[dtype]) * ALIGN[dtype]
+
+
 def _gathered(problem: Problem) -> dict:
     """The forward geometry the kernel runs: the problem's own (forward), or dgrad's as a forward of dy."""
     pr = problem
@@ -68,7 +74,8 @@ class TensorCore(Algorithm):
     priority = 30
     deterministic = True
     description = ("tensor-core implicit GEMM (fp16/bf16; TF32 for float32 under precision 'high'): "
-                   "NHWC/KRSC in scratch, cp.async pipeline, mma.sync; groups 1, channels % 8 (tf32: % 4)")
+                   "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
+                   "dgrad stride 1")
 
     def check(self, problem: Problem) -> Verdict:
         if problem.dtype == "float32" and get_float32_precision() != "high":
@@ -81,14 +88,12 @@ class TensorCore(Algorithm):
             return Verdict.no(f"groups = {problem.groups}: the tensor-core implicit GEMM needs groups == 1")
         if problem.op == "dgrad" and problem.stride != (1, 1):
             return Verdict.no(f"backward-data needs stride 1 here, got stride {problem.stride}")
-        channels, label = (problem.c, "C") if problem.op == "forward" else (problem.k, "K")
-        align = ALIGN[problem.dtype]
-        if channels % align:
-            return Verdict.no(f"channels {label} = {channels} must be a multiple of {align} for 16-byte "
-                              f"cp.async loads of {problem.dtype}")
         for tensor, shape in zip(("x", "w", "y"), (problem.x_shape, problem.w_shape, problem.y_shape)):
             if math.prod(shape) > MAX_INDEX:
                 return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
+        geo = _gathered(problem)
+        if geo["n"] * geo["h"] * geo["w"] * _padded(geo["c"], problem.dtype) > MAX_INDEX:
+            return Verdict.no("the channel-padded NHWC copy has 2**31 elements or more (32-bit indexing)")
         return Verdict.yes()
 
     def configs(self, problem: Problem) -> list[Config]:
@@ -100,9 +105,10 @@ class TensorCore(Algorithm):
         return [_config(t) for t in tiles]
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
-        """The NHWC copy of x (forward) or dy (dgrad) and the reordered weights."""
-        a_shape, b_shape, _ = problem.operand_shapes
-        return (math.prod(a_shape) + math.prod(b_shape)) * problem.itemsize
+        """The NHWC copy of x (forward) or dy (dgrad) and the reordered weights, channels padded."""
+        geo = _gathered(problem)
+        cp = _padded(geo["c"], problem.dtype)
+        return (geo["n"] * geo["h"] * geo["w"] + geo["k"] * geo["r"] * geo["s"]) * cp * problem.itemsize
 
     def compute_eps(self, dtype: str) -> float:
         """TF32 inputs keep 10 mantissa bits (2**-10); fp16/bf16 products are exact in the fp32
@@ -113,7 +119,7 @@ class TensorCore(Algorithm):
         from convlab.problem import make_problem
         if op == "forward":
             return [make_problem("forward", 2, 8, 5, 6, 16, 3, 3, padding=1, dtype="float16", bias=True),
-                    make_problem("forward", 1, 16, 7, 7, 24, 3, 2, stride=2, dilation=(1, 2),
+                    make_problem("forward", 1, 3, 7, 7, 24, 3, 2, stride=2, dilation=(1, 2),
                                  padding=(1, 0), dtype="bfloat16")]
         if op == "dgrad":
             return [make_problem("dgrad", 2, 16, 5, 5, 8, 3, 3, padding=1, dtype="float16"),
@@ -128,14 +134,16 @@ class TensorCore(Algorithm):
         a, b, out = view(a), view(b), view(out)
         bias = None if bias is None else view(bias)
         n, c, h, w, k, r, s = (geo[key] for key in "nchwkrs")
-        nx, nw = n * c * h * w, k * c * r * s
+        cp = _padded(c, problem.dtype)
+        nx, nw = n * h * w * cp, k * r * s * cp
         with scratch(nx + nw, store) as buf:
             xh, wt = buf[:nx], buf[nx:nx + nw]
-            tc_conv.permute(a.reshape(-1), xh, (n, h, w, c), (c * h * w, w, 1, h * w))
+            tc_conv.permute(a.reshape(-1), xh, (n, h, w, cp), (c * h * w, w, 1, h * w), valid=c)
             if problem.op == "forward":  # wt[k, r, s, c] = w[k, c, r, s]
-                tc_conv.permute(b.reshape(-1), wt, (k, r, s, c), (c * r * s, s, 1, r * s))
+                tc_conv.permute(b.reshape(-1), wt, (k, r, s, cp), (c * r * s, s, 1, r * s), valid=c)
             else:  # wt[c', r, s, k'] = w[k', c', R-1-r, S-1-s] (c' = output channel, k' = gathered)
-                tc_conv.permute(b.reshape(-1), wt, (k, r, s, c), (r * s, -s, -1, k * r * s),
-                                base=(r - 1) * s + s - 1)
+                tc_conv.permute(b.reshape(-1), wt, (k, r, s, cp), (r * s, -s, -1, k * r * s),
+                                base=(r - 1) * s + s - 1, valid=c)
+            geo["c"] = cp
             tc_conv.conv_launcher(ITYPE[problem.dtype], tc_config(config), xh, wt, out.reshape(-1),
                                   bias, **geo)()

@@ -14,7 +14,8 @@ needs); a row is inside when ph <= h' < H + ph. Per k tile it derives (r*dh, s*d
 The epilogue writes y[n, k, pq] at (n*K + k)*P*Q + pq, adding bias[k] in fp32 before converting.
 
 :func:`permute` is the layout change around it (NCHW -> NHWC, KCRS -> KRSC or the flipped CRSK of
-dgrad): one thread per output element, written contiguously.
+dgrad, channels zero-padded up to a multiple of the chunk): one thread per output element, written
+contiguously.
 """
 from __future__ import annotations
 
@@ -111,8 +112,9 @@ def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any
 
 # ---- layout changes -------------------------------------------------------------------------------
 @runtime.jit
-def _permute(src, dst, d1, d2, d3, s0, s1, s2, s3, base):
-    """dst[i] = src[base + i0*s0 + i1*s1 + i2*s2 + i3*s3], (i0, i1, i2, i3) = unravel(i, (., d1, d2, d3))."""
+def _permute(src, dst, d1, d2, d3, valid, s0, s1, s2, s3, base):
+    """dst[i] = src[base + i0*s0 + i1*s1 + i2*s2 + i3*s3] for i3 < valid, else 0, where
+    (i0, i1, i2, i3) = unravel(i, (., d1, d2, d3))."""
     i = cuda.grid(1)
     step = cuda.gridsize(1)
     while i < dst.size:
@@ -123,16 +125,21 @@ def _permute(src, dst, d1, d2, d3, s0, s1, s2, s3, base):
         j //= d2
         i1 = j % d1
         i0 = j // d1
-        dst[i] = src[base + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3]
+        if i3 < valid:
+            dst[i] = src[base + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3]
+        else:
+            dst[i] = 0
         i += step
 
 
 def permute(src: Any, dst: Any, dims: tuple[int, int, int, int], strides: tuple[int, int, int, int],
-            base: int = 0) -> None:
+            base: int = 0, valid: int | None = None) -> None:
     """dst (flat, ``dims`` row-major) <- src (flat) read with element ``strides`` (negative flips an
-    axis) from element ``base``. Any element type (bf16 as uint16)."""
+    axis) from element ``base``; entries with a last index >= ``valid`` (default all valid) are zero
+    (channels padded up to a multiple of the 16-byte chunk). Any element type (bf16 as uint16)."""
     total = int(np.prod(dims))
     threads = 64 if runtime.SIMULATOR else 256
     blocks = max(1, min((total + threads - 1) // threads, 16 if runtime.SIMULATOR else 65535))
     _permute[blocks, threads](src, dst, np.int64(dims[1]), np.int64(dims[2]), np.int64(dims[3]),
+                              np.int64(dims[3] if valid is None else valid),
                               *(np.int64(v) for v in strides), np.int64(base))

@@ -138,7 +138,7 @@ class TensorCore(Algorithm):
         nx, nw = n * h * w * cp, k * r * s * cp
         with scratch(nx + nw, store) as buf:
             xh, wt = buf[:nx], buf[nx:nx + nw]
-            tc_conv.permute(a.reshape(-1), xh, (n, h, w, cp), (c * h * w, w, 1, h * w), valid=c)
+            tc_conv.to_channels_last(a.reshape(-1), xh, n, c, h * w, cp)
             if problem.op == "forward":  # wt[k, r, s, c] = w[k, c, r, s]
                 tc_conv.permute(b.reshape(-1), wt, (k, r, s, cp), (c * r * s, s, 1, r * s), valid=c)
             else:  # wt[c', r, s, k'] = w[k', c', R-1-r, S-1-s] (c' = output channel, k' = gathered)

@@ -13,9 +13,10 @@ negative: ph = max(padding, 0) and phn = max(-padding, 0), so negative padding w
 needs); a row is inside when ph <= h' < H + ph. Per k tile it derives (r*dh, s*dw, c) of its chunk once.
 The epilogue writes y[n, k, pq] at (n*K + k)*P*Q + pq, adding bias[k] in fp32 before converting.
 
-:func:`permute` is the layout change around it (NCHW -> NHWC, KCRS -> KRSC or the flipped CRSK of
-dgrad, channels zero-padded up to a multiple of the chunk): one thread per output element, written
-contiguously.
+:func:`to_channels_last` is the input's layout change (NCHW -> NHWC, channels zero-padded up to a multiple
+of the chunk): a tiled transpose through shared memory, coalesced on both sides. :func:`permute` is the
+weights' (KCRS -> KRSC, or the flipped CRSK of dgrad): one thread per output element, written
+contiguously (weights are small).
 """
 from __future__ import annotations
 
@@ -143,3 +144,38 @@ def permute(src: Any, dst: Any, dims: tuple[int, int, int, int], strides: tuple[
     _permute[blocks, threads](src, dst, np.int64(dims[1]), np.int64(dims[2]), np.int64(dims[3]),
                               np.int64(dims[3] if valid is None else valid),
                               *(np.int64(v) for v in strides), np.int64(base))
+
+
+TILE_GPU, TILE_SIM = (32, 8), (8, 4)  # (tile edge, thread rows) of to_channels_last
+
+
+@functools.cache
+def _transpose_kernel(dtype: str, tile: int, rows: int) -> Callable:
+    """dst[b, j, i] = src[b, i, j] (i < ci, else 0) over [B, ci, hw] -> [B, hw, cp], one tile x tile block."""
+    stype = np.dtype(dtype)
+
+    def transpose(src, dst, ci, hw, cp):
+        buf = cuda.shared.array((tile, tile + 1), stype)
+        b = cuda.blockIdx.z
+        j0 = cuda.blockIdx.x * tile
+        i0 = cuda.blockIdx.y * tile
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        for e in range(0, tile, rows):
+            i, j = i0 + ty + e, j0 + tx
+            buf[ty + e, tx] = src[(b * ci + i) * hw + j] if i < ci and j < hw else 0
+        cuda.syncthreads()
+        for e in range(0, tile, rows):
+            j, i = j0 + ty + e, i0 + tx
+            if j < hw and i < cp:
+                dst[(b * hw + j) * cp + i] = buf[tx, ty + e]
+
+    return runtime.jit(transpose)
+
+
+def to_channels_last(src: Any, dst: Any, batch: int, channels: int, spatial: int, padded: int) -> None:
+    """dst [batch, spatial, padded] (flat) <- src [batch, channels, spatial] (flat), channels >= the
+    source's zero-filled. Any element type (bf16 as uint16)."""
+    tile, rows = TILE_SIM if runtime.SIMULATOR else TILE_GPU
+    grid = ((spatial + tile - 1) // tile, (padded + tile - 1) // tile, batch)
+    _transpose_kernel(np.dtype(src.dtype).name, tile, rows)[grid, (tile, rows)](
+        src, dst, np.int64(channels), np.int64(spatial), np.int64(padded))

@@ -152,10 +152,10 @@ TILE_GPU, TILE_SIM = (32, 8), (8, 4)  # (tile edge, thread rows) of to_channels_
 @functools.cache
 def _transpose_kernel(dtype: str, tile: int, rows: int) -> Callable:
     """dst[b, j, i] = src[b, i, j] (i < ci, else 0) over [B, ci, hw] -> [B, hw, cp], one tile x tile block."""
-    stype = np.dtype(dtype)
+    stype, shape = np.dtype(dtype), (tile, tile + 1)  # +1: column reads hit distinct banks
 
     def transpose(src, dst, ci, hw, cp):
-        buf = cuda.shared.array((tile, tile + 1), stype)
+        buf = cuda.shared.array(shape, stype)
         b = cuda.blockIdx.z
         j0 = cuda.blockIdx.x * tile
         i0 = cuda.blockIdx.y * tile

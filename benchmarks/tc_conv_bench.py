@@ -105,7 +105,8 @@ def selftest(plugin, rows: list) -> None:
             finally:
                 rows.append(row)
                 _log(row)
-    for name, fn in (("declines float32 under highest", _highest_rule), ("conv2d fp16 via the API", _api)):
+    for name, fn in (("declines float32 under highest", _highest_rule), ("conv2d fp16 via the API", _api),
+                     ("conv2d bf16 via the API", lambda p: _api(p, "bfloat16"))):
         row = {"part": "selftest", "op": name}
         try:
             row.update(fn(plugin))
@@ -122,15 +123,17 @@ def _highest_rule(plugin) -> dict:
     return {"status": "ok" if not v and "high" in v.reason else "WRONG", "error": v.reason}
 
 
-def _api(plugin) -> dict:
+def _api(plugin, dtype: str = "float16") -> dict:
+    """conv2d on host arrays of ``dtype`` (bfloat16: ml_dtypes) through the public op, forced to us."""
+    from convlab.problem import np_dtype
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((2, 16, 12, 12)).astype(np.float16)
-    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float16)
+    x = rng.standard_normal((2, 16, 12, 12)).astype(np_dtype(dtype))
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np_dtype(dtype))
     y = convlab.conv2d(x, w, padding=1, algorithm="tensor_core")
     y = y.copy_to_host() if hasattr(y, "copy_to_host") else np.asarray(y)
-    pr = convlab.make_problem("forward", 2, 16, 12, 12, 32, 3, 3, padding=1, dtype="float16")
+    pr = convlab.make_problem("forward", 2, 16, 12, 12, 32, 3, 3, padding=1, dtype=dtype)
     err = rel_error(y, reference.solve(pr, x, w))
-    return {"status": "ok" if y.dtype == np.float16 and err <= tolerance(pr, 2**-23) else "WRONG",
+    return {"status": "ok" if y.dtype == np_dtype(dtype) and err <= tolerance(pr, 2**-23) else "WRONG",
             "rel_err": err, "out_dtype": str(y.dtype)}
 
 

@@ -38,6 +38,7 @@ from convlab.plugin import registry
 from convlab.runtime import cuda
 
 DTYPES = ("float16", "bfloat16", "float32")  # float32 = TF32 under precision "high"
+LIMIT = 2**31  # workspace limit of the benchmark (the NHWC copies: 268 MiB for the seed shape in TF32)
 SELFTEST = [  # (op, n, c, h, w, k, r, s, options)
     ("forward", 2, 16, 9, 11, 24, 3, 3, dict(padding=1, bias=True)),
     ("forward", 3, 32, 17, 13, 40, 3, 2, dict(stride=2, dilation=(1, 2), padding=(1, 0))),
@@ -166,10 +167,11 @@ def bench_one(torch, plugin, entry, pr, rows: list) -> None:
     row = {"part": "bench", "shape": entry.label, "op": pr.op, "dtype": "tf32" if pr.dtype == "float32"
            else pr.dtype}
     try:
-        verdict = plugin.applicable(pr)
+        verdict = plugin.applicable(pr, workspace_limit=LIMIT)
         if not verdict:
             row.update(status="declined", error=verdict.reason)
             return
+        row["workspace_mib"] = round(plugin.workspace_bytes(pr, plugin.configs(pr)[0], LIMIT) / 2**20, 1)
         a_shape, b_shape, out_shape = pr.operand_shapes
         g = torch.Generator(device="cuda").manual_seed(0)
         ta = torch.randn(a_shape, device="cuda", generator=g).to(tdt)
@@ -180,7 +182,7 @@ def bench_one(torch, plugin, entry, pr, rows: list) -> None:
         config = plugin.configs(pr)[0]
         row["config"] = config.name
         t0 = time.perf_counter()
-        ours = lambda: plugin.run(pr, config, a, b, bias, out, workspace_limit=2**31)  # noqa: E731
+        ours = lambda: plugin.run(pr, config, a, b, bias, out, workspace_limit=LIMIT)  # noqa: E731
         ours()
         torch.cuda.synchronize()
         row["first_s"] = round(time.perf_counter() - t0, 1)

@@ -3,7 +3,6 @@ import math
 import subprocess
 import sys
 
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -14,6 +13,8 @@ from convlab.autotune.cache import tuning_key
 from convlab.measure import random_operands, tolerance
 from convlab.plugin import registry
 from convlab.problem import make_problem, np_dtype, unit_roundoff
+
+ml_dtypes = pytest.importorskip("ml_dtypes")  # a core dependency; bfloat16 arrays
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])

@@ -5,8 +5,9 @@
 Needs numba-cuda[cu13] (libNVVM). Sets NUMBA_ENABLE_CUDASIM=0 before convlab is imported, so that
 convlab.runtime compiles for a GPU even on a machine without one (no launch happens). For each input type
 and config (the first of tc_gemm.CONFIGS, or all with --all) it reports the counts of mma.sync, ldmatrix,
-cp.async, cp.async.wait_group/commit_group, cvt.rna (tf32) and any .local (spills, local arrays), plus
-the one-warp probes of convlab.kernels.mma. Exit status 1 when an instruction is missing or .local appears.
+cp.async, cp.async.wait_group/commit_group, cvt.rna (tf32) and any .local (spills, local arrays), then
+the same for the tensor_core plugin's convolution kernels (convlab.kernels.tc_conv, its GPU configs, with
+and without bias), plus the one-warp probes of convlab.kernels.mma. Exit status 1 when an instruction is missing or .local appears.
 With --ptxas, each kernel's PTX is also assembled for sm_90 (``ptxas -v``: registers, spills); the PTX
 ``.version`` line is lowered to what that ptxas accepts when it is older than libNVVM.
 """
@@ -27,7 +28,7 @@ import time  # noqa: E402
 from numba import types  # noqa: E402
 
 from convlab import runtime  # noqa: E402
-from convlab.kernels import mma, tc_gemm  # noqa: E402
+from convlab.kernels import mma, tc_conv, tc_gemm  # noqa: E402
 from convlab.runtime import cuda  # noqa: E402
 
 PATTERNS = {"mma.sync": r"mma\.sync\.aligned", "ldmatrix": r"ldmatrix\.sync", "cp.async": r"cp\.async\.cg",
@@ -88,6 +89,28 @@ def check(itype: str, cfg: tc_gemm.TcConfig, dump: str | None, ptxas: str | None
     return row
 
 
+def check_conv(itype: str, cfg: tc_gemm.TcConfig, bias: bool, dump: str | None,
+               ptxas: str | None = None) -> dict:
+    """The tensor_core plugin's implicit-GEMM kernel (convlab.kernels.tc_conv) for one config."""
+    arr = types.Array(STORE[itype], 1, "C")
+    sig = (arr, arr, arr, arr) + (types.uint32,) * (len(tc_conv.PARAMS.split(",")) - 4)
+    t0 = time.perf_counter()
+    ptx, _ = cuda.compile_ptx(tc_conv.make_tc_conv(itype, cfg, bias).py_func, sig, cc=(9, 0))
+    row = {"kernel": f"tc_conv {itype} {cfg.name} bias={bias}",
+           "compile_s": round(time.perf_counter() - t0, 1), **counts(ptx)}
+    need = {"mma.sync", "ldmatrix", "cp.async", "wait_group", "commit_group"}
+    if itype == "tf32":
+        need.add("cvt.rna.tf32")
+    row["ok"] = all(row[k] > 0 for k in need) and row["local"] == 0
+    if ptxas:
+        row.update(ptxas_info(ptxas, ptx))
+        row["ok"] = row["ok"] and row["ptxas_rc"] == 0 and not row["spill_stores"]
+    if dump:
+        with open(os.path.join(dump, f"tc_conv_{itype}_{cfg.name.replace('/', '_')}_{bias}.ptx"), "w") as f:
+            f.write(ptx)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="JSON file to write")
@@ -107,6 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     for itype, out in (("f16", "float16"), ("bf16", "uint16")):  # the input-type outputs
         rows.append(check(itype, tc_gemm.CONFIGS[itype][0], args.dump, args.ptxas, out))
         print(rows[-1], flush=True)
+    from convlab.algorithms import tensor_core
+    for itype in ("f16", "bf16", "tf32"):
+        for cfg in tensor_core.GPU_TILES[32 if itype == "tf32" else 16]:
+            for bias in (False, True):
+                try:
+                    rows.append(check_conv(itype, cfg, bias, args.dump, args.ptxas))
+                except Exception as exc:  # keep going: report every kernel
+                    rows.append({"kernel": f"tc_conv {itype} {cfg.name}", "ok": False, "error": repr(exc)})
+                print(rows[-1], flush=True)
     u32 = types.Array(types.uint32, 2, "C")
     f32 = types.Array(types.float32, 2, "C")
     for itype in ("f16", "bf16", "tf32"):

@@ -11,13 +11,15 @@ from .launch import SimulatorCostWarning
 from .plugin.contract import Algorithm, Config, Verdict
 from .problem import Problem, make_problem
 from .plugin.registry import get as get_plugin, load_errors, plugins, register, unregister
-from .settings import (get_deterministic, get_workspace_limit, set_deterministic,
+from .settings import (float32_precision, get_deterministic, get_float32_precision,
+                       get_workspace_limit, set_deterministic, set_float32_precision,
                        set_workspace_limit)
 from .ops import (conv2d, conv2d_backward_data, conv2d_backward_weight,
                   conv_transpose2d, explain, problem_for)
 
 __all__ = ["Algorithm", "Config", "Verdict", "Problem", "make_problem", "get_plugin", "load_errors",
            "plugins", "register", "unregister", "get_workspace_limit", "set_workspace_limit",
-           "get_deterministic", "set_deterministic", "conv2d",
+           "get_deterministic", "set_deterministic", "get_float32_precision",
+           "set_float32_precision", "float32_precision", "conv2d",
            "conv2d_backward_data", "conv2d_backward_weight", "conv_transpose2d", "explain",
            "problem_for", "SimulatorCostWarning", "__version__"]

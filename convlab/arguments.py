@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from . import operands, runtime
-from .problem import Problem, as_pair, make_problem, public_op
+from .problem import DTYPES, Problem, as_pair, dtype_name, make_problem, np_dtype, public_op
 from .reference import transpose_output_size
 
-_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: accepted operand dtypes (names; bfloat16 is ``ml_dtypes.bfloat16`` or torch.bfloat16)
+_DTYPES = DTYPES
 
 
 # ---- argument checking ----------------------------------------------------------------------------
@@ -32,13 +33,10 @@ def array_spec(obj: Any, name: str, ndim: int) -> tuple[tuple[int, ...], np.dtyp
     shape = tuple(int(s) for s in obj.shape)
     if len(shape) != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {shape}")
-    try:
-        dtype = np.dtype(obj.dtype)
-    except TypeError:
-        dtype = np.dtype(str(obj.dtype).replace("torch.", ""))
-    if dtype not in _DTYPES:
-        raise TypeError(f"{name} must be float32 or float64, got {dtype}")
-    return shape, dtype
+    kind = dtype_name(obj.dtype)
+    if kind not in _DTYPES:
+        raise TypeError(f"{name} must be one of {', '.join(_DTYPES)}, got dtype {obj.dtype}")
+    return shape, np_dtype(kind)
 
 
 def _same_dtype(**arrays: tuple[tuple[int, ...], np.dtype] | None) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 from . import reference, runtime, settings
 from .plugin import registry
 from .plugin.registry import Candidate
-from .problem import Problem
+from .problem import HALF_DTYPES, Problem, np_dtype, unit_roundoff
 
 
 def random_operands(problem: Problem, rng: np.random.Generator | None = None
@@ -25,11 +25,12 @@ def random_operands(problem: Problem, rng: np.random.Generator | None = None
     """Fresh standard-normal host operands (a, b, bias) of ``problem`` (order as in problem.py)."""
     rng = np.random.default_rng() if rng is None else rng
     a_shape, b_shape, _ = problem.operand_shapes
-    a = rng.standard_normal(a_shape).astype(problem.dtype)
-    b = rng.standard_normal(b_shape).astype(problem.dtype)
+    dtype = np_dtype(problem.dtype)  # float16 / bfloat16: the float64 draws rounded once
+    a = rng.standard_normal(a_shape).astype(dtype)
+    b = rng.standard_normal(b_shape).astype(dtype)
     bias = None
     if problem.bias:
-        bias = rng.standard_normal(problem.bias_shape).astype(problem.dtype)
+        bias = rng.standard_normal(problem.bias_shape).astype(dtype)
     return a, b, bias
 
 
@@ -53,8 +54,16 @@ def tolerance(problem: Problem, eps: float) -> float:
 
     Rounding errors of a length-L sum of random terms grow like sqrt(L) * eps; the bound allows
     8 * eps * sqrt(L) plus a floor of 16 * eps for tiny reductions.
+
+    float16 / bfloat16 problems add the rounding of each output to the input type: the reference sums
+    the same rounded inputs exactly in float64, so what remains is the accumulation (``eps`` of the
+    plugin's arithmetic: 2**-23 for fp32 accumulation, 2**-10 for a plugin that would sum in float16)
+    plus one output rounding, a relative norm error below half the input type's machine epsilon
+    (:func:`convlab.problem.unit_roundoff`: 2**-10 float16, 2**-7 bfloat16), allowed in full. TF32
+    (float32 under precision "high") rounds the inputs to 10 mantissa bits in the kernel: eps = 2**-10.
     """
-    return eps * (8.0 * math.sqrt(max(problem.reduction_length, 1)) + 16.0)
+    out = unit_roundoff(problem.dtype) if problem.dtype in HALF_DTYPES else 0.0
+    return out + eps * (8.0 * math.sqrt(max(problem.reduction_length, 1)) + 16.0)
 
 
 def run_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias: Any, out: Any,

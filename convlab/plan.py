@@ -77,9 +77,11 @@ def call_key(op: str, signatures: Sequence[Any], options: Sequence[Any], algorit
 
 def host_state() -> tuple:
     """What a plan's candidate depends on besides the call: the registered plugins, those marked
-    broken, and the autotuner's key policy and deterministic flag. Read from the modules' state
-    directly: this runs on every planned call (under 1 us)."""
-    return (registry.state(), settings.get_key_policy(), settings.get_deterministic())
+    broken, the autotuner's key policy and deterministic flag, and the float32 precision (TF32
+    plugins decline float32 under "highest"). Read from the modules' state directly: this runs on
+    every planned call (under 1 us)."""
+    return (registry.state(), settings.get_key_policy(), settings.get_deterministic(),
+            settings.get_float32_precision())
 
 
 def decision_of(problem: Any, workspace_limit: int) -> tuple | None:

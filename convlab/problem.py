@@ -25,7 +25,36 @@ from typing import Iterable
 import numpy as np
 
 OPS = ("forward", "dgrad", "wgrad")
-DTYPES = ("float32", "float64")
+#: Operand dtypes. float16 and bfloat16 (``ml_dtypes.bfloat16`` numpy arrays) accumulate in fp32 and
+#: write outputs in the input dtype.
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+HALF_DTYPES = ("float16", "bfloat16")
+
+
+def np_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a :data:`DTYPES` name (bfloat16 through ``ml_dtypes``, imported only here)."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def dtype_name(dtype: object) -> str | None:
+    """The :data:`DTYPES` name of a dtype-like (numpy dtype, ``ml_dtypes`` type, torch dtype text), or
+    None when it is none of them."""
+    text = str(dtype).replace("torch.", "")
+    if text in DTYPES:
+        return text
+    try:
+        return np.dtype(dtype).name if np.dtype(dtype).name in DTYPES else None  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def unit_roundoff(name: str) -> float:
+    """Machine epsilon of a dtype's storage (2**-10 float16, 2**-7 bfloat16, 2**-23 float32, ...)."""
+    return {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}[name]
 
 Pair = tuple[int, int]
 
@@ -108,6 +137,7 @@ class Problem:
             raise ValueError(f"op must be one of {OPS}, got {self.op!r}")
         if self.dtype not in DTYPES:
             raise TypeError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        np_dtype(self.dtype)  # bfloat16: imports ml_dtypes, after which np.dtype("bfloat16") works
         if self.bias and self.op == "wgrad":
             raise ValueError("bias is not an operand of wgrad")
 
@@ -147,7 +177,7 @@ class Problem:
 
     @property
     def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
+        return np_dtype(self.dtype).itemsize
 
     # ---- the GEMM view --------------------------------------------------------------------------
     def gemm_shape(self) -> tuple[int, int, int]:

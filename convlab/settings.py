@@ -6,6 +6,7 @@
 | tuning key policy: ``"exact"`` or ``"pow2"`` | ``CONVLAB_KEY_POLICY`` (exact) | :func:`set_key_policy` |
 | deterministic mode: exclude plugins declaring ``deterministic = False`` | ``CONVLAB_DETERMINISTIC`` (0) | :func:`set_deterministic` |
 | simulator thread budget: simulated threads per launch above which convlab warns | ``CONVLAB_SIM_THREAD_BUDGET`` (10000) | the variable |
+| float32 precision: ``"highest"`` (exact fp32) or ``"high"`` (TF32 tensor cores allowed for float32) | ``CONVLAB_FLOAT32_PRECISION`` (highest) | :func:`set_float32_precision`, :func:`float32_precision` |
 | cache directory: tuning results (and compiled kernels) | ``CONVLAB_CACHE_DIR`` (user cache dir) | the variable |
 
 Sizes in bytes are given as an int or a string such as ``"256M"``, ``"1.5GiB"``, ``"4096"`` (K, M, G, T are
@@ -14,14 +15,16 @@ A malformed environment value warns and falls back to the default.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 KEY_POLICIES = ("exact", "pow2")
+FLOAT32_PRECISIONS = ("highest", "high")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 _lock = threading.Lock()
@@ -59,6 +62,12 @@ def _parse_policy(value: str) -> str:
     return value
 
 
+def _parse_precision(value: Any) -> str:
+    if not isinstance(value, str) or value not in FLOAT32_PRECISIONS:
+        raise ValueError(f"float32 precision must be one of {FLOAT32_PRECISIONS}, got {value!r}")
+    return value
+
+
 def _parse_flag(value: Any, name: str = "deterministic") -> bool:
     if isinstance(value, bool):
         return value
@@ -76,6 +85,8 @@ _state: dict[str, Any] = {
     "workspace_limit": DEFAULT_WORKSPACE_LIMIT,
     "key_policy": _from_env("CONVLAB_KEY_POLICY", _parse_policy, "exact"),
     "deterministic": _from_env("CONVLAB_DETERMINISTIC", _parse_flag, False),
+    "float32_precision": _from_env("CONVLAB_FLOAT32_PRECISION", lambda v: _parse_precision(v.lower()),
+                                   "highest"),
 }
 
 
@@ -128,6 +139,28 @@ def sim_thread_budget() -> int:
     """Threads of one simulated launch above which ``convlab.SimulatorCostWarning`` is issued:
     ``$CONVLAB_SIM_THREAD_BUDGET`` (read at each call), else 10000 (a few seconds of simulation)."""
     return _from_env("CONVLAB_SIM_THREAD_BUDGET", int, 10_000)
+
+def get_float32_precision() -> str:
+    """``"highest"``: float32 inputs are computed in fp32; ``"high"``: plugins may use TF32 tensor cores
+    (10-bit mantissa products, fp32 accumulation) for float32 inputs."""
+    return _state["float32_precision"]
+
+
+def set_float32_precision(precision: str) -> str:
+    """Set the float32 math mode (``"highest"`` or ``"high"``, as torch's
+    ``set_float32_matmul_precision``); returns the previous mode. Plugins read it in their predicate,
+    so tuning keys, plans and ``explain`` follow it."""
+    return _swap("float32_precision", _parse_precision(precision))
+
+
+@contextlib.contextmanager
+def float32_precision(precision: str) -> Iterator[str]:
+    """``with convlab.float32_precision("high"): ...``: the mode inside the block, restored after."""
+    previous = set_float32_precision(precision)
+    try:
+        yield precision
+    finally:
+        set_float32_precision(previous)
 
 
 def cache_dir() -> Path:

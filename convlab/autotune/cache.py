@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from convlab.fileio import atomic_write_json
+from convlab import settings
 from convlab.settings import KEY_POLICIES
 from convlab.plugin.contract import Algorithm, Config
 from convlab.problem import Problem
@@ -52,13 +53,16 @@ def _pow2(value: int) -> int:
     return 1 if value <= 1 else 1 << (int(value) - 1).bit_length()
 
 
-def tuning_key(problem: Problem, policy: str = "exact", deterministic: bool = False) -> str:
+def tuning_key(problem: Problem, policy: str = "exact", deterministic: bool = False,
+               precision: str | None = None) -> str:
     """The text key a tuning result is stored under.
 
     Exact: op, dtype, every size, stride/padding/dilation/groups/bias. ``pow2`` rounds the batch and the
     spatial sizes (n, h, w, p, q) up to powers of two, so nearby shapes share one entry; channels and
     kernel sizes stay exact. Both add whether each GEMM dimension (M, N, K of problem.gemm_shape() of the
-    real problem) is divisible by 16, the policy and the deterministic mode.
+    real problem) is divisible by 16, the policy and the deterministic mode. A float32 problem under
+    float32 precision "high" (``precision``, default the current setting) is keyed ``float32+high``
+    (TF32 plugins are candidates only then); "highest" keeps the plain ``float32`` key.
     """
     if policy not in KEY_POLICIES:
         raise ValueError(f"key policy must be one of {KEY_POLICIES}, got {policy!r}")
@@ -66,7 +70,9 @@ def tuning_key(problem: Problem, policy: str = "exact", deterministic: bool = Fa
     pr = problem
     div = "".join(f"{name}{int(dim % 16 == 0)}" for name, dim in zip("MNK", pr.gemm_shape()))
     pair = "{0[0]}x{0[1]}".format
-    return (f"{pr.op}|{pr.dtype}|n{rnd(pr.n)}|c{pr.c}|h{rnd(pr.h)}|w{rnd(pr.w)}|k{pr.k}|r{pr.r}|s{pr.s}"
+    mode = precision or settings.get_float32_precision()
+    dtype = "float32+high" if pr.dtype == "float32" and mode == "high" else pr.dtype
+    return (f"{pr.op}|{dtype}|n{rnd(pr.n)}|c{pr.c}|h{rnd(pr.h)}|w{rnd(pr.w)}|k{pr.k}|r{pr.r}|s{pr.s}"
             f"|p{rnd(pr.p)}|q{rnd(pr.q)}|st{pair(pr.stride)}|pd{pair(pr.padding)}|dl{pair(pr.dilation)}"
             f"|g{pr.groups}|b{int(pr.bias)}|div16={div}|{policy}|{'det' if deterministic else 'any'}")
 

@@ -175,7 +175,8 @@ def remembered(key: tuple) -> TuneResult | None:
 
 
 def memo_key(problem: Problem, limit: int) -> tuple:
-    return (problem.key(), limit, settings.get_key_policy(), settings.get_deterministic(), _registry_state())
+    return (problem.key(), limit, settings.get_key_policy(), settings.get_deterministic(),
+            settings.get_float32_precision(), _registry_state())
 
 
 def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = False,

@@ -19,6 +19,7 @@ of a C-contiguous array of any rank):
     to_tf32(x) -> uint32          cvt.rna.tf32.f32 (x float32, or uint32 fp32 bits): round to nearest,
                                   ties away, to 10 mantissa bits.
     f32_to_bf16(x) -> uint16      cvt.rn.bf16.f32: bf16 bits of x, round to nearest even.
+    bf16_to_f32(bits) -> float32  the float32 value of bf16 bits (exact: bits << 16)
     ldmatrix_x4(arr, off) -> (r0, r1, r2, r3)   ldmatrix.sync.aligned.m8n8.x4.shared.b16
     ldmatrix_x2(arr, off) -> (r0, r1)           .x2;  ldmatrix_x4_trans / ldmatrix_x2_trans: .trans
         arr a shared array (any element type; rows are 16 bytes = 8 b16), off this lane's row start,
@@ -56,7 +57,7 @@ import functools
 from convlab import runtime
 from convlab.runtime import cuda
 
-__all__ = ["mma_f16", "mma_bf16", "mma_tf32", "to_tf32", "f32_to_bf16", "ldmatrix_x4", "ldmatrix_x2",
+__all__ = ["mma_f16", "mma_bf16", "mma_tf32", "to_tf32", "f32_to_bf16", "bf16_to_f32", "ldmatrix_x4", "ldmatrix_x2",
            "ldmatrix_x4_trans", "ldmatrix_x2_trans", "cp_async16", "cp_async_commit", "cp_async_wait"]
 
 if not runtime.SIMULATOR:
@@ -151,6 +152,17 @@ if not runtime.SIMULATOR:
 
         return types.uint16(x), codegen
 
+    @cuda.extending.intrinsic
+    def bf16_to_f32(typingctx, bits):
+        if not isinstance(bits, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            word = _as_i32(builder, args[0], types.uint32)  # zero-extended: the high half is 0
+            return builder.bitcast(builder.shl(word, ir.Constant(_I32, 16)), _F32)
+
+        return types.float32(bits), codegen
+
     def _make_ldmatrix(count: int, trans: bool):
         regs = ",".join(f"${i}" for i in range(count))
         text = (f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 "
@@ -222,7 +234,7 @@ if not runtime.SIMULATOR:
         return wait
 else:
     from convlab.kernels.mma_sim import (  # noqa: F401  (the simulator's stand-ins)
-        cp_async16, cp_async_commit, cp_async_wait, f32_to_bf16, ldmatrix_x2, ldmatrix_x2_trans,
+        bf16_to_f32, cp_async16, cp_async_commit, cp_async_wait, f32_to_bf16, ldmatrix_x2, ldmatrix_x2_trans,
         ldmatrix_x4, ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, to_tf32)
 
 

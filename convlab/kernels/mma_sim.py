@@ -117,6 +117,11 @@ def f32_to_bf16(x):
     return np.uint16(((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF)
 
 
+@runtime.jit(device=True)
+def bf16_to_f32(bits):
+    return np.array(int(bits) << 16 & 0xFFFF0000, dtype=np.uint32).view(np.float32)[()]
+
+
 def _ldmatrix(arr, off, count, trans):
     stage, tid, lane = _where()
     flat = _numpy(arr)

@@ -85,8 +85,12 @@ def plugin_rows(prob: Problem, workspace_limit: int) -> list[PluginRow]:
 
 
 def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: int) -> Explanation:
+    from convlab.settings import get_float32_precision
+
     rows = plugin_rows(prob, workspace_limit)
     notes: list[str] = []
+    if prob.dtype == "float32":  # TF32 plugins are candidates only under "high"
+        notes.append(f"float32 precision: {get_float32_precision()}")
     tuning = None
     try:
         if isinstance(algorithm, str) and algorithm == "auto":

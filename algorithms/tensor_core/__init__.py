@@ -1,0 +1,149 @@
+"""Tensor cores: the convolution as an implicit GEMM on ``mma.sync`` (fp16 / bf16, or TF32 for float32
+under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in the input dtype.
+
+    op        layout change (scratch, timed)           GEMM M      N    K (reduction)   kernel
+    forward   x NCHW -> NHWC, w KCRS -> KRSC           N*P*Q       K    R*S*C           tc_conv
+    dgrad     dy NCHW -> NHWC, w -> flipped CRSK       N*H*W       C    R*S*K           tc_conv (stride 1)
+
+dgrad (and conv_transpose2d, its dgrad) with stride 1 is the forward convolution of dy with the
+spatially flipped, K<->C transposed filter and padding dilation*(R-1) - padding (negative padding is fine:
+the gather works in padded coordinates). The GEMM is :mod:`convlab.kernels.tc_pipeline` with the
+NHWC gather of :mod:`convlab.kernels.tc_conv`: 16-byte ``cp.async`` chunks of 8 (fp16/bf16) or 4 (tf32)
+channels, so the NHWC / KRSC copies pad the gathered channel count with zeros up to a multiple of 8 (4)
+(C = 3 becomes 8: more reduction work, still on tensor cores); zero-fill for padding and remainders.
+Not done: wgrad, groups > 1, strided dgrad, split-K.
+
+Applicability: compute capability 8.0 or newer (any on the simulator), groups == 1, float32 only under
+precision "high", stride 1 for dgrad, every tensor below 2**31 elements.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from convlab import Algorithm, Config, Problem, Verdict, register, runtime
+from convlab.kernels import tc_conv
+from convlab.kernels.splitk import MAX_INDEX, sm_count
+from convlab.kernels.tc_pipeline import TcConfig
+from convlab.problem import unit_roundoff
+from convlab.scratch import scratch
+from convlab.settings import get_float32_precision
+
+ITYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
+STORAGE = {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32}
+ALIGN = {"float16": 8, "bfloat16": 8, "float32": 4}  # channels per 16-byte chunk
+#: GPU configs (static shared memory <= 48 KiB: few configs, each compiles in 5-25 s on the H200)
+GPU_TILES = {16: [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(64, 64, 32, 32, 32, 4)],
+             32: [TcConfig(128, 128, 16, 64, 64, 3), TcConfig(64, 64, 16, 32, 32, 4)]}
+SIM_TILES = {16: [TcConfig(32, 32, 16, 16, 32, 2)], 32: [TcConfig(32, 32, 8, 16, 32, 2)]}
+
+
+def _config(t: TcConfig) -> Config:
+    return Config(BM=t.BM, BN=t.BN, BK=t.BK, WM=t.WM, WN=t.WN, STAGES=t.STAGES)
+
+
+def tc_config(config: Config) -> TcConfig:
+    """The TcConfig a plugin config names."""
+    return TcConfig(config["BM"], config["BN"], config["BK"], config["WM"], config["WN"], config["STAGES"])
+
+
+def _padded(channels: int, dtype: str) -> int:
+    """Channels rounded up to whole 16-byte chunks (8 fp16/bf16, 4 fp32)."""
+    return -(-channels // ALIGN[dtype]) * ALIGN[dtype]
+
+
+def _gathered(problem: Problem) -> dict:
+    """The forward geometry the kernel runs: the problem's own (forward), or dgrad's as a forward of dy."""
+    pr = problem
+    if pr.op == "forward":
+        return dict(n=pr.n, c=pr.c, h=pr.h, w=pr.w, k=pr.k, r=pr.r, s=pr.s, p=pr.p, q=pr.q,
+                    stride=pr.stride, padding=pr.padding, dilation=pr.dilation)
+    pad = tuple(d * (kk - 1) - p for d, kk, p in zip(pr.dilation, (pr.r, pr.s), pr.padding))
+    return dict(n=pr.n, c=pr.k, h=pr.p, w=pr.q, k=pr.c, r=pr.r, s=pr.s, p=pr.h, q=pr.w,
+                stride=(1, 1), padding=pad, dilation=pr.dilation)
+
+
+@register
+class TensorCore(Algorithm):
+    """Implicit GEMM on tensor cores (mma.sync m16n8k16 / m16n8k8), cp.async multi-stage pipeline."""
+
+    name = "tensor_core"
+    ops = frozenset({"forward", "dgrad"})
+    dtypes = frozenset({"float16", "bfloat16", "float32"})
+    priority = 30
+    deterministic = True
+    description = ("tensor-core implicit GEMM (fp16/bf16; TF32 for float32 under precision 'high'): "
+                   "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
+                   "dgrad stride 1")
+
+    def check(self, problem: Problem) -> Verdict:
+        if problem.dtype == "float32" and get_float32_precision() != "high":
+            return Verdict.no("float32 runs in TF32 here: allowed only under "
+                              "convlab.set_float32_precision('high') (now 'highest', exact fp32)")
+        if not runtime.SIMULATOR and runtime.compute_capability() < (8, 0):
+            return Verdict.no(f"needs compute capability 8.0+ (mma.sync, cp.async), the GPU has "
+                              f"{runtime.compute_capability()}")
+        if problem.groups != 1:
+            return Verdict.no(f"groups = {problem.groups}: the tensor-core implicit GEMM needs groups == 1")
+        if problem.op == "dgrad" and problem.stride != (1, 1):
+            return Verdict.no(f"backward-data needs stride 1 here, got stride {problem.stride}")
+        for tensor, shape in zip(("x", "w", "y"), (problem.x_shape, problem.w_shape, problem.y_shape)):
+            if math.prod(shape) > MAX_INDEX:
+                return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
+        geo = _gathered(problem)
+        if geo["n"] * geo["h"] * geo["w"] * _padded(geo["c"], problem.dtype) > MAX_INDEX:
+            return Verdict.no("the channel-padded NHWC copy has 2**31 elements or more (32-bit indexing)")
+        return Verdict.yes()
+
+    def configs(self, problem: Problem) -> list[Config]:
+        bits = 32 if problem.dtype == "float32" else 16
+        tiles = list((SIM_TILES if runtime.SIMULATOR else GPU_TILES)[bits])
+        m, n, _ = problem.gemm_shape()
+        if len(tiles) > 1 and math.ceil(m / tiles[0].BM) * math.ceil(n / tiles[0].BN) < sm_count():
+            tiles.reverse()  # the big tile would leave SMs idle
+        return [_config(t) for t in tiles]
+
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+        """The NHWC copy of x (forward) or dy (dgrad) and the reordered weights, channels padded."""
+        geo = _gathered(problem)
+        cp = _padded(geo["c"], problem.dtype)
+        return (geo["n"] * geo["h"] * geo["w"] + geo["k"] * geo["r"] * geo["s"]) * cp * problem.itemsize
+
+    def compute_eps(self, dtype: str) -> float:
+        """TF32 inputs keep 10 mantissa bits (2**-10); fp16/bf16 products are exact in the fp32
+        accumulator (2**-23; measure.tolerance adds the output's rounding to the input type)."""
+        return 2.0**-10 if dtype == "float32" else unit_roundoff("float32")
+
+    def sample_problems(self, op: str) -> list[Problem]:
+        from convlab.problem import make_problem
+        if op == "forward":
+            return [make_problem("forward", 2, 8, 5, 6, 16, 3, 3, padding=1, dtype="float16", bias=True),
+                    make_problem("forward", 1, 3, 7, 7, 24, 3, 2, stride=2, dilation=(1, 2),
+                                 padding=(1, 0), dtype="bfloat16")]
+        if op == "dgrad":
+            return [make_problem("dgrad", 2, 16, 5, 5, 8, 3, 3, padding=1, dtype="float16"),
+                    make_problem("dgrad", 1, 8, 6, 5, 16, 2, 3, dilation=(2, 1), padding=(2, 0),
+                                 dtype="bfloat16", bias=True)]
+        return []
+
+    def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
+        geo = _gathered(problem)
+        store = STORAGE[problem.dtype]
+        view = (lambda arr: arr.view(np.uint16)) if problem.dtype == "bfloat16" else (lambda arr: arr)
+        a, b, out = view(a), view(b), view(out)
+        bias = None if bias is None else view(bias)
+        n, c, h, w, k, r, s = (geo[key] for key in "nchwkrs")
+        cp = _padded(c, problem.dtype)
+        nx, nw = n * h * w * cp, k * r * s * cp
+        with scratch(nx + nw, store) as buf:
+            xh, wt = buf[:nx], buf[nx:nx + nw]
+            tc_conv.to_channels_last(a.reshape(-1), xh, n, c, h * w, cp)
+            if problem.op == "forward":  # wt[k, r, s, c] = w[k, c, r, s]
+                tc_conv.permute(b.reshape(-1), wt, (k, r, s, cp), (c * r * s, s, 1, r * s), valid=c)
+            else:  # wt[c', r, s, k'] = w[k', c', R-1-r, S-1-s] (c' = output channel, k' = gathered)
+                tc_conv.permute(b.reshape(-1), wt, (k, r, s, cp), (r * s, -s, -1, k * r * s),
+                                base=(r - 1) * s + s - 1, valid=c)
+            geo["c"] = cp
+            tc_conv.conv_launcher(ITYPE[problem.dtype], tc_config(config), xh, wt, out.reshape(-1),
+                                  bias, **geo)()

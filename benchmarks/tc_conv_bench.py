@@ -1,0 +1,272 @@
+"""GPU probe of the tensor_core plugin: a self-test against float64, then its time vs cuDNN.
+
+    python benchmarks/tc_conv_bench.py --selftest [--out FILE.json]      # correctness only (~1-2 min)
+    python benchmarks/tc_conv_bench.py --quick [--out FILE.json]         # forward fp16 on Burn
+    python benchmarks/tc_conv_bench.py [--out FILE.json]                 # Burn (batch 16) + ResNet-50
+                                                                         # (batch 32), fwd + dgrad,
+                                                                         # fp16 / bf16 / TF32
+        [--suites burn,resnet50] [--dtypes float16,bfloat16,float32] [--ops forward,dgrad]  # subsets
+
+Self-test: every op x dtype on a few shapes (padding, stride, dilation, bias, remainders in M and N),
+the plugin's output against the host float64 reference, through ``plugin.run`` on device arrays and
+through the public ``convlab.conv2d`` (fp16); and the float32 precision rule (declined under "highest").
+Benchmark: operands are torch tensors on the GPU (bf16 handed to the plugin as uint16 bits); the
+plugin's first config (what "auto" would try first; one compile per config, 5-25 s each), its output
+checked against cuDNN in float64, then CUDA-event medians of 20 runs after warm-up, against cuDNN in the
+same dtype and math mode (TF32: ``torch.backends.cudnn.allow_tf32 = True``; fp16/bf16 in NCHW and in
+channels_last). Summary: geometric mean of cuDNN / ours per op and dtype (above 1: ours is faster) and
+the shapes where ours is faster. Every measurement is in its own try/except: failures become rows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+import traceback
+
+import numpy as np
+
+import convlab
+from convlab import reference, runtime
+from convlab.bench.baseline import torch_call
+from convlab.bench.suite import load_suite
+from convlab.measure import random_operands, rel_error, tolerance
+from convlab.plugin import registry
+from convlab.runtime import cuda
+
+DTYPES = ("float16", "bfloat16", "float32")  # float32 = TF32 under precision "high"
+LIMIT = 2**31  # workspace limit of the benchmark (the NHWC copies: 268 MiB for the seed shape in TF32)
+SELFTEST = [  # (op, n, c, h, w, k, r, s, options)
+    ("forward", 2, 16, 9, 11, 24, 3, 3, dict(padding=1, bias=True)),
+    ("forward", 3, 32, 17, 13, 40, 3, 2, dict(stride=2, dilation=(1, 2), padding=(1, 0))),
+    ("forward", 2, 8, 15, 15, 136, 1, 1, {}),
+    ("forward", 4, 64, 14, 14, 130, 5, 5, dict(padding=2, stride=(1, 2))),
+    ("dgrad", 2, 24, 9, 11, 16, 3, 3, dict(padding=1, bias=True)),
+    ("dgrad", 3, 40, 10, 12, 32, 3, 3, dict(dilation=2, padding=(0, 3))),
+    ("dgrad", 2, 136, 7, 7, 64, 1, 1, {}),
+]
+
+
+def _log(*args) -> None:
+    print(*args, flush=True)
+
+
+def _host_to_dev(arr):
+    """bf16 host arrays go to the device as uint16 bits (what the plugin reads)."""
+    if arr is None:
+        return None
+    if arr.dtype.name == "bfloat16":
+        arr = arr.view(np.uint16)
+    return runtime.to_device(arr)
+
+
+def _out_host(out, problem):
+    got = out.copy_to_host()
+    if problem.dtype == "bfloat16":
+        import ml_dtypes
+        got = got.view(ml_dtypes.bfloat16)
+    return np.asarray(got, np.float64)
+
+
+def selftest(plugin, rows: list) -> None:
+    for op, n, c, h, w, k, r, s, opts in SELFTEST:
+        for dtype in DTYPES:
+            row = {"part": "selftest", "op": op, "dtype": dtype}
+            try:
+                with convlab.float32_precision("high"):
+                    pr = convlab.make_problem(op, n, c, h, w, k, r, s, dtype=dtype, **opts)
+                    row["problem"] = pr.describe()
+                    verdict = plugin.applicable(pr)
+                    if not verdict:
+                        row.update(status="declined", error=verdict.reason)
+                        continue
+                    host = random_operands(pr, np.random.default_rng(7))
+                    dev = [_host_to_dev(v) for v in host]
+                    shape = pr.operand_shapes[2]
+                    out = runtime.to_device(np.full(shape, 0x7FC0, np.uint16) if dtype == "bfloat16"
+                                            else np.full(shape, np.nan, dtype))  # NaN poison
+                    configs = plugin.configs(pr)  # every config; one with bias (fewer compiles)
+                    for config in configs[:1] if pr.bias else configs:
+                        t0 = time.perf_counter()
+                        plugin.run(pr, config, *dev, out, workspace_limit=2**30)
+                        runtime.synchronize()
+                        got = _out_host(out, pr)
+                        err = rel_error(got, reference.solve(pr, *host))
+                        tol = tolerance(pr, plugin.compute_eps(dtype))
+                        row[f"rel_err[{config.name}]"] = err
+                        row["tolerance"] = tol
+                        row["first_s"] = round(time.perf_counter() - t0, 2)
+                        row["status"] = "ok" if err <= tol and row.get("status", "ok") == "ok" else "WRONG"
+            except Exception as exc:  # a failure is a row, never fatal
+                row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:400],
+                           trace=traceback.format_exc()[-800:])
+            finally:
+                rows.append(row)
+                _log(row)
+    for name, fn in (("declines float32 under highest", _highest_rule), ("conv2d fp16 via the API", _api),
+                     ("conv2d bf16 via the API", lambda p: _api(p, "bfloat16"))):
+        row = {"part": "selftest", "op": name}
+        try:
+            row.update(fn(plugin))
+        except Exception as exc:
+            row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:400])
+        rows.append(row)
+        _log(row)
+
+
+def _highest_rule(plugin) -> dict:
+    pr = convlab.make_problem("forward", 1, 16, 8, 8, 16, 3, 3, dtype="float32")
+    with convlab.float32_precision("highest"):
+        v = plugin.applicable(pr)
+    return {"status": "ok" if not v and "high" in v.reason else "WRONG", "error": v.reason}
+
+
+def _api(plugin, dtype: str = "float16") -> dict:
+    """conv2d on host arrays of ``dtype`` (bfloat16: ml_dtypes) through the public op, forced to us."""
+    from convlab.problem import np_dtype
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 16, 12, 12)).astype(np_dtype(dtype))
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np_dtype(dtype))
+    y = convlab.conv2d(x, w, padding=1, algorithm="tensor_core")
+    y = y.copy_to_host() if hasattr(y, "copy_to_host") else np.asarray(y)
+    pr = convlab.make_problem("forward", 2, 16, 12, 12, 32, 3, 3, padding=1, dtype=dtype)
+    err = rel_error(y, reference.solve(pr, x, w))
+    return {"status": "ok" if y.dtype == np_dtype(dtype) and err <= tolerance(pr, 2**-23) else "WRONG",
+            "rel_err": err, "out_dtype": str(y.dtype)}
+
+
+# ---- benchmark ------------------------------------------------------------------------------------
+def _events_ms(torch, fn, repeat: int = 20, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def _as_numba(torch, t):
+    if t is None:
+        return None
+    if t.dtype == torch.bfloat16:
+        return cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16)
+    return cuda.as_cuda_array(t)
+
+
+def bench_one(torch, plugin, entry, pr, rows: list) -> None:
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[pr.dtype]
+    row = {"part": "bench", "shape": entry.label, "op": pr.op, "dtype": "tf32" if pr.dtype == "float32"
+           else pr.dtype}
+    try:
+        verdict = plugin.applicable(pr, workspace_limit=LIMIT)
+        if not verdict:
+            row.update(status="declined", error=verdict.reason)
+            return
+        row["workspace_mib"] = round(plugin.workspace_bytes(pr, plugin.configs(pr)[0], LIMIT) / 2**20, 1)
+        a_shape, b_shape, out_shape = pr.operand_shapes
+        g = torch.Generator(device="cuda").manual_seed(0)
+        ta = torch.randn(a_shape, device="cuda", generator=g).to(tdt)
+        tb = torch.randn(b_shape, device="cuda", generator=g).to(tdt)
+        tbias = torch.randn(pr.bias_shape, device="cuda", generator=g).to(tdt) if pr.bias else None
+        tout = torch.full(out_shape, float("nan"), device="cuda", dtype=tdt)
+        a, b, bias, out = (_as_numba(torch, t) for t in (ta, tb, tbias, tout))
+        config = plugin.configs(pr)[0]
+        row["config"] = config.name
+        t0 = time.perf_counter()
+        ours = lambda: plugin.run(pr, config, a, b, bias, out, workspace_limit=LIMIT)  # noqa: E731
+        ours()
+        torch.cuda.synchronize()
+        row["first_s"] = round(time.perf_counter() - t0, 1)
+        with torch.no_grad():
+            ref = torch_call(torch, pr, ta.double(), tb.double(), None if tbias is None else tbias.double(),
+                             False)().cpu().numpy()
+        row["rel_err"] = rel_error(tout.float().cpu().numpy(), ref)
+        row["tolerance"] = tolerance(pr, plugin.compute_eps(pr.dtype))
+        row["status"] = "ok" if row["rel_err"] <= row["tolerance"] else "WRONG"
+        row["ours_ms"] = _events_ms(torch, ours)
+        torch.backends.cudnn.allow_tf32 = pr.dtype == "float32"
+        with torch.no_grad():
+            row["cudnn_ms"] = _events_ms(torch, torch_call(torch, pr, ta, tb, tbias, False))
+            if pr.dtype != "float32":  # channels_last
+                cl = [None if t is None or t.dim() != 4 else t.contiguous(memory_format=torch.channels_last)
+                      for t in (ta, tb)]
+                row["cudnn_cl_ms"] = _events_ms(torch, torch_call(torch, pr, cl[0], cl[1], tbias, False))
+        best = min(v for k, v in row.items() if k.startswith("cudnn") and v)
+        row["cudnn_over_ours"] = best / row["ours_ms"]
+    except Exception as exc:
+        row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:400])
+    finally:
+        torch.backends.cudnn.allow_tf32 = False
+        rows.append(row)
+        _log({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+
+
+def bench(args, plugin, rows: list) -> None:
+    import torch
+    torch.backends.cudnn.benchmark = True
+    suites = ["burn"] if args.quick else args.suites.split(",")
+    dtypes = ("float16",) if args.quick else tuple(args.dtypes.split(","))
+    ops = ("forward",) if args.quick else tuple(args.ops.split(","))
+    for suite_name in suites:  # the suites carry their batch sizes (burn 16, resnet50 32)
+        suite = load_suite(suite_name)
+        for dtype in dtypes:
+            for entry, base in suite.problems(ops):
+                with convlab.float32_precision("high"):
+                    bench_one(torch, plugin, entry, base.replace(dtype=dtype), rows)
+
+
+def summary(rows: list) -> None:
+    _log("\n| op | dtype | shapes | geomean cuDNN/ours | ours faster on |")
+    _log("|---|---|---|---|---|")
+    groups: dict = {}
+    for r in rows:
+        if r.get("part") == "bench" and r.get("cudnn_over_ours"):
+            groups.setdefault((r["op"], r["dtype"]), []).append(r)
+    for (op, dtype), rs in sorted(groups.items()):
+        gm = math.exp(sum(math.log(r["cudnn_over_ours"]) for r in rs) / len(rs))
+        faster = [r["shape"] for r in rs if r["cudnn_over_ours"] > 1]
+        _log(f"| {op} | {dtype} | {len(rs)} | {gm:.3f} | {', '.join(faster) or '-'} |")
+    bad = [r for r in rows if r.get("status") not in ("ok", "declined")]
+    _log(f"\n{len(rows)} rows, {len(bad)} not ok: " + "; ".join(
+        f"{r.get('op')} {r.get('dtype', '')} {r.get('shape', r.get('problem', ''))}: {r.get('status')} "
+        f"{r.get('error', '')}" for r in bad))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--selftest", action="store_true", help="correctness only")
+    parser.add_argument("--quick", action="store_true", help="forward fp16 on Burn only")
+    parser.add_argument("--suites", default="burn,resnet50", help="comma-separated suite names")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help="float16,bfloat16,float32 (TF32)")
+    parser.add_argument("--ops", default="forward,dgrad", help="forward,dgrad")
+    parser.add_argument("--out", help="JSON file for the rows")
+    args = parser.parse_args(argv)
+    _log(runtime.device_name(), runtime.compute_capability(), runtime.versions())
+    plugin = registry.get("tensor_core")
+    rows: list = []
+    t0 = time.perf_counter()
+    try:
+        if args.selftest:
+            selftest(plugin, rows)
+        else:
+            bench(args, plugin, rows)
+    finally:
+        summary(rows)
+        _log(f"total {time.perf_counter() - t0:.0f} s")
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(rows, f, indent=1, default=str)
+    return 0 if all(r.get("status") in ("ok", "declined") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""Implicit-GEMM convolution on tensor cores: an NHWC input gathered straight into the tensor-core
+pipeline (:mod:`convlab.kernels.tc_pipeline`), KRSC weights as the dense Bt, an NCHW output (+ bias).
+
+    y[n, k, p, q] = sum_{r, s, c} xh[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] * wt[k, r, s, c] (+ bias[k])
+
+    GEMM  M = N*P*Q (row m = (n, p, q)),  N = K,  K = R*S*C (column kk = (r, s, c), c fastest)
+
+A 16-byte chunk of A is 8 halves (4 fp32) of consecutive channels of one input pixel when C is a
+multiple of 8 (4): every chunk start kk has one (r, s) and c = kk % C, so the whole chunk is one
+``cp.async`` from xh at ((n*H + h)*W + w)*C + c, zero-filled when (h, w) falls in the padding or kk >= K.
+Per copy row the kernel keeps (n*H*W*C, p*sh + phn, q*sw + pwn) in padded coordinates (uint32, never
+negative: ph = max(padding, 0) and phn = max(-padding, 0), so negative padding works too, which dgrad
+needs); a row is inside when ph <= h' < H + ph. Per k tile it derives (r*dh, s*dw, c) of its chunk once.
+The epilogue writes y[n, k, pq] at (n*K + k)*P*Q + pq, adding bias[k] in fp32 before converting.
+
+:func:`to_channels_last` is the input's layout change (NCHW -> NHWC, channels zero-padded up to a multiple
+of the chunk): a tiled transpose through shared memory, coalesced on both sides. :func:`permute` is the
+weights' (KCRS -> KRSC, or the flipped CRSK of dgrad): one thread per output element, written
+contiguously (weights are small).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import numpy as np
+
+from convlab import runtime
+from convlab.kernels.intrinsics import u32 as U
+from convlab.kernels.tc_pipeline import OUT_CONVERT, TcConfig, compile_kernel, configure, pipeline_source
+from convlab.runtime import cuda
+
+#: itype -> the output kind of the pipeline (outputs in the input type) and the bias load
+OUT_OF = {"f16": "in", "bf16": "bf16", "tf32": "f32"}
+BIAS_OF = {"f16": "f32(bias[{}])", "bf16": "bf16_to_f32(bias[{}])", "tf32": "bias[{}]"}
+PARAMS = "X, Bt, Y, bias, M, N, K, Cin, H, W, S, Q, PQ, HWC, sh, sw, ph, pw, phn, pwn, dh, dw"
+
+
+class GatherA:
+    """A[m, kk] = xh[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] from an NHWC input (see module doc)."""
+
+    params = PARAMS
+
+    def rows(self, w: Callable, e: int, m: str) -> None:
+        w(f"aok{e} = {m} < M")
+        w(f"mm = {m} if aok{e} else U(0)")
+        w("pq = U(mm % PQ)")
+        w(f"ab{e} = U(U(mm // PQ) * HWC)")
+        w(f"ah{e} = U(U(U(pq // Q) * sh) + phn)")
+        w(f"aw{e} = U(U(U(pq % Q) * sw) + pwn)")
+
+    def ktile(self, w: Callable, d: int) -> None:
+        w("rs = U(kk // Cin)", d)
+        w("ci = U(kk % Cin)", d)
+        w("dr = U(U(rs // S) * dh)", d)
+        w("ds = U(U(rs % S) * dw)", d)
+
+    def chunk(self, e: int) -> tuple[str, str]:
+        h, x = f"U(ah{e} + dr)", f"U(aw{e} + ds)"
+        return (f"aok{e} and kok and {h} >= ph and {h} < U(H + ph) and {x} >= pw and {x} < U(W + pw)",
+                f"U(U(ab{e} + U(U(U(U({h} - ph) * W) + U({x} - pw)) * Cin)) + ci)")
+
+
+class NchwStore:
+    """y[n, col, pq] (flat NCHW) = value (+ bias[col]), converted to the output type."""
+
+    def __init__(self, itype: str, bias: bool) -> None:
+        self.convert, self.bias = OUT_CONVERT[OUT_OF[itype]], BIAS_OF[itype] if bias else None
+
+    def row(self, w: Callable, d: int) -> None:
+        w("yb = U(U(U(row // PQ) * U(N * PQ)) + U(row % PQ))", d)
+
+    def put(self, col: str, value: str) -> str:
+        if self.bias:
+            value = f"{value} + {self.bias.format(col)}"
+        return f"Y[U(yb + U({col} * PQ))] = " + self.convert.format(value)
+
+
+@functools.cache
+def make_tc_conv(itype: str, cfg: TcConfig, bias: bool) -> Callable:
+    """The kernel (X, Bt, Y, bias, M, N, K, geometry...) of one input type, config and bias flag.
+
+    X: NHWC input, flat; Bt: [K_out, R*S*C] weights, flat; Y: NCHW output, flat, in the input type
+    (bf16 as uint16 bits); bias: [K_out] (a 1-element dummy when ``bias`` is False).
+    """
+    cfg = TcConfig(*cfg).validate(itype)
+    source = pipeline_source(cfg, itype, GatherA(), NchwStore(itype, bias), "conv")
+    filename = f"<convlab.kernels.tc_conv {itype} {cfg.name} bias={bias}>"
+    return compile_kernel(source, "conv", filename, cfg, itype)
+
+
+def kernel_source(itype: str, cfg: TcConfig, bias: bool = False) -> str:
+    """The generated source of one kernel (for reading and debugging)."""
+    return pipeline_source(TcConfig(*cfg).validate(itype), itype, GatherA(), NchwStore(itype, bias), "conv")
+
+
+def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any, *, n: int, c: int,
+                  h: int, w: int, k: int, r: int, s: int, p: int, q: int, stride: tuple, padding: tuple,
+                  dilation: tuple) -> Callable[[], None]:
+    """A no-argument launch of the forward kernel on flat device arrays: xh [n*h*w*c] NHWC, wt
+    [k*r*s*c] KRSC, y [n*k*p*q] NCHW, bias [k] or None (all in the storage type of ``itype``);
+    ``padding`` entries may be negative."""
+    cfg = TcConfig(*cfg)
+    kernel = make_tc_conv(itype, cfg, bias is not None)
+    m, kk = n * p * q, r * s * c
+    args = (xh, wt, y, wt if bias is None else bias, U(m), U(k), U(kk), U(c), U(h), U(w), U(s), U(q),
+            U(p * q), U(h * w * c), U(stride[0]), U(stride[1]), U(max(padding[0], 0)),
+            U(max(padding[1], 0)), U(max(-padding[0], 0)), U(max(-padding[1], 0)), U(dilation[0]),
+            U(dilation[1]))
+    configured = configure(kernel, cfg, itype, args, m, k)
+    return lambda: configured(*args)
+
+
+# ---- layout changes -------------------------------------------------------------------------------
+@runtime.jit
+def _permute(src, dst, d1, d2, d3, valid, s0, s1, s2, s3, base):
+    """dst[i] = src[base + i0*s0 + i1*s1 + i2*s2 + i3*s3] for i3 < valid, else 0, where
+    (i0, i1, i2, i3) = unravel(i, (., d1, d2, d3))."""
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < dst.size:
+        j = i
+        i3 = j % d3
+        j //= d3
+        i2 = j % d2
+        j //= d2
+        i1 = j % d1
+        i0 = j // d1
+        if i3 < valid:
+            dst[i] = src[base + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3]
+        else:
+            dst[i] = 0
+        i += step
+
+
+def permute(src: Any, dst: Any, dims: tuple[int, int, int, int], strides: tuple[int, int, int, int],
+            base: int = 0, valid: int | None = None) -> None:
+    """dst (flat, ``dims`` row-major) <- src (flat) read with element ``strides`` (negative flips an
+    axis) from element ``base``; entries with a last index >= ``valid`` (default all valid) are zero
+    (channels padded up to a multiple of the 16-byte chunk). Any element type (bf16 as uint16)."""
+    total = int(np.prod(dims))
+    threads = 64 if runtime.SIMULATOR else 256
+    blocks = max(1, min((total + threads - 1) // threads, 16 if runtime.SIMULATOR else 65535))
+    _permute[blocks, threads](src, dst, np.int64(dims[1]), np.int64(dims[2]), np.int64(dims[3]),
+                              np.int64(dims[3] if valid is None else valid),
+                              *(np.int64(v) for v in strides), np.int64(base))
+
+
+TILE_GPU, TILE_SIM = (32, 8), (8, 4)  # (tile edge, thread rows) of to_channels_last
+
+
+@functools.cache
+def _transpose_kernel(dtype: str, tile: int, rows: int) -> Callable:
+    """dst[b, j, i] = src[b, i, j] (i < ci, else 0) over [B, ci, hw] -> [B, hw, cp], one tile x tile block."""
+    stype, shape = np.dtype(dtype), (tile, tile + 1)  # +1: column reads hit distinct banks
+
+    def transpose(src, dst, ci, hw, cp):
+        buf = cuda.shared.array(shape, stype)
+        b = cuda.blockIdx.z
+        j0 = cuda.blockIdx.x * tile
+        i0 = cuda.blockIdx.y * tile
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        for e in range(0, tile, rows):
+            i, j = i0 + ty + e, j0 + tx
+            buf[ty + e, tx] = src[(b * ci + i) * hw + j] if i < ci and j < hw else 0
+        cuda.syncthreads()
+        for e in range(0, tile, rows):
+            j, i = j0 + ty + e, i0 + tx
+            if j < hw and i < cp:
+                dst[(b * hw + j) * cp + i] = buf[tx, ty + e]
+
+    return runtime.jit(transpose)
+
+
+def to_channels_last(src: Any, dst: Any, batch: int, channels: int, spatial: int, padded: int) -> None:
+    """dst [batch, spatial, padded] (flat) <- src [batch, channels, spatial] (flat), channels >= the
+    source's zero-filled. Any element type (bf16 as uint16)."""
+    tile, rows = TILE_SIM if runtime.SIMULATOR else TILE_GPU
+    grid = ((spatial + tile - 1) // tile, (padded + tile - 1) // tile, batch)
+    _transpose_kernel(np.dtype(src.dtype).name, tile, rows)[grid, (tile, rows)](
+        src, dst, np.int64(channels), np.int64(spatial), np.int64(padded))

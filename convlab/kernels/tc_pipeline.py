@@ -1,0 +1,268 @@
+"""The tensor-core main loop shared by the GEMM (tc_gemm) and the implicit-GEMM convolution (tc_conv).
+
+One block computes a BM x BN tile of C[M, N] = A[M, K] @ Bt[N, K]^T with warps WARPS_M x WARPS_N, each a
+WM x WN tile of (WM/16) x (WN/8) mma tiles; S = STAGES shared buffers of A (BM x BK) and Bt (BN x BK):
+
+    for s < S-1: cp.async k tile s -> stage s;  commit
+    for kt < ceil(K/BK):
+        wait_group(S-2); __syncthreads()          # tile kt landed; everyone is done with tile kt-1
+        cp.async k tile kt+S-1 -> stage (kt+S-1) % S  (if it exists);  commit
+        for each k step of the mma (16 halves or 8 tf32) in stage kt % S:
+            A fragments: WM/16 ldmatrix.x4;  B fragments: WN/16 ldmatrix.x4 (two n8 tiles each)
+            (tf32: cvt.rna on every fragment register)
+            acc[i][j] = mma(a[i], b[j], acc[i][j])
+    epilogue: acc -> C (bounds-checked; converted to the output type)
+
+Where A's 16-byte chunks come from and where C goes are the two hooks: an :class:`ALoader` (a dense
+row-major A, or the convolution's gather from an NHWC tensor) and a :class:`Store` (a dense C, or
+the convolution's NCHW output with bias). Bt is always dense [N, K] (k-contiguous).
+
+Shared rows are BK elements = CH 16-byte chunks (CH = 2, 4 or 8), unpadded; chunk c of row r is stored
+at chunk c ^ ((r // (8 // CH)) % CH), an XOR swizzle that makes the 8 row reads of one ldmatrix (and the
+cp.async writes) hit distinct banks. 16-byte ``cp.async`` per thread: thread tid copies chunk tid % CH of
+rows tid // CH + e * (threads / CH); a chunk outside the operand is zero-filled (src_bytes = 0). Static
+shared memory up to 48 KiB; above that (or with ``dynamic=True``) one dynamic shared array holds A's
+stages then B's, and the launcher raises the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+first (numba-cuda#94: no public API). Accumulators and fragments are scalars so they stay in registers;
+index math is uint32.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Protocol
+
+import numpy as np
+from numba.np.numpy_support import from_dtype as numba_from_dtype
+
+from convlab import runtime
+from convlab.kernels import mma
+from convlab.kernels.intrinsics import u32 as U
+from convlab.kernels.source import compile_source
+from convlab.runtime import cuda
+
+STATIC_LIMIT = 48 * 1024  # static shared memory per block
+DYNAMIC_LIMIT = 227 * 1024  # dynamic shared memory per block on sm_80 / sm_90 (opt-in attribute)
+ITYPES = {"f16": (np.float16, 2, 16), "bf16": (np.uint16, 2, 16), "tf32": (np.float32, 4, 8)}
+#: itype -> (shared/storage dtype, bytes per element, k of one mma)
+OUT_CONVERT = {"f32": "{}", "in": "{}", "bf16": "f32_to_bf16({})"}  # output kind -> store conversion
+
+
+class TcConfig(NamedTuple):
+    """Block tile BM x BN x BK, warp tile WM x WN, STAGES shared buffers."""
+
+    BM: int
+    BN: int
+    BK: int
+    WM: int
+    WN: int
+    STAGES: int = 3
+    dynamic: bool = False  # dynamic shared memory even when 48 KiB of static would do
+
+    @property
+    def threads(self) -> int:
+        return 32 * (self.BM // self.WM) * (self.BN // self.WN)
+
+    def shared_bytes(self, itype: str) -> int:
+        return self.STAGES * (self.BM + self.BN) * self.BK * ITYPES[itype][1]
+
+    @property
+    def name(self) -> str:
+        return f"{self.BM}x{self.BN}x{self.BK}/{self.WM}x{self.WN}/s{self.STAGES}" + \
+            ("/dyn" if self.dynamic else "")
+
+    def uses_dynamic(self, itype: str) -> bool:
+        return self.dynamic or self.shared_bytes(itype) > STATIC_LIMIT
+
+    def validate(self, itype: str) -> "TcConfig":
+        """Raise ValueError unless this config compiles for ``itype``."""
+        if itype not in ITYPES:
+            raise ValueError(f"itype must be one of {sorted(ITYPES)}, got {itype!r}")
+        size, kstep = ITYPES[itype][1], ITYPES[itype][2]
+        if any(not isinstance(v, int) or v < 1 for v in self[:6]):
+            raise ValueError(f"config {self} must hold positive ints")
+        if self.WM % 16 or self.WN % 16 or self.BM % self.WM or self.BN % self.WN:
+            raise ValueError(f"config {self.name}: WM, WN must be multiples of 16 dividing BM, BN")
+        if self.BK * size not in (32, 64, 128) or self.BK % kstep:
+            raise ValueError(f"config {self.name}: BK * {size} bytes must be 32, 64 or 128")
+        ch = self.BK * size // 16
+        if (self.BM * ch) % self.threads or (self.BN * ch) % self.threads or self.threads > 1024:
+            raise ValueError(f"config {self.name}: {self.threads} threads must divide the tiles' chunks")
+        if self.STAGES < 2 or self.shared_bytes(itype) > DYNAMIC_LIMIT:
+            raise ValueError(f"config {self.name}: needs 2+ stages and <= 227 KiB shared memory for "
+                             f"{itype} ({self.shared_bytes(itype)} bytes)")
+        return self
+
+
+class ALoader(Protocol):
+    """Where the A chunks come from. ``params``: the kernel's parameters (A first, then Bt, C ...);
+    ``rows(w, e, m)``: lines defining copy e's row state (m: the expression of its global row);
+    ``ktile(w, d)``: lines run once per k tile (k0 and kk = k0 + this thread's chunk start known);
+    ``chunk(e)``: (in-bounds expression, flat element offset expression) of copy e's chunk."""
+
+    params: str
+
+    def rows(self, w: Callable, e: int, m: str) -> None: ...
+    def ktile(self, w: Callable, d: int) -> None: ...
+    def chunk(self, e: int) -> tuple[str, str]: ...
+
+
+class Store(Protocol):
+    """Where C goes: ``row(w, d)`` lines after ``row`` (global, < M) is known; ``put(col, value)`` the
+    statement storing the float32 expression ``value`` at (row, col)."""
+
+    def row(self, w: Callable, d: int) -> None: ...
+    def put(self, col: str, value: str) -> str: ...
+
+
+def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name: str) -> str:
+    """Source of the kernel ``name(<loader.params>)`` for one config (M, N, K among the params)."""
+    BM, BN, BK, WM, WN, S = cfg[:6]
+    T = cfg.threads
+    size, kstep = ITYPES[itype][1], ITYPES[itype][2]
+    EPC, CH = 16 // size, BK * size // 16  # elements per chunk, chunks per row
+    per = 8 // CH  # rows sharing one swizzle value
+    MI, NI = WM // 16, WN // 8
+    L = [f"def {name}({loader.params}):"]
+    w = lambda line, d=1: L.append("    " * d + line)  # noqa: E731
+    B0 = 0  # B's stages start at element B0 of Bs
+    if cfg.uses_dynamic(itype):
+        w("As = cuda.shared.array(0, stype, alignment=align)  # dynamic: A's stages, then B's")
+        w("Bs = As")
+        B0 = S * BM * BK
+    else:
+        w("As = cuda.shared.array(A_SMEM, stype, alignment=align)")
+        w("Bs = cuda.shared.array(B_SMEM, stype, alignment=align)")
+    w("tid = U(cuda.threadIdx.x)")
+    w("lane = U(tid % 32)")
+    w("warp = U(tid // 32)")
+    w(f"wm0 = U(U(warp // {BN // WN}) * {WM})")
+    w(f"wn0 = U(U(warp % {BN // WN}) * {WN})")
+    w(f"m0 = U(U(cuda.blockIdx.y) * {BM})")
+    w(f"n0 = U(U(cuda.blockIdx.x) * {BN})")
+    w(f"ktiles = U(U(K + {BK - 1}) // {BK})")
+    w(f"cc = U(tid % {CH})  # this thread's chunk of a row (global), and its copies' rows:")
+    w(f"ck = U(cc * {EPC})")
+    for op, rows in (("a", BM), ("b", BN)):
+        for e in range(rows * CH // T):
+            w(f"{op}r{e} = U(U(tid // {CH}) + {e * T // CH})")
+            w(f"{op}s{e} = U(U(U({op}r{e} * {BK}) + U(U(cc ^ U(U({op}r{e} // {per}) % {CH})) * {EPC}))"
+              f" + {B0 if op == 'b' else 0})")
+            if op == "a":
+                loader.rows(w, e, f"U(m0 + ar{e})")
+            else:
+                w(f"bok{e} = U(n0 + br{e}) < N")
+                w(f"bg{e} = U(U(n0 + br{e}) * K) if bok{e} else U(0)")
+    # ldmatrix addresses: A rows wm0 + lane % 16, chunk 2kk + lane // 16; B rows wn0 + lane % 8 +
+    # 8 (lane // 16), chunk 2kk + (lane // 8) % 2; the swizzle of both is that of lane % 8.
+    w(f"sw = U(U(U(lane % 8) // {per}) % {CH})")
+    w(f"a_ld = U(U(wm0 + U(lane % 16)) * {BK})")
+    w(f"b_ld = U(U(U(U(wn0 + U(lane % 8)) + U(U(lane // 16) * 8)) * {BK}) + {B0})")
+    for kk in range(BK // kstep):
+        w(f"a_c{kk} = U(U(U({2 * kk} + U(lane // 16)) ^ sw) * {EPC})")
+        w(f"b_c{kk} = U(U(U({2 * kk} + U(U(lane // 8) % 2)) ^ sw) * {EPC})")
+    for i in range(MI):
+        for j in range(NI):
+            w(" = ".join(f"c{i}_{j}_{r}" for r in range(4)) + " = zero")
+
+    def issue(d):  # cp.async of k tile `kl` into stage offset `ls`
+        w(f"k0 = U(kl * {BK})", d)
+        w("kk = U(k0 + ck)", d)
+        w("kok = kk < K", d)
+        loader.ktile(w, d)
+        for e in range(BM * CH // T):
+            ok, off = loader.chunk(e)
+            w(f"ok = {ok}", d)
+            w(f"cp_async16(As, U(U(ls * {BM * BK}) + as{e}), {loader.params.split(',')[0]}, "
+              f"{off} if ok else U(0), 16 if ok else 0)", d)
+        for e in range(BN * CH // T):
+            w(f"ok = bok{e} and kok", d)
+            w(f"cp_async16(Bs, U(U(ls * {BN * BK}) + bs{e}), Bt, U(bg{e} + kk) if ok else U(0), "
+              "16 if ok else 0)", d)
+
+    w("kl = U(0)")
+    for s in range(S - 1):
+        w(f"ls = U({s})")
+        w("if kl < ktiles:")
+        issue(2)
+        w("cp_async_commit()")
+        w("kl = U(kl + 1)")
+    w(f"ls = U({S - 1})")
+    w("cs = U(0)")
+    w("kt = U(0)")
+    w("while kt < ktiles:")
+    w("wait()", 2)
+    w("cuda.syncthreads()", 2)
+    w("if kl < ktiles:", 2)
+    issue(3)
+    w("cp_async_commit()", 2)
+    w("kl = U(kl + 1)", 2)
+    w(f"ls = U(ls + 1) if ls < {S - 1} else U(0)", 2)
+    w(f"a_st = U(U(cs * {BM * BK}) + a_ld)", 2)
+    w(f"b_st = U(U(cs * {BN * BK}) + b_ld)", 2)
+    for kk in range(BK // kstep):
+        for i in range(MI):
+            w(f"a{i}_0, a{i}_1, a{i}_2, a{i}_3 = ldmatrix_x4(As, U(a_st + {i * 16 * BK}) + a_c{kk})", 2)
+        for j in range(0, NI, 2):
+            w(f"b{j}_0, b{j}_1, b{j + 1}_0, b{j + 1}_1 = ldmatrix_x4(Bs, U(b_st + {j * 8 * BK}) "
+              f"+ b_c{kk})", 2)
+        if itype == "tf32":
+            for i in range(MI):
+                w(", ".join(f"a{i}_{r}" for r in range(4)) + " = "
+                  + ", ".join(f"to_tf32(a{i}_{r})" for r in range(4)), 2)
+            for j in range(NI):
+                w(f"b{j}_0, b{j}_1 = to_tf32(b{j}_0), to_tf32(b{j}_1)", 2)
+        for i in range(MI):
+            for j in range(NI):
+                acc = ", ".join(f"c{i}_{j}_{r}" for r in range(4))
+                w(f"{acc} = mma(a{i}_0, a{i}_1, a{i}_2, a{i}_3, b{j}_0, b{j}_1, {acc})", 2)
+    w(f"cs = U(cs + 1) if cs < {S - 1} else U(0)", 2)
+    w("kt = U(kt + 1)", 2)
+    w("g = U(lane // 4)")
+    w("t2 = U(U(lane % 4) * 2)")
+    for i in range(MI):
+        for h in range(2):
+            w(f"row = U(U(U(m0 + wm0) + g) + {16 * i + 8 * h})")
+            w("if row < M:")
+            store.row(w, 2)
+            for j in range(NI):
+                w(f"col = U(U(U(n0 + wn0) + t2) + {8 * j})", 2)
+                w("if col < N:", 2)
+                w(store.put("col", f"c{i}_{j}_{2 * h}"), 3)
+                w("if U(col + 1) < N:", 2)
+                w(store.put("U(col + 1)", f"c{i}_{j}_{2 * h + 1}"), 3)
+    return "\n".join(L) + "\n"
+
+
+def compile_kernel(source: str, name: str, filename: str, cfg: TcConfig, itype: str,
+                   extra: dict[str, Any] | None = None) -> Callable:
+    """Compile a :func:`pipeline_source` kernel with the intrinsics and constants it names."""
+    namespace = {"cuda": cuda, "U": U, "zero": np.float32(0), "f32": np.float32,
+                 "stype": numba_from_dtype(np.dtype(ITYPES[itype][0])),
+                 "align": None if runtime.SIMULATOR else 16,
+                 "A_SMEM": cfg.STAGES * cfg.BM * cfg.BK, "B_SMEM": cfg.STAGES * cfg.BN * cfg.BK,
+                 "mma": {"f16": mma.mma_f16, "bf16": mma.mma_bf16, "tf32": mma.mma_tf32}[itype],
+                 "ldmatrix_x4": mma.ldmatrix_x4, "to_tf32": mma.to_tf32, "f32_to_bf16": mma.f32_to_bf16,
+                 "bf16_to_f32": mma.bf16_to_f32,
+                 "cp_async16": mma.cp_async16, "cp_async_commit": mma.cp_async_commit,
+                 "wait": mma.cp_async_wait(cfg.STAGES - 2), **(extra or {})}
+    return runtime.jit(fastmath=False)(compile_source(source, filename, namespace)[name])
+
+
+def configure(kernel: Callable, cfg: TcConfig, itype: str, args: tuple, m: int, n: int) -> Callable:
+    """``kernel[grid, block, 0, dynamic shared]`` for an M x N output, raising the kernel's dynamic
+    shared-memory limit first when the config needs more than 48 KiB."""
+    dyn = cfg.shared_bytes(itype) if cfg.uses_dynamic(itype) else 0
+    if dyn > STATIC_LIMIT:
+        _allow_dynamic_shared(kernel, args, dyn)
+    return kernel[((n + cfg.BN - 1) // cfg.BN, (m + cfg.BM - 1) // cfg.BM), cfg.threads, 0, dyn]
+
+
+def _allow_dynamic_shared(kernel: Any, args: tuple, nbytes: int) -> None:
+    """Compile ``kernel`` for ``args`` and let it use ``nbytes`` of dynamic shared memory (over 48 KiB
+    needs CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on the function: numba-cuda#94)."""
+    if runtime.SIMULATOR:
+        return
+    compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    cufunc = compiled.library.get_cufunc()
+    drv = cuda.cudadrv.driver
+    attr = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    drv.driver.cuKernelSetAttribute(attr, int(nbytes), cufunc.handle, cufunc.device.id)

@@ -1,0 +1,115 @@
+"""The tensor_core plugin (implicit GEMM on tensor cores) and its kernels, on the simulator's smallest tile.
+
+The conformance suite (tests/plugin/test_conformance.py) runs every check on it; these tests pin the
+cases it might not draw: negative effective padding in dgrad, TF32 under "high", channel padding, the
+layout permutation, the predicate's reasons and the public ops with float16 / bfloat16 arrays.
+"""
+import numpy as np
+import pytest
+
+import convlab
+from convlab import reference, runtime
+from convlab.algorithms import tensor_core
+from convlab.kernels import tc_conv
+from convlab.measure import random_operands, rel_error, tolerance
+from convlab.plugin import registry
+from convlab.problem import make_problem
+
+ml_dtypes = pytest.importorskip("ml_dtypes")  # a core dependency; bfloat16 arrays
+
+TC = registry.get("tensor_core")
+
+
+def _run(problem, seed=0):
+    host = random_operands(problem, np.random.default_rng(seed))
+    dev = [None if v is None else runtime.to_device(v) for v in host]
+    out = runtime.full(problem.operand_shapes[2], np.nan, problem.dtype)
+    TC.run(problem, TC.configs(problem)[0], *dev, out, workspace_limit=2**28)
+    got = out.copy_to_host()
+    assert got.dtype == np.dtype(problem.dtype)
+    return rel_error(got, reference.solve(problem, *host)), tolerance(problem, TC.compute_eps(problem.dtype))
+
+
+@pytest.mark.parametrize("problem", [
+    make_problem("dgrad", 1, 8, 4, 5, 8, 1, 3, padding=(1, 2), dtype="float16"),  # padding' = -1, 0
+    make_problem("forward", 2, 5, 6, 5, 12, 2, 2, padding=1, stride=(2, 1), dtype="bfloat16", bias=True),
+], ids=lambda p: p.describe())
+def test_half_precision_cases(problem):
+    err, tol = _run(problem)
+    assert err <= tol, (err, tol)
+
+
+def test_tf32_only_under_high_precision():
+    problem = make_problem("forward", 1, 4, 5, 5, 8, 3, 3, padding=1, dtype="float32", bias=True)
+    verdict = TC.applicable(problem)
+    assert not verdict and "set_float32_precision('high')" in verdict.reason
+    with convlab.float32_precision("high"):
+        assert TC.applicable(problem)
+        err, tol = _run(problem)
+        assert err <= tol, (err, tol)
+        assert err > 1e-6  # the inputs really were rounded to TF32
+    assert convlab.get_float32_precision() == "highest"
+
+
+@pytest.mark.parametrize("change,reason", [
+    (dict(groups=2), "groups == 1"),
+    (dict(op="dgrad", stride=2), "stride 1"),
+    (dict(dtype="float64"), "supports dtypes"),
+])
+def test_declines_with_reason(change, reason):
+    fields = dict(op="forward", n=1, c=8, h=6, w=6, k=8, r=3, s=3, dtype="float16")
+    fields.update(change)
+    verdict = TC.applicable(make_problem(**fields))
+    assert not verdict and reason in verdict.reason
+
+
+def test_permute_flips_and_pads():
+    src = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)  # [k', c', r, s]
+    dst = runtime.full((3 * 2 * 2 * 4,), -1, np.float32)
+    # dgrad's weights: dst[c', r, s, k'] = src[k', c', 1-r, 1-s], k' padded from 2 to 4
+    tc_conv.permute(runtime.to_device(src.reshape(-1)), dst, (3, 2, 2, 4), (4, -2, -1, 12), base=3, valid=2)
+    want = np.zeros((3, 2, 2, 4), np.float32)
+    want[..., :2] = src[:, :, ::-1, ::-1].transpose(1, 2, 3, 0)
+    np.testing.assert_array_equal(dst.copy_to_host().reshape(3, 2, 2, 4), want)
+
+
+def test_workspace_counts_padded_channels():
+    problem = make_problem("forward", 2, 3, 6, 6, 16, 3, 3, dtype="float16")
+    config = TC.configs(problem)[0]
+    assert TC.workspace_bytes(problem, config, 2**30) == (2 * 6 * 6 + 16 * 3 * 3) * 8 * 2
+    assert "workspace" in TC.applicable(problem, config, workspace_limit=100).reason
+
+
+def test_kernel_source_gathers_and_stores_nchw():
+    cfg = tensor_core.SIM_TILES[16][0]
+    src = tc_conv.kernel_source("bf16", cfg, bias=True)
+    assert "cp_async16(As" in src and "bf16_to_f32(bias[col])" in src and "f32_to_bf16(" in src
+    assert "Y[U(yb + U(col * PQ))]" in src
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_public_ops_in_half_precision(dtype):
+    """conv2d / conv_transpose2d on numpy float16 and bfloat16 arrays: "auto" finds the tensor-core
+    plugin (the others decline), the output keeps the input dtype."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 8, 5, 5)).astype(dtype)
+    w = rng.standard_normal((8, 8, 3, 3)).astype(dtype)
+    b = rng.standard_normal(8).astype(dtype)
+    name = np.dtype(dtype).name
+    y = convlab.conv2d(x, w, b, padding=1)
+    problem = make_problem("forward", 1, 8, 5, 5, 8, 3, 3, padding=1, dtype=name, bias=True)
+    assert y.dtype == np.dtype(dtype)
+    assert rel_error(y, reference.forward(problem, x, w, b)) <= tolerance(problem, 2.0**-23)
+    explained = str(convlab.explain(x, w, b, padding=1, algorithm="tensor_core"))
+    assert "direct" in explained and "supports dtypes" in explained
+    dx = convlab.conv_transpose2d(x, w, padding=1)
+    assert dx.dtype == np.dtype(dtype) and dx.shape == (1, 8, 5, 5)
+
+
+def test_to_channels_last_pads_channels():
+    src = np.random.default_rng(1).standard_normal((3, 5, 19)).astype(np.float16)  # [B, C, HW]
+    dst = runtime.full((3 * 19 * 8,), np.nan, np.float16)
+    tc_conv.to_channels_last(runtime.to_device(src.reshape(-1)), dst, 3, 5, 19, 8)
+    want = np.zeros((3, 19, 8), np.float16)
+    want[..., :5] = src.transpose(0, 2, 1)
+    np.testing.assert_array_equal(dst.copy_to_host().reshape(3, 19, 8), want)

@@ -17,6 +17,7 @@ from typing import Iterable, TypeVar
 
 from .contract import Algorithm, Config, Verdict
 from convlab.problem import Problem
+from convlab.settings import bump_generation
 
 ENTRY_POINT_GROUP = "convlab.algorithms"
 
@@ -41,12 +42,14 @@ def register(cls: A) -> A:
     if existing is not None and type(existing).__qualname__ != cls.__qualname__:
         raise ValueError(f"a plugin named {cls.name!r} is already registered ({existing!r})")
     _plugins[cls.name] = cls()
+    bump_generation()
     return cls
 
 
 def unregister(name: str) -> None:
     """Remove a plugin (used by tests and notebooks that register throw-away plugins)."""
     _plugins.pop(name, None)
+    bump_generation()
 
 
 def _load_builtin() -> None:
@@ -89,6 +92,7 @@ def load(*, reload: bool = False) -> None:
 def mark_broken(name: str, exc: BaseException) -> None:
     """Exclude a plugin whose kernel raised, for the rest of the process, with a warning naming it."""
     _broken[name] = f"{type(exc).__name__}: {exc}"
+    bump_generation()
     warnings.warn(f"convlab: plugin {name!r} raised {exc!r} and is excluded from 'auto'",
                   RuntimeWarning, stacklevel=3)
 
@@ -110,6 +114,7 @@ def unmark_broken(name: str | None = None) -> None:
         _broken.clear()
     else:
         _broken.pop(name, None)
+    bump_generation()
 
 
 def load_errors() -> dict[str, str]:

@@ -110,14 +110,14 @@ class Plan:
 
 def freeze(value: Any) -> Any:
     """A hashable, type-exact form of an option (``True`` and ``1``, ``1`` and ``1.0`` differ): an
-    exact ``int`` or ``str`` stands for itself, anything else is tagged with its type's name."""
+    exact ``int`` or ``str`` stands for itself, anything else is tagged with its type."""
     kind = type(value)
     if kind is int or kind is str:
         return value
-    if kind is tuple or kind is list or isinstance(value, (list, tuple)):
-        return (kind.__name__,) + tuple(freeze(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return (kind, *map(freeze, value))
     hash(value)  # TypeError: not plannable
-    return (kind.__name__, value)
+    return (kind, value)
 
 
 def call_key(op: str, signatures: tuple, options: tuple, algorithm: Any,

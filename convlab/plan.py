@@ -9,8 +9,11 @@ with the new operand pointers. Every check of the full path reads only what the 
 failing call stores no plan, so a bad argument raises the same error on every call.
 
 A plan is dropped (and rebuilt on the next call) when the host state that chose it changes: plugins
-registered/unregistered or marked broken, the autotuner's key policy, deterministic flag or its
-remembered ``"auto"`` decision for this problem (see :func:`host_state`, :func:`decision_of`).
+registered/unregistered or marked broken, the autotuner's key policy, deterministic flag, the
+workspace-limit setting or its remembered ``"auto"`` decision for this problem (see
+:func:`host_state`, :func:`decision_of`). Every such change bumps
+:func:`convlab.settings.generation`; a lookup compares one integer and re-checks the plan only when
+the generation moved. Calls whose ``out`` overlaps an input are not replayed (the full path runs).
 A plugin whose ``run`` does host work each call sets
 ``replayable = False``; its calls are never planned. Plans with aliased operands are not made.
 

@@ -3,17 +3,23 @@
     python benchmarks/overhead_bench.py --selftest [--out SELFTEST.json]
     python benchmarks/overhead_bench.py --out OVERHEAD.json [--n 2000] [--batches 5]
 
-``--selftest``: checks the thin launch (convlab.launch) on the device: a kernel with array, float, int
-and bool parameters is recorded once, then replayed with patched pointers on new arrays, on a view at
-an offset and on a second stream; results compared with numpy. Then each public op is called twice on
-device operands (record, then replay) and compared with the float64 reference.
+``--selftest``: checks the thin launch (convlab.launch) on the device: a kernel with array, float32,
+int32, bool, uint32, Python int and float64 parameters is recorded once, then replayed with patched
+pointers on new arrays, on a view at an offset and on a second stream; results compared with numpy
+(the packed values and the driver's parameter sizes are written as diagnostics). Then each public op
+is called twice on device operands (record, then replay) and compared with the float64 reference;
+then every op with every applicable plugin forced (``algorithm=name``, grouped/strided/bias and plain
+cases), recorded and replayed on new inputs into NaN-poisoned outputs; then (GPU) two fresh processes
+with ``CONVLAB_KERNEL_CACHE=1``: the second must load every kernel, compile none, and keep every plan
+thin. Exits 1 when any check fails (the failed ones are named on the last line).
 
 Benchmark (one process): per-call host wall clock, back-to-back (``n`` calls, then one synchronize;
 the median over ``batches``), of torch F.conv2d / conv_transpose2d / grad.conv2d_input / conv2d_weight
 and the convlab ops on torch CUDA tensors (1x16x8x8, weight 16x16x3x3); an empty Numba kernel with 4
 array arguments launched by Numba and by the thin path; the relative error of each convlab op against
 torch; the plan statistics; and the first call of a fresh subprocess with a warm disk cache (import,
-then first call). Every measurement is caught separately: an exception is recorded, not fatal.
+then first call). Every measurement is caught separately: an exception is recorded, not fatal. A table
+(op, torch us, convlab us, ratio) follows the JSON.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ import numpy as np
 
 from convlab import launch, plan, runtime
 from convlab.runtime import cuda
+from replay_checks import plugins_replay_check
 
 SHAPE_X, SHAPE_W = (1, 16, 8, 8), (16, 16, 3, 3)
 
@@ -58,10 +65,18 @@ def per_call_us(fn: Callable[[], Any], sync: Callable[[], None], n: int, batches
 
 # ---- the thin launch selftest ------------------------------------------------------------------------
 @runtime.jit
-def _axpy(out, x, y, alpha, offset, flag):
+def _axpy(out, x, y, alpha, offset, flag, scale, big, beta):
     i = cuda.grid(1)
     if i < out.size:
-        out[i] = alpha * x[i] + y[i] + offset + (1.0 if flag else 0.0)
+        out[i] = alpha * x[i] + y[i] + offset + (1.0 if flag else 0.0) + scale + beta * big
+
+
+#: one scalar of every kind plugin kernels pass: float32, int32, bool, uint32, Python int, float64
+SCALARS = (np.float32(2.5), np.int32(-3), True, np.uint32(7), 5, 0.5)
+
+
+def _expect(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return 2.5 * x + y - 3 + 1 + 7 + 0.5 * 5
 
 
 @runtime.jit
@@ -73,6 +88,21 @@ def _span(a: Any) -> tuple[int, int]:
     return runtime.device_pointer(a), int(a.size) * a.dtype.itemsize
 
 
+def _thin_info(rec: Any) -> dict:
+    """What the thin path packed (values read back from its buffer) and the driver's parameter sizes."""
+    from convlab import thin
+
+    if rec.thin is None:
+        return {"thin": False}
+    info = {"thin": True, "packed": [str(v) for v in rec.thin.packed.values()],
+            "ctypes": [t.__name__ for t in rec.thin.packed.ctypes]}
+    try:
+        info["driver_param_sizes"] = thin._param_sizes(rec.thin.function)
+    except Exception as exc:  # noqa: BLE001  (diagnostics only)
+        info["driver_param_sizes"] = repr(exc)
+    return info
+
+
 def selftest() -> dict:
     """Record one launch, replay it on new arrays / a view / another stream; compare with numpy."""
     rng = np.random.default_rng(0)
@@ -80,36 +110,43 @@ def selftest() -> dict:
     host = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
     out, x, y = (runtime.to_device(h) for h in host)
     with launch.recording([_span(out), _span(x), _span(y)]) as rec:
-        _axpy[(n + 127) // 128, 128](out, x, y, np.float32(2.5), np.int32(3), True)
+        _axpy[(n + 127) // 128, 128](out, x, y, *SCALARS)
     runtime.synchronize()
-    checks = {"recorded": bool(np.allclose(out.copy_to_host(), 2.5 * host[1] + host[2] + 4)),
-              "thin_path_on_gpu_only": (rec[0].thin is not None) == (not runtime.SIMULATOR)}
+    checks: dict[str, Any] = {"recorded": bool(np.allclose(out.copy_to_host(), _expect(host[1], host[2]))),
+                              "thin_path_on_gpu_only": (rec[0].thin is not None) == (not runtime.SIMULATOR)}
+    diagnostics = {"axpy": _thin_info(rec[0])}
     new = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
     out2, x2, y2 = (runtime.to_device(h) for h in new)
     bases = [runtime.device_pointer(a) for a in (out2, x2, y2)]
     rec[0].replay([out2, x2, y2], bases, 0)
     runtime.synchronize()
-    checks["replay_new_arrays"] = bool(np.allclose(out2.copy_to_host(), 2.5 * new[1] + new[2] + 4))
-    checks["recorded_arrays_untouched"] = bool(np.allclose(out.copy_to_host(), 2.5 * host[1] + host[2] + 4))
+    got = out2.copy_to_host()
+    checks["replay_new_arrays"] = bool(np.allclose(got, _expect(new[1], new[2])))
+    diagnostics["replay_first_values"] = [float(v) for v in got[:4]]
+    diagnostics["replay_expected"] = [float(v) for v in _expect(new[1], new[2])[:4]]
+    checks["recorded_arrays_untouched"] = bool(np.allclose(out.copy_to_host(), _expect(host[1], host[2])))
     stream = cuda.stream()
     big = [runtime.to_device(rng.standard_normal(n + 16).astype(np.float32)) for _ in range(3)]
     views = [b[16:] for b in big]
     with launch.recording([_span(b) for b in big]) as rec2:
-        _axpy[(n + 127) // 128, 128](*views, np.float32(2.5), np.int32(3), True)
+        _axpy[(n + 127) // 128, 128](*views, *SCALARS)
     expect_before = big[0].copy_to_host()
     fresh = [runtime.to_device(rng.standard_normal(n + 16).astype(np.float32)) for _ in range(3)]
     hosts = [f.copy_to_host() for f in fresh]
     rec2[0].replay(fresh, [runtime.device_pointer(f) for f in fresh], stream)
     stream.synchronize()
     got = fresh[0].copy_to_host()
-    checks["replay_views_on_stream"] = bool(np.allclose(got[16:], 2.5 * hosts[1][16:] + hosts[2][16:] + 4)
+    checks["replay_views_on_stream"] = bool(np.allclose(got[16:], _expect(hosts[1][16:], hosts[2][16:]))
                                             and np.array_equal(got[:16], hosts[0][:16]))
     checks["other_base_untouched"] = bool(np.array_equal(big[0].copy_to_host(), expect_before))
     _guard(checks, "ops_record_then_replay", _ops_replay_check)
+    _guard(checks, "every_plugin_record_then_replay", plugins_replay_check)
     if not runtime.SIMULATOR:
         _guard(checks, "disk_cache_two_processes", _disk_cache_check)
     ok = all(v is True or (isinstance(v, dict) and v.get("ok")) for v in checks.values())
-    return {"ok": ok, "checks": checks, "device": runtime.device_name(), "simulator": runtime.SIMULATOR}
+    failed = [k for k, v in checks.items() if not (v is True or (isinstance(v, dict) and v.get("ok")))]
+    return {"ok": ok, "failed": failed, "checks": checks, "diagnostics": diagnostics,
+            "device": runtime.device_name(), "simulator": runtime.SIMULATOR}
 
 
 def _ops_replay_check() -> dict:
@@ -136,9 +173,11 @@ def _ops_replay_check() -> dict:
             "plans": plan.stats(), "plans_thin": thin}
 
 
-_DISK_CHILD = ("import json, sys; sys.path.insert(0, {here!r}); import overhead_bench as b; "
-               "from convlab import kernel_cache; r = b._ops_replay_check(); "
-               "print(json.dumps(dict(r, cache=kernel_cache.stats, enabled=kernel_cache.enabled())))")
+_DISK_CHILD = ("import json, sys, time; t0 = time.perf_counter(); sys.path.insert(0, {here!r}); "
+               "import overhead_bench as b; t1 = time.perf_counter(); "
+               "from convlab import kernel_cache; r = b._ops_replay_check(); t2 = time.perf_counter(); "
+               "print(json.dumps(dict(r, cache=kernel_cache.stats, enabled=kernel_cache.enabled(), "
+               "import_s=t1 - t0, ops_s=t2 - t1)))")
 
 
 def _disk_cache_check() -> dict:
@@ -157,8 +196,25 @@ def _disk_cache_check() -> dict:
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
                         else {"error": done.stderr[-3000:]})
     ok = all(r.get("ok") and r.get("enabled") for r in runs) and runs[1]["cache"]["compiled"] == 0 \
-        and runs[1]["cache"]["loaded"] > 0
+        and runs[1]["cache"]["loaded"] > 0  # r["ok"] includes: every plan thin
     return {"ok": bool(ok), "runs": runs}
+
+
+def table(bench: dict) -> str:
+    """op, torch us, convlab us, convlab / torch: the per-call host cost at a glance."""
+    lines = [f"{'op':<28}{'torch us':>10}{'convlab us':>12}{'ratio':>8}"]
+    for op in ("conv2d", "conv2d_backward_data", "conv2d_backward_weight", "conv_transpose2d",
+               "conv2d_requires_grad"):
+        theirs = bench.get(f"torch/{op.replace('_requires_grad', '')}", {})
+        ours = bench.get(f"convlab/{op}", {})
+        t, c = theirs.get("median_us"), ours.get("median_us")
+        ratio = f"{c / t:8.2f}" if t and c else f"{'-':>8}"
+        lines.append(f"{op:<28}{t if t is None else round(t, 1)!s:>10}{c if c is None else round(c, 1)!s:>12}"
+                     f"{ratio}")
+    for name in ("numba/empty_kernel_4_arrays", "thin/empty_kernel_4_arrays"):
+        us = bench.get(name, {}).get("median_us")
+        lines.append(f"{name:<28}{'':>10}{us if us is None else round(us, 1)!s:>12}")
+    return "\n".join(lines)
 
 
 # ---- the benchmark --------------------------------------------------------------------------------------
@@ -256,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w") as fh:
             fh.write(text)
+    if args.selftest and isinstance(result["selftest"], dict):
+        print(f"selftest {'ok' if ok else 'FAILED: ' + ', '.join(result['selftest'].get('failed', []))}")
+    elif not args.selftest and isinstance(result["benchmark"], dict):
+        print(table(result["benchmark"]))
     return 0 if ok else 1
 
 

@@ -138,6 +138,26 @@ def load(key: str, where: Path | None = None) -> tuple[str, bytes] | None:
         return None
 
 
+def cubin_bytes(cubin: Any) -> bytes:
+    """The bytes of what ``get_cubin`` returns: bytes (older numba-cuda) or a cuda.core ObjectCode
+    (numba-cuda 0.30: its ``code``), never a ``bytes(obj)`` of the object itself."""
+    if isinstance(cubin, (bytes, bytearray, memoryview)):
+        return bytes(cubin)
+    code = getattr(cubin, "code", None)
+    if isinstance(code, (bytes, bytearray, memoryview)):
+        return bytes(code)
+    raise TypeError(f"cannot read the cubin bytes of a {type(cubin).__name__}")
+
+
+def _object_code(payload: bytes) -> Any:
+    """What numba-cuda's ``create_module_image`` loads: a cuda.core ObjectCode of the cubin."""
+    try:
+        from cuda.core import ObjectCode
+    except ImportError:  # older cuda.core
+        from cuda.core.experimental import ObjectCode
+    return ObjectCode.from_cubin(payload)
+
+
 class CompiledKernel:
     """A kernel loaded for the current context: its launch handle and Numba argument types."""
 
@@ -155,12 +175,13 @@ def compiled(dispatcher: Any, args: tuple) -> CompiledKernel | None:
     memo_key = (id(dispatcher), argtypes)
     found = _memo.get(memo_key)
     if found is not None:
-        return found
+        return found or None  # False: failed before, not retried every launch
     try:
         found = _load_or_compile(dispatcher, argtypes)
     except Exception as exc:  # noqa: BLE001  (the ordinary launch still works)
         log.warning("kernel cache: %s not cached (%s: %s)", _py_func(dispatcher).__qualname__,
                     type(exc).__name__, exc)
+        _memo[memo_key] = False
         return None
     _memo[memo_key] = found
     return found
@@ -177,10 +198,11 @@ def _load_or_compile(dispatcher: Any, argtypes: tuple) -> CompiledKernel:
     if overload is None:
         hit = load(key)
         if hit is not None:
+            module = runtime.cuda.current_context().create_module_image(_object_code(hit[1]), [], [])
+            function = module.get_function(hit[0])
             log.info("kernel cache: %s loaded from disk (%s)", name, key[:12])
             stats["loaded"] += 1
-            module = runtime.cuda.current_context().create_module_image(hit[1], [], [])
-            return CompiledKernel(module.get_function(hit[0]).handle, argtypes, module)
+            return CompiledKernel(function.handle, argtypes, (module, function))
         log.info("kernel cache: compiling %s for %s", name, ", ".join(map(str, argtypes)))
         overload = dispatcher.compile(argtypes)
         stats["compiled"] += 1
@@ -191,5 +213,5 @@ def _load_or_compile(dispatcher: Any, argtypes: tuple) -> CompiledKernel:
         raise ValueError("the kernel needs module setup (NRT); not cached")
     cufunc = library.get_cufunc()
     if load(key) is None:
-        save(key, cufunc.name, bytes(library.get_cubin(cc)))
+        save(key, cufunc.name, cubin_bytes(library.get_cubin(cc)))
     return CompiledKernel(cufunc.handle, tuple(overload.argument_types))

@@ -16,7 +16,8 @@ device pointer) is stored as (operand slot, byte offset, shape, strides, dtype);
 plan. ``Launch.replay(bases, stream)`` re-issues the launch on new operands:
 
 - on a GPU through the *thin path* (:mod:`convlab.thin`): the parameters packed once at record time
-  by Numba's own ``_prepare_args``; a replay writes the new data pointers and calls ``cuLaunchKernel``;
+  into a buffer the record owns, in Numba's layout (checked against Numba's ``_prepare_args`` and
+  the driver's parameter sizes); a replay writes the new data pointers and calls ``cuLaunchKernel``;
 - on the simulator (and on a GPU when the thin path is unavailable) by re-invoking the Numba kernel
   with views of the new operands.
 """

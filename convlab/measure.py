@@ -125,6 +125,7 @@ class CandidateResult:
     rel_error: float | None = None
     tolerance: float | None = None
     median_ms: float | None = None
+    op_median_ms: float | None = None  # the same candidate through the public op (benchmarks)
     min_ms: float | None = None
     samples: int = 0
     dropped_early: bool = False  # the tuner's first pass found it much slower than the leader

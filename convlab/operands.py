@@ -43,10 +43,10 @@ def signature(obj: Any) -> tuple | None:
     or unknown: no launch plan)."""
     if obj is None:
         return None
-    if is_torch(obj):
+    if type(obj).__module__.startswith("torch"):
         if not obj.is_cuda:
             return False
-        return ("torch", tuple(obj.shape), obj.stride(), obj.dtype, obj.device.index)
+        return ("torch", obj.shape, obj.stride(), obj.dtype, obj.get_device())
     if runtime.is_device_array(obj):
         return ("numba", tuple(obj.shape), runtime.strides_of(obj), obj.dtype.str)
     return False
@@ -57,6 +57,23 @@ def pointer(obj: Any) -> tuple[int, int]:
     if is_torch(obj):
         return obj.data_ptr(), obj.numel() * obj.element_size()
     return runtime.device_pointer(obj), int(obj.size) * obj.dtype.itemsize
+
+
+def data_pointer(obj: Any) -> int:
+    """Device pointer of a device operand (torch tensor or Numba device array)."""
+    if type(obj).__module__.startswith("torch"):
+        return obj.data_ptr()
+    return runtime.device_pointer(obj)
+
+
+def raw_stream_getter() -> Any:
+    """``f(device_index) -> int``: the CUstream handle of PyTorch's current stream on that device;
+    ``torch._C._cuda_getCurrentRawStream`` where present (a fraction of ``current_stream()``'s cost)."""
+    torch = sys.modules["torch"]
+    raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda index: int(torch.cuda.current_stream(index).cuda_stream)
 
 
 def as_device(obj: Any) -> Any:

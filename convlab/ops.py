@@ -58,25 +58,20 @@ def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, opti
           algorithm: Any, workspace_limit: Any, stream: Any) -> Any:
     """Replay the launch plan of this call's signature (convlab.plan), else check, run and record."""
     a, b = inputs.values()
-    key = plan.call_key(op, [operands.signature(v) for v in (a, b, bias, out)], options, algorithm,
-                        workspace_limit)
+    sig = operands.signature
+    key = plan.call_key(op, (sig(a), sig(b), sig(bias), sig(out)), options, algorithm, workspace_limit)
     found = plan.lookup(key) if key is not None else None
     if found is not None:
-        st = operands.resolve_stream(stream, (a, b, bias, out))
-        result = out if out is not None else operands.empty_like_kind(a, found.out_shape, found.dtype, st)
-        values = (a, b, bias, result)
-        spans = [None if v is None else operands.pointer(v) for v in values]
-        if not plan.aliased(spans):
-            devs = None if found.thin else [None if v is None else operands.as_device(v) for v in values]
-            try:
-                with launch.using_stream(st):
-                    found.replay(devs, [0 if sp is None else sp[0] for sp in spans], st)
-                return result
-            except Exception as exc:
-                if not found.thin:
-                    raise
-                launch.disable_thin(exc)  # the full path below recomputes the whole result
-                plan.clear()
+        try:
+            result = found.run(a, b, bias, out, stream)
+        except Exception as exc:
+            if not found.thin:
+                raise
+            launch.disable_thin(exc)  # the full path below recomputes the whole result
+            plan.clear()
+            result = None
+        if result is not None:
+            return result
     prob = build()
     check_fits(op, prob)  # before anything is allocated
     return _execute(prob, inputs, bias, out, algorithm, workspace_limit, stream, key)
@@ -126,7 +121,7 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
         if record and ran is candidate:
             auto = isinstance(algorithm, str) and algorithm == "auto"
             plan.store(key, plan.Plan(ran, recorded, plan.host_state(), out_shape, prob.dtype,
-                                      plan.decision_of(prob, limit) if auto else None))
+                                      plan.decision_of(prob, limit) if auto else None, key[1]))
         result = dout.copy_to_host() if host or isinstance(out, np.ndarray) else None
     if isinstance(out, np.ndarray):
         out[...] = result

@@ -9,22 +9,28 @@ with the new operand pointers. Every check of the full path reads only what the 
 failing call stores no plan, so a bad argument raises the same error on every call.
 
 A plan is dropped (and rebuilt on the next call) when the host state that chose it changes: plugins
-registered/unregistered or marked broken, the autotuner's key policy, deterministic flag or its
-remembered ``"auto"`` decision for this problem (see :func:`host_state`, :func:`decision_of`).
+registered/unregistered or marked broken, the autotuner's key policy, deterministic flag, the
+workspace-limit setting or its remembered ``"auto"`` decision for this problem (see
+:func:`host_state`, :func:`decision_of`). Every such change bumps
+:func:`convlab.settings.generation`; a lookup compares one integer and re-checks the plan only when
+the generation moved. Calls whose ``out`` overlaps an input are not replayed (the full path runs).
 A plugin whose ``run`` does host work each call sets
 ``replayable = False``; its calls are never planned. Plans with aliased operands are not made.
 
 Bounds: at most ``MAX_PLANS`` plans and ``MAX_HELD_BYTES`` bytes of device memory held by their
-recorded workspaces (least recently used dropped first); :func:`clear` drops all.
+recorded workspaces (least recently stored dropped first); :func:`clear` drops all.
 """
 from __future__ import annotations
 
 import collections
 import logging
+import sys
 import threading
 from typing import Any, Sequence
 
 from . import launch, settings
+from . import operands as _operands
+from .thin import stream_handle as _stream_handle
 from .autotune import tuner
 from .plugin import registry
 
@@ -38,15 +44,32 @@ _stats = {"built": 0, "replayed": 0}
 
 
 class Plan:
-    """The recorded launches of one call signature and the candidate that made them."""
+    """The recorded launches of one call signature and the candidate that made them.
+
+    Everything a replay needs beyond the operands is fixed here once: the output's shape, dtype and
+    allocator (torch, on the first operand's device, or the output pool), the device whose current
+    stream a torch call runs on, and the thin launches (see :meth:`run`)."""
 
     def __init__(self, candidate: Any, launches: Sequence[launch.Launch], state: tuple,
-                 out_shape: tuple, dtype: str, decision: tuple | None = None) -> None:
+                 out_shape: tuple, dtype: str, decision: tuple | None = None,
+                 signatures: Sequence[Any] = ()) -> None:
         self.candidate, self.out_shape, self.dtype, self.decision = candidate, out_shape, dtype, decision
         self.launches = list(launches)
         self.state = state
+        self.generation = settings.generation()
         self.held_bytes = sum(rec.owned_bytes for rec in self.launches)
         self.thin = all(rec.thin is not None for rec in self.launches)
+        self.thins = [rec.thin for rec in self.launches] if self.thin else []
+        first = signatures[0] if signatures else None
+        self.torch_device = first[4] if first and first[0] == "torch" else None  # None: not torch
+        self.numba_out = first is not None and first is not False and first[0] != "torch"
+        self._empty = self._raw_stream = None
+        if self.torch_device is not None:
+            torch = sys.modules["torch"]
+            self._empty = torch.empty
+            self._out_args = (self.out_shape,)
+            self._out_kwargs = {"dtype": getattr(torch, dtype), "device": torch.device("cuda", self.torch_device)}
+            self._raw_stream = _operands.raw_stream_getter()
 
     def replay(self, operands: Sequence[Any], bases: Sequence[int], stream: Any) -> None:
         """Re-issue every launch with operand slot ``s`` at ``bases[s]`` (``operands[s]`` is the
@@ -54,34 +77,71 @@ class Plan:
         for rec in self.launches:
             rec.replay(operands, bases, stream)
 
+    def run(self, a: Any, b: Any, bias: Any, out: Any, stream: Any) -> Any:
+        """One planned call: the output (``out`` or a new one), replayed on the call's stream. None
+        when this call cannot replay (operands that overlap ``out``): the caller takes the full path."""
+        torch_call = self._empty is not None
+        if stream is None and torch_call and self._raw_stream is not None:
+            handle, st = self._raw_stream(self.torch_device), None  # rule 2 for a torch first operand
+        else:
+            st = _operands.resolve_stream(stream, (a, b, bias, out))
+            handle = _stream_handle(st)
+        if out is not None:
+            result = out
+            spans = [None if v is None else _operands.pointer(v) for v in (a, b, bias, out)]
+            if aliased(spans):
+                return None
+            bases = [0 if sp is None else sp[0] for sp in spans]
+        else:
+            if torch_call:
+                result = self._empty(*self._out_args, **self._out_kwargs)
+            else:
+                result = _operands.empty_like_kind(a, self.out_shape, self.dtype, st)
+            ptr = _operands.data_pointer
+            bases = [ptr(a), ptr(b), 0 if bias is None else ptr(bias), ptr(result)]
+        if self.thin:
+            self.replay(None, bases, handle)
+        else:
+            values = (a, b, bias, result)
+            devs = [None if v is None else _operands.as_device(v) for v in values]
+            if st is None:
+                st = _operands.resolve_stream(None, values)
+            self.replay(devs, bases, st)
+        _stats["replayed"] += 1
+        return result
+
 
 def freeze(value: Any) -> Any:
-    """A hashable, type-exact form of an option (``True`` and ``1``, ``1`` and ``1.0`` differ)."""
+    """A hashable, type-exact form of an option (``True`` and ``1``, ``1`` and ``1.0`` differ): an
+    exact ``int`` or ``str`` stands for itself, anything else is tagged with its type."""
+    kind = type(value)
+    if kind is int or kind is str:
+        return value
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(freeze(v) for v in value)
+        return (kind, *map(freeze, value))
     hash(value)  # TypeError: not plannable
-    return (type(value).__name__, value)
+    return (kind, value)
 
 
-def call_key(op: str, signatures: Sequence[Any], options: Sequence[Any], algorithm: Any,
+def call_key(op: str, signatures: tuple, options: tuple, algorithm: Any,
              workspace_limit: Any) -> tuple | None:
     """The plan key of a call, or None when it cannot be planned (host or unknown operands,
     unhashable options)."""
-    if any(sig is False for sig in signatures):
+    if False in signatures:
         return None
     try:
-        return (op, tuple(signatures), freeze(tuple(options)), freeze(algorithm), freeze(workspace_limit))
+        return (op, signatures, freeze(options), freeze(algorithm), freeze(workspace_limit))
     except TypeError:
         return None
 
 
 def host_state() -> tuple:
     """What a plan's candidate depends on besides the call: the registered plugins, those marked
-    broken, the autotuner's key policy and deterministic flag, and the float32 precision (TF32
-    plugins decline float32 under "highest"). Read from the modules' state directly: this runs on
-    every planned call (under 1 us)."""
+    broken, the autotuner's key policy and deterministic flag, the float32 precision (TF32 plugins
+    decline float32 under "highest") and the workspace-limit setting. Read only when
+    :func:`convlab.settings.generation` moved since the plan was last checked."""
     return (registry.state(), settings.get_key_policy(), settings.get_deterministic(),
-            settings.get_float32_precision())
+            settings.get_float32_precision(), settings.get_workspace_limit())
 
 
 def decision_of(problem: Any, workspace_limit: int) -> tuple | None:
@@ -92,26 +152,27 @@ def decision_of(problem: Any, workspace_limit: int) -> tuple | None:
 
 
 def _valid(plan: Plan) -> bool:
+    generation = settings.generation()
     if plan.state != host_state():
         return False
-    if plan.decision is None:
-        return True
-    key, decision = plan.decision
-    return tuner.remembered(key) is decision
+    if plan.decision is not None:
+        key, decision = plan.decision
+        if tuner.remembered(key) is not decision:
+            return False
+    plan.generation = generation  # unchanged for this plan: quick check again until the next change
+    return True
 
 
 def lookup(key: tuple) -> Plan | None:
-    """The plan of ``key`` when it exists and the host state that chose it is unchanged."""
-    with _lock:
-        plan = _plans.get(key)
-        if plan is None:
-            return None
-        _plans.move_to_end(key)
-    if not _valid(plan):
+    """The plan of ``key`` when it exists and the host state that chose it is unchanged (one integer
+    compare while nothing changed; see :func:`convlab.settings.generation`)."""
+    plan = _plans.get(key)
+    if plan is None:
+        return None
+    if plan.generation != settings.generation() and not _valid(plan):
         with _lock:
             _plans.pop(key, None)
         return None
-    _stats["replayed"] += 1
     return plan
 
 
@@ -124,7 +185,7 @@ def store(key: tuple, plan: Plan) -> None:
         return
     with _lock:
         _plans[key] = plan
-        _plans.move_to_end(key)
+        _plans.move_to_end(key)  # least recently stored dropped first
         _stats["built"] += 1
         while len(_plans) > MAX_PLANS or held_bytes_locked() > MAX_HELD_BYTES:
             _plans.popitem(last=False)

@@ -23,6 +23,7 @@ may leave counters non-zero), the range is zeroed again before it is lent.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import weakref
 from typing import Any, Iterator
@@ -119,13 +120,14 @@ def output(shape: tuple[int, ...], dtype: Any, stream: int = 0) -> Any:
     stream handle (stream-ordered reuse, as PyTorch's caching allocator does), so the steady state
     of a loop does no cuMemAlloc. Arrays that cannot be tracked are plain allocations."""
     shape = tuple(int(s) for s in shape)
-    key = (shape, np.dtype(dtype).str, int(stream))
+    key = (shape, dtype if type(dtype) is str else np.dtype(dtype).name, int(stream))
+    size = math.prod(shape)
     with _lock:
         idle = _outputs.get(key)
         base = idle.pop() if idle else None
     if base is None:
-        base = runtime.empty((max(int(np.prod(shape)), 1),), dtype)
-    view = base[:int(np.prod(shape))].reshape(shape)
+        base = runtime.empty((max(size, 1),), dtype)
+    view = base[:size].reshape(shape)
     try:
         weakref.finalize(view, _give_back, key, base)
     except TypeError:  # pragma: no cover - an array type without weak references

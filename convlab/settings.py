@@ -90,9 +90,25 @@ _state: dict[str, Any] = {
 }
 
 
+_generation = [0]
+
+
+def generation() -> int:
+    """A counter bumped by every change of host state that a launch plan depends on (these settings,
+    the plugin registry, the autotuner's remembered decisions): convlab.plan re-checks a plan only
+    when it moved."""
+    return _generation[0]
+
+
+def bump_generation() -> None:
+    """Invalidate the quick validity check of every launch plan (see :func:`generation`)."""
+    _generation[0] += 1
+
+
 def _swap(key: str, value: Any) -> Any:
     with _lock:
         previous, _state[key] = _state[key], value
+        _generation[0] += 1
     return previous
 
 

@@ -28,6 +28,7 @@ initial value.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import asdict
@@ -42,6 +43,8 @@ from convlab.plugin.registry import Candidate
 from .result import CandidateResult, TuneResult
 from .cache import TuningCache, file_name, plugin_fingerprint, tuning_key
 from .rounds import Timer, measure_candidates
+
+log = logging.getLogger("convlab")
 
 _lock = threading.RLock()
 _caches: dict[Path, TuningCache] = {}
@@ -78,6 +81,7 @@ def clear_cache(memory: bool = True, disk: bool = True) -> None:
     with _lock:
         if memory:
             _decisions.clear()
+            settings.bump_generation()  # "auto" launch plans re-check their decision
             for cache in _caches.values():
                 cache.clear(memory=True, disk=False)
         if disk:
@@ -211,12 +215,16 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
                                 f"{why}, so the highest declared priority wins (nothing was run or timed)")
         else:
             _stats["tuned"] += 1
+            log.info("tuning %s: compiling/checking %d candidates", problem.describe(), len(cands))
             result = measure_candidates(problem, key, cands, limit, timer, start, _stats)
+            log.info("tuning %s: done in %.2f s, winner %s", problem.describe(),
+                     time.perf_counter() - start, result.winner.label if result.winner else None)
             if entry is not None and not force:
                 result.notes.append(f"cache entry replaced: {stale}")
             if result.winner is not None:
                 _store(result, cands, prints)
         _decisions[memo_key(problem, limit)] = result
+        settings.bump_generation()
     return result
 
 

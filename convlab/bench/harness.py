@@ -12,8 +12,9 @@ For each (suite entry, op) problem::
         memory    device memory allocated during the first run (numba's memory info, frees deferred:
                   kernel loading and buffers a plugin caches across calls count; driver granularity),
                   and during a later run (steady state); cuDNN: torch's peak beyond its output
-        time      convlab.measure.time_candidate: CUDA events, warm-up, median of ``repeat`` runs
-                  (fewer when one run is long: ``max_seconds`` per candidate)
+        time      CUDA events, warm-up, median of ``repeat`` runs (fewer when one run is long:
+                  ``max_seconds`` per candidate) of the plugin's ``run``; then the same through the
+                  public op with the candidate forced (``op_median_ms``: the call path's cost included)
     cuDNN     the same steps through convlab.baseline; ratio = cuDNN ms / candidate ms (> 1: faster)
 
 On the simulator no time is measured (measure returns None): the harness then only checks outputs.
@@ -21,6 +22,7 @@ On the simulator no time is measured (measure returns None): the harness then on
 from __future__ import annotations
 
 import importlib
+import statistics
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -56,20 +58,39 @@ class BenchOptions:
     seed: int = 0
 
 
-def _time(candidate: Candidate, problem: Problem, ops_: tuple, opts: BenchOptions, limit: int
-          ) -> list[float] | None:
-    """Median-ready samples through convlab.measure, the repeat count cut to the time budget."""
-    a, b, bias, out = ops_
-    probe = measure.time_candidate(candidate, problem, a, b, bias, out, workspace_limit=limit,
-                                   warmup=0, repeat=1)
+def _time(fn: Callable[[], Any], opts: BenchOptions) -> list[float] | None:
+    """Median-ready samples of ``fn()`` (CUDA events), the repeat count cut to the time budget."""
+    probe = runtime.time_ms(fn, warmup=0, repeat=1)
     if probe is None:  # the simulator
         return None
     repeat, warmup = opts.repeat, opts.warmup
     if opts.max_seconds and probe[0] > 0:  # slow candidates: fewer samples (>= 3), fewer warm-ups (>= 1)
         repeat = max(3, min(repeat, int(opts.max_seconds * 1e3 / probe[0])))
         warmup = min(warmup, max(1, repeat // 3))
-    return measure.time_candidate(candidate, problem, a, b, bias, out, workspace_limit=limit,
-                                  warmup=warmup, repeat=repeat)
+    return runtime.time_ms(fn, warmup=warmup, repeat=repeat)
+
+
+def op_call(cand: Candidate, problem: Problem, dev: tuple, out: Any, limit: int,
+            transpose: bool = False) -> Callable[[], Any]:
+    """``fn()``: the public op of ``problem`` on ``dev`` = (a, b, bias) into ``out`` with ``cand``
+    forced (``algorithm=(plugin, config)``); a dgrad with bias (or of a transpose entry) goes through
+    ``conv_transpose2d`` with the output padding that gives dx's size."""
+    from convlab import ops
+
+    a, b, bias = dev
+    pr = problem
+    conv = (pr.stride, pr.padding, pr.dilation, pr.groups)
+    kw = {"algorithm": (cand.plugin.name, cand.config), "out": out, "workspace_limit": limit}
+    if pr.op == "forward":
+        return lambda: ops.conv2d(a, b, bias, *conv, **kw)
+    if pr.op == "wgrad":
+        return lambda: ops.conv2d_backward_weight(a, b, pr.w_shape, *conv, **kw)
+    if bias is None and not transpose:
+        return lambda: ops.conv2d_backward_data(a, b, pr.x_shape, *conv, **kw)
+    extra = tuple(size - ((o - 1) * st - 2 * pad + d * (k - 1) + 1) for size, o, st, pad, d, k in
+                  zip((pr.h, pr.w), (pr.p, pr.q), pr.stride, pr.padding, pr.dilation, (pr.r, pr.s)))
+    return lambda: ops.conv_transpose2d(a, b, bias, pr.stride, pr.padding, extra, pr.groups, pr.dilation,
+                                        **kw)
 
 
 def allocated_during(fn: Callable[[], Any]) -> int | None:
@@ -139,7 +160,8 @@ def candidates(problem: Problem, opts: BenchOptions, limit: int) -> tuple[list[C
 
 
 def _bench_candidate(cand: Candidate, problem: Problem, dev: tuple, out: Any, poison: np.ndarray,
-                     trusted: Trusted, opts: BenchOptions, limit: int) -> CandidateResult:
+                     trusted: Trusted, opts: BenchOptions, limit: int, transpose: bool = False
+                     ) -> CandidateResult:
     row = CandidateResult(cand.plugin.name, cand.config.name)
     try:
         row.workspace_bytes = int(cand.plugin.workspace_bytes(problem, cand.config, limit))
@@ -151,7 +173,9 @@ def _bench_candidate(cand: Candidate, problem: Problem, dev: tuple, out: Any, po
         if usable and not runtime.SIMULATOR:
             launch = lambda: measure.run_candidate(cand, problem, *dev, out, limit)  # noqa: E731
             row.steady_mem_bytes = allocated_during(launch)
-            row.fill_times(problem, _time(cand, problem, (*dev, out), opts, limit))
+            row.fill_times(problem, _time(launch, opts))
+            op_times = _time(op_call(cand, problem, dev, out, limit, transpose), opts)  # plan + replays
+            row.op_median_ms = statistics.median(op_times) if op_times else None
         elif usable and opts.simulator_wall_clock:  # no rates: not GPU speed
             row.median_ms = measure.wall_clock_ms(cand, problem, *dev, out, limit)
     except Exception as exc:  # a plugin failing to compile or launch is recorded, never fatal
@@ -169,7 +193,7 @@ def _bench_cudnn(cudnn: Cudnn, problem: Problem, dev: tuple, out: Any, trusted: 
         runtime.synchronize()
         judge(row, cudnn.output(), trusted, problem, cudnn.compute_eps(problem.dtype))
         row.extra_mem_bytes = row.steady_mem_bytes = cudnn.extra_memory(problem)  # after its first run
-        row.fill_times(problem, _time(cand, problem, (*dev, out), opts, limit))
+        row.fill_times(problem, _time(lambda: measure.run_candidate(cand, problem, *dev, out, limit), opts))
     except Exception as exc:
         row.status, row.error = "error", f"{type(exc).__name__}: {exc}"[:500]
     finally:
@@ -203,7 +227,7 @@ def bench_problem(suite: str, entry: SuiteEntry, problem: Problem, opts: BenchOp
                                for c in cands)) else []
     for cand in cands + extra:
         step(cand.label)
-        row = _bench_candidate(cand, problem, dev, out, poison, trusted, opts, limit)
+        row = _bench_candidate(cand, problem, dev, out, poison, trusted, opts, limit, transpose)
         row.auto = pick is not None and (cand.plugin.name, cand.config) == (pick.plugin.name, pick.config)
         res.candidates.append(row)
     if cudnn is not None:

@@ -162,14 +162,15 @@ def _mib(value: int | None) -> str:
 
 
 def table(results: Iterable[ProblemResult]) -> str:
-    """Fixed-width text table: one line per candidate; '*' marks the auto pick, '<' the fastest."""
+    """Fixed-width text table: one line per candidate; '*' marks the auto pick, '<' the fastest; 'op ms'
+    is the candidate through the public op (call path included), '-' on the simulator."""
     results = list(results)
     labels = [r.label for res in results for r in res.candidates + ([res.cudnn] if res.cudnn else [])]
     pw = min(max([len(x) for x in labels] + [14]), 60)  # plugin[config] column
     sw = min(max([len(res.label) for res in results] + [5]), 40)  # shape column
     pad = f"{'':<{sw}} {'':<9}   "
-    head = (f"{'shape':<{sw}} {'op':<9} {'plugin[config]':<{pw + 2}} {'ms':>9} {'TFLOP/s':>8} {'GB/s':>8} "
-            f"{'xcuDNN':>7} {'MiB':>6}  check")
+    head = (f"{'shape':<{sw}} {'op':<9} {'plugin[config]':<{pw + 2}} {'ms':>9} {'op ms':>9} {'TFLOP/s':>8} "
+            f"{'GB/s':>8} {'xcuDNN':>7} {'MiB':>6}  check")
     lines, ratios = [head, "-" * len(head)], {}
     for res in results:
         op = "transpose" if res.kind == "conv_transpose2d" else res.op
@@ -180,7 +181,8 @@ def table(results: Iterable[ProblemResult]) -> str:
             if r.error and r.status == "error":
                 check += f": {r.error[:60]}"
             lines.append(f"{res.label[:sw] if i == 0 else '':<{sw}} {op if i == 0 else '':<9} "
-                         f"{mark}{r.label[:pw]:<{pw}} {_fmt(r.median_ms, '9.4f')} {_fmt(r.tflops, '8.2f')} "
+                         f"{mark}{r.label[:pw]:<{pw}} {_fmt(r.median_ms, '9.4f')} {_fmt(r.op_median_ms, '9.4f')} "
+                         f"{_fmt(r.tflops, '8.2f')} "
                          f"{_fmt(r.gbs, '8.1f')} {_fmt(r.vs_cudnn, '7.2f')} {_mib(r.extra_mem_bytes):>6}  "
                          f"{check}")
         best: dict[str, float] = {}  # each plugin's best config on this problem

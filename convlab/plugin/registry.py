@@ -17,6 +17,7 @@ from typing import Any, Iterable, TypeVar
 
 from .contract import Algorithm, Config, Verdict
 from convlab.problem import Problem
+from convlab.settings import bump_generation
 
 ENTRY_POINT_GROUP = "convlab.algorithms"
 
@@ -49,12 +50,14 @@ def register(cls: A | None = None, *, replace: bool = False) -> Any:
                          f"({type(existing).__module__}.{type(existing).__qualname__}); choose another "
                          f"name, or pass replace=True to replace it")
     _plugins[cls.name] = cls()
+    bump_generation()
     return cls
 
 
 def unregister(name: str) -> None:
     """Remove a plugin (used by tests and notebooks that register throw-away plugins)."""
     _plugins.pop(name, None)
+    bump_generation()
 
 
 def _load_builtin() -> None:
@@ -98,6 +101,7 @@ def load(*, reload: bool = False) -> None:
 def mark_broken(name: str, exc: BaseException) -> None:
     """Exclude a plugin whose kernel raised, for the rest of the process, with a warning naming it."""
     _broken[name] = f"{type(exc).__name__}: {exc}"
+    bump_generation()
     warnings.warn(f"convlab: plugin {name!r} raised {exc!r} and is excluded from 'auto'",
                   RuntimeWarning, stacklevel=3)
 
@@ -119,6 +123,7 @@ def unmark_broken(name: str | None = None) -> None:
         _broken.clear()
     else:
         _broken.pop(name, None)
+    bump_generation()
 
 
 def load_errors() -> dict[str, str]:

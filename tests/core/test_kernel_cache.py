@@ -92,3 +92,37 @@ def test_the_key_is_stable_across_processes_and_sees_every_input():
 def test_the_cache_is_off_on_the_simulator(monkeypatch):
     monkeypatch.setenv("CONVLAB_KERNEL_CACHE", "1")
     assert kernel_cache.enabled() is (not runtime.SIMULATOR)
+
+
+class _ObjectCode:  # numba-cuda 0.30's get_cubin returns a cuda.core ObjectCode, not bytes
+    def __init__(self, code):
+        self.code = code
+
+
+def test_the_cubin_bytes_come_from_an_object_code_or_bytes():
+    assert kernel_cache.cubin_bytes(_ObjectCode(b"\x7fELFcubin")) == b"\x7fELFcubin"
+    assert kernel_cache.cubin_bytes(b"\x7fELF") == b"\x7fELF"
+    with pytest.raises(TypeError, match="cubin bytes"):
+        kernel_cache.cubin_bytes(object())
+
+
+def test_a_kernel_that_cannot_be_cached_is_not_retried_every_launch(monkeypatch, caplog):
+    calls = []
+
+    def failing(dispatcher, argtypes):
+        calls.append(argtypes)
+        raise RuntimeError("no cubin")
+
+    class Dispatcher:
+        py_func = staticmethod(_factory(1))
+
+        @staticmethod
+        def typeof_pyval(value):
+            return type(value).__name__
+
+    monkeypatch.setattr(kernel_cache, "_load_or_compile", failing)
+    monkeypatch.setattr(kernel_cache, "_memo", {})
+    disp = Dispatcher()
+    assert kernel_cache.compiled(disp, (1, 2.0)) is None
+    assert kernel_cache.compiled(disp, (1, 2.0)) is None
+    assert len(calls) == 1 and "not cached" in caplog.text

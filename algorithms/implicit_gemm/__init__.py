@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 
-from convlab import Algorithm, Config, Problem, Verdict, register, runtime
+from convlab import Algorithm, Config, Problem, Verdict, make_problem, register, runtime
 
 from convlab.kernels.splitk import MAX_INDEX
 from convlab.kernels.tile import Tile
@@ -81,6 +81,20 @@ class ImplicitGemm(Algorithm):
         else:
             tiles = GATHER_TILES_SIM if runtime.SIMULATOR else GATHER_TILES_GPU
         return [_config(t) for t in sorted(tiles, key=lambda t: _preference(problem, t))]
+
+    def sample_problems(self, op: str) -> list[Problem]:
+        """Cases the random draws reach rarely: a 3-channel stem, a 1x1 stride-2 dgrad whose odd
+        phases have no taps (bias only), a transposed 4x4 stride 2 (DCGAN), depthwise with multiplier 2,
+        and a grouped layer whose reduction splits over blocks."""
+        cases = {"forward": [dict(n=1, c=3, h=9, w=9, k=5, r=3, s=3, stride=2, padding=1, bias=True),
+                             dict(n=1, c=8, h=6, w=6, k=12, r=3, s=3, padding=1, groups=4)],
+                 "dgrad": [dict(n=1, c=6, h=7, w=8, k=5, r=1, s=1, stride=2, bias=True),
+                           dict(n=1, c=3, h=8, w=8, k=4, r=4, s=4, p=4, q=4, stride=2, padding=1,
+                                bias=True),
+                           dict(n=1, c=3, h=5, w=5, k=6, r=3, s=3, stride=2, padding=1, groups=3)],
+                 "wgrad": [dict(n=2, c=4, h=7, w=7, k=4, r=3, s=3, padding=1, groups=2),
+                           dict(n=1, c=3, h=9, w=9, k=5, r=3, s=3, stride=2, padding=1)]}[op]
+        return [make_problem(op, **kw) for kw in cases]
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
         """A BM x BN partial per (split, output tile) plus one counter per tile; 0 when unsplit (the

@@ -63,9 +63,10 @@ def plan(problem: Problem, tile: Tile, workspace_limit: int,
     m, n, k = problem.gemm_shape() if gemm is None else gemm
     n_tiles = math.ceil(n / tile.bn)
     tiles = math.ceil(m / tile.bm) * n_tiles * problem.groups
-    splits, chunk = split_plan(tiles, k, tile.bk, tile.threads, tiles * tile.bm * tile.bn,
+    k_pad = -(-k // tile.bk) * tile.bk  # a ragged K planned as whole slices: never more splits than fit
+    splits, chunk = split_plan(tiles, k_pad, tile.bk, tile.threads, tiles * tile.bm * tile.bn,
                                workspace_limit)
-    return splits, chunk, n_tiles
+    return (1 if splits == 1 else math.ceil(k / chunk)), chunk, n_tiles
 
 
 def workspace_shape(problem: Problem, tile: Tile, splits: int, n_tiles: int,

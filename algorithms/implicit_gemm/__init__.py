@@ -28,11 +28,11 @@ from convlab import Algorithm, Config, Problem, Verdict, make_problem, register,
 from convlab.kernels.splitk import MAX_INDEX
 from convlab.kernels.tile import Tile
 
-from . import common, forward, wgrad
+from . import common, forward, gathers, wgrad
 
 #: (BM, BN, BK, TM, TN) per op family; GPU sizes, then the tiny simulator ones.
 GATHER_TILES_GPU = ((128, 128, 8, 8, 8), (128, 128, 16, 8, 8), (128, 64, 8, 8, 8), (128, 32, 16, 8, 4),
-                    (256, 16, 16, 8, 4), (64, 64, 16, 4, 4))
+                    (256, 16, 16, 8, 4), (64, 64, 16, 4, 4), (256, 8, 8, 8, 4))  # last: narrow N per group
 WGRAD_TILES_GPU = ((128, 128, 8, 8, 8), (64, 128, 8, 8, 8), (128, 64, 8, 8, 8), (32, 128, 8, 4, 8),
                    (16, 64, 8, 4, 4))
 GATHER_TILES_SIM = ((16, 16, 8, 2, 2), (32, 16, 8, 4, 2), (16, 32, 16, 2, 4))
@@ -102,7 +102,7 @@ class ImplicitGemm(Algorithm):
         tile = tile_of(config)
         if problem.op != "wgrad":
             forward.check_tile(tile)
-            return forward.workspace_elements(problem, tile, workspace_limit) * problem.itemsize
+            return gathers.workspace_elements(problem, tile, workspace_limit) * problem.itemsize
         wgrad.check_tile(tile)
         splits, _, n_tiles = common.plan(problem, tile, workspace_limit)
         shape = common.workspace_shape(problem, tile, splits, n_tiles)

@@ -38,7 +38,7 @@ from convlab.runtime import cuda
 
 from .common import (dummy, layout, lend_workspace, plan, register_cap, slice_fma, store_tile, validate,
                      workspace_shape, zero_fill)
-from .gathers import gathers
+from .gathers import gathers, is_aligned
 
 FAR = -(1 << 30)  # hb of rows past M: every bounds test fails
 
@@ -268,14 +268,6 @@ PARAMS = ("M", "N", "Kg", "OHW", "OW", "a_img", "a_row", "lim_h", "lim_w", "sh",
 EXTRA = ("tiles_per_group", "a_grp", "b_grp", "n_grp", "o0", "sth", "stw", "och")  # general kernel only
 
 
-def is_aligned(problem: Problem, tile: Tile) -> bool:
-    """Whether the aligned kernel runs ``problem``: one group, one GEMM (forward, or stride-1 dgrad)
-    whose reduction is a multiple of BK (M and N remainders it handles itself)."""
-    ga = gathers(problem)
-    return problem.groups == 1 and len(ga) == 1 and ga[0].k % tile.bk == 0 and \
-        (problem.op == "forward" or problem.stride == (1, 1))
-
-
 @functools.lru_cache(maxsize=128)
 def _params(problem: Problem, index: int, tile: Tile, splits: int, chunk: int, n_tiles: int,
             general: bool):
@@ -305,16 +297,6 @@ def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
         params = _params(problem, index, tile, splits, chunk, n_tiles, general)
         launches.append((kern, grid, params, workspace_shape(problem, tile, splits, n_tiles, ga.m)))
     return launches
-
-
-def workspace_elements(problem: Problem, tile: Tile, workspace_limit: int) -> int:
-    """Split-K workspace elements of the largest of the problem's launches (0 when none splits)."""
-    most = 0
-    for ga in gathers(problem):
-        splits, _, n_tiles = plan(problem, tile, workspace_limit, (ga.m, ga.n, ga.k))
-        shape = workspace_shape(problem, tile, splits, n_tiles, ga.m)
-        most = max(most, 0 if shape is None else sum(shape))
-    return most
 
 
 def launch(problem: Problem, tile: Tile, a, b, bias, out, workspace_limit: int) -> None:

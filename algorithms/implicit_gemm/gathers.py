@@ -1,5 +1,6 @@
 """The GEMMs that ``forward.gather_kernel`` runs for one problem, built on the host: forward is one GEMM,
-backward-data one per stride phase (the strided dgrad decomposition of cuDNN and CUTLASS).
+backward-data one per stride phase (the strided dgrad decomposition of cuDNN and CUTLASS); which kernel
+variant they need (``is_aligned``) and the split-K workspace of the largest (``workspace_elements``).
 
 Backward-data with stride (sh, sw): input pixel h receives dy[p] through tap r only when
 h + ph - r*dh = p*sh. Splitting the rows h = a + i*sh by phase a < sh, each phase is a stride-1 gather
@@ -27,6 +28,9 @@ from typing import NamedTuple
 import numpy as np
 
 from convlab import Problem
+from convlab.kernels.tile import Tile
+
+from .common import plan, workspace_shape
 
 
 class Gather(NamedTuple):
@@ -87,3 +91,21 @@ def gathers(problem: Problem) -> tuple[Gather, ...]:
     sh, sw = problem.stride
     return tuple(_dgrad_phase(problem, a, b) for a in range(min(sh, problem.h))
                  for b in range(min(sw, problem.w)))
+
+
+def is_aligned(problem: Problem, tile: Tile) -> bool:
+    """Whether the aligned kernel runs ``problem``: one group, one GEMM (forward, or stride-1 dgrad)
+    whose reduction is a multiple of BK (M and N remainders it handles itself)."""
+    ga = gathers(problem)
+    return problem.groups == 1 and len(ga) == 1 and ga[0].k % tile.bk == 0 and \
+        (problem.op == "forward" or problem.stride == (1, 1))
+
+
+def workspace_elements(problem: Problem, tile: Tile, workspace_limit: int) -> int:
+    """Split-K workspace elements of the largest of the problem's launches (0 when none splits)."""
+    most = 0
+    for ga in gathers(problem):
+        splits, _, n_tiles = plan(problem, tile, workspace_limit, (ga.m, ga.n, ga.k))
+        shape = workspace_shape(problem, tile, splits, n_tiles, ga.m)
+        most = max(most, 0 if shape is None else sum(shape))
+    return most

@@ -1,13 +1,16 @@
 """Implicit-GEMM kernel for backward-weight, its long reduction split over blocks.
 
-    out = dw (K, C, R, S) as [M = K, N = C*R*S] row-major;  reduction kk = (n, p, q) over N*P*Q
-    A[m, kk]   = dy[n, m, p, q]  = dy[n*K*P*Q + m*P*Q + p*Q + q]
-    B[kk, col] = x[n, c, p*sh - ph + r*dh, q*sw - pw + s*dw]        col = (c, r, s)
+    out = dw (K, C', R, S), group g's rows g*K' + m as [M = K', N = C'*R*S] row-major;
+    reduction kk = (n, p, q) over N*P*Q
+    A[m, kk]   = dy[n, g*K' + m, p, q]  = dy[n*K*P*Q + (g*K' + m)*P*Q + p*Q + q]
+    B[kk, col] = x[n, g*C' + c, p*sh - ph + r*dh, q*sw - pw + s*dw]        col = (c, r, s)
 
 Both operands are contiguous along q, so both loaders run along kk: thread t loads kk = k0 + t % 8 of rows
 (A) and columns (B) t // 8 + i * T/8. A thread's kk therefore moves by exactly BK = 8 per slice, and its
 (n, p, q) is advanced incrementally (no division in the loop); its columns' (c, r, s) offsets are decoded
-once per block.
+once per block. Two variants per tile, chosen per problem (``is_aligned``): the aligned kernel (one
+group, N*P*Q % 8 == 0; M and N remainders are clamped on load and masked on store in both) and the
+general one (a thread whose kk is past the reduction loads zeros; groups folded into blockIdx.x).
 
 Loop nest of one block (tile m0.., n0.., split z: kk in [z*chunk, min(z*chunk + chunk, N*P*Q))):
 

@@ -65,7 +65,7 @@ def test_accepts_any_size_groups_and_stride_and_picks_the_kernel(kwargs, aligned
         kern = wgrad._prepared(prob, tile, LIMIT)[0]
         assert kern is wgrad.wgrad_kernel(16, 16, 2, 2, not aligned)
     else:
-        assert forward.is_aligned(prob, tile) == aligned
+        assert implicit_gemm.gathers.is_aligned(prob, tile) == aligned
         kerns = {launch[0] for launch in forward._prepared(prob, tile, LIMIT)}
         assert kerns == {forward.gather_kernel(16, 16, 8, 2, 2, prob.op == "forward", not aligned)}
 
@@ -145,13 +145,13 @@ def test_forward_split_k_adds_bias_once():
 
 
 @pytest.mark.parametrize("kwargs", [
-    dict(op="forward", n=1, c=45, h=5, w=5, k=9, r=3, s=3, padding=1, groups=3, bias=True),  # K = 135
-    dict(op="dgrad", n=1, c=4, h=5, w=6, k=66, r=3, s=3, stride=2, padding=1, groups=2, bias=True),
-    dict(op="wgrad", n=2, c=6, h=9, w=9, k=6, r=3, s=3, padding=1, groups=3),  # N*P*Q = 162
+    dict(op="forward", n=1, c=260, h=4, w=4, k=4, r=1, s=1, groups=2, bias=True),  # K = 130
+    dict(op="dgrad", n=1, c=2, h=4, w=3, k=260, r=2, s=1, stride=(2, 1), groups=2, bias=True),  # 2 phases
+    dict(op="wgrad", n=2, c=4, h=9, w=9, k=4, r=1, s=1, groups=2),  # N*P*Q = 162
 ], ids=["forward", "dgrad", "wgrad"])
 def test_general_split_k_is_deterministic_and_bounded(kwargs):
     """Groups, a ragged last chunk and (dgrad) stride phases with the reduction split over blocks: the
-    workspace holds every group's tiles, the bits repeat, and a limit below it splits less."""
+    workspace holds every group's tiles, the bits repeat, and a limit below it plans fewer splits."""
     prob = make_problem(**kwargs)
     config = Config(BM=16, BN=16, BK=8, TM=2, TN=2)
     tile = implicit_gemm.tile_of(config)
@@ -170,7 +170,15 @@ def test_general_split_k_is_deterministic_and_bounded(kwargs):
     again, _ = _run(prob, config)
     assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
     assert PLUGIN.workspace_bytes(prob, config, need - 1) < need  # fewer splits (or none) fit
-    _, err = _run(prob, config, limit=need - 1)
+
+
+@pytest.mark.parametrize("op", ["forward", "dgrad"])
+def test_narrow_gpu_tile_on_grouped_layers(op):
+    """The GPU list's 256x8 tile (ResNeXt's 4..8 channels per group) on a small grouped problem."""
+    config = Config(BM=256, BN=8, BK=8, TM=8, TN=4)
+    assert implicit_gemm.tile_of(config) in map(implicit_gemm.Tile._make, implicit_gemm.GATHER_TILES_GPU)
+    prob = make_problem(op, 1, 8, 6, 6, 12, 3, 3, padding=1, groups=2, bias=True)  # N = 4 or 6
+    _, err = _run(prob, config)
     assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
 
 

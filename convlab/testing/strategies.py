@@ -44,7 +44,7 @@ def problems(draw, op: str = "forward", dtypes: tuple[str, ...] = ("float32", "f
         p, q = max(p, 1), max(q, 1)
     if op != "wgrad":
         bias = draw(st.booleans())
-    return make_problem(op, draw(st.integers(1, 2)), cpg * groups, h, w, kpg * groups, r, s, p=p, q=q,
+    return make_problem(op, 1, cpg * groups, h, w, kpg * groups, r, s, p=p, q=q,
                         stride=stride, padding=padding, dilation=dilation, groups=groups,
                         dtype=draw(st.sampled_from(dtypes)), bias=bias)
 
@@ -78,28 +78,28 @@ def aligned_problems(draw, op: str = "forward",
 @st.composite
 def ragged_problems(draw, op: str = "forward",
                     dtypes: tuple[str, ...] = ("float32", "float64")) -> Problem:
-    """Problems whose per-group GEMM dimensions are not multiples of 16: groups 1 (channels up to 19,
+    """Problems whose per-group GEMM dimensions are not multiples of 16: groups 1 (channels up to 17,
     so that N and K span a tile and a remainder), 2, or C (depthwise); dgrad mostly with stride 2."""
     mode = draw(st.sampled_from(["1", "2", "C"]))
     if mode == "1":
-        groups, cpg, kpg = 1, draw(st.sampled_from([3, 5, 17, 19])), draw(st.sampled_from([3, 17, 19]))
+        groups, cpg, kpg = 1, draw(st.sampled_from([3, 5, 17])), draw(st.sampled_from([3, 17]))
     elif mode == "2":
-        groups, cpg, kpg = 2, draw(st.integers(1, 9)), draw(st.integers(1, 9))
+        groups, cpg, kpg = 2, draw(st.integers(1, 5)), draw(st.integers(1, 5))
     else:
         groups = draw(st.integers(2, 4))
         cpg, kpg = 1, draw(st.integers(1, 2))
-    r, s = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    r, s = draw(st.integers(1, 4)), draw(st.integers(1, 2))
     if op == "dgrad":
         stride = draw(st.sampled_from([(2, 2), (2, 2), (2, 1), (1, 2), (1, 1)]))
     else:
         stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
     dilation = (draw(st.integers(1, 2)), 1)
     padding = (draw(st.integers(0, r // 2 + 1)), draw(st.integers(0, s // 2)))
-    p_want, q_want = draw(st.integers(1, 5)), draw(st.integers(2, 5))
+    p_want, q_want = draw(st.integers(1, 4)), draw(st.integers(2, 5))
     h = _input_size(p_want, r, stride[0], padding[0], dilation[0]) + draw(st.integers(0, stride[0] - 1))
     w = _input_size(q_want, s, stride[1], padding[1], dilation[1]) + draw(st.integers(0, stride[1] - 1))
     bias = op != "wgrad" and draw(st.booleans())
-    return make_problem(op, draw(st.integers(1, 2)), cpg * groups, h, w, kpg * groups, r, s,
+    return make_problem(op, 1, cpg * groups, h, w, kpg * groups, r, s,
                         stride=stride, padding=padding, dilation=dilation, groups=groups,
                         dtype=draw(st.sampled_from(dtypes)), bias=bias)
 

@@ -8,7 +8,8 @@ preference order, default all) against torch in float64 on the same inputs, and 
 ``--repeat`` CUDA-event times after warm-up of plugin.run, of cuDNN fp32 (torch; cudnn.benchmark on,
 TF32 off) and of the plugin used before (im2col for forward/wgrad, col2im for dgrad; direct when that
 one declines). Every measurement is caught separately (an exception is recorded, not fatal); a table
-with the ratios closes the run. About two minutes on an H200, compiles included.
+with the ratios closes the run. Expected to take about two minutes on an H200, compiles included
+(not yet run on a GPU; `--configs 3` shortens it).
 """
 from __future__ import annotations
 

@@ -56,19 +56,25 @@ def layout(tile: Tile, prefer: tuple[int, ...]) -> Layout:
                   tile.lanes_m(prefer))
 
 
-def plan(problem: Problem, tile: Tile, workspace_limit: int) -> tuple[int, int, int]:
-    """(splits, chunk, n_tiles) of ``problem``'s GEMM under this tile and workspace limit."""
-    m, n, k = problem.gemm_shape()
+def plan(problem: Problem, tile: Tile, workspace_limit: int,
+         gemm: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
+    """(splits, chunk, n_tiles) of ``problem``'s GEMM (or of ``gemm`` = (M, N, K), one phase of a
+    strided dgrad) under this tile and workspace limit; the groups' tiles share one launch."""
+    m, n, k = problem.gemm_shape() if gemm is None else gemm
     n_tiles = math.ceil(n / tile.bn)
-    tiles = math.ceil(m / tile.bm) * n_tiles
-    splits, chunk = split_plan(tiles, k, tile.bk, tile.threads, tiles * tile.bm * tile.bn,
+    tiles = math.ceil(m / tile.bm) * n_tiles * problem.groups
+    k_pad = -(-k // tile.bk) * tile.bk  # a ragged K planned as whole slices: never more splits than fit
+    splits, chunk = split_plan(tiles, k_pad, tile.bk, tile.threads, tiles * tile.bm * tile.bn,
                                workspace_limit)
-    return splits, chunk, n_tiles
+    return (1 if splits == 1 else math.ceil(k / chunk)), chunk, n_tiles
 
 
-def workspace_shape(problem: Problem, tile: Tile, splits: int, n_tiles: int) -> tuple[int, int] | None:
-    """(partial elements, counters) of the split-K workspace; None when unsplit."""
-    tiles = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles
+def workspace_shape(problem: Problem, tile: Tile, splits: int, n_tiles: int,
+                    m: int | None = None) -> tuple[int, int] | None:
+    """(partial elements, counters) of the split-K workspace (GEMM rows ``m``, default the
+    problem's M; all groups); None when unsplit."""
+    m = problem.gemm_shape()[0] if m is None else m
+    tiles = math.ceil(m / tile.bm) * n_tiles * problem.groups
     return None if splits == 1 else (splits * tiles * tile.bm * tile.bn, tiles)
 
 
@@ -121,27 +127,31 @@ def register_cap(threads: int) -> int:
 
 
 @functools.cache
-def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, threads: int, nchw: bool):
+def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, threads: int, nchw: bool,
+               mapped: bool = False):
     """Device function writing a block's output tile, deterministically when the K loop is split.
 
     ``store(acc, rows, cols, fb, out, ws, bias, splits, z, tile, local, m0, n0, M, N, ohw, out_img,
-    has_bias, flag)``: unsplit, thread element (i, j) goes to out[rows[i] + cols[j]] + fb[j] (NONE marks
+    has_bias, flag, omap)``: unsplit, thread element (i, j) goes to out[rows[i] + cols[j]] + fb[j] (NONE marks
     rows/columns outside the problem). Split, partial z of the tile goes tile-major to
     ws[(z * tiles + tile) * bm * bn + local + c(i, j)] (local: the fragment's offset in the tile, c a
     literal); the block that finishes a tile last (an atomic counter per tile after the partials, reset
     to 0 afterwards) sums the tile's partials in the fixed order z = 0, 1, ... with all its threads
     along the tile (coalesced) and writes out (m, n) = out[img * out_img + n * ohw + pq] for NCHW outputs
     (m = img * ohw + pq), out[m * N + n] otherwise, plus bias[n]: the bits never depend on scheduling.
+    ``mapped`` (general kernels; ``omap`` = (o0, ow, sth, stw, och), uint32) writes NCHW pixel pq to
+    out[img * out_img + n * och + o0 + (pq // ow) * sth + (pq % ow) * stw] instead: the output pixels
+    of one phase of a strided dgrad, or with o0 = 0, sth = ow, stw = 1, och = ohw the plain layout.
     """
     NONE = u32(0xFFFFFFFF)
     gm, gn = min(4, tm), min(4, tn)
     TILE, T, BN, ONE = u32(bm * bn), u32(threads), u32(bn), u32(1)
     PER_THREAD = bm * bn // threads
-    NCHW = nchw
+    NCHW, MAPPED = nchw, mapped
 
     @runtime.jit(device=True, forceinline=True)
     def store(acc, rows, cols, fb, out, ws, bias, splits, z, tile, local, m0, n0, M, N, ohw, out_img,
-              has_bias, flag):
+              has_bias, flag, omap=None):
         out = out.flat  # out: the C-contiguous output tensor
         if splits == 1:
             for i in range(tm):
@@ -178,7 +188,13 @@ def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, thr
                         zz += ONE
                     if has_bias:
                         total += bias[n]
-                    if NCHW:
+                    if MAPPED:
+                        img = m // ohw
+                        pq = m - img * ohw
+                        row = pq // omap[1]
+                        out[np.int64(img * out_img + n * omap[4] + omap[0] + row * omap[2]
+                                     + (pq - row * omap[1]) * omap[3])] = total
+                    elif NCHW:
                         img = m // ohw
                         out[np.int64(img * out_img + n * ohw + (m - img * ohw))] = total
                     else:

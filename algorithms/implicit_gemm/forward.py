@@ -1,20 +1,23 @@
-"""Implicit-GEMM kernel whose A operand is gathered along M: forward and backward-data (stride 1).
+"""Implicit-GEMM kernel whose A operand is gathered along M: forward and backward-data (any stride).
 
-    forward  out = y  (N, K, P, Q):  M = N*P*Q (n, p, q),  N = K,  K = C*R*S (c, r, s)
-             A[m, kk] = x[n, c, p*sh - ph + r*dh, q*sw - pw + s*dw]       B[kk, k] = w[k, kk]
-    dgrad    out = dx (N, C, H, W):  M = N*H*W (n, h, w),  N = C,  K = K*R*S (k, r, s)
-             A[m, kk] = dy[n, k, h + ph - r*dh, w + pw - s*dw]          B[kk, c] = w[k, c, r, s]
+    forward  out = y  (N, K, P, Q):  M = N*P*Q (n, p, q),  N = K',  K = C'*R*S (c, r, s)   per group
+             A[m, kk] = x[n, g*C' + c, p*sh - ph + r*dh, q*sw - pw + s*dw]   B[kk, k] = w[g*K' + k, kk]
+    dgrad    out = dx (N, C, H, W), one GEMM per stride phase (gathers.py): M = N*H*W / phases,
+             N = C', K = K' * taps (k, r, s); A[m, kk] = dy[n, g*K' + k, i + rd(r), j + sd(s)]
 
 Both read A[m, kk] = a[base(m) + off(kk)] when 0 <= hb(m) + rd(kk) < LH and 0 <= wb(m) + sd(kk) < LW
 (zero otherwise): base/hb/wb are computed once per thread, off/rd/sd come from a small int32 table built
-on the host and cached on the device (forward rd = r*dh, dgrad rd = -r*dh, the flipped filter).
+on the host (gathers.py) and cached on the device (forward rd = r*dh, dgrad the flipped filter's taps).
 B[kk, n] = b[boff(kk) + n * b_ncol], with boff(kk) = kk for forward (no table read). The scalar
-parameters (PARAMS) head the same int32 array, so a launch passes six arrays and no scalars.
+parameters (PARAMS, then EXTRA for the general kernel) head the same int32 array, so a launch passes six
+arrays and no scalars. Two variants per tile, chosen per problem (``is_aligned``): the aligned kernel
+(one group, stride-1 dgrad, K % BK == 0; M and N remainders are masked in both) and the general one
+(zero-filled last K slice, groups folded into blockIdx.x, a phase's output pixel map).
 
 Loop nest of one block (tile m0 + [0, BM) x n0 + [0, BN), split z: kk in [z*chunk, z*chunk + chunk)):
 
     for j in 0 .. slices:                       # software pipeline, one barrier per BK slice
-        if j < slices: registers <- A, B slice j  (A coalesced along m, B along kk)
+        if j < slices: registers <- A, B slice j  (A coalesced along m, B along kk; 0 past k_hi)
         if j > 0:      for kk < BK: fa <- As[(j-1) & 1], fb <- Bs[(j-1) & 1] (128-bit); acc += fa x fb
         if j < slices: As[j & 1], Bs[j & 1] <- registers
         syncthreads
@@ -35,6 +38,7 @@ from convlab.runtime import cuda
 
 from .common import (dummy, layout, lend_workspace, plan, register_cap, slice_fma, store_tile, validate,
                      workspace_shape, zero_fill)
+from .gathers import gathers, is_aligned
 
 FAR = -(1 << 30)  # hb of rows past M: every bounds test fails
 
@@ -51,8 +55,10 @@ def check_tile(tile: Tile) -> None:
 
 
 @functools.cache
-def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool):
-    """The kernel for one tile shape (all sizes compile-time constants)."""
+def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool, general: bool = False):
+    """The kernel for one tile shape (all sizes compile-time constants). ``general`` adds what the
+    aligned kernel (groups 1, K % BK == 0, plain NCHW output) leaves out: a zero-filled last K slice,
+    groups along blockIdx.x and the output pixel map of a strided-dgrad phase (EXTRA parameters)."""
     tile = Tile(bm, bn, bk, tm, tn)
     check_tile(tile)
     T = tile.threads
@@ -67,15 +73,16 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool)
     step = slice_fma(bk, tm, tn, LDA, LDB, SPAN_M, SPAN_N)
     ACC = tm * tn
     zero = zero_fill(ACC)
-    B_IDENT = b_identity
+    B_IDENT, GENERAL = b_identity, general
     u0, u1, u8, c32 = u32(0), u32(1), u32(8), u32(32)
     NONE = u32(0xFFFFFFFF)  # row/column outside the problem
     uBM, uBN, uBK, uMSPAN = u32(bm), u32(bn), u32(bk), u32(MSPAN)
     uLM, uLN, uWGM = u32(LM), u32(32 // LM), u32(NT_M // LM)
     uGM, uGN, uLDA, uLDB = u32(GM), u32(GN), u32(LDA), u32(LDB)
     uABUF, uBBUF, uTB8 = u32(bk * LDA), u32(bk * LDB), u32(T // 8)
-    uTB = u32(len(PARAMS))  # the kk table follows the parameters
-    store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, True)
+    uTB = u32(len(PARAMS) + (len(EXTRA) if general else 0))  # the kk table follows the parameters
+    TPG, AGRP, BGRP, NGRP = (len(PARAMS) + i for i in range(4))  # EXTRA's indices
+    store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, True, general)
 
     @runtime.jit(max_registers=register_cap(T))
     def kernel(a4, b4, tab, bias, out, ws):
@@ -104,8 +111,13 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool)
         bid = uint32(cuda.blockIdx.x)
         z = uint32(cuda.blockIdx.y)
         ntl = uint32(n_tiles)
-        m0 = (bid // ntl) * uBM
-        n0 = (bid % ntl) * uBN
+        if GENERAL:  # the groups' tiles follow each other along blockIdx.x
+            g = bid // uint32(tab[TPG])
+            lt = bid - g * uint32(tab[TPG])
+        else:
+            lt = bid
+        m0 = (lt // ntl) * uBM
+        n0 = (lt % ntl) * uBN
         uM, uN, ukg = uint32(M), uint32(N), uint32(Kg)
         uohw, uow = uint32(OHW), uint32(OW)
         ulh, ulw = uint32(lim_h), uint32(lim_w)
@@ -120,6 +132,8 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool)
                 hb = int32(oh) * sh - ph
                 wb = int32(rem - oh * uow) * sw - pw
                 base[j] = int32(img) * a_img + hb * a_row + wb
+                if GENERAL:
+                    base[j] += int32(g) * tab[AGRP]
                 hbs[j] = hb
                 wbs[j] = wb
             else:
@@ -136,6 +150,8 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool)
             if col >= uN:
                 col = uN - u1
             noff[i] = col * uint32(b_ncol)
+            if GENERAL:
+                noff[i] += g * uint32(tab[BGRP])
             bkk[i] = (rest // uBN) * u8 + tid % u8
             bst[i] = bkk[i] * uLDB + nl
         lane = tid % c32
@@ -146,16 +162,25 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool)
 
         k_lo = z * uint32(chunk)
         k_hi = min(k_lo + uint32(chunk), ukg)
-        slices = (k_hi - k_lo) // uBK
+        if GENERAL:  # the last slice is zero-filled past k_hi
+            slices = (k_hi - k_lo + uBK - u1) // uBK
+        else:
+            slices = (k_hi - k_lo) // uBK
         j = u0
         while j <= slices:
             if j < slices:
                 k0 = k_lo + j * uBK
                 for q in range(A_K):
                     kk = k0 + akk0 + uint32(q * KSTEP)
+                    if GENERAL:
+                        live = kk < k_hi
+                        kk = min(kk, ukg - u1)
                     off = tab[uTB + kk]
                     rd = tab[uTB + ukg + kk]
                     sd = tab[uTB + ukg + ukg + kk]
+                    if GENERAL:
+                        if not live:
+                            rd = FAR  # every bounds test fails: zeros
                     for jj in range(A_M):
                         v = float32(0)  # one unsigned compare per axis tests 0 <= h < LH
                         if uint32(hbs[jj] + rd) < ulh and uint32(wbs[jj] + sd) < ulw:
@@ -163,11 +188,17 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool)
                         ra[q * A_M + jj] = v
                 for i in range(B_PER):
                     kk = k0 + bkk[i]
+                    if GENERAL:
+                        live = kk < k_hi
+                        kk = min(kk, ukg - u1)
                     if B_IDENT:
                         bo = kk
                     else:
                         bo = uint32(tab[uTB + ukg + ukg + ukg + kk])
                     rb[i] = b[int64(bo + noff[i])]
+                    if GENERAL:
+                        if not live:
+                            rb[i] = float32(0)
             if j > u0:
                 oa = ((j - u1) & u1) * uABUF + fr_a
                 ob = ((j - u1) & u1) * uBBUF + fr_b
@@ -188,79 +219,92 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool)
         M, N, OHW, out_img, n_tiles, splits, has_bias = tab[0], tab[1], tab[3], tab[14], tab[16], \
             tab[17], tab[18]
         uM, uN, uohw, ntl = uint32(M), uint32(N), uint32(OHW), uint32(n_tiles)
-        m0 = (bid // ntl) * uBM
-        n0 = (bid % ntl) * uBN
+        if GENERAL:  # group g's columns start at g * n_grp; omap places a phase's pixels (store_tile)
+            g = bid // uint32(tab[TPG])
+            lt = bid - g * uint32(tab[TPG])
+            cg = g * uint32(tab[NGRP])
+            omap = (uint32(tab[NGRP + 1]), uint32(tab[4]), uint32(tab[NGRP + 2]), uint32(tab[NGRP + 3]),
+                    uint32(tab[NGRP + 4]))
+        else:
+            lt = bid
+        m0 = (lt // ntl) * uBM
+        n0 = (lt % ntl) * uBN
         for i in range(tm):
             m = m0 + fr_a + uint32((i // GM) * SPAN_M + i % GM)
             rows[i] = NONE
             if m < uM:
                 img = m // uohw
-                rows[i] = img * uint32(out_img) + (m - img * uohw)
+                if GENERAL:
+                    pq = m - img * uohw
+                    row = pq // omap[1]
+                    rows[i] = img * uint32(out_img) + omap[0] + row * omap[2] + (pq - row * omap[1]) * omap[3]
+                else:
+                    rows[i] = img * uint32(out_img) + (m - img * uohw)
         for jj in range(tn):
             col = n0 + fr_b + uint32((jj // GN) * SPAN_N + jj % GN)
             cols[jj] = NONE
             fb[jj] = float32(0)
             if col < uN:
-                cols[jj] = col * uohw
-                if has_bias:
-                    fb[jj] = bias[col]
-        store(acc, rows, cols, fb, out, ws, bias, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, n0, uM, uN,
-              uohw, uint32(out_img), has_bias, flag)
+                if GENERAL:
+                    cols[jj] = (cg + col) * omap[4]
+                    if has_bias:
+                        fb[jj] = bias[cg + col]
+                else:
+                    cols[jj] = col * uohw
+                    if has_bias:
+                        fb[jj] = bias[col]
+        if GENERAL:
+            store(acc, rows, cols, fb, out, ws, bias, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, cg + n0,
+                  uM, cg + uN, uohw, uint32(out_img), has_bias, flag, omap)
+        else:
+            store(acc, rows, cols, fb, out, ws, bias, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, n0, uM,
+                  uN, uohw, uint32(out_img), has_bias, flag)
 
     return kernel
 
 
 PARAMS = ("M", "N", "Kg", "OHW", "OW", "a_img", "a_row", "lim_h", "lim_w", "sh", "sw", "ph", "pw",
           "b_ncol", "out_img", "chunk", "n_tiles", "splits", "has_bias")
-
-
-def _kk_table(problem: Problem) -> np.ndarray:
-    """[off | rd | sd | boff] over kk (forward: kk = (c, r, s); dgrad: kk = (k, r, s))."""
-    pr = problem
-    dh, dw = pr.dilation
-    o, rr, ss = (a.ravel().astype(np.int64) for a in np.meshgrid(
-        np.arange(pr.c if pr.op == "forward" else pr.k), np.arange(pr.r), np.arange(pr.s),
-        indexing="ij"))
-    if pr.op == "forward":
-        rows = (o * pr.h * pr.w + rr * dh * pr.w + ss * dw, rr * dh, ss * dw,
-                o * pr.r * pr.s + rr * pr.s + ss)
-    else:
-        rows = (o * pr.p * pr.q - rr * dh * pr.q - ss * dw, -rr * dh, -ss * dw,
-                o * pr.c * pr.r * pr.s + rr * pr.s + ss)
-    return np.concatenate(rows)
+EXTRA = ("tiles_per_group", "a_grp", "b_grp", "n_grp", "o0", "sth", "stw", "och")  # general kernel only
 
 
 @functools.lru_cache(maxsize=128)
-def _params(problem: Problem, tile: Tile, splits: int, chunk: int, n_tiles: int):
-    """Device int32 array: the PARAMS values, then the kk table (cached: one upload per shape)."""
-    pr = problem
-    m, n, k = pr.gemm_shape()
-    (sh, sw), (ph, pw) = pr.stride, pr.padding
-    if pr.op == "forward":
-        geo = (pr.p * pr.q, pr.q, pr.c * pr.h * pr.w, pr.w, pr.h, pr.w, sh, sw, ph, pw, k)
-    else:  # dgrad: rows are (n, h, w), the gather runs over dy with the flipped filter
-        geo = (pr.h * pr.w, pr.w, pr.k * pr.p * pr.q, pr.q, pr.p, pr.q, 1, 1, -ph, -pw, pr.r * pr.s)
-    values = (m, n, k) + geo + (n * geo[0], chunk, n_tiles, splits, int(pr.bias))
-    return runtime.to_device(np.concatenate([np.array(values, np.int64), _kk_table(pr)]).astype(np.int32))
+def _params(problem: Problem, index: int, tile: Tile, splits: int, chunk: int, n_tiles: int,
+            general: bool):
+    """Device int32 array: the PARAMS values (the general kernel: and EXTRA's), then the kk table of
+    GEMM ``index`` of ``gathers(problem)`` (cached: one upload per shape)."""
+    ga = gathers(problem)[index]
+    values = (ga.m, ga.n, ga.k) + ga.geo + (ga.out_img, chunk, n_tiles, splits, int(problem.bias))
+    if general:
+        values += (math.ceil(ga.m / tile.bm) * n_tiles,) + ga.extra
+    return runtime.to_device(np.concatenate([np.array(values, np.int64), ga.table]).astype(np.int32))
 
 
 @functools.lru_cache(maxsize=256)
 def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
-    """(kernel, grid, params, workspace or None) of one (problem, tile, limit): one lookup per call.
+    """[(kernel, grid, params, workspace or None)] of one (problem, tile, limit), one per GEMM (dgrad:
+    per stride phase): one lookup per call.
 
     The grid is configured at each launch, not cached: the simulator's ``kernel[grid, block]`` sets the
     grid on the one kernel object of this tile and returns it, so a cached configured kernel would launch
     with the grid of whichever problem configured that tile last."""
-    splits, chunk, n_tiles = plan(problem, tile, workspace_limit)
-    kern = gather_kernel(tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, problem.op == "forward")
-    grid = (math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles, splits)
-    params = _params(problem, tile, splits, chunk, n_tiles)
-    return kern, grid, params, workspace_shape(problem, tile, splits, n_tiles)
+    general = not is_aligned(problem, tile)
+    kern = gather_kernel(tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, problem.op == "forward", general)
+    launches = []
+    for index, ga in enumerate(gathers(problem)):
+        splits, chunk, n_tiles = plan(problem, tile, workspace_limit, (ga.m, ga.n, ga.k))
+        grid = (math.ceil(ga.m / tile.bm) * n_tiles * problem.groups, splits)
+        params = _params(problem, index, tile, splits, chunk, n_tiles, general)
+        launches.append((kern, grid, params, workspace_shape(problem, tile, splits, n_tiles, ga.m)))
+    return launches
 
 
 def launch(problem: Problem, tile: Tile, a, b, bias, out, workspace_limit: int) -> None:
-    """Run forward or dgrad (stride 1) of ``problem``: a = x or dy, b = w, out = y or dx (device,
-    C-contiguous; flattened inside the kernel, so no host-side views are built per call)."""
-    kern, grid, params, ws = _prepared(problem, tile, workspace_limit)
-    with lend_workspace(ws) as buf:
-        kern[grid, tile.threads](a, b, params, dummy() if bias is None else bias, out, buf)
+    """Run forward or dgrad of ``problem``: a = x or dy, b = w, out = y or dx (device, C-contiguous;
+    flattened inside the kernel, so no host-side views are built per call); one launch per GEMM."""
+    bias = dummy() if bias is None else bias
+    for kern, grid, params, ws in _prepared(problem, tile, workspace_limit):
+        if grid[0] == 0:  # no rows (batch 0)
+            continue
+        with lend_workspace(ws) as buf:
+            kern[grid, tile.threads](a, b, params, bias, out, buf)

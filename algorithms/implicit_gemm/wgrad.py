@@ -1,13 +1,16 @@
 """Implicit-GEMM kernel for backward-weight, its long reduction split over blocks.
 
-    out = dw (K, C, R, S) as [M = K, N = C*R*S] row-major;  reduction kk = (n, p, q) over N*P*Q
-    A[m, kk]   = dy[n, m, p, q]  = dy[n*K*P*Q + m*P*Q + p*Q + q]
-    B[kk, col] = x[n, c, p*sh - ph + r*dh, q*sw - pw + s*dw]        col = (c, r, s)
+    out = dw (K, C', R, S), group g's rows g*K' + m as [M = K', N = C'*R*S] row-major;
+    reduction kk = (n, p, q) over N*P*Q
+    A[m, kk]   = dy[n, g*K' + m, p, q]  = dy[n*K*P*Q + (g*K' + m)*P*Q + p*Q + q]
+    B[kk, col] = x[n, g*C' + c, p*sh - ph + r*dh, q*sw - pw + s*dw]        col = (c, r, s)
 
 Both operands are contiguous along q, so both loaders run along kk: thread t loads kk = k0 + t % 8 of rows
 (A) and columns (B) t // 8 + i * T/8. A thread's kk therefore moves by exactly BK = 8 per slice, and its
 (n, p, q) is advanced incrementally (no division in the loop); its columns' (c, r, s) offsets are decoded
-once per block.
+once per block. Two variants per tile, chosen per problem (``is_aligned``): the aligned kernel (one
+group, N*P*Q % 8 == 0; M and N remainders are clamped on load and masked on store in both) and the
+general one (a thread whose kk is past the reduction loads zeros; groups folded into blockIdx.x).
 
 Loop nest of one block (tile m0.., n0.., split z: kk in [z*chunk, min(z*chunk + chunk, N*P*Q))):
 
@@ -48,8 +51,10 @@ def check_tile(tile: Tile) -> None:
 
 
 @functools.cache
-def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
-    """The kernel for one tile shape (all sizes compile-time constants)."""
+def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
+    """The kernel for one tile shape (all sizes compile-time constants). ``general`` adds what the
+    aligned kernel (groups 1, N*P*Q % 8 == 0) leaves out: a zero-filled last slice and groups along
+    blockIdx.x (parameters TPG.. after the aligned ones)."""
     tile = Tile(bm, bn, BK, tm, tn)
     check_tile(tile)
     T = tile.threads
@@ -68,6 +73,8 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
     uABUF, uBBUF = u32(BK * LDA), u32(BK * LDB)
     NONE = u32(0xFFFFFFFF)  # row/column outside the problem
     store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, False)
+    GENERAL = general
+    TPG = 20  # general: tiles per group, then a_grp (dy), b_grp (x), m_grp (dw rows) per group
 
     @runtime.jit(max_registers=register_cap(T))
     def kernel(x4, dy4, prm, out, ws):
@@ -94,8 +101,13 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
         bid = uint32(cuda.blockIdx.x)
         z = uint32(cuda.blockIdx.y)
         ntl = uint32(n_tiles)
-        m0 = (bid // ntl) * uBM
-        n0 = (bid % ntl) * uBN
+        if GENERAL:  # the groups' tiles follow each other along blockIdx.x
+            g = bid // uint32(prm[TPG])
+            lt = bid - g * uint32(prm[TPG])
+        else:
+            lt = bid
+        m0 = (lt // ntl) * uBM
+        n0 = (lt % ntl) * uBN
         uM, uN, uP, uQ = uint32(M), uint32(N), uint32(P), uint32(Q)
         uPQ = uP * uQ
         uH, uW = uint32(H), uint32(W)
@@ -105,6 +117,8 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
         for i in range(A_PER):
             m = min(m0 + row0 + uint32(i) * uROWS, uM - u1)  # rows past M: loaded, never stored
             aoff[i] = m * uPQ
+            if GENERAL:
+                aoff[i] += g * uint32(prm[TPG + 1])
         for i in range(B_PER):
             col = min(n0 + row0 + uint32(i) * uROWS, uN - u1)
             c = col // urs
@@ -113,6 +127,8 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
             crd[i] = int32(r) * dh
             csd[i] = int32(rs - r * us) * dw
             coff[i] = int32(c) * H * W + crd[i] * W + csd[i]
+            if GENERAL:
+                coff[i] += int32(g) * prm[TPG + 2]
         lane = tid % c32
         warp = tid // c32
         fr_a = ((warp % uWGM) * uLM + lane % uLM) * uGM
@@ -121,7 +137,10 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
 
         k_lo = z * uint32(chunk)
         k_hi = min(k_lo + uint32(chunk), uint32(k_len))
-        slices = (k_hi - k_lo) // u8
+        if GENERAL:  # the last slice is zero-filled past k_hi
+            slices = (k_hi - k_lo + u8 - u1) // u8
+        else:
+            slices = (k_hi - k_lo) // u8
         kk = k_lo + kl
         img = kk // uPQ
         pq = kk - img * uPQ
@@ -129,7 +148,12 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
         q = pq - p * uQ
         j = u0
         while j <= slices:
-            if j < slices:
+            if GENERAL and kk >= k_hi:  # this thread's kk is past the reduction: zeros
+                for i in range(A_PER):
+                    ra[i] = float32(0)
+                for i in range(B_PER):
+                    rb[i] = float32(0)
+            elif j < slices:
                 a_at = img * uint32(KPQ) + p * uQ + q
                 for i in range(A_PER):
                     ra[i] = dy[int64(a_at + aoff[i])]
@@ -148,6 +172,8 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
                     if p == uP:
                         p = u0
                         img += u1
+                if GENERAL:
+                    kk += u8
             if j > u0:
                 oa = ((j - u1) & u1) * uABUF + fr_a
                 ob = ((j - u1) & u1) * uBBUF + fr_b
@@ -165,28 +191,49 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int):
         # epilogue: parameters re-read after the last barrier (not kept live through the loop)
         M, N, n_tiles, splits = prm[0], prm[1], prm[18], prm[19]
         uM, uN, ntl = uint32(M), uint32(N), uint32(n_tiles)
-        m0 = (bid // ntl) * uBM
-        n0 = (bid % ntl) * uBN
+        if GENERAL:  # group g writes dw rows g*m_grp ..
+            g = bid // uint32(prm[TPG])
+            lt = bid - g * uint32(prm[TPG])
+            mg = g * uint32(prm[TPG + 3])
+        else:
+            lt = bid
+        m0 = (lt // ntl) * uBM
+        n0 = (lt % ntl) * uBN
         for i in range(tm):
             m = m0 + fr_a + uint32((i // GM) * SPAN_M + i % GM)
-            rows[i] = m * uN if m < uM else NONE
+            if GENERAL:
+                rows[i] = (mg + m) * uN if m < uM else NONE
+            else:
+                rows[i] = m * uN if m < uM else NONE
         for jj in range(tn):
             col = n0 + fr_b + uint32((jj // GN) * SPAN_N + jj % GN)
             cols[jj] = col if col < uN else NONE
             fb[jj] = float32(0)
-        store(acc, rows, cols, fb, out, ws, ws, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, n0, uM, uN,
-              u1, u1, False, flag)
+        if GENERAL:
+            store(acc, rows, cols, fb, out, ws, ws, uint32(splits), z, bid, fr_a * uBN + fr_b, mg + m0, n0,
+                  mg + uM, uN, u1, u1, False, flag)
+        else:
+            store(acc, rows, cols, fb, out, ws, ws, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, n0, uM,
+                  uN, u1, u1, False, flag)
 
     return kernel
 
 
+def is_aligned(problem: Problem) -> bool:
+    """Whether the aligned kernel runs ``problem``: one group, N*P*Q a multiple of 8 (M and N
+    remainders it handles itself)."""
+    return problem.groups == 1 and problem.gemm_shape()[2] % BK == 0
+
+
 @functools.lru_cache(maxsize=128)
-def _params(problem: Problem, splits: int, chunk: int, n_tiles: int):
-    """Device int32 array of the kernel's parameters (cached: one upload per shape)."""
+def _params(problem: Problem, splits: int, chunk: int, n_tiles: int, tiles_per_group: int):
+    """Device int32 array of the kernel's parameters, the general kernel's four after the aligned
+    kernel's twenty (cached: one upload per shape)."""
     pr = problem
     m, n, k = pr.gemm_shape()
     values = (m, n, k, pr.p, pr.q, pr.k * pr.p * pr.q, pr.c * pr.h * pr.w, pr.h, pr.w, pr.r * pr.s, pr.s,
-              *pr.stride, *pr.padding, *pr.dilation, chunk, n_tiles, splits)
+              *pr.stride, *pr.padding, *pr.dilation, chunk, n_tiles, splits,
+              tiles_per_group, m * pr.p * pr.q, pr.c_per_group * pr.h * pr.w, m)
     return runtime.to_device(np.array(values, np.int32))
 
 
@@ -195,14 +242,15 @@ def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
     """(kernel, grid, params, workspace shape or None) of one (problem, tile, limit), as
     ``forward._prepared`` (which says why the grid is not configured here)."""
     splits, chunk, n_tiles = plan(problem, tile, workspace_limit)
-    kern = wgrad_kernel(tile.bm, tile.bn, tile.tm, tile.tn)
-    grid = (math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles, splits)
-    params = _params(problem, splits, chunk, n_tiles)
+    kern = wgrad_kernel(tile.bm, tile.bn, tile.tm, tile.tn, not is_aligned(problem))
+    tiles_per_group = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles
+    grid = (tiles_per_group * problem.groups, splits)
+    params = _params(problem, splits, chunk, n_tiles, tiles_per_group)
     return kern, grid, params, workspace_shape(problem, tile, splits, n_tiles)
 
 
 def launch(problem: Problem, tile: Tile, x, dy, out, workspace_limit: int) -> None:
-    """dw (device, (K, C, R, S)) from device x (N, C, H, W) and dy (N, K, P, Q), C-contiguous."""
+    """dw (device, (K, C', R, S)) from device x (N, C, H, W) and dy (N, K, P, Q), C-contiguous."""
     kern, grid, params, ws = _prepared(problem, tile, workspace_limit)
     with lend_workspace(ws) as buf:
         kern[grid, tile.threads](x, dy, params, out, buf)

@@ -3,7 +3,10 @@
 ``problems(op)`` draws small problems with every option (groups, stride, dilation, padding, bias,
 odd sizes, and for dgrad the smaller output that conv_transpose2d's output_padding allows);
 ``aligned_problems(op)`` draws problems whose three GEMM dimensions are multiples of 16, the shapes that
-tiled and implicit-GEMM plugins accept. Sizes stay small enough for the CUDA simulator.
+tiled and implicit-GEMM plugins specialise for; ``ragged_problems(op)`` draws the opposite: GEMM
+dimensions with remainders (M, N and K of a group each beyond one 16-wide tile or below it), groups 1, 2
+or C (depthwise, channel multiplier 1 or 2), and stride 2 for dgrad. Sizes stay small enough for the
+CUDA simulator.
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ def problems(draw, op: str = "forward", dtypes: tuple[str, ...] = ("float32", "f
         p, q = max(p, 1), max(q, 1)
     if op != "wgrad":
         bias = draw(st.booleans())
-    return make_problem(op, draw(st.integers(1, 2)), cpg * groups, h, w, kpg * groups, r, s, p=p, q=q,
+    return make_problem(op, 1, cpg * groups, h, w, kpg * groups, r, s, p=p, q=q,
                         stride=stride, padding=padding, dilation=dilation, groups=groups,
                         dtype=draw(st.sampled_from(dtypes)), bias=bias)
 
@@ -72,10 +75,39 @@ def aligned_problems(draw, op: str = "forward",
                         groups=1, dtype=draw(st.sampled_from(dtypes)), bias=bias)
 
 
+@st.composite
+def ragged_problems(draw, op: str = "forward",
+                    dtypes: tuple[str, ...] = ("float32", "float64")) -> Problem:
+    """Problems whose per-group GEMM dimensions are not multiples of 16: groups 1 (channels up to 17,
+    so that N and K span a tile and a remainder), 2, or C (depthwise); dgrad mostly with stride 2."""
+    mode = draw(st.sampled_from(["1", "2", "C"]))
+    if mode == "1":
+        groups, cpg, kpg = 1, draw(st.sampled_from([3, 5, 17])), draw(st.sampled_from([3, 17]))
+    elif mode == "2":
+        groups, cpg, kpg = 2, draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    else:
+        groups = draw(st.integers(2, 4))
+        cpg, kpg = 1, draw(st.integers(1, 2))
+    r, s = draw(st.integers(1, 4)), draw(st.integers(1, 2))
+    if op == "dgrad":
+        stride = draw(st.sampled_from([(2, 2), (2, 2), (2, 1), (1, 2), (1, 1)]))
+    else:
+        stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    dilation = (draw(st.integers(1, 2)), 1)
+    padding = (draw(st.integers(0, r // 2 + 1)), draw(st.integers(0, s // 2)))
+    p_want, q_want = draw(st.integers(1, 4)), draw(st.integers(2, 5))
+    h = _input_size(p_want, r, stride[0], padding[0], dilation[0]) + draw(st.integers(0, stride[0] - 1))
+    w = _input_size(q_want, s, stride[1], padding[1], dilation[1]) + draw(st.integers(0, stride[1] - 1))
+    bias = op != "wgrad" and draw(st.booleans())
+    return make_problem(op, 1, cpg * groups, h, w, kpg * groups, r, s,
+                        stride=stride, padding=padding, dilation=dilation, groups=groups,
+                        dtype=draw(st.sampled_from(dtypes)), bias=bias)
+
+
 def any_problems(op: str, dtypes: tuple[str, ...] = ("float32", "float64"),
                  samples: list[Problem] | None = None) -> st.SearchStrategy[Problem]:
-    """Random, aligned, and the plugin's own sample problems, mixed."""
-    parts = [problems(op, dtypes), aligned_problems(op, dtypes)]
+    """Random, aligned, ragged, and the plugin's own sample problems, mixed."""
+    parts = [problems(op, dtypes), aligned_problems(op, dtypes), ragged_problems(op, dtypes)]
     if samples:
         parts.append(st.sampled_from(samples))
     return st.one_of(*parts)

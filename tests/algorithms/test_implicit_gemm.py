@@ -30,37 +30,50 @@ def _run(prob, config, limit=LIMIT, rng=None):
 
 
 @pytest.mark.parametrize("kwargs, reason", [
-    (dict(op="forward", n=2, c=16, h=8, w=8, k=16, r=3, s=3, padding=1, groups=2),
-     "groups = 2: the implicit GEMM needs groups == 1"),
-    (dict(op="dgrad", n=2, c=16, h=8, w=8, k=16, r=3, s=3, padding=1, stride=2),
-     "backward-data needs stride 1, got stride (2, 2)"),
-    (dict(op="forward", n=1, c=16, h=7, w=7, k=16, r=3, s=3, padding=1),
-     "GEMM M = N*P*Q = 49 is not divisible by 16"),
-    (dict(op="forward", n=1, c=16, h=8, w=8, k=24, r=3, s=3, padding=1),
-     "GEMM N = K = 24 is not divisible by 16"),
-    (dict(op="forward", n=1, c=3, h=8, w=8, k=16, r=3, s=3, padding=1),
-     "GEMM K = C*R*S = 27 is not divisible by 16"),
-    (dict(op="dgrad", n=1, c=8, h=8, w=8, k=16, r=1, s=1),
-     "GEMM N = C = 8 is not divisible by 16"),
-    (dict(op="dgrad", n=1, c=16, h=8, w=8, k=12, r=1, s=1),
-     "GEMM K = K*R*S = 12 is not divisible by 16"),
-    (dict(op="wgrad", n=1, c=16, h=8, w=8, k=8, r=1, s=1),
-     "GEMM M = K = 8 is not divisible by 16"),
-    (dict(op="wgrad", n=1, c=16, h=5, w=5, k=16, r=1, s=1),
-     "GEMM K = N*P*Q = 25 is not divisible by 16"),
     (dict(op="forward", n=1, c=16, h=8, w=8, k=16, r=1, s=1, dtype="float64"),
      "supports dtypes ['float32'], not float64"),
     (dict(op="forward", n=4096, c=512, h=1024, w=1024, k=16, r=1, s=1),
      "x (4096, 512, 1024, 1024) has 2**31 elements or more (32-bit indexing)"),
+    (dict(op="dgrad", n=1, c=1, h=1024, w=1024, k=4096, r=1, s=1),
+     "y (1, 4096, 1024, 1024) has 2**31 elements or more (32-bit indexing)"),
 ])
 def test_predicate_names_the_failing_condition(kwargs, reason):
     verdict = PLUGIN.applicable(make_problem(**kwargs))
     assert not verdict and verdict.reason == reason
 
 
+@pytest.mark.parametrize("kwargs, aligned", [
+    (dict(op="forward", c=16, h=8, k=16, padding=1), True),
+    (dict(op="forward", c=16, h=7, k=24, padding=1), True),              # M, N remainders: masked
+    (dict(op="forward", c=3, h=8, k=16, padding=1), False),              # K = 27
+    (dict(op="forward", c=32, h=8, k=32, padding=1, groups=32), False),  # depthwise
+    (dict(op="dgrad", c=16, h=8, k=16, padding=1), True),
+    (dict(op="dgrad", c=16, h=8, k=16, padding=1, stride=2), False),     # four phases
+    (dict(op="dgrad", c=16, h=8, k=32, padding=1, groups=2), False),
+    (dict(op="wgrad", c=16, h=8, k=16, padding=1), True),
+    (dict(op="wgrad", c=16, h=5, k=16, padding=1), False),               # N*P*Q = 50
+    (dict(op="wgrad", c=16, h=8, k=16, padding=1, groups=4), False),
+])
+def test_accepts_any_size_groups_and_stride_and_picks_the_kernel(kwargs, aligned):
+    """Everything within 32-bit indexing is accepted; the aligned kernel runs the problems of the old
+    predicate's kind (one group, stride-1 dgrad, K % BK == 0), the general one the rest."""
+    prob = make_problem(n=2, w=kwargs["h"], r=3, s=3, **kwargs)
+    assert PLUGIN.applicable(prob)
+    tile = implicit_gemm.Tile(16, 16, 8, 2, 2)
+    if prob.op == "wgrad":
+        assert wgrad.is_aligned(prob) == aligned
+        kern = wgrad._prepared(prob, tile, LIMIT)[0]
+        assert kern is wgrad.wgrad_kernel(16, 16, 2, 2, not aligned)
+    else:
+        assert implicit_gemm.gathers.is_aligned(prob, tile) == aligned
+        kerns = {launch[0] for launch in forward._prepared(prob, tile, LIMIT)}
+        assert kerns == {forward.gather_kernel(16, 16, 8, 2, 2, prob.op == "forward", not aligned)}
+
+
 def test_accepts_padding_dilation_stride_and_bias():
     for kwargs in (dict(op="forward", h=7, stride=2, padding=2, dilation=2, bias=True),
                    dict(op="dgrad", h=8, padding=2, dilation=2, bias=True),
+                   dict(op="dgrad", h=9, stride=(2, 3), padding=2, dilation=2, bias=True),
                    dict(op="wgrad", h=7, stride=2, padding=2, dilation=2)):
         h = kwargs.pop("h")
         assert PLUGIN.applicable(make_problem(n=2, c=16, h=h, w=h, k=16, r=3, s=3, **kwargs))
@@ -129,6 +142,67 @@ def test_forward_split_k_adds_bias_once():
     assert forward.plan(prob, implicit_gemm.tile_of(config), LIMIT)[0] >= 2
     _, err = _run(prob, config)
     assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(op="forward", n=1, c=260, h=4, w=4, k=4, r=1, s=1, groups=2, bias=True),  # K = 130
+    dict(op="dgrad", n=1, c=2, h=4, w=3, k=260, r=2, s=1, stride=(2, 1), groups=2, bias=True),  # 2 phases
+    dict(op="wgrad", n=2, c=4, h=9, w=9, k=4, r=1, s=1, groups=2),  # N*P*Q = 162
+], ids=["forward", "dgrad", "wgrad"])
+def test_general_split_k_is_deterministic_and_bounded(kwargs):
+    """Groups, a ragged last chunk and (dgrad) stride phases with the reduction split over blocks: the
+    workspace holds every group's tiles, the bits repeat, and a limit below it plans fewer splits."""
+    prob = make_problem(**kwargs)
+    config = Config(BM=16, BN=16, BK=8, TM=2, TN=2)
+    tile = implicit_gemm.tile_of(config)
+    if prob.op == "wgrad":
+        sizes = [prob.gemm_shape()]
+    else:
+        sizes = [(ga.m, ga.n, ga.k) for ga in implicit_gemm.gathers.gathers(prob)]
+    plans = [forward.plan(prob, tile, LIMIT, size) for size in sizes]
+    assert any(splits >= 2 for splits, _, _ in plans) and any(k % 8 for _, _, k in sizes)
+    need = PLUGIN.workspace_bytes(prob, config, LIMIT)
+    tiles = [math.ceil(m / 16) * n_tiles * prob.groups for (m, _, _), (_, _, n_tiles) in zip(sizes, plans)]
+    assert need == max((splits * t * 256 + t) * 4 if splits > 1 else 0
+                       for (splits, _, _), t in zip(plans, tiles))
+    first, err = _run(prob, config)
+    assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
+    again, _ = _run(prob, config)
+    assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
+    assert PLUGIN.workspace_bytes(prob, config, need - 1) < need  # fewer splits (or none) fit
+
+
+@pytest.mark.parametrize("op", ["forward", "dgrad"])
+def test_narrow_gpu_tile_on_grouped_layers(op):
+    """The GPU list's 256x8 tile (ResNeXt's 4..8 channels per group) on a small grouped problem."""
+    config = Config(BM=256, BN=8, BK=8, TM=8, TN=4)
+    assert implicit_gemm.tile_of(config) in map(implicit_gemm.Tile._make, implicit_gemm.GATHER_TILES_GPU)
+    prob = make_problem(op, 1, 8, 6, 6, 12, 3, 3, padding=1, groups=2, bias=True)  # N = 4 or 6
+    _, err = _run(prob, config)
+    assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
+
+
+def test_strided_dgrad_phases_without_taps_write_the_bias():
+    """1x1 stride 2: dx pixels at odd rows or columns receive no tap (their phases have K = 0) and hold
+    the bias alone; the phases tile dx exactly once."""
+    prob = make_problem("dgrad", 1, 5, 7, 6, 3, 1, 1, stride=2, bias=True)
+    phases = implicit_gemm.gathers.gathers(prob)
+    assert [ga.k for ga in phases] == [3, 0, 0, 0] and sum(ga.m for ga in phases) == 7 * 6
+    got, err = _run(prob, Config(BM=16, BN=16, BK=8, TM=2, TN=2))
+    assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
+    a, b, bias = random_operands(prob, np.random.default_rng(7))
+    assert np.array_equal(got[:, :, 1::2, :], np.broadcast_to(bias[None, :, None, None], (1, 5, 3, 6)))
+
+
+def test_strided_conv_transpose2d_with_bias_through_the_public_op():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, 4, 4)).astype(np.float32)  # DCGAN-like: 4x4 kernel, stride 2, pad 1
+    w = rng.standard_normal((6, 3, 4, 4)).astype(np.float32)
+    bias = rng.standard_normal(3).astype(np.float32)
+    got = convlab.conv_transpose2d(x, w, bias, stride=2, padding=1, algorithm="implicit_gemm")
+    assert got.shape == (2, 3, 8, 8)
+    prob = convlab.problem_for("conv_transpose2d", x, w, bias, stride=2, padding=1)
+    assert rel_error(got, reference.dgrad(prob, x, w, bias)) <= tolerance(prob, PLUGIN.compute_eps("float32"))
 
 
 def test_conv_transpose2d_with_bias_through_the_public_op():

@@ -13,7 +13,7 @@
 #   resnet50   convlab bench: ResNet-50 layers, every op
 #   dcgan      convlab bench: DCGAN conv_transpose2d layers
 #   probes     GPU self-tests of the thin launch path (overhead_bench --selftest) and of the tensor-core
-#              intrinsics and GEMM (tc_gemm_bench --selftest), beside the tests
+#              conv plugin (tc_conv_bench --selftest, with PROBE_TC=1), beside the tests
 #   overhead   benchmarks/overhead_bench.py: host cost per op call vs PyTorch, empty and raw launches
 #   tcgemm     benchmarks/tc_gemm_bench.py: tensor-core GEMM at 4096^3 (fp16, bf16, tf32) vs cuBLAS
 #   depthwise  benchmarks/depthwise_bench.py: depthwise layers of MobileNetV2 / EfficientNet-B0 vs cuDNN
@@ -22,7 +22,7 @@
 #   igemmcov   benchmarks/igemm_coverage_bench.py: grouped, odd-channel and strided-dgrad layers
 #   burnig     convlab bench: Burn suites, implicit_gemm only (the refactor's speed check against session 2)
 #   DW_NETS    depthwise step's networks (default mobilenetv2)
-#   TEST_PROFILE  hypothesis profile of the tests (convlab-gpu: 60 examples a property)
+#   TEST_PROFILE  hypothesis profile of the tests (convlab-gpu: 60 examples a property); TEST_PATHS: a subset
 # Everything lands in $OUT/results.tgz (plus the test log) so it comes back in one file; with LANE=NAME
 # (tools/gpu_two_lanes.sh) the work folder and the archive carry that name.
 set -u
@@ -49,12 +49,12 @@ el "parallel steps (no timings taken)"
 if has probes; then
   ( probe overhead_selftest 150 python3 benchmarks/overhead_bench.py --selftest \
       --out "$W/bench/overhead_selftest.json" > "$W/probes1.txt" ) &
-  ( probe tc_selftest 240 python3 benchmarks/tc_gemm_bench.py --selftest --itypes \
-      --out "$W/bench/tc_selftest.json" > "$W/probes2.txt" ) &
+  [ -n "${PROBE_TC:-}" ] && ( probe tc_conv_selftest 240 python3 benchmarks/tc_conv_bench.py --selftest \
+      --out "$W/bench/tc_conv_selftest.json" > "$W/probes2.txt" ) &
 fi
 if has tests; then
   ( CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-gpu}" timeout "${TEST_S:-300}" python3 -m pytest \
-      -n 8 -v -ra -p no:benchmark --junitxml="$W/gpu-tests.xml" > "$W/gpu-tests.log" 2>&1
+      -n 8 -v -ra -p no:benchmark --junitxml="$W/gpu-tests.xml" ${TEST_PATHS:-} > "$W/gpu-tests.log" 2>&1
     echo "pytest rc=$?" >> "$W/gpu-tests.log" ) &
 fi
 if has sanitize; then
@@ -81,12 +81,12 @@ if has autotune; then timeout "${AUTOTUNE_S:-200}" python3 benchmarks/autotune_b
     --out "$W/bench/autotune.json" > "$W/bench/autotune.log" 2>&1; tail -15 "$W/bench/autotune.log"; fi
 has resnet50 && bench resnet50 400 --suite resnet50 --no-auto --repeat 10 --warmup 2 --max-seconds 0.4
 has dcgan && bench dcgan 120 --suite dcgan --no-auto --repeat 15 --warmup 3 --max-seconds 0.6
-has overhead && probe overhead 200 python3 benchmarks/overhead_bench.py --out "$W/bench/overhead.json"
+has overhead && probe overhead ${OVERHEAD_S:-200} python3 benchmarks/overhead_bench.py --out "$W/bench/overhead.json"
 has tcgemm && probe tcgemm 240 python3 benchmarks/tc_gemm_bench.py --out "$W/bench/tc_gemm.json"
 has diag && probe igemm_diag 90 python3 tools/igemm_launch_diag.py
-has tcconv && probe tcconv 240 python3 benchmarks/tc_conv_bench.py ${TC_ARGS:---quick} --out "$W/bench/tc_conv.json"
-has depthwise && probe depthwise 240 python3 benchmarks/depthwise_bench.py --nets ${DW_NETS:-mobilenetv2} --out "$W/bench/depthwise.json"
-has igemmcov && probe igemmcov 150 python3 benchmarks/igemm_coverage_bench.py --out "$W/bench/igemm_coverage.json"
+has tcconv && probe tcconv ${TCCONV_S:-240} python3 benchmarks/tc_conv_bench.py ${TC_ARGS:---quick} --out "$W/bench/tc_conv.json"
+has depthwise && probe depthwise ${DW_S:-240} python3 benchmarks/depthwise_bench.py --nets ${DW_NETS:-mobilenetv2} --configs ${DW_CONFIGS:-3} --out "$W/bench/depthwise.json"
+has igemmcov && probe igemmcov ${COV_S:-150} python3 benchmarks/igemm_coverage_bench.py --configs ${COV_CONFIGS:-2} --out "$W/bench/igemm_coverage.json"
 has burnig && bench burn_igemm 150 --suite burn --suite burn_b4 --no-auto --plugins implicit_gemm --repeat 15 --warmup 3 --max-seconds 0.6
 el "done"
 tar czf "$OUT/results${LANE:+-$LANE}.tgz" -C "$W" . && cp "$W/gpu-tests.log" "$OUT/gpu-tests${LANE:+-$LANE}.log" 2>/dev/null

@@ -60,7 +60,7 @@ def test_simulator_wall_clock_bench_is_plotted_and_labelled(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("algorithm,words", [("nosuch", "unknown algorithm 'nosuch'"),
-                                             ("implicit_gemm", "algorithm 'implicit_gemm' cannot run")])
+                                             ("depthwise", "algorithm 'depthwise' cannot run")])
 def test_explain_exits_1_when_nothing_is_picked(capsys, algorithm, words):
     code, out, err = run_cli(capsys, "explain", "--x", "1,3,5,5", "--w", "5,3,3,3", "--algorithm", algorithm)
     assert code == 1 and "picked: None" in out and words in err

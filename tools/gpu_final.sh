@@ -84,10 +84,10 @@ has dcgan && bench dcgan 120 --suite dcgan --no-auto --repeat 15 --warmup 3 --ma
 has overhead && probe overhead ${OVERHEAD_S:-200} python3 benchmarks/overhead_bench.py --out "$W/bench/overhead.json"
 has tcgemm && probe tcgemm 240 python3 benchmarks/tc_gemm_bench.py --out "$W/bench/tc_gemm.json"
 has diag && probe igemm_diag 90 python3 tools/igemm_launch_diag.py
+has burnig && bench burn_igemm 150 ${BURNIG_SUITES:---suite burn --suite burn_b4} --no-auto --plugins implicit_gemm --repeat 15 --warmup 3 --max-seconds 0.6
 has tcconv && probe tcconv ${TCCONV_S:-240} python3 benchmarks/tc_conv_bench.py ${TC_ARGS:---quick} --out "$W/bench/tc_conv.json"
 has depthwise && probe depthwise ${DW_S:-240} python3 benchmarks/depthwise_bench.py --nets ${DW_NETS:-mobilenetv2} --configs ${DW_CONFIGS:-3} --out "$W/bench/depthwise.json"
 has igemmcov && probe igemmcov ${COV_S:-150} python3 benchmarks/igemm_coverage_bench.py --configs ${COV_CONFIGS:-2} --out "$W/bench/igemm_coverage.json"
-has burnig && bench burn_igemm 150 --suite burn --suite burn_b4 --no-auto --plugins implicit_gemm --repeat 15 --warmup 3 --max-seconds 0.6
 el "done"
 tar czf "$OUT/results${LANE:+-$LANE}.tgz" -C "$W" . && cp "$W/gpu-tests.log" "$OUT/gpu-tests${LANE:+-$LANE}.log" 2>/dev/null
 exit 0

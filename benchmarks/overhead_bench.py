@@ -218,7 +218,7 @@ def table(bench: dict) -> str:
 
 
 # ---- the benchmark --------------------------------------------------------------------------------------
-def benchmark(n: int, batches: int) -> dict:
+def benchmark(n: int, batches: int, alg: str = "auto", fresh: bool = True) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -232,18 +232,22 @@ def benchmark(n: int, batches: int) -> dict:
     gy = torch.randn(SHAPE_X, device="cuda", generator=g)  # 3x3, padding 1: same spatial size
     torch.backends.cudnn.allow_tf32 = False
     cases = {
-        "conv2d": (lambda: F.conv2d(x, w, padding=1), lambda: convlab.conv2d(x, w, padding=1)),
+        "conv2d": (lambda: F.conv2d(x, w, padding=1), lambda: convlab.conv2d(x, w, padding=1, algorithm=alg)),
         "conv2d_backward_data": (lambda: torch.nn.grad.conv2d_input(x.shape, w, gy, padding=1),
-                                 lambda: convlab.conv2d_backward_data(gy, w, x.shape, padding=1)),
+                                 lambda: convlab.conv2d_backward_data(gy, w, x.shape, padding=1,
+                                                                      algorithm=alg)),
         "conv2d_backward_weight": (lambda: torch.nn.grad.conv2d_weight(x, w.shape, gy, padding=1),
-                                   lambda: convlab.conv2d_backward_weight(x, gy, w.shape, padding=1)),
+                                   lambda: convlab.conv2d_backward_weight(x, gy, w.shape, padding=1,
+                                                                          algorithm=alg)),
         "conv_transpose2d": (lambda: F.conv_transpose2d(x, w, padding=1),
-                             lambda: convlab.conv_transpose2d(x, w, padding=1)),
+                             lambda: convlab.conv_transpose2d(x, w, padding=1, algorithm=alg)),
     }
     for name, (ref, ours) in cases.items():
         _guard(res, f"rel_err/{name}", lambda: float(((ours() - ref()).norm() / ref().norm()).item()))
         _guard(res, f"torch/{name}", lambda: per_call_us(ref, sync, n, batches))
         _guard(res, f"convlab/{name}", lambda: per_call_us(ours, sync, n, batches))
+        print(name, res.get(f"torch/{name}", {}).get("median_us"), res.get(f"convlab/{name}", {}).get("median_us"),
+              flush=True)
     _guard(res, "convlab/conv2d_requires_grad", lambda: per_call_us(
         lambda: convlab.conv2d(x.requires_grad_(True), w, padding=1), sync, n, batches))
     x.requires_grad_(False)
@@ -258,7 +262,8 @@ def benchmark(n: int, batches: int) -> dict:
         lambda: rec[0].replay(arrays, bases, 0), sync, n, batches))
     res["plans"] = plan.stats()
     res["plans_thin"] = [p.thin for p in plan._plans.values()]
-    _guard(res, "first_call_fresh_process", _first_call)
+    if fresh:
+        _guard(res, "first_call_fresh_process", _first_call)
     return res
 
 
@@ -299,13 +304,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--selftest", action="store_true", help="check the thin launch path only")
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--algorithm", default="auto", help="the ops' algorithm= (default auto: tunes first)")
+    parser.add_argument("--no-fresh", action="store_true", help="skip the fresh-process first-call runs")
     args = parser.parse_args(argv)
     result: dict[str, Any] = {"device": runtime.device_name(), "versions": runtime.versions()}
     if args.selftest:
         _guard(result, "selftest", selftest)
         ok = isinstance(result["selftest"], dict) and result["selftest"].get("ok") is True
     else:
-        _guard(result, "benchmark", lambda: benchmark(args.n, args.batches))
+        _guard(result, "benchmark", lambda: benchmark(args.n, args.batches, args.algorithm, not args.no_fresh))
         ok = "error" not in result["benchmark"]
     text = json.dumps(result, indent=1, default=str)
     print(text)

@@ -191,7 +191,7 @@ def trusted_output(problem: Problem, host: tuple, dev: tuple, limit: int, *,
         direct = registry.get("direct")
         out = runtime.empty(problem.operand_shapes[2], problem.dtype)
         run_candidate(Candidate(direct, direct.configs(problem)[0]), problem, *dev, out, limit)
-        got = np.asarray(out.copy_to_host(), np.float64)
+        got = np.asarray(runtime.to_host(out), np.float64)
         if np.all(np.isfinite(got)):
             return Trusted(got, "direct", direct.compute_eps(problem.dtype))
     except Exception as exc:  # the reference is the last resort below
@@ -221,9 +221,9 @@ def check_candidate(row: CandidateResult, cand: Candidate, problem: Problem, dev
     """Run ``cand`` once into ``out`` poisoned with NaN and :func:`judge` it; an exception is recorded
     as status "error" (never raised). True when the candidate may be timed."""
     try:
-        out.copy_to_device(poison)
+        runtime.copy_into(out, poison)
         run_candidate(cand, problem, *dev, out, limit)
-        return judge(row, out.copy_to_host(), trusted, problem, cand.plugin.compute_eps(problem.dtype))
+        return judge(row, runtime.to_host(out), trusted, problem, cand.plugin.compute_eps(problem.dtype))
     except Exception as exc:  # a broken candidate is reported, never fatal
         row.status, row.error = "error", f"{type(exc).__name__}: {exc}"[:500]
         return False

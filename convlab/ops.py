@@ -104,7 +104,7 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
         dout = None if host or isinstance(out, np.ndarray) else (
             _to_device(out, "out") if out is not None else runtime.to_device(result))
         if dout is not None and out is not None:
-            dout.copy_to_device(result)
+            runtime.copy_into(dout, result)
     else:
         a, b = (_to_device(v, name) for name, v in inputs.items())
         dbias = None if bias is None else _to_device(bias, "bias")
@@ -122,7 +122,7 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
             auto = isinstance(algorithm, str) and algorithm == "auto"
             plan.store(key, plan.Plan(ran, recorded, plan.host_state(), out_shape, prob.dtype,
                                       plan.decision_of(prob, limit) if auto else None, key[1]))
-        result = dout.copy_to_host() if host or isinstance(out, np.ndarray) else None
+        result = runtime.to_host(dout) if host or isinstance(out, np.ndarray) else None
     if isinstance(out, np.ndarray):
         out[...] = result
         return out

@@ -208,9 +208,38 @@ def is_stream(obj: Any) -> bool:
     return isinstance(obj, stream_class)
 
 
+def _bits_dtype(dtype: Any) -> np.dtype | None:
+    """uint16 for dtypes numpy cannot export through the buffer protocol (ml_dtypes' bfloat16, whose
+    typecode 'E' makes Numba's host copies fail on a GPU), else None."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.uint16) if dtype.kind == "V" and dtype.itemsize == 2 else None
+
+
 def to_device(host: np.ndarray) -> Any:
-    """Copy a host array to a new device array."""
-    return cuda.to_device(np.ascontiguousarray(host))
+    """Copy a host array to a new device array (bfloat16 travels as its uint16 bits and is viewed back
+    as bfloat16 on the device)."""
+    host = np.ascontiguousarray(host)
+    bits = _bits_dtype(host.dtype)
+    if bits is None or SIMULATOR:
+        return cuda.to_device(host)
+    return cuda.to_device(host.view(bits)).view(host.dtype)
+
+
+def to_host(dev: Any) -> np.ndarray:
+    """A host copy of a device array (``dev.copy_to_host()``; bfloat16 through its uint16 bits)."""
+    bits = _bits_dtype(dev.dtype)
+    if bits is None or SIMULATOR:
+        return dev.copy_to_host()
+    return dev.view(bits).copy_to_host().view(dev.dtype)
+
+
+def copy_into(dev: Any, host: np.ndarray) -> None:
+    """``dev.copy_to_device(host)`` (bfloat16 through its uint16 bits)."""
+    bits = _bits_dtype(dev.dtype)
+    if bits is None or SIMULATOR:
+        dev.copy_to_device(host)
+    else:
+        dev.view(bits).copy_to_device(np.ascontiguousarray(host).view(bits))
 
 
 def empty(shape: tuple[int, ...], dtype: Any) -> Any:
@@ -220,7 +249,7 @@ def empty(shape: tuple[int, ...], dtype: Any) -> Any:
 
 def full(shape: tuple[int, ...], value: float, dtype: Any) -> Any:
     """Device array filled with ``value`` (used to poison outputs with NaN in tests)."""
-    return cuda.to_device(np.full(tuple(int(s) for s in shape), value, dtype=np.dtype(dtype)))
+    return to_device(np.full(tuple(int(s) for s in shape), value, dtype=np.dtype(dtype)))
 
 
 def synchronize() -> None:

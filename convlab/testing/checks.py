@@ -30,7 +30,7 @@ def _run(plugin: Algorithm, problem: Problem, config, host_ops, poison: float = 
     a, b, bias = to_device(*host_ops)
     out = runtime.full(problem.operand_shapes[2], poison, problem.dtype)
     plugin.run(problem, config, a, b, bias, out, workspace_limit=get_workspace_limit())
-    return out.copy_to_host()
+    return runtime.to_host(out)
 
 
 def check_matches_reference(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
@@ -69,7 +69,7 @@ def check_inputs_unmodified(plugin: Algorithm, problem: Problem, rng: np.random.
     plugin.run(problem, config, *dev, out, workspace_limit=get_workspace_limit())
     for name, before, after in zip(("a", "b", "bias"), host, dev):
         if before is not None:
-            assert np.array_equal(before, after.copy_to_host()), f"{plugin.name} modified input {name}"
+            assert np.array_equal(before, runtime.to_host(after)), f"{plugin.name} modified input {name}"
 
 
 def check_deterministic(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:

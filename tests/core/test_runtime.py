@@ -83,3 +83,17 @@ def test_simulator_threads_of_a_block_share_one_shared_array(monkeypatch):
     _shared_round_trip[1, 32](out)
     monkeypatch.undo()
     assert not out.copy_to_host().any()
+
+
+def test_bfloat16_travels_as_uint16_bits():
+    """Numba's host copies need the buffer protocol, which ml_dtypes' bfloat16 (typecode 'E') lacks
+    (H200: "cannot include dtype 'E' in a buffer"): runtime's copies move its uint16 bits instead."""
+    import ml_dtypes
+
+    assert runtime._bits_dtype(ml_dtypes.bfloat16) == np.dtype(np.uint16)
+    assert runtime._bits_dtype(np.float16) is None and runtime._bits_dtype(np.float32) is None
+    host = np.random.default_rng(0).standard_normal(7).astype(ml_dtypes.bfloat16)
+    dev = runtime.to_device(host)
+    assert np.array_equal(runtime.to_host(dev).view(np.uint16), host.view(np.uint16))
+    runtime.copy_into(dev, host[::-1].copy())
+    assert np.array_equal(runtime.to_host(dev).view(np.uint16), host[::-1].view(np.uint16))

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 import convlab
-from convlab import measure
+from convlab import measure, runtime
 from convlab.settings import get_workspace_limit
 
 # (name, C, H, kernel, stride, count in the network)
@@ -53,18 +53,11 @@ NETS = {"mobilenetv2": MOBILENET_V2, "efficientnet-b0": EFFICIENTNET_B0}
 
 
 def timed(fn, warmup: int, repeat: int) -> dict:
-    """Median per-call ms (events around each call) and back-to-back ms (events around `repeat` calls)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
+    """Median per-call ms (convlab.runtime.time_ms: events around each call) and back-to-back ms (events
+    around `repeat` calls)."""
+    times = runtime.time_ms(fn, warmup=warmup, repeat=repeat)
+    if times is None:
+        raise RuntimeError("timing needs a GPU (the CUDA simulator has no device clock)")
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(repeat):

@@ -75,6 +75,17 @@ def check(itype: str, cfg: tc_gemm.TcConfig, dump: str | None, ptxas: str | None
            **counts(ptx)}
     regs = re.findall(r"\.reg \.(\w+)\s+%\w+<(\d+)>", ptx)
     row["virtual_regs"] = {k: int(v) for k, v in regs}
+    _judge(row, ptx, itype, ptxas)
+    if dump:
+        name = f"tc_gemm_{itype}_{cfg.name.replace('/', '_')}_{out}.ptx"
+        with open(os.path.join(dump, name), "w") as f:
+            f.write(ptx)
+    return row
+
+
+def _judge(row: dict, ptx: str, itype: str, ptxas: str | None) -> None:
+    """row["ok"]: the tensor-core instructions are there, no local memory, and (with ptxas) it assembles
+    without spills."""
     need = {"mma.sync", "ldmatrix", "cp.async", "wait_group", "commit_group"}
     if itype == "tf32":
         need.add("cvt.rna.tf32")
@@ -82,11 +93,6 @@ def check(itype: str, cfg: tc_gemm.TcConfig, dump: str | None, ptxas: str | None
     if ptxas:
         row.update(ptxas_info(ptxas, ptx))
         row["ok"] = row["ok"] and row["ptxas_rc"] == 0 and not row["spill_stores"]
-    if dump:
-        name = f"tc_gemm_{itype}_{cfg.name.replace('/', '_')}_{out}.ptx"
-        with open(os.path.join(dump, name), "w") as f:
-            f.write(ptx)
-    return row
 
 
 def check_conv(itype: str, cfg: tc_gemm.TcConfig, bias: bool, dump: str | None,
@@ -98,13 +104,7 @@ def check_conv(itype: str, cfg: tc_gemm.TcConfig, bias: bool, dump: str | None,
     ptx, _ = cuda.compile_ptx(tc_conv.make_tc_conv(itype, cfg, bias).py_func, sig, cc=(9, 0))
     row = {"kernel": f"tc_conv {itype} {cfg.name} bias={bias}",
            "compile_s": round(time.perf_counter() - t0, 1), **counts(ptx)}
-    need = {"mma.sync", "ldmatrix", "cp.async", "wait_group", "commit_group"}
-    if itype == "tf32":
-        need.add("cvt.rna.tf32")
-    row["ok"] = all(row[k] > 0 for k in need) and row["local"] == 0
-    if ptxas:
-        row.update(ptxas_info(ptxas, ptx))
-        row["ok"] = row["ok"] and row["ptxas_rc"] == 0 and not row["spill_stores"]
+    _judge(row, ptx, itype, ptxas)
     if dump:
         with open(os.path.join(dump, f"tc_conv_{itype}_{cfg.name.replace('/', '_')}_{bias}.ptx"), "w") as f:
             f.write(ptx)

@@ -169,10 +169,6 @@ def _store(result: TuneResult, cands: list[Candidate], prints: dict[str, str]) -
     _cache().put(result.key, entry)
 
 
-def _registry_state() -> tuple:
-    return tuple((p.name, id(p)) for p in registry.plugins())
-
-
 def remembered(key: tuple) -> TuneResult | None:
     """This process's last result under a :func:`memo_key` (what ``choose`` answers from)."""
     return _decisions.get(key)
@@ -180,7 +176,7 @@ def remembered(key: tuple) -> TuneResult | None:
 
 def memo_key(problem: Problem, limit: int) -> tuple:
     return (problem.key(), limit, settings.get_key_policy(), settings.get_deterministic(),
-            settings.get_float32_precision(), _registry_state())
+            settings.get_float32_precision(), registry.state())
 
 
 def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = False,

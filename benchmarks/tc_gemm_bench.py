@@ -24,7 +24,6 @@ import time
 import traceback
 from typing import Any, Callable
 
-import numpy as np
 
 from convlab import runtime
 from convlab.kernels import tc_gemm

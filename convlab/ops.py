@@ -90,9 +90,12 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
             raise ValueError(f"out must have shape {out_shape} and dtype {prob.dtype}, "
                              f"got {oshape} {odtype}")
         check_out_aliasing(out, {**inputs, "bias": bias})
-    for name, value in (*inputs.items(), ("bias", bias), ("out", out)):  # before "auto" may tune
-        if value is not None and not isinstance(value, np.ndarray):
-            _to_device(value, name)  # a view, no copy: ValueError when non-contiguous
+    views = {name: _to_device(value, name)  # before "auto" may tune; a view, no copy: ValueError when
+             for name, value in (*inputs.items(), ("bias", bias), ("out", out))  # non-contiguous
+             if value is not None and not isinstance(value, np.ndarray)}
+
+    def device(value: Any, name: str) -> Any:  # each operand converted once (numpy: copied here)
+        return views[name] if name in views else _to_device(value, name)
     candidate = strategy.resolve(prob, algorithm, limit)  # validates algorithm= before any copy
     st = operands.resolve_stream(stream, (*inputs.values(), bias, out))
     host = all(isinstance(v, np.ndarray) for v in inputs.values())
@@ -102,14 +105,14 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
     if prob.n == 0:  # nothing to compute: an empty output, or a zero gradient for wgrad
         result = np.zeros(out_shape, prob.dtype)
         dout = None if host or isinstance(out, np.ndarray) else (
-            _to_device(out, "out") if out is not None else runtime.to_device(result))
+            device(out, "out") if out is not None else runtime.to_device(result))
         if dout is not None and out is not None:
             runtime.copy_into(dout, result)
     else:
-        a, b = (_to_device(v, name) for name, v in inputs.items())
-        dbias = None if bias is None else _to_device(bias, "bias")
+        a, b = (device(v, name) for name, v in inputs.items())
+        dbias = None if bias is None else device(bias, "bias")
         device_out = out is not None and not isinstance(out, np.ndarray)
-        dout = (_to_device(out, "out") if device_out else
+        dout = (device(out, "out") if device_out else
                 operands.empty_like_kind(None, out_shape, prob.dtype, st))  # pooled: no cuMemAlloc
         arrays = (a, b, dbias, dout)
         spans = [None if v is None else operands.pointer(v) for v in arrays]

@@ -187,6 +187,9 @@ def bench_one(torch, plugin, entry, pr, rows: list) -> None:
         row["tolerance"] = tolerance(pr, plugin.compute_eps(pr.dtype))
         row["status"] = "ok" if row["rel_err"] <= row["tolerance"] else "WRONG"
         row["ours_ms"] = _events_ms(ours)
+        row.update(_parts_ms(pr, ours, (a, b, bias, out)))
+        row["op_ms"] = _events_ms(_public_op(convlab, pr, ta, tb, tbias, tout))
+        row.update(_resources(pr, config))
         torch.backends.cudnn.allow_tf32 = pr.dtype == "float32"
         with torch.no_grad():
             row["cudnn_ms"] = _events_ms(torch_call(torch, pr, ta, tb, tbias, False))
@@ -202,6 +205,43 @@ def bench_one(torch, plugin, entry, pr, rows: list) -> None:
         torch.backends.cudnn.allow_tf32 = False
         rows.append(row)
         _log({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+
+
+def _public_op(convlab, pr, ta, tb, tbias, tout):
+    """The public op on the torch tensors, forced to the tensor-core plugin (plans, thin launches)."""
+    opts = dict(stride=pr.stride, padding=pr.padding, dilation=pr.dilation, groups=pr.groups,
+                algorithm="tensor_core", out=tout, workspace_limit=LIMIT)
+    if pr.op == "forward":
+        return lambda: convlab.conv2d(ta, tb, tbias, **opts)
+    return lambda: convlab.conv2d_backward_data(ta, tb, pr.x_shape, **opts)
+
+
+def _parts_ms(pr, run, operands) -> dict:
+    """Device time of each launch of one ``plugin.run`` (layout changes, then the GEMM), each replayed
+    alone through the thin path and timed with CUDA events."""
+    from convlab import launch
+    from convlab.operands import pointer
+    spans = [None if v is None else pointer(v) for v in operands]
+    with launch.recording(spans) as recs:
+        run()
+    bases = [0 if sp is None else sp[0] for sp in spans]
+    parts = {}
+    for i, rec in enumerate(recs):
+        if rec.thin is None:
+            return {"parts_error": "no thin launch"}
+        name = getattr(rec.dispatcher, "__name__", "?")
+        parts[f"part{i}_{name}_ms"] = _events_ms(lambda rec=rec: rec.replay(None, bases, 0))
+    return parts
+
+
+def _resources(pr, config) -> dict:
+    """Registers and local memory (spills) per thread of the GEMM kernel, from Numba's dispatcher."""
+    from convlab.algorithms.tensor_core import ITYPE, tc_config
+    from convlab.kernels import tc_conv
+    kernel = tc_conv.make_tc_conv(ITYPE[pr.dtype], tc_config(config), pr.bias).dispatcher
+    regs, local = kernel.get_regs_per_thread(), kernel.get_local_mem_per_thread()
+    return {"regs": max(regs.values()) if isinstance(regs, dict) else regs,
+            "local_bytes": max(local.values()) if isinstance(local, dict) else local}
 
 
 def bench(args, plugin, rows: list) -> None:

@@ -34,8 +34,10 @@ ITYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
 STORAGE = {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32}
 ALIGN = {"float16": 8, "bfloat16": 8, "float32": 4}  # channels per 16-byte chunk
 #: GPU configs (static shared memory <= 48 KiB: few configs, each compiles in 5-25 s on the H200)
-GPU_TILES = {16: [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(64, 64, 32, 32, 32, 4)],
-             32: [TcConfig(128, 128, 16, 64, 64, 3), TcConfig(64, 64, 16, 32, 32, 4)]}
+GPU_TILES = {16: [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 32, 3),
+                  TcConfig(64, 64, 32, 32, 32, 4)],
+             32: [TcConfig(128, 128, 16, 64, 64, 3), TcConfig(128, 64, 16, 64, 32, 3),
+                  TcConfig(64, 64, 16, 32, 32, 4)]}
 SIM_TILES = {16: [TcConfig(32, 32, 16, 16, 32, 2)], 32: [TcConfig(32, 32, 8, 16, 32, 2)]}
 
 
@@ -98,10 +100,12 @@ class TensorCore(Algorithm):
 
     def configs(self, problem: Problem) -> list[Config]:
         bits = 32 if problem.dtype == "float32" else 16
-        tiles = list((SIM_TILES if runtime.SIMULATOR else GPU_TILES)[bits])
         m, n, _ = problem.gemm_shape()
-        if len(tiles) > 1 and math.ceil(m / tiles[0].BM) * math.ceil(n / tiles[0].BN) < sm_count():
-            tiles.reverse()  # the big tile would leave SMs idle
+        blocks = lambda t: math.ceil(m / t.BM) * math.ceil(n / t.BN)  # noqa: E731
+        # first the tile that wastes the least of N (output channels), then the one that fills the
+        # most SMs (up to all of them), then the biggest (the tuner times them all)
+        tiles = sorted((SIM_TILES if runtime.SIMULATOR else GPU_TILES)[bits],
+                       key=lambda t: (math.ceil(n / t.BN) * t.BN, -min(blocks(t), sm_count()), -t.BM * t.BN))
         return [_config(t) for t in tiles]
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
@@ -140,10 +144,9 @@ class TensorCore(Algorithm):
             xh, wt = buf[:nx], buf[nx:nx + nw]
             tc_conv.to_channels_last(a.reshape(-1), xh, n, c, h * w, cp)
             if problem.op == "forward":  # wt[k, r, s, c] = w[k, c, r, s]
-                tc_conv.permute(b.reshape(-1), wt, (k, r, s, cp), (c * r * s, s, 1, r * s), valid=c)
+                tc_conv.to_channels_last(b.reshape(-1), wt, k, c, r * s, cp)
             else:  # wt[c', r, s, k'] = w[k', c', R-1-r, S-1-s] (c' = output channel, k' = gathered)
-                tc_conv.permute(b.reshape(-1), wt, (k, r, s, cp), (r * s, -s, -1, k * r * s),
-                                base=(r - 1) * s + s - 1, valid=c)
+                tc_conv.to_channels_last(b.reshape(-1), wt, 1, c, k * r * s, cp, flip=r * s)
             geo["c"] = cp
             tc_conv.conv_launcher(ITYPE[problem.dtype], tc_config(config), xh, wt, out.reshape(-1),
                                   bias, **geo)()

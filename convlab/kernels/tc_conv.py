@@ -13,10 +13,9 @@ negative: ph = max(padding, 0) and phn = max(-padding, 0), so negative padding w
 needs); a row is inside when ph <= h' < H + ph. Per k tile it derives (r*dh, s*dw, c) of its chunk once.
 The epilogue writes y[n, k, pq] at (n*K + k)*P*Q + pq, adding bias[k] in fp32 before converting.
 
-:func:`to_channels_last` is the input's layout change (NCHW -> NHWC, channels zero-padded up to a multiple
-of the chunk): a tiled transpose through shared memory, coalesced on both sides. :func:`permute` is the
-weights' (KCRS -> KRSC, or the flipped CRSK of dgrad): one thread per output element, written
-contiguously (weights are small).
+:func:`to_channels_last` is every layout change (channels zero-padded up to a multiple of the chunk): the
+input's NCHW -> NHWC, the filter's KCRS -> KRSC and dgrad's KCRS -> spatially flipped CRSK, each one
+tiled transpose through shared memory, coalesced on both sides.
 """
 from __future__ import annotations
 
@@ -112,57 +111,27 @@ def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any
 
 
 # ---- layout changes -------------------------------------------------------------------------------
-@runtime.jit
-def _permute(src, dst, d1, d2, d3, valid, s0, s1, s2, s3, base):
-    """dst[i] = src[base + i0*s0 + i1*s1 + i2*s2 + i3*s3] for i3 < valid, else 0, where
-    (i0, i1, i2, i3) = unravel(i, (., d1, d2, d3))."""
-    i = cuda.grid(1)
-    step = cuda.gridsize(1)
-    while i < dst.size:
-        j = i
-        i3 = j % d3
-        j //= d3
-        i2 = j % d2
-        j //= d2
-        i1 = j % d1
-        i0 = j // d1
-        if i3 < valid:
-            dst[i] = src[base + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3]
-        else:
-            dst[i] = 0
-        i += step
-
-
-def permute(src: Any, dst: Any, dims: tuple[int, int, int, int], strides: tuple[int, int, int, int],
-            base: int = 0, valid: int | None = None) -> None:
-    """dst (flat, ``dims`` row-major) <- src (flat) read with element ``strides`` (negative flips an
-    axis) from element ``base``; entries with a last index >= ``valid`` (default all valid) are zero
-    (channels padded up to a multiple of the 16-byte chunk). Any element type (bf16 as uint16)."""
-    total = int(np.prod(dims))
-    threads = 64 if runtime.SIMULATOR else 256
-    blocks = max(1, min((total + threads - 1) // threads, 16 if runtime.SIMULATOR else 65535))
-    _permute[blocks, threads](src, dst, np.int64(dims[1]), np.int64(dims[2]), np.int64(dims[3]),
-                              np.int64(dims[3] if valid is None else valid),
-                              *(np.int64(v) for v in strides), np.int64(base))
-
-
 TILE_GPU, TILE_SIM = (32, 8), (8, 4)  # (tile edge, thread rows) of to_channels_last
 
 
 @functools.cache
 def _transpose_kernel(dtype: str, tile: int, rows: int) -> Callable:
-    """dst[b, j, i] = src[b, i, j] (i < ci, else 0) over [B, ci, hw] -> [B, hw, cp], one tile x tile block."""
+    """dst[b, j, i] = src[b, i, j'] (i < ci, else 0) over [B, ci, hw] -> [B, hw, cp], one tile x tile
+    block; j' = j, or with ``flip`` > 1 the index j with its position inside each run of ``flip``
+    reversed: (j // flip) * flip + flip - 1 - j % flip (dgrad's spatially flipped filter)."""
     stype, shape = np.dtype(dtype), (tile, tile + 1)  # +1: column reads hit distinct banks
 
-    def transpose(src, dst, ci, hw, cp):
+    def transpose(src, dst, ci, hw, cp, flip):
         buf = cuda.shared.array(shape, stype)
         b = cuda.blockIdx.z
         j0 = cuda.blockIdx.x * tile
         i0 = cuda.blockIdx.y * tile
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        j = j0 + tx
+        js = j if flip <= 1 else j - j % flip + flip - 1 - j % flip
         for e in range(0, tile, rows):
-            i, j = i0 + ty + e, j0 + tx
-            buf[ty + e, tx] = src[(b * ci + i) * hw + j] if i < ci and j < hw else 0
+            i = i0 + ty + e
+            buf[ty + e, tx] = src[(b * ci + i) * hw + js] if i < ci and j < hw else 0
         cuda.syncthreads()
         for e in range(0, tile, rows):
             j, i = j0 + ty + e, i0 + tx
@@ -172,10 +141,14 @@ def _transpose_kernel(dtype: str, tile: int, rows: int) -> Callable:
     return runtime.jit(transpose)
 
 
-def to_channels_last(src: Any, dst: Any, batch: int, channels: int, spatial: int, padded: int) -> None:
+def to_channels_last(src: Any, dst: Any, batch: int, channels: int, spatial: int, padded: int,
+                     flip: int = 0) -> None:
     """dst [batch, spatial, padded] (flat) <- src [batch, channels, spatial] (flat), channels >= the
-    source's zero-filled. Any element type (bf16 as uint16)."""
+    source's zero-filled; ``flip`` > 1 reverses the spatial index inside each run of ``flip`` (see
+    :func:`_transpose_kernel`). Any element type (bf16 as uint16). Used for the input (NCHW -> NHWC),
+    the forward filter (KCRS -> KRSC: batch K, spatial R*S) and dgrad's filter (KCRS -> flipped CRSK:
+    batch 1, channels K, spatial C*R*S, flip R*S)."""
     tile, rows = TILE_SIM if runtime.SIMULATOR else TILE_GPU
     grid = ((spatial + tile - 1) // tile, (padded + tile - 1) // tile, batch)
     _transpose_kernel(np.dtype(src.dtype).name, tile, rows)[grid, (tile, rows)](
-        src, dst, np.int64(channels), np.int64(spatial), np.int64(padded))
+        src, dst, np.int64(channels), np.int64(spatial), np.int64(padded), np.int64(flip))

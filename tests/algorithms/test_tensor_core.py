@@ -63,11 +63,11 @@ def test_declines_with_reason(change, reason):
     assert not verdict and reason in verdict.reason
 
 
-def test_permute_flips_and_pads():
+def test_transpose_flips_and_pads_dgrad_filter():
     src = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)  # [k', c', r, s]
     dst = runtime.full((3 * 2 * 2 * 4,), -1, np.float32)
     # dgrad's weights: dst[c', r, s, k'] = src[k', c', 1-r, 1-s], k' padded from 2 to 4
-    tc_conv.permute(runtime.to_device(src.reshape(-1)), dst, (3, 2, 2, 4), (4, -2, -1, 12), base=3, valid=2)
+    tc_conv.to_channels_last(runtime.to_device(src.reshape(-1)), dst, 1, 2, 3 * 2 * 2, 4, flip=4)
     want = np.zeros((3, 2, 2, 4), np.float32)
     want[..., :2] = src[:, :, ::-1, ::-1].transpose(1, 2, 3, 0)
     np.testing.assert_array_equal(dst.copy_to_host().reshape(3, 2, 2, 4), want)

@@ -8,7 +8,8 @@
   quoting its reason (never a silent fallback).
 - ``("<plugin name>", config)``: that plugin and config (a Config, a dict, or the config's name).
 - a :class:`~convlab.plugin.registry.Candidate`: used as is, after the same applicability check.
-- The ``direct`` plugin accepts every valid problem, so ``"auto"`` always finds a candidate.
+- ``direct`` accepts every valid float32/float64 problem and ``widen`` every fp16/bf16 one (on the
+  float32 plugins), so ``"auto"`` always finds a candidate.
 """
 from __future__ import annotations
 

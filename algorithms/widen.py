@@ -1,0 +1,105 @@
+"""Half precision (fp16, bf16) on the float32 kernels: widen the operands, run a float32 plugin, narrow.
+
+    a32, b32 (, bias32) = widen(a, b (, bias))        fp16 exactly; bf16 bits << 16
+    out32 = <float32 plugin>.run(problem as float32, a32, b32, bias32)
+    out = narrow(out32)                               round to nearest even
+
+The products and sums are float32 (the accumulation a tensor-core kernel does too); only the output is
+rounded to the input type, so the result is at least as accurate as a native half kernel's. It costs
+two more passes over the operands and one over the output (scratch: float32 copies of a, b, bias and
+out), which matters on memory-bound layers and hardly on compute-bound ones.
+
+What it is for: every op, stride, group count and layout in fp16 / bf16, whether or not a native half
+plugin covers it. The native ``tensor_core`` plugin runs forward and stride-1 dgrad with groups 1; the
+others (wgrad, strided dgrad, grouped and depthwise layers) run here on the float32 plugins, tuned
+like any other candidate: each config names the float32 plugin (``via``) and that plugin's config.
+Priority -10: without tuning (the simulator) a native half plugin goes first when it applies.
+"""
+from __future__ import annotations
+
+from convlab import Algorithm, Config, Problem, Verdict, register
+from convlab.kernels import convert
+from convlab.plugin import registry
+from convlab.problem import unit_roundoff
+from convlab.scratch import scratch
+
+import numpy as np
+
+VIA_CONFIGS = 2  # configs tried per float32 plugin (its preferred ones)
+STORAGE = {"float16": np.float16, "bfloat16": np.uint16}  # how the kernels hold each half type
+
+
+def _float32(problem: Problem) -> Problem:
+    return problem.replace(dtype="float32")
+
+
+def _inner(config: Config) -> tuple[str, Config]:
+    """(float32 plugin name, its config) of a widen config."""
+    return config["via"], Config({k: v for k, v in config.items() if k != "via"})
+
+
+@register
+class Widen(Algorithm):
+    """fp16 / bf16 problems on a float32 plugin: operands widened to fp32 in scratch, output narrowed."""
+
+    name = "widen"
+    ops = frozenset({"forward", "dgrad", "wgrad"})
+    dtypes = frozenset({"float16", "bfloat16"})
+    priority = -10
+    deterministic = True  # every built-in float32 plugin is; others are skipped in deterministic mode
+    description = ("fp16/bf16 on the float32 plugins: operands widened to fp32 in scratch, fp32 "
+                   "arithmetic, the output rounded back (any op, stride, groups)")
+
+    def _via(self, problem: Problem) -> list:
+        """The float32 plugins that can run the widened problem, in priority order (native half
+        plugins and this one excluded: they are candidates of the half problem themselves)."""
+        from convlab.settings import get_deterministic
+        wide = _float32(problem)
+        via = [p for p in registry.plugins(problem.op)
+               if problem.dtype not in p.dtypes and "float32" in p.dtypes
+               and (p.deterministic or not get_deterministic()) and p.check(wide)]
+        return [p for p in via if p.name != "direct"] or via  # direct: only when nothing else runs it
+
+    def check(self, problem: Problem) -> Verdict:
+        if not self._via(problem):
+            return Verdict.no("no float32 plugin can run this problem")
+        return Verdict.yes()
+
+    def configs(self, problem: Problem) -> list[Config]:
+        wide = _float32(problem)
+        return [Config(cfg, via=p.name) for p in self._via(problem)
+                for cfg in registry.safe_configs(p, wide)[:VIA_CONFIGS]]
+
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+        """float32 copies of a, b, bias and out, plus the float32 plugin's own workspace."""
+        name, inner = _inner(config)
+        copies = sum(int(np.prod(s)) for s in problem.operand_shapes)
+        copies += int(np.prod(problem.bias_shape)) if problem.bias else 0
+        return 4 * copies + registry.get(name).workspace_bytes(_float32(problem), inner, workspace_limit)
+
+    def compute_eps(self, dtype: str) -> float:
+        """float32 arithmetic (measure.tolerance adds the output's rounding to ``dtype``)."""
+        return unit_roundoff("float32")
+
+    def sample_problems(self, op: str) -> list[Problem]:
+        from convlab.problem import make_problem
+        return [make_problem(op, 2, 4, 6, 5, 6, 3, 3, stride=2, padding=1, groups=2, dtype="float16",
+                             bias=op != "wgrad"),
+                make_problem(op, 1, 3, 5, 6, 3, 3, 2, dilation=(1, 2), padding=(1, 0), groups=3,
+                             dtype="bfloat16")]
+
+    def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
+        name, inner = _inner(config)
+        kind, store = problem.dtype, STORAGE[problem.dtype]
+        view = lambda arr: arr.reshape(-1).view(store)  # noqa: E731  (bf16 as its uint16 bits)
+        sizes = [a.size, b.size, 0 if bias is None else bias.size, out.size]
+        with scratch(sum(sizes), np.float32) as buf:
+            wide, start = [], 0
+            for arr, size in zip((a, b, bias, out), sizes):
+                wide.append(None if arr is None else buf[start:start + size].reshape(arr.shape))
+                start += size
+            for arr, dst in zip((a, b, bias), wide[:3]):
+                if arr is not None:
+                    convert.widen(view(arr), dst.reshape(-1), kind)
+            registry.get(name).run(_float32(problem), inner, *wide, workspace_limit=workspace_limit)
+            convert.narrow(wide[3].reshape(-1), view(out), kind)

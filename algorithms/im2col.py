@@ -24,66 +24,11 @@ column matrix. The column geometry and workspace planning are shared with the co
 """
 from __future__ import annotations
 
-import functools
-
-import numpy as np
-
-from convlab import Problem, register, runtime
+from convlab import Problem, register
 from convlab.kernels.gemm import Strided, Tile, gemm
-from convlab.kernels.intrinsics import u32
 from convlab.kernels.splitk import sum_partials
-from convlab.runtime import cuda
 
-from ._columns import THREADS, ColumnGemmAlgorithm, Plan, launch_grid, lend_columns
-
-
-@functools.cache
-def _unfold_kernel(dtype: str):
-    zero = np.dtype(dtype).type(0)
-
-    @runtime.jit
-    def unfold(x, cols, x_off, rows, C, H, W, R, S, P, Q, sh, sw, ph, pw, dh, dw):
-        """cols[row, r, s, p, q] = x[x_off + row*H*W + h*W + w] for rows row = n*C + c < ``rows``."""
-        pq = u32(u32(u32(cuda.blockIdx.x) * u32(cuda.blockDim.x)) + u32(cuda.threadIdx.x))
-        npq = u32(P * Q)
-        if pq >= npq:
-            return
-        p = u32(pq // Q)
-        hp = u32(p * sh)  # h + ph of tap r = 0
-        wq = u32(u32(pq - u32(p * Q)) * sw)
-        row = u32(cuda.blockIdx.y)
-        while row < rows:
-            src = u32(x_off + u32(row * u32(H * W)))
-            dst = u32(u32(u32(row * u32(R * S)) * npq) + pq)
-            hh = hp
-            r = u32(0)
-            while r < R:
-                h_ok = hh >= ph and u32(hh - ph) < H
-                ww = wq
-                s = u32(0)
-                while s < S:
-                    v = zero
-                    if h_ok and ww >= pw and u32(ww - pw) < W:
-                        v = x[u32(src + u32(u32(hh - ph) * W) + u32(ww - pw))]
-                    cols[dst] = v
-                    dst = u32(dst + npq)
-                    ww = u32(ww + dw)
-                    s = u32(s + 1)
-                hh = u32(hh + dh)
-                r = u32(r + 1)
-            row = u32(row + u32(cuda.gridDim.y))
-
-    return unfold
-
-
-def unfold(problem: Problem, x, cols, n0: int, nb: int) -> None:
-    """Write the column buffer of images n0 .. n0+nb-1 of ``x`` (N, C, H, W) into flat ``cols``."""
-    pr = problem
-    (sh, sw), (ph, pw), (dh, dw) = pr.stride, pr.padding, pr.dilation
-    u = u32
-    _unfold_kernel(pr.dtype)[launch_grid(pr.p * pr.q, nb * pr.c), THREADS](
-        x.reshape((x.size,)), cols, u(n0 * pr.c * pr.h * pr.w), u(nb * pr.c), u(pr.c), u(pr.h),
-        u(pr.w), u(pr.r), u(pr.s), u(pr.p), u(pr.q), u(sh), u(sw), u(ph), u(pw), u(dh), u(dw))
+from ._columns import ColumnGemmAlgorithm, Plan, lend_columns, unfold
 
 
 @register

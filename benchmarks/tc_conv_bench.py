@@ -3,9 +3,9 @@
     python benchmarks/tc_conv_bench.py --selftest [--out FILE.json]      # correctness only (~1-2 min)
     python benchmarks/tc_conv_bench.py --quick [--out FILE.json]         # forward fp16 on Burn
     python benchmarks/tc_conv_bench.py [--out FILE.json]                 # Burn (batch 16) + ResNet-50
-                                                                         # (batch 32), fwd + dgrad,
+                                                                         # (batch 32), fwd, dgrad, wgrad,
                                                                          # fp16 / bf16 / TF32
-        [--suites burn,resnet50] [--dtypes float16,bfloat16,float32] [--ops forward,dgrad]  # subsets
+        [--suites burn,resnet50] [--dtypes float16,bfloat16,float32] [--ops forward,dgrad,wgrad]  # subsets
 
 Self-test: every op x dtype on a few shapes (padding, stride, dilation, bias, remainders in M and N),
 the plugin's output against the host float64 reference, through ``plugin.run`` on device arrays and
@@ -213,6 +213,8 @@ def _public_op(convlab, pr, ta, tb, tbias, tout):
                 algorithm="tensor_core", out=tout, workspace_limit=LIMIT)
     if pr.op == "forward":
         return lambda: convlab.conv2d(ta, tb, tbias, **opts)
+    if pr.op == "wgrad":
+        return lambda: convlab.conv2d_backward_weight(ta, tb, pr.w_shape, **opts)
     return lambda: convlab.conv2d_backward_data(ta, tb, pr.x_shape, **opts)
 
 
@@ -238,6 +240,8 @@ def _resources(pr, config) -> dict:
     """Registers and local memory (spills) per thread of the GEMM kernel, from Numba's dispatcher."""
     from convlab.algorithms.tensor_core import ITYPE, tc_config
     from convlab.kernels import tc_conv
+    if pr.op == "wgrad":
+        return {}  # the tensor-core GEMM of tc_gemm (see tc_gemm_bench for its registers)
     kernel = tc_conv.make_tc_conv(ITYPE[pr.dtype], tc_config(config), pr.bias).dispatcher
     regs, local = kernel.get_regs_per_thread(), kernel.get_local_mem_per_thread()
     return {"regs": max(regs.values()) if isinstance(regs, dict) else regs,
@@ -281,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="forward fp16 on Burn only")
     parser.add_argument("--suites", default="burn,resnet50", help="comma-separated suite names")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="float16,bfloat16,float32 (TF32)")
-    parser.add_argument("--ops", default="forward,dgrad", help="forward,dgrad")
+    parser.add_argument("--ops", default="forward,dgrad,wgrad", help="forward,dgrad,wgrad")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args(argv)
     _log(runtime.device_name(), runtime.compute_capability(), runtime.versions())

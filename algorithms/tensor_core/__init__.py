@@ -4,6 +4,7 @@ under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in 
     op        layout change (scratch, timed)           GEMM M      N    K (reduction)   kernel
     forward   x NCHW -> NHWC, w KCRS -> KRSC           N*P*Q       K    R*S*C           tc_conv
     dgrad     dy NCHW -> NHWC, w -> flipped CRSK       N*H*W       C    R*S*K           tc_conv (stride 1)
+    wgrad     dy, x unfolded split-major (wgrad.py)    K           CRS  N*P*Q           tc_gemm + split-K
 
 dgrad (and conv_transpose2d, its dgrad) with stride 1 is the forward convolution of dy with the
 spatially flipped, K<->C transposed filter and padding dilation*(R-1) - padding (negative padding is fine:
@@ -11,7 +12,9 @@ the gather works in padded coordinates). The GEMM is :mod:`convlab.kernels.tc_pi
 NHWC gather of :mod:`convlab.kernels.tc_conv`: 16-byte ``cp.async`` chunks of 8 (fp16/bf16) or 4 (tf32)
 channels, so the NHWC / KRSC copies pad the gathered channel count with zeros up to a multiple of 8 (4)
 (C = 3 becomes 8: more reduction work, still on tensor cores); zero-fill for padding and remainders.
-Not done: wgrad, groups > 1, strided dgrad, split-K.
+wgrad (:mod:`.wgrad`) unfolds dy and x into dense split-major operands and runs the tensor-core GEMM
+per image group, the fp32 partials summed in order. Not done here: groups > 1 and strided dgrad (the
+``widen`` plugin runs those in fp32), split-K of forward / dgrad.
 
 Applicability: compute capability 8.0 or newer (any on the simulator), groups == 1, float32 only under
 precision "high", stride 1 for dgrad, every tensor below 2**31 elements.
@@ -29,6 +32,8 @@ from convlab.kernels.tc_pipeline import TcConfig
 from convlab.problem import unit_roundoff
 from convlab.scratch import scratch
 from convlab.settings import get_float32_precision
+
+from . import wgrad
 
 ITYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
 STORAGE = {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32}
@@ -71,13 +76,13 @@ class TensorCore(Algorithm):
     """Implicit GEMM on tensor cores (mma.sync m16n8k16 / m16n8k8), cp.async multi-stage pipeline."""
 
     name = "tensor_core"
-    ops = frozenset({"forward", "dgrad"})
+    ops = frozenset({"forward", "dgrad", "wgrad"})
     dtypes = frozenset({"float16", "bfloat16", "float32"})
     priority = 30
     deterministic = True
     description = ("tensor-core implicit GEMM (fp16/bf16; TF32 for float32 under precision 'high'): "
                    "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
-                   "dgrad stride 1")
+                   "dgrad stride 1; wgrad on unfolded operands with split-K")
 
     def check(self, problem: Problem) -> Verdict:
         if problem.dtype == "float32" and get_float32_precision() != "high":
@@ -93,6 +98,12 @@ class TensorCore(Algorithm):
         for tensor, shape in zip(("x", "w", "y"), (problem.x_shape, problem.w_shape, problem.y_shape)):
             if math.prod(shape) > MAX_INDEX:
                 return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
+        if problem.op == "wgrad":
+            pr = problem
+            rows = pr.n * _padded(pr.p * pr.q, pr.dtype) * max(pr.k, pr.c * pr.r * pr.s)
+            if rows > MAX_INDEX:
+                return Verdict.no("the unfolded operands have 2**31 elements or more (32-bit indexing)")
+            return Verdict.yes()
         geo = _gathered(problem)
         if geo["n"] * geo["h"] * geo["w"] * _padded(geo["c"], problem.dtype) > MAX_INDEX:
             return Verdict.no("the channel-padded NHWC copy has 2**31 elements or more (32-bit indexing)")
@@ -109,7 +120,12 @@ class TensorCore(Algorithm):
         return [_config(t) for t in tiles]
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
-        """The NHWC copy of x (forward) or dy (dgrad) and the reordered weights, channels padded."""
+        """The NHWC copy of x (forward) or dy (dgrad) and the reordered weights, channels padded;
+        wgrad: the unfolded operands and the split-K partials."""
+        if problem.op == "wgrad":
+            n_store, n_f32 = wgrad.workspace_elements(problem, tc_config(config), ALIGN[problem.dtype],
+                                                      problem.dtype != "float32")
+            return n_store * problem.itemsize + 4 * n_f32
         geo = _gathered(problem)
         cp = _padded(geo["c"], problem.dtype)
         return (geo["n"] * geo["h"] * geo["w"] + geo["k"] * geo["r"] * geo["s"]) * cp * problem.itemsize
@@ -129,6 +145,10 @@ class TensorCore(Algorithm):
             return [make_problem("dgrad", 2, 16, 5, 5, 8, 3, 3, padding=1, dtype="float16"),
                     make_problem("dgrad", 1, 8, 6, 5, 16, 2, 3, dilation=(2, 1), padding=(2, 0),
                                  dtype="bfloat16", bias=True)]
+        if op == "wgrad":
+            return [make_problem("wgrad", 3, 8, 6, 5, 16, 3, 3, padding=1, dtype="float16"),
+                    make_problem("wgrad", 2, 5, 7, 6, 12, 2, 3, stride=2, dilation=(2, 1), padding=(1, 0),
+                                 dtype="bfloat16")]
         return []
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
@@ -137,6 +157,10 @@ class TensorCore(Algorithm):
         view = (lambda arr: arr.view(np.uint16)) if problem.dtype == "bfloat16" else (lambda arr: arr)
         a, b, out = view(a), view(b), view(out)
         bias = None if bias is None else view(bias)
+        if problem.op == "wgrad":
+            wgrad.run_wgrad(problem, tc_config(config), ITYPE[problem.dtype], store, ALIGN[problem.dtype],
+                            a, b, out)
+            return
         n, c, h, w, k, r, s = (geo[key] for key in "nchwkrs")
         cp = _padded(c, problem.dtype)
         nx, nw = n * h * w * cp, k * r * s * cp

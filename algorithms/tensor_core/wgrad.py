@@ -1,0 +1,103 @@
+"""Backward-weight convolution on tensor cores: dw as a dense GEMM over split-major unfolded operands.
+
+    dw[k, (c, r, s)] = sum_{n, p, q} dy[n, k, p, q] * x[n, c, p*sh - ph + r*dh, q*sw - pw + s*dw]
+
+    GEMM  M = K,  N = C*R*S,  reduction over j = (n, pq), PQ padded to PQp (16-byte chunks, zeros)
+
+The images are cut into ``splits`` equal groups of ipb = N / splits images (split-K over images). Both
+operands are written once by the column unfold of :mod:`convlab.algorithms._columns`, split-major so
+that every split is a dense, k-contiguous matrix for :func:`convlab.kernels.tc_gemm.launcher`:
+
+    A [z, k, jj]        = dy[n, k, pq]                        (dy unfolded as a 1x1 "convolution")
+    Bt[z, (c, r, s), jj] = x[n, c, p*sh - ph + r*dh, ...]      (im2col's taps, 0 in the padding)
+    with n = z*ipb + i, jj = i*PQp + pq
+
+    for z < splits:  part[z] = A[z] @ Bt[z]^T        (fp32, or straight into dw when splits == 1)
+    dw = sum_partials(part) in split order           (deterministic), rounded to the input type
+
+Workspace: the two unfolded operands (N*PQp*(K + CRS) elements) and, when split, the fp32 partials.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from convlab import Problem, runtime
+from convlab.kernels import convert, tc_gemm
+from convlab.kernels.splitk import sm_count, sum_partials
+from convlab.kernels.tc_pipeline import TcConfig
+from convlab.problem import make_problem
+from convlab.scratch import scratch
+
+from .._columns import unfold_into
+
+#: k tiles each split keeps at least (fewer: the prologue and epilogue dominate); 1 on the simulator,
+#: so that its tiny test problems split
+MIN_KTILES = 1 if runtime.SIMULATOR else 8
+
+
+def padded(length: int, align: int) -> int:
+    return -(-length // align) * align
+
+
+def splits_of(pr: Problem, cfg: TcConfig, align: int) -> int:
+    """How many image groups: enough blocks to fill the SMs twice, each split at least MIN_KTILES k
+    tiles long, and a divisor of N (equal groups keep every split's operands dense)."""
+    m, n = pr.k, pr.c * pr.r * pr.s
+    blocks = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN)
+    want = max(1, math.ceil(2 * sm_count() / blocks))
+    per_image = padded(pr.p * pr.q, align) / cfg.BK
+    best = 1
+    for d in range(1, pr.n + 1):
+        if pr.n % d == 0 and d <= want and (pr.n // d) * per_image >= MIN_KTILES:
+            best = d
+    return best
+
+
+def workspace_elements(pr: Problem, cfg: TcConfig, align: int, half: bool) -> tuple[int, int]:
+    """(elements in the storage type, float32 elements) the run lends from the scratch pool."""
+    crs, kc = pr.c * pr.r * pr.s, pr.k * pr.c * pr.r * pr.s
+    splits = splits_of(pr, cfg, align)
+    f32 = 0 if splits == 1 else splits * kc + (kc if half else 0)
+    return pr.n * padded(pr.p * pr.q, align) * (pr.k + crs), f32
+
+
+@functools.lru_cache(maxsize=256)
+def _dy_as_image(pr: Problem) -> Problem:
+    """The geometry that unfolds dy [N, K, P, Q] with a 1x1 tap: a copy with padded rows."""
+    return make_problem("forward", pr.n, pr.k, pr.p, pr.q, 1, 1, 1, dtype=pr.dtype)
+
+
+def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x, dy, dw) -> None:
+    """dw [K, C, R, S] from x [N, C, H, W] and dy [N, K, P, Q] (device arrays in the storage type)."""
+    crs, pqp = pr.c * pr.r * pr.s, padded(pr.p * pr.q, align)
+    splits = splits_of(pr, cfg, align)
+    ipb = pr.n // splits
+    lz = ipb * pqp  # reduction length of one split
+    half = itype != "tf32"
+    n_store, n_f32 = workspace_elements(pr, cfg, align, half)
+    sname = np.dtype(store).name
+    with scratch(n_store, store) as buf, scratch(max(n_f32, 1), np.float32) as f32:
+        a, bt = buf[:splits * pr.k * lz], buf[splits * pr.k * lz:n_store]
+        unfold_into(_dy_as_image(pr), dy, a, 0, pr.n, pq_out=pqp, images_per_block=ipb,
+                    strides=(pr.k * lz, pqp, lz), dtype=sname)
+        unfold_into(pr, x, bt, 0, pr.n, pq_out=pqp, images_per_block=ipb, strides=(crs * lz, pqp, lz),
+                    dtype=sname)
+        out = dw.reshape(pr.k, crs)
+        if splits == 1:
+            tc_gemm.launcher(itype, cfg, a.reshape(pr.k, lz), bt.reshape(crs, lz), out)()
+            return
+        kc = pr.k * crs
+        for z in range(splits):
+            tc_gemm.launcher(itype, cfg, a[z * pr.k * lz:(z + 1) * pr.k * lz].reshape(pr.k, lz),
+                             bt[z * crs * lz:(z + 1) * crs * lz].reshape(crs, lz),
+                             f32[z * kc:(z + 1) * kc].reshape(pr.k, crs))()
+        part = f32[:splits * kc]
+        if not half:
+            sum_partials(part, out.reshape(-1), splits)
+            return
+        total = f32[splits * kc:(splits + 1) * kc]
+        sum_partials(part, total, splits)
+        convert.narrow(total, out.reshape(-1), "bfloat16" if itype == "bf16" else "float16")

@@ -47,6 +47,9 @@ SELFTEST = [  # (op, n, c, h, w, k, r, s, options)
     ("dgrad", 2, 24, 9, 11, 16, 3, 3, dict(padding=1, bias=True)),
     ("dgrad", 3, 40, 10, 12, 32, 3, 3, dict(dilation=2, padding=(0, 3))),
     ("dgrad", 2, 136, 7, 7, 64, 1, 1, {}),
+    ("wgrad", 2, 24, 9, 11, 16, 3, 3, dict(padding=1)),
+    ("wgrad", 3, 40, 10, 12, 32, 3, 3, dict(stride=2, dilation=2, padding=(0, 3))),
+    ("wgrad", 8, 136, 7, 7, 64, 1, 1, {}),
 ]
 
 

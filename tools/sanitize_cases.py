@@ -8,6 +8,7 @@ reference, so the sanitizer log and the printed errors cover the same launches.
 """
 from __future__ import annotations
 
+import itertools
 import sys
 
 import numpy as np
@@ -15,7 +16,9 @@ import numpy as np
 import convlab
 from convlab import make_problem, measure, reference, runtime
 from convlab.plugin import registry
+from convlab.problem import np_dtype
 
+DTYPES = ("float32", "float16", "bfloat16", "tf32")  # tf32: float32 under precision "high"
 SHAPES = [  # (n, c, h, w, k, r, s, stride, padding, dilation, groups, bias)
     (2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, True),      # GEMM-aligned: every plugin applies
     (1, 6, 9, 7, 4, 3, 2, 2, (1, 0), (1, 2), 2, True),  # grouped, strided, dilated, odd sizes
@@ -26,20 +29,22 @@ SHAPES = [  # (n, c, h, w, k, r, s, stride, padding, dilation, groups, bias)
 def main() -> int:
     failures, runs = 0, 0
     rng = np.random.default_rng(0)
-    for shape in SHAPES:
+    for shape, op, dtype in itertools.product(SHAPES, ("forward", "dgrad", "wgrad"), DTYPES):
         n, c, h, w, k, r, s, st, pd, dl, g, bias = shape
-        for op in ("forward", "dgrad", "wgrad"):
+        with convlab.float32_precision("high" if dtype == "tf32" else "highest"):
             prob = make_problem(op, n, c, h, w, k, r, s, stride=st, padding=pd, dilation=dl, groups=g,
-                                bias=bias and op != "wgrad")
+                                bias=bias and op != "wgrad", dtype="float32" if dtype == "tf32" else dtype)
             for plugin in convlab.plugins(op):
+                if dtype == "tf32" and plugin.name != "tensor_core":
+                    continue  # the float32 plugins ran under "highest"
                 for config in registry.safe_configs(plugin, prob)[:2]:
                     if not registry.verdict(plugin, prob, config):
                         continue
                     host = measure.random_operands(prob, rng)
                     a, b, bb = measure.to_device(*host)
-                    out = runtime.full(prob.operand_shapes[2], np.nan, prob.dtype)
+                    out = runtime.full(prob.operand_shapes[2], np.nan, np_dtype(prob.dtype))
                     plugin.run(prob, config, a, b, bb, out, workspace_limit=convlab.get_workspace_limit())
-                    err = measure.rel_error(out.copy_to_host(), reference.solve(prob, *host))
+                    err = measure.rel_error(runtime.to_host(out), reference.solve(prob, *host))
                     ok = err <= measure.tolerance(prob, plugin.compute_eps(prob.dtype))
                     failures += not ok
                     runs += 1

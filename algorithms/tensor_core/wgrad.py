@@ -78,13 +78,14 @@ def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x
     lz = ipb * pqp  # reduction length of one split
     half = itype != "tf32"
     n_store, n_f32 = workspace_elements(pr, cfg, align, half)
-    sname = np.dtype(store).name
+    # the unfold moves bits: 16-bit types as uint16 (a float16 zero constant is invalid NVVM IR)
+    bits = np.uint16 if np.dtype(store).itemsize == 2 else store
     with scratch(n_store, store) as buf, scratch(max(n_f32, 1), np.float32) as f32:
         a, bt = buf[:splits * pr.k * lz], buf[splits * pr.k * lz:n_store]
-        unfold_into(_dy_as_image(pr), dy, a, 0, pr.n, pq_out=pqp, images_per_block=ipb,
-                    strides=(pr.k * lz, pqp, lz), dtype=sname)
-        unfold_into(pr, x, bt, 0, pr.n, pq_out=pqp, images_per_block=ipb, strides=(crs * lz, pqp, lz),
-                    dtype=sname)
+        unfold_into(_dy_as_image(pr), dy.view(bits), a.view(bits), 0, pr.n, pq_out=pqp,
+                    images_per_block=ipb, strides=(pr.k * lz, pqp, lz), dtype=np.dtype(bits).name)
+        unfold_into(pr, x.view(bits), bt.view(bits), 0, pr.n, pq_out=pqp, images_per_block=ipb,
+                    strides=(crs * lz, pqp, lz), dtype=np.dtype(bits).name)
         out = dw.reshape(pr.k, crs)
         if splits == 1:
             tc_gemm.launcher(itype, cfg, a.reshape(pr.k, lz), bt.reshape(crs, lz), out)()

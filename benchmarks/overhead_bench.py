@@ -24,8 +24,8 @@ array arguments launched by Numba and by the thin path; the relative error of ea
 torch; ``gpu/<op>``: the device time per call of each op (torch's and convlab's), measured behind a
 ``torch.cuda._sleep`` spin kernel so that the host's enqueueing is hidden: when ``median_us`` is near
 ``gpu_us`` and above ``issue_us``, a figure is bound by the GPU, not by the host path; each plan's
-launch count; with ``--profile``, cProfile's top functions per convlab op; the plan statistics; and the first call of a fresh subprocess with a warm disk cache (import,
-then first call). Every measurement is caught separately: an exception is recorded, not fatal. A table
+launch count; with ``--profile``, cProfile's top functions per convlab op; the plan statistics. (A new
+process's first call: benchmarks/cold_start_bench.py.) Every measurement is caught separately: an exception is recorded, not fatal. A table
 (op, torch us, convlab us, ratio) follows the JSON.
 """
 from __future__ import annotations
@@ -269,7 +269,7 @@ def table(bench: dict) -> str:
 
 
 # ---- the benchmark --------------------------------------------------------------------------------------
-def benchmark(n: int, batches: int, alg: str = "auto", fresh: bool = True, profile: bool = False) -> dict:
+def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -318,40 +318,7 @@ def benchmark(n: int, batches: int, alg: str = "auto", fresh: bool = True, profi
     res["plans_thin"] = [p.thin for p in plan._plans.values()]
     res["plan_launches"] = {f"{k[0]}/{p.candidate.plugin.name}/{p.candidate.config.name}": len(p.launches)
                             for k, p in plan._plans.items()}
-    if fresh:
-        _guard(res, "first_call_fresh_process", _first_call)
     return res
-
-
-_CHILD = """
-import time, json
-t0 = time.perf_counter()
-import torch, convlab
-x = torch.randn({x}, device="cuda"); w = torch.randn({w}, device="cuda"); torch.cuda.synchronize()
-t1 = time.perf_counter()
-convlab.conv2d(x, w, padding=1); torch.cuda.synchronize()
-t2 = time.perf_counter()
-convlab.conv2d(x, w, padding=1); torch.cuda.synchronize()
-t3 = time.perf_counter()
-print(json.dumps({{"import_and_setup_s": t1 - t0, "first_call_s": t2 - t1, "second_call_s": t3 - t2}}))
-"""
-
-
-def _first_call() -> dict:
-    """Fresh subprocesses: without the kernel cache (the second finds the autotuner's disk cache the
-    first left), then with CONVLAB_KERNEL_CACHE=1 twice (the second finds the cubins too)."""
-    import os
-
-    code = _CHILD.format(x=SHAPE_X, w=SHAPE_W)
-    runs = {}
-    for label, flag in (("no_kernel_cache_1", "0"), ("no_kernel_cache_2", "0"),
-                        ("kernel_cache_fill", "1"), ("kernel_cache_warm", "1")):
-        env = dict(os.environ, CONVLAB_KERNEL_CACHE=flag)
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                              env=env)
-        runs[label] = (json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
-                       else {"error": done.stderr[-2000:]})
-    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -361,7 +328,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--algorithm", default="auto", help="the ops' algorithm= (default auto: tunes first)")
-    parser.add_argument("--no-fresh", action="store_true", help="skip the fresh-process first-call runs")
     parser.add_argument("--profile", action="store_true", help="cProfile's top functions per convlab op")
     parser.add_argument("--full", action="store_true", help="selftest: every plugin case, plain ones too")
     parser.add_argument("--budget-s", type=float, default=150.0,
@@ -372,8 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         _guard(result, "selftest", lambda: selftest(args.full, args.budget_s))
         ok = isinstance(result["selftest"], dict) and result["selftest"].get("ok") is True
     else:
-        _guard(result, "benchmark", lambda: benchmark(args.n, args.batches, args.algorithm, not args.no_fresh,
-                                                      args.profile))
+        _guard(result, "benchmark", lambda: benchmark(args.n, args.batches, args.algorithm, args.profile))
         ok = "error" not in result["benchmark"]
     text = json.dumps(result, indent=1, default=str)
     print(text)

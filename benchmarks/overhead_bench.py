@@ -17,16 +17,17 @@ every kernel, compile none, and keep every plan thin. Exits 1 when any check fai
 are named on the last line).
 
 Benchmark (one process): per-call host wall clock, back-to-back (``n`` calls, then one synchronize;
-the median over ``batches``; ``issue_us``: the same before the synchronize, i.e. the host's cost alone
-while the launch queue does not fill), of torch F.conv2d / conv_transpose2d / grad.conv2d_input / conv2d_weight
-and the convlab ops on torch CUDA tensors (1x16x8x8, weight 16x16x3x3); an empty Numba kernel with 4
-array arguments launched by Numba and by the thin path; the relative error of each convlab op against
-torch; ``gpu/<op>``: the device time per call of each op (torch's and convlab's), measured behind a
-``torch.cuda._sleep`` spin kernel so that the host's enqueueing is hidden: when ``median_us`` is near
-``gpu_us`` and above ``issue_us``, a figure is bound by the GPU, not by the host path; each plan's
-launch count; with ``--profile``, cProfile's top functions per convlab op; the plan statistics. (A new
-process's first call: benchmarks/cold_start_bench.py.) Every measurement is caught separately: an exception is recorded, not fatal. A table
-(op, torch us, convlab us, ratio) follows the JSON.
+the median over ``batches``; ``issue_us``: the same before the synchronize, i.e. the host's cost
+alone while the launch queue does not fill), of torch F.conv2d / conv_transpose2d /
+grad.conv2d_input / conv2d_weight and the convlab ops on torch CUDA tensors (1x16x8x8, weight
+16x16x3x3; conv2d also on a tensor requiring grad); an empty Numba kernel with 4 array arguments
+launched by Numba and by the thin path; the relative error of each convlab op against torch;
+``gpu/<op>``: the device time per call (torch's and convlab's), measured behind a
+``torch.cuda._sleep`` spin kernel that hides the host's enqueueing: a ``median_us`` near ``gpu_us``
+and above ``issue_us`` is bound by the GPU, not by the host path; each plan's launch count; with
+``--profile``, cProfile's top functions per convlab op; the plan statistics. (A new process's first
+call: benchmarks/cold_start_bench.py.) Every measurement is caught separately: an exception is
+recorded, not fatal. A table (op, torch us, convlab us, ratio, issue us, gpu us) follows the JSON.
 """
 from __future__ import annotations
 

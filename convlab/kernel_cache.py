@@ -76,7 +76,8 @@ def _package_digest() -> str:
 
 def _py_func(kernel: Any) -> Any:
     kernel = getattr(kernel, "dispatcher", kernel)
-    return getattr(kernel, "py_func", None) or getattr(kernel, "fn", None) or kernel
+    return (getattr(kernel, "py_func", None) or getattr(kernel, "fn", None)
+            or getattr(kernel, "_defn", None) or kernel)  # _defn: a Numba intrinsic's typing function
 
 
 def _describe(value: Any, depth: int = 0) -> str:

@@ -98,6 +98,16 @@ def _generated(body: str, scale):
                                                                     "SCALE": scale})["kernel"])
 
 
+def _intrinsic(n):
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def constant(typingctx):
+        return types.int64(), lambda context, builder, signature, args: context.get_constant(types.int64, n)
+    return constant
+
+
 def _with_table(table):
     @runtime.jit
     def kernel(a):
@@ -113,6 +123,9 @@ def test_the_key_sees_generated_source_its_namespace_and_array_constants():
     assert len(keys) == 3
     same = kernel_cache.kernel_key(_generated("1.0", 2), ("float32[::1]",), (9, 0))
     assert same in keys
+    intrinsics = {kernel_cache.kernel_key(_with_table(_intrinsic(n)), ("float32[::1]",), (9, 0))
+                  for n in (1, 2)}
+    assert len(intrinsics) == 2  # a factory's intrinsic: by its typing function's closure
     tables = [kernel_cache.kernel_key(_with_table(np.array(t, np.int32)), ("float32[::1]",), (9, 0))
               for t in ([1, 2], [1, 3], [1, 2])]
     assert tables[0] != tables[1] and tables[0] == tables[2]

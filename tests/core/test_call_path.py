@@ -56,32 +56,40 @@ CALLS = {  # op: (call on device arrays, stride); 1x4x6x6 input, 4x4x3x3 weight
 }
 
 
+def _problem(op_name, args, kwargs):
+    options = {k: v for k, v in kwargs.items() if k != "algorithm"}
+    return convlab.problem_for(op_name, *[a.copy_to_host() if hasattr(a, "copy_to_host") else a
+                                          for a in args], **options)
+
+
 def _minimum_launches(op_name, args, kwargs):
     """implicit_gemm's launches for the problem: one per GEMM (dgrad: per stride phase)."""
-    options = {k: v for k, v in kwargs.items() if k != "algorithm"}
-    prob = convlab.problem_for(op_name, *[a.copy_to_host() if hasattr(a, "copy_to_host") else a
-                                          for a in args], **options)
+    prob = _problem(op_name, args, kwargs)
     return 1 if prob.op == "wgrad" else len(gathers.gathers(prob))
 
 
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("op_name", sorted(CALLS))
 def test_a_replay_issues_only_the_kernels(op_name, stride, count_launches, monkeypatch):
-    """Replayed: no rebuild, no plugin run, no pool lending, no memset; exactly the kernel launches
-    (implicit GEMM: one, a strided dgrad one per stride phase), on split-K workspaces too."""
+    """Replayed: no rebuild, no plugin run (so no workspace lending or zeroing), no output allocation
+    when ``out`` is given; exactly the kernel launches (implicit GEMM: one, a strided dgrad one per
+    stride phase), on split-K workspaces too."""
     fn, args, kwargs = CALLS[op_name](stride)
     kwargs = dict(kwargs, padding=kwargs.get("padding", 1), algorithm=SPLIT)
-    fn(*args, **kwargs)
+    first_out = runtime.full(_problem(op_name, args, kwargs).operand_shapes[2], np.nan, np.float32)
+    fn(*args, **kwargs, out=first_out)
     built = plan.stats()["built"]
     recorded = len(count_launches)
     assert recorded == 0  # recording launches through Numba, not through replay
     plugin = registry.get("implicit_gemm")
     monkeypatch.setattr(type(plugin), "run", lambda *a, **k: pytest.fail("replay ran the plugin"))
-    monkeypatch.setattr(scratch, "scratch", lambda *a, **k: pytest.fail("replay lent scratch"))
+    monkeypatch.setattr(scratch, "output", lambda *a, **k: pytest.fail("out= given: no pooled output"))
     fresh = [runtime.to_device(rand(*a.shape, seed=7)) if hasattr(a, "copy_to_host") else a for a in args]
-    fn(*fresh, **kwargs)
+    out = runtime.full(_problem(op_name, args, kwargs).operand_shapes[2], np.nan, np.float32)
+    fn(*fresh, **kwargs, out=out)
     assert plan.stats()["built"] == built
     assert len(count_launches) == _minimum_launches(op_name, args, kwargs) >= 1
+    assert not np.isnan(out.copy_to_host()).any()  # every output element written by the replay
 
 
 def test_a_tensor_that_requires_grad_replays_the_plan(count_launches, monkeypatch):

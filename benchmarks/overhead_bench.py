@@ -1,25 +1,33 @@
 """Host overhead per call of the public ops against PyTorch, and the thin launch path (issue #12).
 
-    python benchmarks/overhead_bench.py --selftest [--out SELFTEST.json]
-    python benchmarks/overhead_bench.py --out OVERHEAD.json [--n 2000] [--batches 5]
+    python benchmarks/overhead_bench.py --selftest [--full] [--budget-s 150] [--out SELFTEST.json]
+    python benchmarks/overhead_bench.py --out OVERHEAD.json [--n 2000] [--batches 5] [--profile]
 
 ``--selftest``: checks the thin launch (convlab.launch) on the device: a kernel with array, float32,
 int32, bool, uint32, Python int and float64 parameters is recorded once, then replayed with patched
 pointers on new arrays, on a view at an offset and on a second stream; results compared with numpy
 (the packed values and the driver's parameter sizes are written as diagnostics). Then each public op
-is called twice on device operands (record, then replay) and compared with the float64 reference;
-then every op with every applicable plugin forced (``algorithm=name``, grouped/strided/bias and plain
-cases), recorded and replayed on new inputs into NaN-poisoned outputs; then (GPU) two fresh processes
-with ``CONVLAB_KERNEL_CACHE=1``: the second must load every kernel, compile none, and keep every plan
-thin. Exits 1 when any check fails (the failed ones are named on the last line).
+is called twice on device operands with ``algorithm=implicit_gemm`` (record, then replay; a forced
+plugin: ``"auto"`` would tune every plugin's every config, minutes of compiling on a GPU) and compared
+with the float64 reference; then every op with every applicable plugin forced (``algorithm=name``;
+the grouped/strided/bias cases, ``--full`` adds the plain ones), recorded and replayed on new inputs
+into NaN-poisoned outputs, new pairs started only within ``--budget-s`` (those left out are listed,
+not failed); then (GPU) two fresh processes with ``CONVLAB_KERNEL_CACHE=1``: the second must load
+every kernel, compile none, and keep every plan thin. Exits 1 when any check fails (the failed ones
+are named on the last line).
 
 Benchmark (one process): per-call host wall clock, back-to-back (``n`` calls, then one synchronize;
-the median over ``batches``), of torch F.conv2d / conv_transpose2d / grad.conv2d_input / conv2d_weight
-and the convlab ops on torch CUDA tensors (1x16x8x8, weight 16x16x3x3); an empty Numba kernel with 4
-array arguments launched by Numba and by the thin path; the relative error of each convlab op against
-torch; the plan statistics; and the first call of a fresh subprocess with a warm disk cache (import,
-then first call). Every measurement is caught separately: an exception is recorded, not fatal. A table
-(op, torch us, convlab us, ratio) follows the JSON.
+the median over ``batches``; ``issue_us``: the same before the synchronize, i.e. the host's cost
+alone while the launch queue does not fill), of torch F.conv2d / conv_transpose2d /
+grad.conv2d_input / conv2d_weight and the convlab ops on torch CUDA tensors (1x16x8x8, weight
+16x16x3x3; conv2d also on a tensor requiring grad); an empty Numba kernel with 4 array arguments
+launched by Numba and by the thin path; the relative error of each convlab op against torch;
+``gpu/<op>``: the device time per call (torch's and convlab's), measured behind a
+``torch.cuda._sleep`` spin kernel that hides the host's enqueueing: a ``median_us`` near ``gpu_us``
+and above ``issue_us`` is bound by the GPU, not by the host path; each plan's launch count; with
+``--profile``, cProfile's top functions per convlab op; the plan statistics. (A new process's first
+call: benchmarks/cold_start_bench.py.) Every measurement is caught separately: an exception is
+recorded, not fatal. A table (op, torch us, convlab us, ratio, issue us, gpu us) follows the JSON.
 """
 from __future__ import annotations
 
@@ -36,7 +44,7 @@ import numpy as np
 
 from convlab import launch, plan, runtime
 from convlab.runtime import cuda
-from replay_checks import plugins_replay_check
+from replay_checks import QUICK_CASES, plugins_replay_check
 
 SHAPE_X, SHAPE_W = (1, 16, 8, 8), (16, 16, 3, 3)
 
@@ -49,18 +57,57 @@ def _guard(results: dict, name: str, fn: Callable[[], Any]) -> None:
 
 
 def per_call_us(fn: Callable[[], Any], sync: Callable[[], None], n: int, batches: int) -> dict:
-    """Median over ``batches`` of (wall time of ``n`` back-to-back calls + one sync) / n, in us."""
+    """Median over ``batches`` of (wall time of ``n`` back-to-back calls + one sync) / n, in us, and
+    ``issue_us``: the median of the same without the sync (host time only)."""
     for _ in range(20):
         fn()
     sync()
-    times = []
+    times, issued = [], []
     for _ in range(batches):
         start = time.perf_counter()
         for _ in range(n):
             fn()
+        issued.append((time.perf_counter() - start) / n * 1e6)
         sync()
         times.append((time.perf_counter() - start) / n * 1e6)
-    return {"median_us": statistics.median(times), "batches_us": times, "n": n}
+    return {"median_us": statistics.median(times), "issue_us": statistics.median(issued),
+            "batches_us": times, "n": n}
+
+
+def gpu_us(fn: Callable[[], Any], calls: int = 20, repeats: int = 5) -> float:
+    """Device time per call of ``fn`` (torch current stream): ``calls`` calls queued behind a spin
+    kernel long enough to hide their enqueueing, timed with events; the median over ``repeats``."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(4e6))  # ~2 ms of spinning: longer than enqueueing ``calls`` calls
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        per.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(per)
+
+
+def profile_top(fn: Callable[[], Any], n: int = 2000, top: int = 12) -> list[str]:
+    """cProfile's ``top`` functions by own time over ``n`` calls of ``fn``."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        fn()
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    return [line for line in text.getvalue().splitlines() if line.strip()][-top - 1:]
 
 
 # ---- the thin launch selftest ------------------------------------------------------------------------
@@ -103,7 +150,7 @@ def _thin_info(rec: Any) -> dict:
     return info
 
 
-def selftest() -> dict:
+def selftest(full: bool = False, budget_s: float | None = 150.0) -> dict:
     """Record one launch, replay it on new arrays / a view / another stream; compare with numpy."""
     rng = np.random.default_rng(0)
     n = 1000
@@ -140,7 +187,8 @@ def selftest() -> dict:
                                             and np.array_equal(got[:16], hosts[0][:16]))
     checks["other_base_untouched"] = bool(np.array_equal(big[0].copy_to_host(), expect_before))
     _guard(checks, "ops_record_then_replay", _ops_replay_check)
-    _guard(checks, "every_plugin_record_then_replay", plugins_replay_check)
+    _guard(checks, "every_plugin_record_then_replay", lambda: plugins_replay_check(
+        None if full else QUICK_CASES, budget_s))
     if not runtime.SIMULATOR:
         _guard(checks, "disk_cache_two_processes", _disk_cache_check)
     ok = all(v is True or (isinstance(v, dict) and v.get("ok")) for v in checks.values())
@@ -149,7 +197,7 @@ def selftest() -> dict:
             "device": runtime.device_name(), "simulator": runtime.SIMULATOR}
 
 
-def _ops_replay_check() -> dict:
+def _ops_replay_check(algorithm: str = "implicit_gemm") -> dict:
     """Each op twice on device operands (record, replay on new inputs) vs the float64 reference."""
     import convlab
     from convlab import reference
@@ -164,7 +212,7 @@ def _ops_replay_check() -> dict:
             args = {"conv2d": (x, w), "conv2d_backward_data": (g, w, x.shape),
                     "conv2d_backward_weight": (x, g, w.shape), "conv_transpose2d": (x, w)}[op_name]
             dev_args = [runtime.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
-            got = getattr(convlab, op_name)(*dev_args, padding=1).copy_to_host()
+            got = getattr(convlab, op_name)(*dev_args, padding=1, algorithm=algorithm).copy_to_host()
             prob = convlab.problem_for(op_name, *args, padding=1)
             arrays = [a.astype(np.float64) for a in args if isinstance(a, np.ndarray)]
             errors[op_name] = rel_error(got, reference.solve(prob, *arrays))
@@ -192,7 +240,7 @@ def _disk_cache_check() -> dict:
         runs = []
         for _ in range(2):
             done = subprocess.run([sys.executable, "-c", _DISK_CHILD.format(here=here)], env=env,
-                                  capture_output=True, text=True, timeout=600)
+                                  capture_output=True, text=True, timeout=240)
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
                         else {"error": done.stderr[-3000:]})
     ok = all(r.get("ok") and r.get("enabled") for r in runs) and runs[1]["cache"]["compiled"] == 0 \
@@ -201,24 +249,28 @@ def _disk_cache_check() -> dict:
 
 
 def table(bench: dict) -> str:
-    """op, torch us, convlab us, convlab / torch: the per-call host cost at a glance."""
-    lines = [f"{'op':<28}{'torch us':>10}{'convlab us':>12}{'ratio':>8}"]
+    """op, torch us, convlab us, convlab / torch, convlab's host-only (issue) us and the device time
+    per call of each (gpu): the per-call cost at a glance, and whether the GPU or the host bounds it."""
+    def num(v: Any) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    lines = [f"{'op':<28}{'torch us':>10}{'convlab us':>12}{'ratio':>8}{'issue us':>10}{'gpu torch':>11}"
+             f"{'gpu ours':>10}"]
     for op in ("conv2d", "conv2d_backward_data", "conv2d_backward_weight", "conv_transpose2d",
                "conv2d_requires_grad"):
-        theirs = bench.get(f"torch/{op.replace('_requires_grad', '')}", {})
-        ours = bench.get(f"convlab/{op}", {})
+        theirs, ours = bench.get(f"torch/{op}", {}), bench.get(f"convlab/{op}", {})
+        gpu = bench.get(f"gpu/{op}", {})
         t, c = theirs.get("median_us"), ours.get("median_us")
         ratio = f"{c / t:8.2f}" if t and c else f"{'-':>8}"
-        lines.append(f"{op:<28}{t if t is None else round(t, 1)!s:>10}{c if c is None else round(c, 1)!s:>12}"
-                     f"{ratio}")
+        lines.append(f"{op:<28}{num(t):>10}{num(c):>12}{ratio}{num(ours.get('issue_us')):>10}"
+                     f"{num(gpu.get('torch_us')):>11}{num(gpu.get('convlab_us')):>10}")
     for name in ("numba/empty_kernel_4_arrays", "thin/empty_kernel_4_arrays"):
-        us = bench.get(name, {}).get("median_us")
-        lines.append(f"{name:<28}{'':>10}{us if us is None else round(us, 1)!s:>12}")
+        lines.append(f"{name:<28}{'':>10}{num(bench.get(name, {}).get('median_us')):>12}")
     return "\n".join(lines)
 
 
 # ---- the benchmark --------------------------------------------------------------------------------------
-def benchmark(n: int, batches: int, alg: str = "auto", fresh: bool = True) -> dict:
+def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -242,15 +294,18 @@ def benchmark(n: int, batches: int, alg: str = "auto", fresh: bool = True) -> di
         "conv_transpose2d": (lambda: F.conv_transpose2d(x, w, padding=1),
                              lambda: convlab.conv_transpose2d(x, w, padding=1, algorithm=alg)),
     }
+    xr = x.detach().clone().requires_grad_(True)  # made once: requires_grad_ per call would be timed
+    cases["conv2d_requires_grad"] = (lambda: F.conv2d(xr, w, padding=1),  # same algorithm as conv2d
+                                     lambda: convlab.conv2d(xr, w, padding=1, algorithm=alg))
     for name, (ref, ours) in cases.items():
         _guard(res, f"rel_err/{name}", lambda: float(((ours() - ref()).norm() / ref().norm()).item()))
         _guard(res, f"torch/{name}", lambda: per_call_us(ref, sync, n, batches))
         _guard(res, f"convlab/{name}", lambda: per_call_us(ours, sync, n, batches))
+        _guard(res, f"gpu/{name}", lambda: {"torch_us": gpu_us(ref), "convlab_us": gpu_us(ours)})
+        if profile:
+            _guard(res, f"profile/{name}", lambda: profile_top(ours))
         print(name, res.get(f"torch/{name}", {}).get("median_us"), res.get(f"convlab/{name}", {}).get("median_us"),
-              flush=True)
-    _guard(res, "convlab/conv2d_requires_grad", lambda: per_call_us(
-        lambda: convlab.conv2d(x.requires_grad_(True), w, padding=1), sync, n, batches))
-    x.requires_grad_(False)
+              res.get(f"gpu/{name}"), flush=True)
     arrays = [cuda.as_cuda_array(torch.empty(64, device="cuda")) for _ in range(4)]
     _guard(res, "numba/empty_kernel_4_arrays", lambda: per_call_us(
         lambda: _empty.dispatcher[1, 32](*arrays), sync, n, batches))
@@ -262,40 +317,9 @@ def benchmark(n: int, batches: int, alg: str = "auto", fresh: bool = True) -> di
         lambda: rec[0].replay(arrays, bases, 0), sync, n, batches))
     res["plans"] = plan.stats()
     res["plans_thin"] = [p.thin for p in plan._plans.values()]
-    if fresh:
-        _guard(res, "first_call_fresh_process", _first_call)
+    res["plan_launches"] = {f"{k[0]}/{p.candidate.plugin.name}/{p.candidate.config.name}": len(p.launches)
+                            for k, p in plan._plans.items()}
     return res
-
-
-_CHILD = """
-import time, json
-t0 = time.perf_counter()
-import torch, convlab
-x = torch.randn({x}, device="cuda"); w = torch.randn({w}, device="cuda"); torch.cuda.synchronize()
-t1 = time.perf_counter()
-convlab.conv2d(x, w, padding=1); torch.cuda.synchronize()
-t2 = time.perf_counter()
-convlab.conv2d(x, w, padding=1); torch.cuda.synchronize()
-t3 = time.perf_counter()
-print(json.dumps({{"import_and_setup_s": t1 - t0, "first_call_s": t2 - t1, "second_call_s": t3 - t2}}))
-"""
-
-
-def _first_call() -> dict:
-    """Fresh subprocesses: without the kernel cache (the second finds the autotuner's disk cache the
-    first left), then with CONVLAB_KERNEL_CACHE=1 twice (the second finds the cubins too)."""
-    import os
-
-    code = _CHILD.format(x=SHAPE_X, w=SHAPE_W)
-    runs = {}
-    for label, flag in (("no_kernel_cache_1", "0"), ("no_kernel_cache_2", "0"),
-                        ("kernel_cache_fill", "1"), ("kernel_cache_warm", "1")):
-        env = dict(os.environ, CONVLAB_KERNEL_CACHE=flag)
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                              env=env)
-        runs[label] = (json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
-                       else {"error": done.stderr[-2000:]})
-    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,14 +329,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--algorithm", default="auto", help="the ops' algorithm= (default auto: tunes first)")
-    parser.add_argument("--no-fresh", action="store_true", help="skip the fresh-process first-call runs")
+    parser.add_argument("--profile", action="store_true", help="cProfile's top functions per convlab op")
+    parser.add_argument("--full", action="store_true", help="selftest: every plugin case, plain ones too")
+    parser.add_argument("--budget-s", type=float, default=150.0,
+                        help="selftest: start no new plugin case after this many seconds")
     args = parser.parse_args(argv)
     result: dict[str, Any] = {"device": runtime.device_name(), "versions": runtime.versions()}
     if args.selftest:
-        _guard(result, "selftest", selftest)
+        _guard(result, "selftest", lambda: selftest(args.full, args.budget_s))
         ok = isinstance(result["selftest"], dict) and result["selftest"].get("ok") is True
     else:
-        _guard(result, "benchmark", lambda: benchmark(args.n, args.batches, args.algorithm, not args.no_fresh))
+        _guard(result, "benchmark", lambda: benchmark(args.n, args.batches, args.algorithm, args.profile))
         ok = "error" not in result["benchmark"]
     text = json.dumps(result, indent=1, default=str)
     print(text)

@@ -10,8 +10,10 @@ Switched on with ``CONVLAB_KERNEL_CACHE=1`` (GPU only; off by default until the 
 3. else Numba compiles it, and its cubin is written to disk.
 
 The key (:func:`kernel_key`) hashes the kernel's qualified name, the bytes of its defining source file
-and of every convlab source file, the compile-time constants of factory closures (cell values;
-captured kernels and device functions by their own key), the jit options, the argument types, the
+and of every convlab source file, the compile-time constants of factory closures (cell values, numpy
+arrays by their bytes; captured kernels and device functions by their own key), for generated source
+(``convlab.kernels.source.compile_source``: a ``<...>`` file name) the generated code itself and the
+namespace values it names (tile constants, intrinsics), the jit options, the argument types, the
 compute capability and the numba / numba-cuda versions. A file is a header (magic, format version,
 payload length, SHA-256), the entry name and the cubin; a truncated or corrupted file is reported
 with a warning, removed and recompiled. Files are written to a temporary name in the same directory and
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba.core import types as nbtypes
 
 from . import runtime
 from .fileio import atomic_write
@@ -73,13 +76,18 @@ def _package_digest() -> str:
 
 def _py_func(kernel: Any) -> Any:
     kernel = getattr(kernel, "dispatcher", kernel)
-    return getattr(kernel, "py_func", None) or getattr(kernel, "fn", None) or kernel
+    return (getattr(kernel, "py_func", None) or getattr(kernel, "fn", None)
+            or getattr(kernel, "_defn", None) or kernel)  # _defn: a Numba intrinsic's typing function
 
 
 def _describe(value: Any, depth: int = 0) -> str:
     """A process-independent description of a closure cell / constant."""
     if isinstance(value, (bool, int, float, str, bytes, type(None), np.generic, np.dtype)):
         return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, nbtypes.Type):  # a Numba type by its name (float16 and bfloat16 differ)
+        return f"nbtype:{value}"
+    if isinstance(value, np.ndarray):
+        return f"ndarray:{value.dtype.str}{value.shape}:{hashlib.sha256(value.tobytes()).hexdigest()}"
     if isinstance(value, (tuple, list)):
         return "(" + ",".join(_describe(v, depth) for v in value) + ")"
     func = _py_func(value)
@@ -88,10 +96,38 @@ def _describe(value: Any, depth: int = 0) -> str:
     return f"type:{type(value).__module__}.{type(value).__qualname__}"
 
 
+def _names(code: Any) -> list[str]:
+    """Every global name ``code`` and its nested code objects read."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names += _names(const)
+    return names
+
+
+def _code_text(code: Any) -> str:
+    """A process-independent text of a code object: bytecode, names and constants (nested code too)."""
+    consts = [_code_text(c) if hasattr(c, "co_code") else
+              repr(sorted(map(repr, c)) if isinstance(c, frozenset) else c) for c in code.co_consts]
+    return "|".join([code.co_code.hex(), repr(code.co_names), repr(code.co_varnames), *consts])
+
+
+def _generated(func: Any, depth: int) -> str:
+    """For a function compiled from generated source (a ``<...>`` file name, which need not encode
+    every parameter and is shared by variants): its code and the values of the namespace globals it
+    names (tile constants, intrinsics)."""
+    code = func.__code__
+    if not code.co_filename.startswith("<"):
+        return ""
+    names = sorted(set(n for n in _names(code) if n in func.__globals__ and not n.startswith("__")))
+    values = ",".join(f"{n}={_describe(func.__globals__[n], depth)}" for n in names)
+    return hashlib.sha256((_code_text(code) + values).encode()).hexdigest()
+
+
 def _function_digest(func: Any, depth: int = 0) -> str:
     cells = tuple(c.cell_contents for c in (func.__closure__ or ()))
-    parts = [func.__module__, func.__qualname__, _file_digest(func.__code__.co_filename),
-             _describe(cells, depth)]
+    parts = [str(func.__module__), func.__qualname__, _file_digest(func.__code__.co_filename),
+             _generated(func, depth), _describe(cells, depth)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 

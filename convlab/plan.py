@@ -111,6 +111,9 @@ class Plan:
         return result
 
 
+_PLAIN = frozenset({int, str})
+
+
 def freeze(value: Any) -> Any:
     """A hashable, type-exact form of an option (``True`` and ``1``, ``1`` and ``1.0`` differ): an
     exact ``int`` or ``str`` stands for itself, anything else is tagged with its type."""
@@ -118,6 +121,8 @@ def freeze(value: Any) -> Any:
     if kind is int or kind is str:
         return value
     if isinstance(value, (list, tuple)):
+        if _PLAIN.issuperset(map(type, value)):  # a shape or an int pair: no call per element
+            return (kind, *value)
         return (kind, *map(freeze, value))
     hash(value)  # TypeError: not plannable
     return (kind, value)

@@ -14,6 +14,11 @@ At most ``KEEP`` idle buffers per dtype are kept (the smallest are dropped first
 frees them all. The memory held is therefore at most KEEP x the largest request, itself bounded by
 the workspace limit (convlab.settings).
 
+A buffer lent while a launch plan is being recorded (convlab.launch.recording) does not go back: the
+plan's replays use it without asking the pool, so lending it again would let another call overwrite
+it between replays (and the pool's record of zeroed counters would be wrong). It is freed with the
+plan (convlab.plan bounds the memory plans hold).
+
 ``scratch(n, dtype, zeroed=z)`` also guarantees that the last ``z`` elements of the view are zero on
 entry, and the caller promises to leave them zero when the block ends normally (the split-K counters
 of the implicit GEMM, which its kernels reset). The pool remembers which buffers hold such a zeroed
@@ -59,19 +64,35 @@ def scratch(n: int, dtype: Any, *, zeroed: int = 0) -> Iterator[Any]:
     if zeroed and not (known and known[0] <= zero[0] and zero[1] <= known[1]):
         buf[zero[0]:zero[1]].copy_to_device(np.zeros(zeroed, dtype))
     clean = False
+    owned = _recording()
     try:
         yield _view(buf, n)
         clean = zeroed > 0
     finally:
         with _lock:
-            if clean:
-                _zeroed[id(buf)] = zero
-            idle = _idle.setdefault(key, [])
-            idle.append(buf)
-            while len(idle) > KEEP:
-                dropped = idle.pop(min(range(len(idle)), key=lambda i: idle[i].size))
-                _zeroed.pop(id(dropped), None)
-                _views.pop(id(dropped), None)
+            if owned:  # a launch plan keeps this buffer (convlab.plan): never lent again
+                _views.pop(id(buf), None)
+            else:
+                _give_back_scratch(key, buf, zero if clean else None)
+
+
+def _give_back_scratch(key: str, buf: Any, zero: tuple[int, int] | None) -> None:
+    """Return ``buf`` to the idle list (``zero``: its range known to be zero); keep at most KEEP."""
+    if zero is not None:
+        _zeroed[id(buf)] = zero
+    idle = _idle.setdefault(key, [])
+    idle.append(buf)
+    while len(idle) > KEEP:
+        dropped = idle.pop(min(range(len(idle)), key=lambda i: idle[i].size))
+        _zeroed.pop(id(dropped), None)
+        _views.pop(id(dropped), None)
+
+
+def _recording() -> bool:
+    """True while convlab.launch records a plan on this thread."""
+    from .launch import is_recording
+
+    return is_recording()
 
 
 def _view(buf: Any, n: int) -> Any:

@@ -256,19 +256,23 @@ def stream_handle(stream: Any) -> int:
 
 
 _cu_streams: dict[Any, Any] = {}
+_driver: list = []  # [cuLaunchKernel, CUDA_SUCCESS, CUstream], looked up on the first launch
 
 
 def cu_launch(function: Any, dims: tuple, shared: int, stream: Any, params_address: int) -> None:
     """``cuLaunchKernel(function, grid, block, shared, stream, void** params)``; ``stream`` is an int
     handle or a Numba stream (its CUstream wrapper is cached by the stream object)."""
-    from cuda.bindings import driver
+    if not _driver:
+        from cuda.bindings import driver
 
+        _driver.extend((driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS, driver.CUstream))
+    launch_kernel, success, cu_stream_type = _driver
     cu_stream = _cu_streams.get(stream if isinstance(stream, int) else id(stream))
     if cu_stream is None:
         handle = stream if isinstance(stream, int) else stream_handle(stream)
-        cu_stream = driver.CUstream(handle)
+        cu_stream = cu_stream_type(handle)
         if isinstance(stream, int):
             _cu_streams[stream] = cu_stream
-    err, = driver.cuLaunchKernel(function, *dims, shared, cu_stream, params_address, 0)
-    if err != driver.CUresult.CUDA_SUCCESS:
+    err, = launch_kernel(function, *dims, shared, cu_stream, params_address, 0)
+    if err != success:
         raise RuntimeError(f"cuLaunchKernel failed: {err}")

@@ -20,6 +20,7 @@ import math
 from typing import Any, ContextManager, NamedTuple
 
 import numpy as np
+from numba import uint32
 
 from convlab import Problem, runtime
 from convlab.kernels.intrinsics import load_cg, u32, vector_load
@@ -119,6 +120,29 @@ def zero_fill(size: int):
         w(f"arr[{i}] = f32(0)")
     namespace = compile_source(w.source, f"<zero_fill {size}>", {"f32": np.float32})
     return runtime.jit(device=True, forceinline=True)(namespace["zero_fill"])
+
+
+@functools.cache
+def tile_origin(bm: int, bn: int, general: bool):
+    """Device function ``tile_origin(prm, at, n_tiles) -> (g, m0, n0)``: the group and the first GEMM
+    row and column of this block's output tile. Tiles are numbered along blockIdx.x, ``n_tiles`` per
+    row of tiles; the general kernels put the groups' tiles one after another, ``prm[at]`` tiles per
+    group (g = 0 otherwise)."""
+    uBM, uBN, GENERAL = u32(bm), u32(bn), general
+
+    @runtime.jit(device=True, forceinline=True)
+    def tile_origin(prm, at, n_tiles):
+        bid = uint32(cuda.blockIdx.x)
+        ntl = uint32(n_tiles)
+        if GENERAL:  # the groups' tiles follow each other along blockIdx.x
+            g = bid // uint32(prm[at])
+            lt = bid - g * uint32(prm[at])
+        else:
+            g = uint32(0)
+            lt = bid
+        return g, (lt // ntl) * uBM, (lt % ntl) * uBN
+
+    return tile_origin
 
 
 def register_cap(threads: int) -> int:

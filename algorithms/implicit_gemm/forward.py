@@ -36,8 +36,8 @@ from convlab.kernels.intrinsics import SHARED_ALIGN, u32
 from convlab.kernels.tile import Tile
 from convlab.runtime import cuda
 
-from .common import (dummy, layout, lend_workspace, plan, register_cap, slice_fma, store_tile, validate,
-                     workspace_shape, zero_fill)
+from .common import (dummy, layout, lend_workspace, plan, register_cap, slice_fma, store_tile, tile_origin,
+                     validate, workspace_shape, zero_fill)
 from .gathers import gathers, is_aligned
 
 FAR = -(1 << 30)  # hb of rows past M: every bounds test fails
@@ -83,6 +83,7 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
     uTB = u32(len(PARAMS) + (len(EXTRA) if general else 0))  # the kk table follows the parameters
     TPG, AGRP, BGRP, NGRP = (len(PARAMS) + i for i in range(4))  # EXTRA's indices
     store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, True, general)
+    origin = tile_origin(bm, bn, general)
 
     @runtime.jit(max_registers=register_cap(T))
     def kernel(a4, b4, tab, bias, out, ws):
@@ -110,14 +111,7 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
         tid = uint32(cuda.threadIdx.x)
         bid = uint32(cuda.blockIdx.x)
         z = uint32(cuda.blockIdx.y)
-        ntl = uint32(n_tiles)
-        if GENERAL:  # the groups' tiles follow each other along blockIdx.x
-            g = bid // uint32(tab[TPG])
-            lt = bid - g * uint32(tab[TPG])
-        else:
-            lt = bid
-        m0 = (lt // ntl) * uBM
-        n0 = (lt % ntl) * uBN
+        g, m0, n0 = origin(tab, TPG, n_tiles)
         uM, uN, ukg = uint32(M), uint32(N), uint32(Kg)
         uohw, uow = uint32(OHW), uint32(OW)
         ulh, ulw = uint32(lim_h), uint32(lim_w)
@@ -218,17 +212,12 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
         # bases and column offsets, so that the store loops are small enough to unroll
         M, N, OHW, out_img, n_tiles, splits, has_bias = tab[0], tab[1], tab[3], tab[14], tab[16], \
             tab[17], tab[18]
-        uM, uN, uohw, ntl = uint32(M), uint32(N), uint32(OHW), uint32(n_tiles)
+        uM, uN, uohw = uint32(M), uint32(N), uint32(OHW)
+        g, m0, n0 = origin(tab, TPG, n_tiles)
         if GENERAL:  # group g's columns start at g * n_grp; omap places a phase's pixels (store_tile)
-            g = bid // uint32(tab[TPG])
-            lt = bid - g * uint32(tab[TPG])
             cg = g * uint32(tab[NGRP])
             omap = (uint32(tab[NGRP + 1]), uint32(tab[4]), uint32(tab[NGRP + 2]), uint32(tab[NGRP + 3]),
                     uint32(tab[NGRP + 4]))
-        else:
-            lt = bid
-        m0 = (lt // ntl) * uBM
-        n0 = (lt % ntl) * uBN
         for i in range(tm):
             m = m0 + fr_a + uint32((i // GM) * SPAN_M + i % GM)
             rows[i] = NONE

@@ -34,8 +34,8 @@ from convlab.kernels.intrinsics import SHARED_ALIGN, u32
 from convlab.kernels.tile import Tile
 from convlab.runtime import cuda
 
-from .common import (layout, lend_workspace, plan, register_cap, slice_fma, store_tile, validate,
-                     workspace_shape, zero_fill)
+from .common import (layout, lend_workspace, plan, register_cap, slice_fma, store_tile, tile_origin,
+                     validate, workspace_shape, zero_fill)
 
 BK = 8  # the incremental (n, p, q) walk assumes one kk per thread per slice
 
@@ -73,6 +73,7 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
     uABUF, uBBUF = u32(BK * LDA), u32(BK * LDB)
     NONE = u32(0xFFFFFFFF)  # row/column outside the problem
     store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, False)
+    origin = tile_origin(bm, bn, general)
     GENERAL = general
     TPG = 20  # general: tiles per group, then a_grp (dy), b_grp (x), m_grp (dw rows) per group
 
@@ -100,14 +101,7 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
         tid = uint32(cuda.threadIdx.x)
         bid = uint32(cuda.blockIdx.x)
         z = uint32(cuda.blockIdx.y)
-        ntl = uint32(n_tiles)
-        if GENERAL:  # the groups' tiles follow each other along blockIdx.x
-            g = bid // uint32(prm[TPG])
-            lt = bid - g * uint32(prm[TPG])
-        else:
-            lt = bid
-        m0 = (lt // ntl) * uBM
-        n0 = (lt % ntl) * uBN
+        g, m0, n0 = origin(prm, TPG, n_tiles)
         uM, uN, uP, uQ = uint32(M), uint32(N), uint32(P), uint32(Q)
         uPQ = uP * uQ
         uH, uW = uint32(H), uint32(W)
@@ -190,15 +184,10 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
 
         # epilogue: parameters re-read after the last barrier (not kept live through the loop)
         M, N, n_tiles, splits = prm[0], prm[1], prm[18], prm[19]
-        uM, uN, ntl = uint32(M), uint32(N), uint32(n_tiles)
+        uM, uN = uint32(M), uint32(N)
+        g, m0, n0 = origin(prm, TPG, n_tiles)
         if GENERAL:  # group g writes dw rows g*m_grp ..
-            g = bid // uint32(prm[TPG])
-            lt = bid - g * uint32(prm[TPG])
             mg = g * uint32(prm[TPG + 3])
-        else:
-            lt = bid
-        m0 = (lt // ntl) * uBM
-        n0 = (lt % ntl) * uBN
         for i in range(tm):
             m = m0 + fr_a + uint32((i // GM) * SPAN_M + i % GM)
             if GENERAL:

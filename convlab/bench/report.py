@@ -161,6 +161,38 @@ def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:.1f}"
 
 
+#: issue #12's bar: the public op within OP_WITHIN of the kernel wherever the kernel takes > OP_FLOOR_MS
+OP_FLOOR_MS, OP_WITHIN = 0.2, 0.10
+
+
+def op_vs_kernel(results: Iterable[ProblemResult]) -> list[str]:
+    """Per op, over the candidates whose kernel takes more than OP_FLOOR_MS: how many have the public
+    op ('op ms') within OP_WITHIN of the kernel ('ms'), the geometric mean and worst op / kernel, and
+    each row above the bar. Empty when no row has both times (simulator)."""
+    per_op: dict[str, list[tuple[float, str]]] = {}
+    for res in results:
+        op = "transpose" if res.kind == "conv_transpose2d" else res.op
+        for r in res.candidates:
+            if r.median_ms and r.op_median_ms and r.median_ms > OP_FLOOR_MS:
+                per_op.setdefault(op, []).append((r.op_median_ms / r.median_ms,
+                                                  f"{res.label} {op} {r.label}: kernel {r.median_ms:.4f} ms, "
+                                                  f"op {r.op_median_ms:.4f} ms"))
+    if not per_op:
+        return []
+    rows = [x for v in per_op.values() for x in v]
+    met = sum(ratio <= 1 + OP_WITHIN for ratio, _ in rows)
+    lines = [f"public op vs kernel where the kernel takes > {OP_FLOOR_MS} ms: {met} of {len(rows)} within "
+             f"{OP_WITHIN:.0%}" + (" (ALL)" if met == len(rows) else "")]
+    for op, vals in sorted(per_op.items()):
+        ratios = [v for v, _ in vals]
+        lines.append(f"  {op:<9} {sum(v <= 1 + OP_WITHIN for v in ratios)}/{len(ratios)} within, op/kernel "
+                     f"geomean {geomean(ratios):.3f}, max {max(ratios):.3f}")
+    for ratio, what in sorted(rows, reverse=True):
+        if ratio > 1 + OP_WITHIN:
+            lines.append(f"  above: {what} ({ratio:.2f}x)")
+    return lines
+
+
 def table(results: Iterable[ProblemResult]) -> str:
     """Fixed-width text table: one line per candidate; '*' marks the auto pick, '<' the fastest; 'op ms'
     is the candidate through the public op (call path included), '-' on the simulator."""
@@ -205,5 +237,8 @@ def table(results: Iterable[ProblemResult]) -> str:
         lines.append("geometric mean of cuDNN ms / plugin ms (above 1: faster than cuDNN):")
         for (plugin, op), vals in sorted(ratios.items()):
             lines.append(f"  {plugin:<20} {op:<9} {geomean(vals):.3f} over {len(vals)} problem(s)")
+    overhead = op_vs_kernel(results)
+    if overhead:
+        lines.extend(["", *overhead])
     lines.extend(["", LEGEND])
     return "\n".join(lines)

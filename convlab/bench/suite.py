@@ -60,6 +60,14 @@ class Suite:
         wanted = set(ops)
         return [(e, p) for e in self.entries for p in e.problems if p.op in wanted]
 
+    def with_batch(self, n: int) -> "Suite":
+        """The same layers at batch ``n`` (named ``<name>_b<n>``)."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"batch must be an int >= 1, got {n!r}")
+        entries = tuple(SuiteEntry(e.label, e.kind, tuple(p.replace(n=n) for p in e.problems))
+                        for e in self.entries)
+        return Suite(f"{self.name}_b{n}", f"{self.description} (at batch {n})", entries)
+
 
 def builtin_suites() -> list[str]:
     """Names of the suites shipped in ``convlab/suites``."""

@@ -50,6 +50,11 @@ def _suites(args: argparse.Namespace, default: str | None) -> list:
         suites.append(single_shape_suite(_shape_spec(args)))
     if not suites:
         suites = [load_suite(default or ("tiny" if runtime.SIMULATOR else "burn"))]
+    batch = getattr(args, "batch", None)
+    if batch is not None:
+        if batch < 1:
+            raise UsageError(f"--batch must be >= 1, got {batch}")
+        suites = [s.with_batch(batch) for s in suites]
     return suites
 
 

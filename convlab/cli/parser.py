@@ -128,6 +128,8 @@ def _bench_args(p: argparse.ArgumentParser, ops_default: tuple[str, ...]) -> Non
                         "entries are dgrad problems")
     p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES",
                    help="scratch memory per call, e.g. 256M (default: convlab's setting)")
+    p.add_argument("--batch", type=int, default=None, metavar="N",
+                   help="run the suites' layers at batch N (suite names get a _bN suffix)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_shape(p, required=False)
     _common(p)

@@ -52,3 +52,35 @@ def test_the_table_has_the_op_column():
     assert "op ms" in lines[0]
     assert "1.5000" in lines[2] and "1.7500" in lines[2]
     assert lines[3].split()[1:3] == ["-", "-"]
+
+
+def _row(plugin, kernel_ms, op_ms):
+    return measure.CandidateResult(plugin, "default", status="ok", median_ms=kernel_ms, op_median_ms=op_ms)
+
+
+def test_the_table_summarises_op_against_kernel_above_the_floor():
+    """Rows whose kernel takes more than 0.2 ms count; the public op must be within 10% of the kernel;
+    rows above the bar are named with their ratio."""
+    fwd = report.ProblemResult("s", "layer1", "conv2d", "forward", {}, 1, 1)
+    fwd.candidates = [_row("direct", 1.0, 1.05), _row("im2col", 0.1, 0.5)]  # the second is under the floor
+    dgrad = report.ProblemResult("s", "layer2", "conv2d", "dgrad", {}, 1, 1)
+    dgrad.candidates = [_row("direct", 0.5, 0.6)]
+    text = report.table([fwd, dgrad])
+    assert "public op vs kernel where the kernel takes > 0.2 ms: 1 of 2 within 10%" in text
+    assert "above: layer2 dgrad direct[default]: kernel 0.5000 ms, op 0.6000 ms (1.20x)" in text
+    assert "layer1" not in text.split("public op vs kernel")[1]
+    fwd.candidates, dgrad.candidates = [_row("direct", 1.0, 1.05)], [_row("direct", 0.5, 0.52)]
+    assert "2 of 2 within 10% (ALL)" in report.table([fwd, dgrad])
+    assert report.op_vs_kernel([report.ProblemResult("s", "l", "conv2d", "forward", {}, 1, 1)]) == []
+
+
+def test_a_suite_at_another_batch():
+    from convlab.bench.suite import load_suite
+
+    suite = load_suite("resnet50")
+    b8 = suite.with_batch(8)
+    assert b8.name == "resnet50_b8" and len(b8.entries) == len(suite.entries)
+    for old, new in zip(suite.problems(), b8.problems()):
+        assert new[1].n == 8 and new[1].replace(n=old[1].n) == old[1] and new[0].label == old[0].label
+    with pytest.raises(ValueError, match="batch"):
+        suite.with_batch(0)

@@ -200,6 +200,16 @@ def test_ranking_and_ratios_ignore_wrong_candidates():
     assert "geometric mean" in text and "slow                 forward   0.500 over 1" in text
 
 
+def test_bench_batch_option_runs_the_suite_at_that_batch(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, "bench", "--suite", "tiny", "--batch", "1", "--ops", "forward",
+                           "--no-auto", "--out", str(tmp_path), *TINY_RUN)
+    assert code == 0, out
+    data = json.loads((tmp_path / "tiny_b1.json").read_text())
+    assert data["results"] and all(res["problem"]["x"][0] == 1 for res in data["results"])
+    code, out, _ = run_cli(capsys, "bench", "--suite", "tiny", "--batch", "0", *TINY_RUN)
+    assert code != 0 and "--batch" in out + _
+
+
 def test_simulator_refuses_large_suites(capsys, monkeypatch):
     monkeypatch.setattr(runtime, "SIMULATOR", True)  # on a GPU too: the check runs before anything else
     code, _, err = run_cli(capsys, "bench", "--suite", "burn_b4", "--quiet")

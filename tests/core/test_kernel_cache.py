@@ -89,6 +89,48 @@ def test_the_key_is_stable_across_processes_and_sees_every_input():
     assert child.stdout.strip() == key
 
 
+def _generated(body: str, scale):
+    """A kernel compiled from generated source under ONE file name whatever its text or constants."""
+    from convlab.kernels.source import compile_source
+
+    source = f"def kernel(a):\n    i = cuda.grid(1)\n    if i < a.size:\n        a[i] = {body} * SCALE\n"
+    return runtime.jit(compile_source(source, "<test generated>", {"cuda": runtime.cuda,
+                                                                    "SCALE": scale})["kernel"])
+
+
+def _intrinsic(n):
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def constant(typingctx):
+        return types.int64(), lambda context, builder, signature, args: context.get_constant(types.int64, n)
+    return constant
+
+
+def _with_table(table):
+    @runtime.jit
+    def kernel(a):
+        a[0] = table[0]
+    return kernel
+
+
+def test_the_key_sees_generated_source_its_namespace_and_array_constants():
+    """Generated kernels share a file name across their variants (the name need not encode every
+    parameter): the key hashes the text and the namespace values it names; array cells by bytes."""
+    keys = {kernel_cache.kernel_key(k, ("float32[::1]",), (9, 0))
+            for k in (_generated("1.0", 2), _generated("3.0", 2), _generated("1.0", 5))}
+    assert len(keys) == 3
+    same = kernel_cache.kernel_key(_generated("1.0", 2), ("float32[::1]",), (9, 0))
+    assert same in keys
+    intrinsics = {kernel_cache.kernel_key(_with_table(_intrinsic(n)), ("float32[::1]",), (9, 0))
+                  for n in (1, 2)}
+    assert len(intrinsics) == 2  # a factory's intrinsic: by its typing function's closure
+    tables = [kernel_cache.kernel_key(_with_table(np.array(t, np.int32)), ("float32[::1]",), (9, 0))
+              for t in ([1, 2], [1, 3], [1, 2])]
+    assert tables[0] != tables[1] and tables[0] == tables[2]
+
+
 def test_the_cache_is_off_on_the_simulator(monkeypatch):
     monkeypatch.setenv("CONVLAB_KERNEL_CACHE", "1")
     assert kernel_cache.enabled() is (not runtime.SIMULATOR)
@@ -126,3 +168,39 @@ def test_a_kernel_that_cannot_be_cached_is_not_retried_every_launch(monkeypatch,
     assert kernel_cache.compiled(disp, (1, 2.0)) is None
     assert kernel_cache.compiled(disp, (1, 2.0)) is None
     assert len(calls) == 1 and "not cached" in caplog.text
+
+
+def test_every_plugin_kernel_has_a_key(monkeypatch):
+    """Each kernel every built-in plugin launches (generated-source ones included: implicit GEMM's
+    unrolled slices, depthwise, tensor-core, the tiled GEMM of im2col) gets a key without error:
+    a key that raised left the kernel uncached and, with the cache on, its plans off the thin path."""
+    import convlab
+    from convlab import launch
+    from convlab.plugin import registry
+
+    launched = []
+    real = launch.launch
+    monkeypatch.setattr(launch, "launch", lambda kernel, *a, **k: (launched.append(kernel),
+                                                                   real(kernel, *a, **k)))
+    rng = np.random.default_rng(0)
+    x, g = (rng.standard_normal((1, 4, 5, 5)).astype(np.float32) for _ in range(2))
+    cases = {"forward": lambda w, gr, alg: convlab.conv2d(x, w, padding=1, groups=gr, algorithm=alg),
+             "dgrad": lambda w, gr, alg: convlab.conv2d_backward_data(g, w, x.shape, padding=1, groups=gr,
+                                                                      algorithm=alg),
+             "wgrad": lambda w, gr, alg: convlab.conv2d_backward_weight(x, g, w.shape, padding=1, groups=gr,
+                                                                        algorithm=alg)}
+    names = set()
+    for plugin in registry.plugins("forward") + registry.plugins("dgrad") + registry.plugins("wgrad"):
+        groups = 4 if plugin.name == "depthwise" else 1
+        w = rng.standard_normal((4, 4 // groups, 3, 3)).astype(np.float32)
+        for op, call in cases.items():
+            if plugin in registry.plugins(op):
+                with convlab.float32_precision("high"):  # tensor_core: float32 as TF32
+                    call(w, groups, plugin.name)
+                names.add(plugin.name)
+    assert {"depthwise", "tensor_core", "implicit_gemm", "im2col", "col2im", "direct"} <= names
+    keys = {}
+    for kernel in launched:
+        dispatcher = getattr(kernel, "dispatcher", kernel)
+        keys[id(dispatcher)] = kernel_cache.kernel_key(dispatcher, ("float32[::1]",), (9, 0))
+    assert len(keys) >= 6 and len(set(keys.values())) == len(keys)

@@ -1,0 +1,133 @@
+"""What a replayed call does and does not do: launches per call, no plugin or pool work, tensors that
+require grad, and plans owning their workspace.
+
+Launches are counted by wrapping ``convlab.launch.Launch.replay``; torch CUDA tensors are the
+stand-ins of convlab.testing.torch_standin (the plan recorded on Numba arrays is adopted for them).
+"""
+import sys
+
+import numpy as np
+import pytest
+
+import convlab
+from convlab import launch, plan, reference, runtime, scratch
+from convlab.algorithms.implicit_gemm import gathers
+from convlab.measure import rel_error, tolerance
+from convlab.plugin import registry
+from convlab.testing.torch_standin import Tensor, adopt_plan, fake_torch
+
+SPLIT = ("implicit_gemm", "BK=8,BM=16,BN=16,TM=2,TN=2")  # splits K on these shapes (a workspace)
+
+
+def rand(*shape, seed=None):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def dev(*shape):
+    return runtime.to_device(rand(*shape))
+
+
+@pytest.fixture(autouse=True)
+def fresh_plans():
+    plan.clear()
+    yield
+    plan.clear()
+
+
+@pytest.fixture
+def count_launches(monkeypatch):
+    """Counts replayed launches; plugin ``run`` and the scratch pool must not be reached on replay."""
+    counted = []
+    real = launch.Launch.replay
+    monkeypatch.setattr(launch.Launch, "replay", lambda self, *a: (counted.append(self), real(self, *a)))
+    return counted
+
+
+CALLS = {  # op: (call on device arrays, stride); 1x4x6x6 input, 4x4x3x3 weight
+    "conv2d": lambda s: (convlab.conv2d, (dev(1, 4, 6, 6), dev(4, 4, 3, 3)), {"stride": s}),
+    "conv2d_backward_data": lambda s: (convlab.conv2d_backward_data,
+                                       (dev(1, 4, 6 // s, 6 // s), dev(4, 4, 3, 3), (1, 4, 6, 6)),
+                                       {"stride": s, "padding": 1}),
+    "conv2d_backward_weight": lambda s: (convlab.conv2d_backward_weight,
+                                         (dev(1, 4, 6, 6), dev(1, 4, 6 // s, 6 // s), (4, 4, 3, 3)),
+                                         {"stride": s, "padding": 1}),
+    "conv_transpose2d": lambda s: (convlab.conv_transpose2d, (dev(1, 4, 3, 3), dev(4, 4, 3, 3)),
+                                   {"stride": s, "padding": 1}),
+}
+
+
+def _problem(op_name, args, kwargs):
+    options = {k: v for k, v in kwargs.items() if k != "algorithm"}
+    return convlab.problem_for(op_name, *[a.copy_to_host() if hasattr(a, "copy_to_host") else a
+                                          for a in args], **options)
+
+
+def _minimum_launches(op_name, args, kwargs):
+    """implicit_gemm's launches for the problem: one per GEMM (dgrad: per stride phase)."""
+    prob = _problem(op_name, args, kwargs)
+    return 1 if prob.op == "wgrad" else len(gathers.gathers(prob))
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("op_name", sorted(CALLS))
+def test_a_replay_issues_only_the_kernels(op_name, stride, count_launches, monkeypatch):
+    """Replayed: no rebuild, no plugin run (so no workspace lending or zeroing), no output allocation
+    when ``out`` is given; exactly the kernel launches (implicit GEMM: one, a strided dgrad one per
+    stride phase), on split-K workspaces too."""
+    fn, args, kwargs = CALLS[op_name](stride)
+    kwargs = dict(kwargs, padding=kwargs.get("padding", 1), algorithm=SPLIT)
+    first_out = runtime.full(_problem(op_name, args, kwargs).operand_shapes[2], np.nan, np.float32)
+    fn(*args, **kwargs, out=first_out)
+    built = plan.stats()["built"]
+    recorded = len(count_launches)
+    assert recorded == 0  # recording launches through Numba, not through replay
+    plugin = registry.get("implicit_gemm")
+    monkeypatch.setattr(type(plugin), "run", lambda *a, **k: pytest.fail("replay ran the plugin"))
+    monkeypatch.setattr(scratch, "output", lambda *a, **k: pytest.fail("out= given: no pooled output"))
+    fresh = [runtime.to_device(rand(*a.shape, seed=7)) if hasattr(a, "copy_to_host") else a for a in args]
+    out = runtime.full(_problem(op_name, args, kwargs).operand_shapes[2], np.nan, np.float32)
+    fn(*fresh, **kwargs, out=out)
+    assert plan.stats()["built"] == built
+    assert len(count_launches) == _minimum_launches(op_name, args, kwargs) >= 1
+    assert not np.isnan(out.copy_to_host()).any()  # every output element written by the replay
+
+
+def test_a_tensor_that_requires_grad_replays_the_plan(count_launches, monkeypatch):
+    """torch tensors with requires_grad=True take the same plan as without: the key reads no grad
+    state, nothing is rebuilt, nothing is detached on the thin path, one launch per call."""
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
+    for op_name in ("conv2d", "conv2d_backward_data"):
+        plan.clear()
+        fn, args, kwargs = CALLS[op_name](1)
+        kwargs = dict(kwargs, padding=1, algorithm="implicit_gemm")
+        fn(*args, **kwargs)
+        key = next(reversed(plan._plans))
+        arrays = [a for a in args if hasattr(a, "copy_to_host")]
+        shape_arg = [a for a in args if not hasattr(a, "copy_to_host")]
+        adopt_plan(key, [Tensor(a.shape) for a in arrays])
+        grads = [Tensor(a.shape, requires_grad=True) for a in arrays]
+        monkeypatch.setattr(launch.Launch, "replay", lambda self, *a: count_launches.append(self))
+        before, launched = plan.stats(), len(count_launches)
+        for _ in range(3):
+            fn(*grads, *shape_arg, **kwargs)
+        after = plan.stats()
+        assert after["built"] == before["built"] and after["replayed"] == before["replayed"] + 3
+        assert len(count_launches) - launched == 3 and all(t.detached == 0 for t in grads)
+
+
+def test_a_plan_owns_its_workspace():
+    """A split-K plan's workspace is never lent to another call: an im2col call that reuses pooled
+    buffers between two replays cannot overwrite its counters (the result stays exact), and the pool
+    does not believe a plan's buffer is zeroed."""
+    xi, wi = dev(1, 16, 4, 4), dev(8, 16, 3, 3)
+    convlab.conv2d(xi, wi, padding=1, algorithm="im2col")  # leaves a large column buffer in the pool
+    convlab.conv2d(dev(1, 16, 4, 4), dev(8, 16, 3, 3), padding=1, algorithm=SPLIT)  # records split-K
+    assert any(rec.owned_bytes for p in plan._plans.values() for rec in p.launches)
+    convlab.conv2d(xi, wi, padding=1, algorithm="im2col")  # replays: writes its whole column buffer
+    x, w = rand(1, 16, 4, 4, seed=3), rand(8, 16, 3, 3, seed=4)
+    for out in (None, runtime.full((1, 8, 4, 4), np.nan, np.float32)):  # replay, then a new plan
+        got = convlab.conv2d(runtime.to_device(x), runtime.to_device(w), padding=1, algorithm=SPLIT,
+                             out=out).copy_to_host()
+        prob = convlab.problem_for("conv2d", x, w, padding=1)
+        want = reference.solve(prob, x.astype(np.float64), w.astype(np.float64))
+        assert rel_error(got, want) <= tolerance(prob, np.finfo(np.float32).eps)

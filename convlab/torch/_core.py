@@ -28,9 +28,10 @@ import torch.nn.functional as F
 import convlab
 from convlab.plugin import registry
 from convlab.problem import conv_output_size
+from convlab.settings import get_workspace_limit
 
 _HALF = (torch.float16, torch.bfloat16)
-_OPS = {"conv2d": "forward", "conv2d_backward_data": "dgrad", "conv2d_backward_weight": "wgrad"}
+_runnable: dict = {}
 
 
 def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -46,48 +47,55 @@ def _algorithm_for(op: str, algorithm: Any) -> Any:
     return algorithm if op in getattr(plugin, "ops", ()) else "auto"
 
 
-def _has_kernel(op: str, dtype: torch.dtype) -> bool:
-    """True when a registered plugin implements ``op`` for ``dtype``."""
-    name = str(dtype).replace("torch.", "")
-    return any(name in p.dtypes for p in registry.plugins(op))
+def _run(op: str, operands: tuple, args: tuple, algorithm: Any) -> torch.Tensor:
+    """``convlab.<op>(*operands, *args, algorithm=...)`` on contiguous operands. float16/bfloat16 problems that no
+    registered plugin runs (today: every wgrad, and dgrad with stride > 1) run in float32 on upcast
+    copies, rounded to the input dtype once at the end (cuDNN also accumulates half convs in float32)."""
+    if operands[0].dtype in _HALF:
+        prob = convlab.problem_for(op, *operands, *args)  # memoised per problem (a few per model)
+        key = (prob, registry.state())
+        if key not in _runnable:
+            _runnable[key] = bool(registry.candidates(prob, get_workspace_limit(), all_configs=False))
+        if not _runnable[key]:
+            up = tuple(None if t is None else t.float() for t in operands)
+            return _run(op, up, args, algorithm).to(operands[0].dtype)
+    return getattr(convlab, op)(*map(_contiguous, operands), *args,
+                                algorithm=_algorithm_for(_KIND[op], algorithm))
+
+
+_KIND = {"conv2d": "forward", "conv2d_backward_data": "dgrad", "conv2d_backward_weight": "wgrad",
+         "conv_transpose2d": "dgrad"}
 
 
 def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
            padding: Sequence[int], dilation: Sequence[int], groups: int, algorithm: Any) -> torch.Tensor:
     """y (N, K, P, Q) through convlab.conv2d."""
-    return convlab.conv2d(_contiguous(x), _contiguous(w), _contiguous(bias), tuple(stride), tuple(padding),
-                          tuple(dilation), groups, algorithm=_algorithm_for("forward", algorithm))
+    return _run("conv2d", (x, w, bias), (tuple(stride), tuple(padding), tuple(dilation), groups),
+                algorithm)
 
 
 def backward_data(dy: torch.Tensor, w: torch.Tensor, input_shape: Sequence[int], stride: Sequence[int],
                   padding: Sequence[int], dilation: Sequence[int], groups: int,
                   algorithm: Any) -> torch.Tensor:
     """dx (input_shape) through convlab.conv2d_backward_data."""
-    return convlab.conv2d_backward_data(_contiguous(dy), _contiguous(w), tuple(input_shape), tuple(stride),
-                                        tuple(padding), tuple(dilation), groups,
-                                        algorithm=_algorithm_for("dgrad", algorithm))
+    return _run("conv2d_backward_data", (dy, w),
+                (tuple(input_shape), tuple(stride), tuple(padding), tuple(dilation), groups), algorithm)
 
 
 def backward_weight(x: torch.Tensor, dy: torch.Tensor, weight_shape: Sequence[int], stride: Sequence[int],
                     padding: Sequence[int], dilation: Sequence[int], groups: int,
                     algorithm: Any) -> torch.Tensor:
-    """dw (weight_shape) through convlab.conv2d_backward_weight. float16/bfloat16 without a
-    half-precision wgrad plugin: computed in float32 on upcast copies, rounded once at the end."""
-    if x.dtype in _HALF and not _has_kernel("wgrad", x.dtype):
-        return backward_weight(x.float(), dy.float(), weight_shape, stride, padding, dilation, groups,
-                               algorithm).to(x.dtype)
-    return convlab.conv2d_backward_weight(_contiguous(x), _contiguous(dy), tuple(weight_shape),
-                                          tuple(stride), tuple(padding), tuple(dilation), groups,
-                                          algorithm=_algorithm_for("wgrad", algorithm))
+    """dw (weight_shape) through convlab.conv2d_backward_weight."""
+    return _run("conv2d_backward_weight", (x, dy),
+                (tuple(weight_shape), tuple(stride), tuple(padding), tuple(dilation), groups), algorithm)
 
 
 def conv_transpose2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
                      padding: Sequence[int], output_padding: Sequence[int], groups: int,
                      dilation: Sequence[int], algorithm: Any) -> torch.Tensor:
     """y (N, C_out, H_out, W_out) through convlab.conv_transpose2d (a dgrad problem)."""
-    return convlab.conv_transpose2d(_contiguous(x), _contiguous(w), _contiguous(bias), tuple(stride),
-                                    tuple(padding), tuple(output_padding), groups, tuple(dilation),
-                                    algorithm=_algorithm_for("dgrad", algorithm))
+    return _run("conv_transpose2d", (x, w, bias),
+                (tuple(stride), tuple(padding), tuple(output_padding), groups, tuple(dilation)), algorithm)
 
 
 class Kernels(NamedTuple):

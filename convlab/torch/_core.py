@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 import torch.nn.functional as F
 
-import convlab
+from convlab import ops
 from convlab.plugin import registry
 from convlab.problem import conv_output_size
 from convlab.settings import get_workspace_limit
@@ -48,19 +48,19 @@ def _algorithm_for(op: str, algorithm: Any) -> Any:
 
 
 def _run(op: str, operands: tuple, args: tuple, algorithm: Any) -> torch.Tensor:
-    """``convlab.<op>(*operands, *args, algorithm=...)`` on contiguous operands. float16/bfloat16 problems that no
+    """``convlab.ops.<op>(*operands, *args, algorithm=...)`` on contiguous operands. float16/bfloat16 problems that no
     registered plugin runs (today: every wgrad, and dgrad with stride > 1) run in float32 on upcast
     copies, rounded to the input dtype once at the end (cuDNN also accumulates half convs in float32)."""
     if operands[0].dtype in _HALF:
-        prob = convlab.problem_for(op, *operands, *args)  # memoised per problem (a few per model)
+        prob = ops.problem_for(op, *operands, *args)  # memoised per problem (a few per model)
         key = (prob, registry.state())
         if key not in _runnable:
             _runnable[key] = bool(registry.candidates(prob, get_workspace_limit(), all_configs=False))
         if not _runnable[key]:
             up = tuple(None if t is None else t.float() for t in operands)
             return _run(op, up, args, algorithm).to(operands[0].dtype)
-    return getattr(convlab, op)(*map(_contiguous, operands), *args,
-                                algorithm=_algorithm_for(_KIND[op], algorithm))
+    return getattr(ops, op)(*map(_contiguous, operands), *args,
+                            algorithm=_algorithm_for(_KIND[op], algorithm))
 
 
 _KIND = {"conv2d": "forward", "conv2d_backward_data": "dgrad", "conv2d_backward_weight": "wgrad",

@@ -98,7 +98,8 @@ def _tensors(op: str, input: Any, weight: Any, bias: Any) -> None:
     if weight.dim() != 4:
         raise RuntimeError(f"{op}(): expected a 4D weight, but got weight of size {list(weight.shape)}")
     for name, value in (("weight", weight), ("bias", bias)):
-        if value is not None and value.device != input.device:
+        if value is not None and (value.get_device() != input.get_device()  # -1: CPU (or meta)
+                                  or value.is_meta != input.is_meta):
             raise RuntimeError(f"{op}(): expected all tensors to be on the same device, but input is on "
                                f"{input.device} and {name} on {value.device}")
 
@@ -106,6 +107,8 @@ def _tensors(op: str, input: Any, weight: Any, bias: Any) -> None:
 def _autocast(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
     """Inputs cast to the autocast dtype when autocast is on for their device (float64 left alone, as
     torch's autocast does)."""
+    if not torch._C._is_any_autocast_enabled():  # one C call: the common case
+        return input, weight, bias
     device = input.device.type
     if not torch.is_autocast_enabled(device):
         return input, weight, bias

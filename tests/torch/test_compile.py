@@ -43,6 +43,17 @@ def test_compile_fullgraph_matches_eager_and_uses_the_custom_ops():
         assert any(op in name for name in seen), (op, seen)
 
 
+def test_compile_follows_autocast():
+    layer = ct.Conv2d(2, 2, 3, padding=1)
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    x = torch.randn(1, 2, 4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = compiled(x)
+    assert y.dtype == torch.bfloat16 and compiled(x).dtype == torch.float32
+    want = ct.conv2d(x.bfloat16(), layer.weight.bfloat16(), layer.bias.bfloat16(), padding=1)
+    torch.testing.assert_close(y, want, atol=0, rtol=0)
+
+
 def test_opcheck_custom_ops():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(1, 2, 4, 4, dtype=torch.float64, generator=g, requires_grad=True)

@@ -65,12 +65,6 @@ def _cases(torch: Any, x: Any, w: Any, gy: Any, alg: str) -> dict[str, Callable[
     }
 
 
-def _model_step(torch: Any, model: Any, x: Any) -> Callable[[], Any]:
-    def step():
-        model(x).sum().backward()
-    return step
-
-
 def benchmark(n: int, batches: int, warmup: int, alg: str, sim: bool) -> dict:
     import torch
 
@@ -96,9 +90,10 @@ def benchmark(n: int, batches: int, warmup: int, alg: str, sim: bool) -> dict:
     c = sx[1]
     model = torch.nn.Sequential(torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.ReLU(),
                                 torch.nn.Conv2d(c, c, 3, padding=1, groups=2)).to(device)
-    _guard(res, "model_step/torch", lambda: per_call_us(_model_step(torch, model, x), sync, n, batches, warmup))
-    ct.convert(model, algorithm=alg)
-    _guard(res, "model_step/convlab", lambda: per_call_us(_model_step(torch, model, x), sync, n, batches, warmup))
+    for name in ("model_step/torch", "model_step/convlab"):
+        if name == "model_step/convlab":
+            ct.convert(model, algorithm=alg)
+        _guard(res, name, lambda: per_call_us(lambda: model(x).sum().backward(), sync, n, batches, warmup))
     return res
 
 

@@ -33,6 +33,7 @@ def no_launch(monkeypatch):
     (lambda x, w: ct.conv2d(x, w, algorithm="nope"), ValueError, "unknown algorithm"),
     (lambda x, w: ct.conv_transpose2d(x, w, padding="same"), ValueError, "padding"),
     (lambda x, w: ct.conv_transpose2d(x, w, stride=2, output_padding=2), ValueError, "output_padding"),
+    (lambda x, w: ct.conv2d(x, w, algorithm=("direct", None)), TypeError, "algorithm must be 'auto' or"),
     (lambda x, w: ct.Conv2d(2, 2, 3, algorithm=3), TypeError, "algorithm"),
 ])
 def test_bad_arguments(no_launch, call, error, match):

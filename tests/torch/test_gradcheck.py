@@ -82,3 +82,20 @@ def test_double_backward_raises():
     (gx,) = torch.autograd.grad(ct.conv2d(x, wt).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="differentiate twice|double backward"):
         gx.sum().backward()
+
+
+def test_a_forced_plugin_serves_the_ops_it_implements_and_auto_the_others(monkeypatch):
+    from convlab import ops
+
+    seen = []
+    for name in ("conv2d", "conv2d_backward_data", "conv2d_backward_weight"):
+        real = getattr(ops, name)
+        monkeypatch.setattr(ops, name, lambda *a, _n=name, _r=real, **k: seen.append((_n, k["algorithm"]))
+                            or _r(*a, **k))
+    x, wt = _leaves((1, 2, 4, 4), (2, 2, 3, 3))
+    gx, gw = torch.autograd.grad(ct.conv2d(x, wt, padding=1, algorithm="im2col").sum(), (x, wt))
+    assert seen == [("conv2d", "im2col"), ("conv2d_backward_data", "auto"),  # im2col has no dgrad
+                    ("conv2d_backward_weight", "im2col")]
+    want = torch.autograd.grad(F.conv2d(x, wt, padding=1).sum(), (x, wt))
+    torch.testing.assert_close(gx, want[0])
+    torch.testing.assert_close(gw, want[1])

@@ -24,9 +24,10 @@ the device and back (on a machine without a GPU: run on Numba's CUDA simulator, 
 notebooks).
 
 Dtypes: float32, float64, float16 and bfloat16 tensors run in their dtype. Under ``torch.autocast``,
-floating inputs other than float64 are cast to the autocast dtype first, as torch's convolutions are;
-weight gradients of float16/bfloat16 are computed in float32 (on upcast copies) while no registered
-plugin implements a half-precision wgrad.
+floating inputs other than float64 are cast to the autocast dtype first, as torch's convolutions are.
+Half-precision problems run on the ``tensor_core`` plugin (forward, stride-1 dgrad, wgrad; groups 1)
+or, for the rest (grouped, depthwise, strided dgrad), on the ``widen`` plugin (fp32 kernels on widened
+copies); both accumulate in float32, as cuDNN does.
 
 TF32: convlab does NOT read ``torch.backends.cudnn.allow_tf32`` (nor ``torch.backends.cudnn.conv.
 fp32_precision``). float32 convolutions follow :func:`convlab.set_float32_precision` only: "highest"

@@ -28,10 +28,6 @@ import torch.nn.functional as F
 from convlab import ops
 from convlab.plugin import registry
 from convlab.problem import conv_output_size
-from convlab.settings import get_workspace_limit
-
-_HALF = (torch.float16, torch.bfloat16)
-_runnable: dict = {}
 
 
 def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -47,17 +43,8 @@ def _algorithm_for(op: str, algorithm: str) -> str:
 
 
 def _run(op: str, operands: tuple, args: tuple, algorithm: str) -> torch.Tensor:
-    """``convlab.ops.<op>(*operands, *args, algorithm=...)`` on contiguous operands. float16/bfloat16
-    problems that no registered plugin runs (today: every wgrad, and dgrad with stride > 1) run in float32 on upcast
-    copies, rounded to the input dtype once at the end (cuDNN also accumulates half convs in float32)."""
-    if operands[0].dtype in _HALF:
-        prob = ops.problem_for(op, *operands, *args)  # memoised per problem (a few per model)
-        key = (prob, registry.state())
-        if key not in _runnable:
-            _runnable[key] = bool(registry.candidates(prob, get_workspace_limit(), all_configs=False))
-        if not _runnable[key]:
-            up = tuple(None if t is None else t.float() for t in operands)
-            return _run(op, up, args, algorithm).to(operands[0].dtype)
+    """``convlab.<op>(*operands, *args, algorithm=...)`` on contiguous operands (float16 / bfloat16
+    problems no native half kernel runs go to the ``widen`` plugin, like any other choice)."""
     return getattr(ops, op)(*map(_contiguous, operands), *args,
                             algorithm=_algorithm_for(_KIND[op], algorithm))
 

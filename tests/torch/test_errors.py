@@ -57,7 +57,7 @@ def test_autocast_runs_in_the_autocast_dtype():
         y = layer(x)
         assert y.dtype == torch.bfloat16
         want = torch.nn.functional.conv2d(x, layer.weight, layer.bias, padding=1)
-    y.float().sum().backward()  # wgrad of bfloat16: float32 on upcast copies
+    y.float().sum().backward()  # dgrad and wgrad in bfloat16 (fp32 accumulation)
     assert layer.weight.grad.dtype == torch.float32
     torch.testing.assert_close(y.float(), want.float(), atol=5e-2, rtol=5e-2)
     ref = torch.nn.grad.conv2d_weight(x.bfloat16().double(), layer.weight.shape,

@@ -4,7 +4,9 @@ PyTorch tensors are read through their own attributes (``shape``, ``stride()``, 
 ``data_ptr()``, ``is_cuda``) instead of ``__cuda_array_interface__`` (~12 us through
 ``cuda.as_cuda_array``); a tensor is recognised by its class's module, so torch is never imported
 here: it is imported lazily, and only once a torch tensor was seen. Tensors that require grad are
-detached (convlab computes no autograd graph), not refused.
+detached (convlab computes no autograd graph), not refused. CPU tensors are host operands: the ops
+read them as numpy arrays (:func:`host_view`; bfloat16 through its int16 bits and ``ml_dtypes``) and
+hand back a CPU tensor of the result's dtype (:func:`from_host`), like numpy in -> numpy out.
 
 Synchronisation rules (the stream a call's kernels run on), first match wins:
 1. ``stream=`` given to the op: a Numba stream, a ``torch.cuda.Stream`` (or anything with an int
@@ -35,6 +37,35 @@ _external: dict[int, Any] = {}
 def is_torch(obj: Any) -> bool:
     """True for a torch.Tensor (by its class's module; torch is not imported)."""
     return type(obj).__module__.startswith("torch")
+
+
+def is_host_tensor(obj: Any) -> bool:
+    """True for a torch tensor in host memory (a CPU tensor)."""
+    return is_torch(obj) and not obj.is_cuda
+
+
+def host_view(tensor: Any, *, writable: bool = False) -> np.ndarray:
+    """A numpy array of a CPU tensor's values, detached from autograd: a view of its memory (strides
+    kept) when ``writable`` (for ``out=``), else of a contiguous copy where the tensor is not
+    contiguous. bfloat16, which numpy has no dtype for, is viewed through its int16 bits as
+    ``ml_dtypes.bfloat16``."""
+    tensor = tensor.detach()
+    if not writable:
+        tensor = tensor.contiguous()
+    torch = sys.modules["torch"]
+    if tensor.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
+def from_host(array: np.ndarray) -> Any:
+    """A CPU tensor sharing ``array``'s memory (bfloat16 through its int16 bits)."""
+    torch = sys.modules["torch"]
+    if array.dtype.kind == "V" and array.dtype.itemsize == 2:  # ml_dtypes.bfloat16
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def signature(obj: Any) -> tuple | None:

@@ -1,8 +1,9 @@
 """The public ops. Each validates its arguments (before any launch), builds a canonical
 :class:`~convlab.problem.Problem`, picks a plugin through :mod:`convlab.strategy` and runs it.
 
-Arrays: numpy in -> numpy out (copied to the device and back); a Numba device array in -> device array
-out; a PyTorch CUDA tensor in -> a tensor from torch's allocator out; any ``__cuda_array_interface__``
+Arrays: numpy in -> numpy out (copied to the device and back); a PyTorch CPU tensor in -> a CPU tensor out
+(through numpy, like numpy); a Numba device array in -> device array out; a PyTorch CUDA tensor in -> a
+tensor from torch's allocator out; any ``__cuda_array_interface__``
 object (CuPy) is used in place, no copy. Calls with device operands replay a launch plan after the
 first call of their signature (convlab.plan); streams follow convlab.operands' rules.
 """
@@ -57,6 +58,8 @@ def _run_with_fallback(prob: Problem, candidate: Any, algorithm: Any, limit: int
 def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, options: tuple,
           algorithm: Any, workspace_limit: Any, stream: Any) -> Any:
     """Replay the launch plan of this call's signature (convlab.plan), else check, run and record."""
+    if any(operands.is_host_tensor(v) for v in (*inputs.values(), bias, out)):
+        return _call_host_tensors(op, build, inputs, bias, out, options, algorithm, workspace_limit, stream)
     a, b = inputs.values()
     sig = operands.signature
     key = plan.call_key(op, (sig(a), sig(b), sig(bias), sig(out)), options, algorithm, workspace_limit)
@@ -75,6 +78,24 @@ def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, opti
     prob = build()
     check_fits(op, prob)  # before anything is allocated
     return _execute(prob, inputs, bias, out, algorithm, workspace_limit, stream, key)
+
+
+def _call_host_tensors(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, options: tuple,
+                       algorithm: Any, workspace_limit: Any, stream: Any) -> Any:
+    """A call with CPU torch tensors: run it on numpy views of them (host operands, copied to the
+    device and back) and return a CPU tensor (or ``out``, written in place)."""
+    named = {**inputs, "bias": bias, "out": out}
+    device = [name for name, v in named.items()
+              if v is not None and not isinstance(v, np.ndarray) and not operands.is_host_tensor(v)]
+    if device:
+        cpu = next(name for name, v in named.items() if operands.is_host_tensor(v))
+        raise ValueError(f"{cpu} is a CPU tensor but {device[0]} is a device array; pass host operands "
+                         f"(CPU tensors, numpy) or device operands, not both")
+    host = {name: operands.host_view(v, writable=name == "out") if operands.is_torch(v) else v
+            for name, v in named.items()}
+    result = _call(op, build, {name: host[name] for name in inputs}, host["bias"], host["out"],
+                   options, algorithm, workspace_limit, stream)
+    return out if out is not None else operands.from_host(result)
 
 
 def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorithm: Any,

@@ -1,0 +1,135 @@
+"""The computations behind convlab.torch: each forward op and the gradient formulas, written once and
+used by both call paths (the eager ``autograd.Function`` and the ``torch.library`` custom ops).
+
+Kernel calls (``conv2d``, ``backward_data``, ``backward_weight``, ``conv_transpose2d`` here) run
+convlab's public ops on torch tensors (CUDA: on torch's current stream, outputs from torch's caching
+allocator; CPU: through the simulator or a host copy). The gradient formulas take a :class:`Kernels`
+namespace, so the eager path calls the functions below directly and the compiled path calls the same
+functions through ``torch.ops.convlab.*`` (which ``torch.compile`` can trace).
+
+Gradients, with ``F`` the forward convolution ``y = F_w(x)`` (NCHW; ``w`` is (K, C/groups, R, S)):
+
+    conv2d:            dx = dgrad(dy, w)             dw = wgrad(x, dy)            db = sum_{N,P,Q} dy
+    conv_transpose2d:  y = F_w^T(x) (the dgrad of the forward conv mapping y's shape to x's), so
+                       dx = F_w(dy) = conv2d(dy, w)  dw = wgrad(dy, x)            db = sum_{N,H,W} dy
+
+(for the transpose, ``<dy, F_w^T x> = <F_w dy, x>``: the forward conv's input is dy and its output
+gradient is x). With ``output_padding >= stride`` (allowed when smaller than the dilation) the forward
+conv of dy has more rows than x: dx keeps the first H (W) of them and wgrad sees x zero-padded to that
+size, the rows y never read.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+import torch
+import torch.nn.functional as F
+
+import convlab
+from convlab.plugin import registry
+from convlab.problem import conv_output_size
+
+_HALF = (torch.float16, torch.bfloat16)
+_OPS = {"conv2d": "forward", "conv2d_backward_data": "dgrad", "conv2d_backward_weight": "wgrad"}
+
+
+def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
+    return t if t is None or t.is_contiguous() else t.contiguous()
+
+
+def _algorithm_for(op: str, algorithm: Any) -> Any:
+    """``algorithm`` for the convlab op ``op`` (forward/dgrad/wgrad); "auto" where the named plugin
+    does not implement that op (a forced forward plugin must not break the backward pass)."""
+    if isinstance(algorithm, str) and algorithm == "auto":
+        return algorithm
+    plugin = registry.get(algorithm) if isinstance(algorithm, str) else algorithm
+    return algorithm if op in getattr(plugin, "ops", ()) else "auto"
+
+
+def _has_kernel(op: str, dtype: torch.dtype) -> bool:
+    """True when a registered plugin implements ``op`` for ``dtype``."""
+    name = str(dtype).replace("torch.", "")
+    return any(name in p.dtypes for p in registry.plugins(op))
+
+
+def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
+           padding: Sequence[int], dilation: Sequence[int], groups: int, algorithm: Any) -> torch.Tensor:
+    """y (N, K, P, Q) through convlab.conv2d."""
+    return convlab.conv2d(_contiguous(x), _contiguous(w), _contiguous(bias), tuple(stride), tuple(padding),
+                          tuple(dilation), groups, algorithm=_algorithm_for("forward", algorithm))
+
+
+def backward_data(dy: torch.Tensor, w: torch.Tensor, input_shape: Sequence[int], stride: Sequence[int],
+                  padding: Sequence[int], dilation: Sequence[int], groups: int,
+                  algorithm: Any) -> torch.Tensor:
+    """dx (input_shape) through convlab.conv2d_backward_data."""
+    return convlab.conv2d_backward_data(_contiguous(dy), _contiguous(w), tuple(input_shape), tuple(stride),
+                                        tuple(padding), tuple(dilation), groups,
+                                        algorithm=_algorithm_for("dgrad", algorithm))
+
+
+def backward_weight(x: torch.Tensor, dy: torch.Tensor, weight_shape: Sequence[int], stride: Sequence[int],
+                    padding: Sequence[int], dilation: Sequence[int], groups: int,
+                    algorithm: Any) -> torch.Tensor:
+    """dw (weight_shape) through convlab.conv2d_backward_weight. float16/bfloat16 without a
+    half-precision wgrad plugin: computed in float32 on upcast copies, rounded once at the end."""
+    if x.dtype in _HALF and not _has_kernel("wgrad", x.dtype):
+        return backward_weight(x.float(), dy.float(), weight_shape, stride, padding, dilation, groups,
+                               algorithm).to(x.dtype)
+    return convlab.conv2d_backward_weight(_contiguous(x), _contiguous(dy), tuple(weight_shape),
+                                          tuple(stride), tuple(padding), tuple(dilation), groups,
+                                          algorithm=_algorithm_for("wgrad", algorithm))
+
+
+def conv_transpose2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
+                     padding: Sequence[int], output_padding: Sequence[int], groups: int,
+                     dilation: Sequence[int], algorithm: Any) -> torch.Tensor:
+    """y (N, C_out, H_out, W_out) through convlab.conv_transpose2d (a dgrad problem)."""
+    return convlab.conv_transpose2d(_contiguous(x), _contiguous(w), _contiguous(bias), tuple(stride),
+                                    tuple(padding), tuple(output_padding), groups, tuple(dilation),
+                                    algorithm=_algorithm_for("dgrad", algorithm))
+
+
+class Kernels(NamedTuple):
+    """The kernel calls a gradient formula uses (signatures of the functions above)."""
+    conv2d: Callable[..., torch.Tensor]
+    backward_data: Callable[..., torch.Tensor]
+    backward_weight: Callable[..., torch.Tensor]
+
+
+EAGER = Kernels(conv2d, backward_data, backward_weight)
+
+
+def bias_grad(dy: torch.Tensor) -> torch.Tensor:
+    """db (K,) = dy summed over N, P, Q (in dy's dtype, also when called under autocast)."""
+    return dy.sum((0, 2, 3)).to(dy.dtype)
+
+
+def conv2d_grads(k: Kernels, needs: Sequence[bool], dy: torch.Tensor, x: torch.Tensor | None,
+                 w: torch.Tensor | None, x_shape: Sequence[int], w_shape: Sequence[int],
+                 stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], groups: int,
+                 algorithm: Any) -> tuple:
+    """(dx, dw, db) of conv2d, each None unless ``needs`` (input, weight, bias) asks for it; ``x`` is
+    needed for dw only and ``w`` for dx only."""
+    dx = k.backward_data(dy, w, list(x_shape), stride, padding, dilation, groups, algorithm) if needs[0] else None
+    dw = k.backward_weight(x, dy, list(w_shape), stride, padding, dilation, groups, algorithm) if needs[1] else None
+    return dx, dw, bias_grad(dy) if needs[2] else None
+
+
+def transpose_grads(k: Kernels, needs: Sequence[bool], dy: torch.Tensor, x: torch.Tensor | None,
+                    w: torch.Tensor | None, x_shape: Sequence[int], w_shape: Sequence[int],
+                    stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], groups: int,
+                    algorithm: Any) -> tuple:
+    """(dx, dw, db) of conv_transpose2d (see the module docstring), each None unless needed."""
+    h, wd = x_shape[2], x_shape[3]
+    p = conv_output_size(dy.shape[2], w_shape[2], stride[0], padding[0], dilation[0])
+    q = conv_output_size(dy.shape[3], w_shape[3], stride[1], padding[1], dilation[1])
+    dx = dw = None
+    if needs[0]:
+        dx = k.conv2d(dy, w, None, stride, padding, dilation, groups, algorithm)
+        if p != h or q != wd:
+            dx = dx[:, :, :h, :wd]
+    if needs[1]:
+        xp = x if (p, q) == (h, wd) else F.pad(x, (0, q - wd, 0, p - h))
+        dw = k.backward_weight(dy, xp, list(w_shape), stride, padding, dilation, groups, algorithm)
+    return dx, dw, bias_grad(dy) if needs[2] else None

@@ -1,0 +1,187 @@
+"""``conv2d`` and ``conv_transpose2d`` with ``torch.nn.functional``'s signatures, differentiable, on
+convlab's kernels.
+
+Call path: arguments are checked and normalised here (PyTorch-style errors, before any launch; string
+padding resolved; unbatched (C, H, W) inputs get a batch of one; under ``torch.autocast`` floating
+inputs other than float64 are cast to the autocast dtype, as torch's own convolutions are). Then:
+
+- eager: an ``autograd.Function`` (the cheap path: no dispatcher round trip) whose forward and
+  backward call convlab's ops through convlab.torch._core;
+- while ``torch.compile`` traces (``torch.compiler.is_compiling()``): the ``torch.ops.convlab.*``
+  custom ops (convlab.torch._library), which run the same _core functions.
+
+Backward computes only the gradients autograd asks for (``ctx.needs_input_grad``). Double backward
+(``create_graph=True`` through a convolution) is not supported: the gradients are returned as
+constants that raise a RuntimeError saying so when differentiated (torch's ``once_differentiable``
+mechanism, which alone would miss the saved weight and input).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from convlab.problem import as_pair
+from . import _core, _library
+
+Pair = tuple[int, int]
+
+
+DOUBLE_BACKWARD = ("convlab.torch: double backward (differentiating a gradient of a convlab convolution, "
+                   "create_graph=True) is not supported")
+
+
+def _once(grads: tuple, *used: torch.Tensor | None) -> tuple:
+    """``grads``, computed without a graph, marked to raise :data:`DOUBLE_BACKWARD` when differentiated,
+    if the backward runs with create_graph=True on tensors that require grad."""
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in used)):
+        return grads
+    fake = [None if g is None else g.detach().requires_grad_() for g in grads]
+    return torch._C._functions.DelayedError(DOUBLE_BACKWARD, len(fake))(*fake)
+
+
+class _Conv2d(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, bias, stride, padding, dilation, groups, algorithm):
+        needs = ctx.needs_input_grad
+        ctx.save_for_backward(x if needs[1] else None, w if needs[0] else None)
+        ctx.shapes = (x.shape, w.shape)
+        ctx.params = (stride, padding, dilation, groups, algorithm)
+        return _core.conv2d(x, w, bias, stride, padding, dilation, groups, algorithm)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        with torch.no_grad():
+            grads = _core.conv2d_grads(_core.EAGER, ctx.needs_input_grad[:3], grad, x, w, *ctx.shapes,
+                                       *ctx.params)
+        return (*_once(grads, grad, x, w), None, None, None, None, None)
+
+
+class _ConvTranspose2d(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, bias, stride, padding, output_padding, groups, dilation, algorithm):
+        needs = ctx.needs_input_grad
+        ctx.save_for_backward(x if needs[1] else None, w if needs[0] else None)
+        ctx.shapes = (x.shape, w.shape)
+        ctx.params = (stride, padding, dilation, groups, algorithm)
+        return _core.conv_transpose2d(x, w, bias, stride, padding, output_padding, groups, dilation,
+                                      algorithm)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        with torch.no_grad():
+            grads = _core.transpose_grads(_core.EAGER, ctx.needs_input_grad[:3], grad, x, w, *ctx.shapes,
+                                          *ctx.params)
+        return (*_once(grads, grad, x, w), None, None, None, None, None, None)
+
+
+# ---- arguments ------------------------------------------------------------------------------------------
+def _pair(value: Any, name: str, minimum: int) -> Pair:
+    if type(value) is int and value >= minimum:  # the common case, cheaply
+        return (value, value)
+    if isinstance(value, (list, tuple, torch.Size)) and len(value) == 1:
+        value = value[0]
+    return as_pair(value, name, minimum=minimum)
+
+
+def _tensors(op: str, input: Any, weight: Any, bias: Any) -> None:
+    """TypeError / RuntimeError (PyTorch's wording) for non-tensors, ranks and devices."""
+    for name, value in (("input", input), ("weight", weight), ("bias", bias)):
+        if not isinstance(value, torch.Tensor) and not (name == "bias" and value is None):
+            raise TypeError(f"{op}(): argument '{name}' must be Tensor, not {type(value).__name__}")
+    if input.dim() not in (3, 4):
+        raise RuntimeError(f"{op}(): expected 3D (unbatched) or 4D (batched) input, but got input of "
+                           f"size {list(input.shape)}")
+    if weight.dim() != 4:
+        raise RuntimeError(f"{op}(): expected a 4D weight, but got weight of size {list(weight.shape)}")
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None and value.device != input.device:
+            raise RuntimeError(f"{op}(): expected all tensors to be on the same device, but input is on "
+                               f"{input.device} and {name} on {value.device}")
+
+
+def _autocast(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
+    """Inputs cast to the autocast dtype when autocast is on for their device (float64 left alone, as
+    torch's autocast does)."""
+    device = input.device.type
+    if not torch.is_autocast_enabled(device):
+        return input, weight, bias
+    dtype = torch.get_autocast_dtype(device)
+
+    def cast(t):
+        return t if t is None or not t.is_floating_point() or t.dtype == torch.float64 else t.to(dtype)
+    return cast(input), cast(weight), cast(bias)
+
+
+def _same_padding(input: torch.Tensor, weight: torch.Tensor, stride: Pair, dilation: Pair) -> tuple:
+    """(input, padding) for padding="same": symmetric where the total d*(k-1) is even; an odd total's
+    extra row/column goes to the bottom/right through F.pad (PyTorch's placement)."""
+    if stride != (1, 1):
+        raise ValueError(f"padding='same' is not supported for strided convolutions (stride={stride})")
+    totals = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+    if totals[0] % 2 or totals[1] % 2:
+        extra = [t % 2 for t in totals]
+        input = F.pad(input, (0, extra[1], 0, extra[0]))
+    return input, (totals[0] // 2, totals[1] // 2)
+
+
+def _algorithm(algorithm: Any) -> Any:
+    if torch.compiler.is_compiling() and not isinstance(algorithm, str):
+        raise TypeError(f"under torch.compile, algorithm must be 'auto' or a plugin name (a string), "
+                        f"got {type(algorithm).__name__}")
+    return algorithm
+
+
+# ---- the ops --------------------------------------------------------------------------------------------
+def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: Any = "auto") -> torch.Tensor:
+    """``torch.nn.functional.conv2d`` on convlab's kernels: y (N, K, P, Q) from input (N, C, H, W) (or
+    (C, H, W)), weight (K, C/groups, R, S) and bias (K,). ``padding``: int, pair, "valid" or "same".
+    ``algorithm``: "auto" or a plugin name (used for each of forward/dgrad/wgrad it implements)."""
+    _tensors("conv2d", input, weight, bias)
+    input, weight, bias = _autocast(input, weight, bias)
+    unbatched = input.dim() == 3
+    if unbatched:
+        input = input.unsqueeze(0)
+    st, dl = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
+    if isinstance(padding, str):
+        if padding == "same":
+            input, pd = _same_padding(input, weight, st, dl)
+        elif padding == "valid":
+            pd = (0, 0)
+        else:
+            raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+    else:
+        pd = _pair(padding, "padding", 0)
+    if torch.compiler.is_compiling():
+        y = _library.conv2d(input, weight, bias, st, pd, dl, groups, _algorithm(algorithm))
+    else:
+        y = _Conv2d.apply(input, weight, bias, st, pd, dl, groups, algorithm)
+    return y.squeeze(0) if unbatched else y
+
+
+def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                     stride: Any = 1, padding: Any = 0, output_padding: Any = 0, groups: int = 1,
+                     dilation: Any = 1, *, algorithm: Any = "auto") -> torch.Tensor:
+    """``torch.nn.functional.conv_transpose2d`` on convlab's kernels: y (N, C_out, H_out, W_out) from
+    input (N, C_in, H, W) (or (C_in, H, W)), weight (C_in, C_out/groups, R, S) and bias (C_out,)."""
+    _tensors("conv_transpose2d", input, weight, bias)
+    if isinstance(padding, str):
+        raise ValueError(f"conv_transpose2d(): padding must be an int or a pair of ints, got {padding!r}")
+    input, weight, bias = _autocast(input, weight, bias)
+    unbatched = input.dim() == 3
+    if unbatched:
+        input = input.unsqueeze(0)
+    st, pd = _pair(stride, "stride", 1), _pair(padding, "padding", 0)
+    op, dl = _pair(output_padding, "output_padding", 0), _pair(dilation, "dilation", 1)
+    if torch.compiler.is_compiling():
+        y = _library.conv_transpose2d(input, weight, bias, st, pd, op, groups, dl, _algorithm(algorithm))
+    else:
+        y = _ConvTranspose2d.apply(input, weight, bias, st, pd, op, groups, dl, algorithm)
+    return y.squeeze(0) if unbatched else y
+
+
+__all__: Sequence[str] = ["conv2d", "conv_transpose2d"]

@@ -61,7 +61,7 @@ class TrainConfig:
     @classmethod
     def tiny(cls, **overrides: Any) -> "TrainConfig":
         """A size the CUDA simulator trains in seconds per step: 8x8 images, batch 4, width 4, 3 steps."""
-        return dataclasses.replace(cls(steps=3, batch=4, size=8, width=4, n_train=64, n_test=8),
+        return dataclasses.replace(cls(steps=3, batch=4, size=8, width=4, n_train=64, n_test=4),
                                    **overrides)
 
 
@@ -271,9 +271,9 @@ def main(argv: list[str] | None = None) -> int:
 
         plt = _plt()
         fig, ax = plt.subplots(figsize=(8, 4.8))
-        plot_losses(ax, runs, data["summary"], title=f"ShapesNet on {data['torch_device']}: "
+        plot_losses(ax, runs, data["summary"], title=f"ShapesNet on {data['torch_device']}\n"
                     f"{config.steps} steps, batch {config.batch}, {config.size}x{config.size}, "
-                    f"seeds {args.seeds}")
+                    f"seeds {args.seeds}, algorithm={config.algorithm!r}")
         fig.tight_layout()
         Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.figure, dpi=130)

@@ -3,7 +3,7 @@
 ``summarize(runs)`` gives, per backend, the mean and seed range (min, max) of the final training loss,
 the held-out loss and accuracy, the median step time across seeds and the slowest first step; and the
 comparison the training example exists for: whether convlab's mean final loss and mean accuracy lie
-inside the range cuDNN shows across its own seeds, and the step-time ratio convlab / cuDNN.
+inside the range cuDNN shows across its own seeds (None with one seed), and the step-time ratio convlab / cuDNN.
 ``summary_text`` prints it; ``plot_losses(ax, runs)`` overlays the loss curves (one light line per seed,
 the mean over seeds bold; cuDNN solid, convlab dashed) with accuracy and step time in the legend.
 """
@@ -35,10 +35,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     both = out["backends"]
     if "cudnn" in both and "convlab" in both:
         ref, new = both["cudnn"], both["convlab"]
-        out["convlab_final_loss_inside_cudnn_range"] = (
-            ref["final_loss"]["min"] <= new["final_loss"]["mean"] <= ref["final_loss"]["max"])
-        out["convlab_accuracy_inside_cudnn_range"] = (
-            ref["test_accuracy"]["min"] <= new["test_accuracy"]["mean"] <= ref["test_accuracy"]["max"])
+        for key, name in (("final_loss", "final_loss"), ("test_accuracy", "accuracy")):
+            inside = ref[key]["min"] <= new[key]["mean"] <= ref[key]["max"]
+            out[f"convlab_{name}_inside_cudnn_range"] = inside if len(ref["seeds"]) > 1 else None
         out["step_time_ratio_convlab_over_cudnn"] = (
             new["step_ms_median"] / ref["step_ms_median"] if new["step_ms_median"] and ref["step_ms_median"]
             else None)
@@ -62,7 +61,7 @@ def summary_text(summary: dict[str, Any]) -> str:
         lines.append(f"{LABELS[backend]:<9} {_fmt_spread(s['final_loss'], '.4f'):<30} "
                      f"{_fmt_spread(s['test_accuracy'], '.3f'):<26} {step} {s['first_step_s_max']:12.2f}")
     if "convlab_final_loss_inside_cudnn_range" in summary:
-        yes = {True: "yes", False: "NO"}
+        yes = {True: "yes", False: "NO", None: "n/a (one cuDNN seed: no range)"}
         ratio = summary["step_time_ratio_convlab_over_cudnn"]
         lines += [f"convlab mean final loss inside cuDNN's seed range: "
                   f"{yes[summary['convlab_final_loss_inside_cudnn_range']]}",
@@ -91,7 +90,9 @@ def plot_losses(ax: Any, runs: list[dict[str, Any]], summary: dict[str, Any] | N
         ax.plot(steps, curves.mean(axis=0), color=COLORS[backend], ls=STYLES[backend], lw=1.8,
                 label=f"{LABELS[backend]} (mean of {len(curves)} seeds): accuracy "
                       f"{_fmt_spread(s['test_accuracy'], '.3f')}{step}")
-    ax.set_yscale("log")
+    from convlab.bench.plot import _log_ticks
+
+    _log_ticks(ax)
     ax.set_xlabel("training step")
     ax.set_ylabel("training loss (cross-entropy, log)")
     ax.grid(alpha=0.3)

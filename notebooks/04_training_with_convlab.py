@@ -21,8 +21,9 @@
 # torch's, sharing the same parameters), whose forward runs convlab's `conv2d` / `conv_transpose2d` and
 # whose backward runs convlab's dgrad and wgrad kernels through autograd. `convlab.torch.revert(model)`
 # undoes it. This notebook trains one small network both ways, from the same seed, and overlays the
-# loss curves: with exact float32 on both sides they should stay on top of each other, and the final
-# loss and accuracy of convlab should fall inside the spread cuDNN shows across seeds.
+# loss curves. Both sides compute in exact float32 but sum in different orders, so the curves of a seed
+# start identical and drift apart only by accumulated rounding; the final loss and accuracy of convlab
+# should fall inside the spread cuDNN shows across seeds.
 #
 # The code lives in `convlab.examples` (`shapes`: the dataset; `train_cnn`: network, training loop and
 # the command line `python -m convlab.examples.train_cnn`; `training_report`: summary and figure).

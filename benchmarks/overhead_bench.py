@@ -48,9 +48,11 @@ def _guard(results: dict, name: str, fn: Callable[[], Any]) -> None:
         results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
 
 
-def per_call_us(fn: Callable[[], Any], sync: Callable[[], None], n: int, batches: int) -> dict:
-    """Median over ``batches`` of (wall time of ``n`` back-to-back calls + one sync) / n, in us."""
-    for _ in range(20):
+def per_call_us(fn: Callable[[], Any], sync: Callable[[], None], n: int, batches: int,
+                warmup: int = 20) -> dict:
+    """Median over ``batches`` of (wall time of ``n`` back-to-back calls + one sync) / n, in us, after
+    ``warmup`` calls."""
+    for _ in range(warmup):
         fn()
     sync()
     times = []

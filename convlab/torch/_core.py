@@ -20,74 +20,81 @@ size, the rows y never read.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
 
-import convlab
+from convlab import ops
 from convlab.plugin import registry
 from convlab.problem import conv_output_size
+from convlab.settings import get_workspace_limit
 
 _HALF = (torch.float16, torch.bfloat16)
-_OPS = {"conv2d": "forward", "conv2d_backward_data": "dgrad", "conv2d_backward_weight": "wgrad"}
+_runnable: dict = {}
 
 
 def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
     return t if t is None or t.is_contiguous() else t.contiguous()
 
 
-def _algorithm_for(op: str, algorithm: Any) -> Any:
+def _algorithm_for(op: str, algorithm: str) -> str:
     """``algorithm`` for the convlab op ``op`` (forward/dgrad/wgrad); "auto" where the named plugin
     does not implement that op (a forced forward plugin must not break the backward pass)."""
-    if isinstance(algorithm, str) and algorithm == "auto":
+    if algorithm == "auto":
         return algorithm
-    plugin = registry.get(algorithm) if isinstance(algorithm, str) else algorithm
-    return algorithm if op in getattr(plugin, "ops", ()) else "auto"
+    return algorithm if op in registry.get(algorithm).ops else "auto"
 
 
-def _has_kernel(op: str, dtype: torch.dtype) -> bool:
-    """True when a registered plugin implements ``op`` for ``dtype``."""
-    name = str(dtype).replace("torch.", "")
-    return any(name in p.dtypes for p in registry.plugins(op))
+def _run(op: str, operands: tuple, args: tuple, algorithm: str) -> torch.Tensor:
+    """``convlab.ops.<op>(*operands, *args, algorithm=...)`` on contiguous operands. float16/bfloat16
+    problems that no registered plugin runs (today: every wgrad, and dgrad with stride > 1) run in float32 on upcast
+    copies, rounded to the input dtype once at the end (cuDNN also accumulates half convs in float32)."""
+    if operands[0].dtype in _HALF:
+        prob = ops.problem_for(op, *operands, *args)  # memoised per problem (a few per model)
+        key = (prob, registry.state())
+        if key not in _runnable:
+            _runnable[key] = bool(registry.candidates(prob, get_workspace_limit(), all_configs=False))
+        if not _runnable[key]:
+            up = tuple(None if t is None else t.float() for t in operands)
+            return _run(op, up, args, algorithm).to(operands[0].dtype)
+    return getattr(ops, op)(*map(_contiguous, operands), *args,
+                            algorithm=_algorithm_for(_KIND[op], algorithm))
+
+
+_KIND = {"conv2d": "forward", "conv2d_backward_data": "dgrad", "conv2d_backward_weight": "wgrad",
+         "conv_transpose2d": "dgrad"}
 
 
 def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
-           padding: Sequence[int], dilation: Sequence[int], groups: int, algorithm: Any) -> torch.Tensor:
+           padding: Sequence[int], dilation: Sequence[int], groups: int, algorithm: str) -> torch.Tensor:
     """y (N, K, P, Q) through convlab.conv2d."""
-    return convlab.conv2d(_contiguous(x), _contiguous(w), _contiguous(bias), tuple(stride), tuple(padding),
-                          tuple(dilation), groups, algorithm=_algorithm_for("forward", algorithm))
+    return _run("conv2d", (x, w, bias), (tuple(stride), tuple(padding), tuple(dilation), groups),
+                algorithm)
 
 
 def backward_data(dy: torch.Tensor, w: torch.Tensor, input_shape: Sequence[int], stride: Sequence[int],
                   padding: Sequence[int], dilation: Sequence[int], groups: int,
-                  algorithm: Any) -> torch.Tensor:
+                  algorithm: str) -> torch.Tensor:
     """dx (input_shape) through convlab.conv2d_backward_data."""
-    return convlab.conv2d_backward_data(_contiguous(dy), _contiguous(w), tuple(input_shape), tuple(stride),
-                                        tuple(padding), tuple(dilation), groups,
-                                        algorithm=_algorithm_for("dgrad", algorithm))
+    return _run("conv2d_backward_data", (dy, w),
+                (tuple(input_shape), tuple(stride), tuple(padding), tuple(dilation), groups), algorithm)
 
 
 def backward_weight(x: torch.Tensor, dy: torch.Tensor, weight_shape: Sequence[int], stride: Sequence[int],
                     padding: Sequence[int], dilation: Sequence[int], groups: int,
-                    algorithm: Any) -> torch.Tensor:
-    """dw (weight_shape) through convlab.conv2d_backward_weight. float16/bfloat16 without a
-    half-precision wgrad plugin: computed in float32 on upcast copies, rounded once at the end."""
-    if x.dtype in _HALF and not _has_kernel("wgrad", x.dtype):
-        return backward_weight(x.float(), dy.float(), weight_shape, stride, padding, dilation, groups,
-                               algorithm).to(x.dtype)
-    return convlab.conv2d_backward_weight(_contiguous(x), _contiguous(dy), tuple(weight_shape),
-                                          tuple(stride), tuple(padding), tuple(dilation), groups,
-                                          algorithm=_algorithm_for("wgrad", algorithm))
+                    algorithm: str) -> torch.Tensor:
+    """dw (weight_shape) through convlab.conv2d_backward_weight."""
+    return _run("conv2d_backward_weight", (x, dy),
+                (tuple(weight_shape), tuple(stride), tuple(padding), tuple(dilation), groups), algorithm)
 
 
 def conv_transpose2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
                      padding: Sequence[int], output_padding: Sequence[int], groups: int,
-                     dilation: Sequence[int], algorithm: Any) -> torch.Tensor:
+                     dilation: Sequence[int], algorithm: str) -> torch.Tensor:
     """y (N, C_out, H_out, W_out) through convlab.conv_transpose2d (a dgrad problem)."""
-    return convlab.conv_transpose2d(_contiguous(x), _contiguous(w), _contiguous(bias), tuple(stride),
-                                    tuple(padding), tuple(output_padding), groups, tuple(dilation),
-                                    algorithm=_algorithm_for("dgrad", algorithm))
+    return _run("conv_transpose2d", (x, w, bias),
+                (tuple(stride), tuple(padding), tuple(output_padding), groups, tuple(dilation)), algorithm)
 
 
 class Kernels(NamedTuple):
@@ -108,18 +115,19 @@ def bias_grad(dy: torch.Tensor) -> torch.Tensor:
 def conv2d_grads(k: Kernels, needs: Sequence[bool], dy: torch.Tensor, x: torch.Tensor | None,
                  w: torch.Tensor | None, x_shape: Sequence[int], w_shape: Sequence[int],
                  stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], groups: int,
-                 algorithm: Any) -> tuple:
+                 algorithm: str) -> tuple:
     """(dx, dw, db) of conv2d, each None unless ``needs`` (input, weight, bias) asks for it; ``x`` is
     needed for dw only and ``w`` for dx only."""
-    dx = k.backward_data(dy, w, list(x_shape), stride, padding, dilation, groups, algorithm) if needs[0] else None
-    dw = k.backward_weight(x, dy, list(w_shape), stride, padding, dilation, groups, algorithm) if needs[1] else None
+    args = (stride, padding, dilation, groups, algorithm)
+    dx = k.backward_data(dy, w, list(x_shape), *args) if needs[0] else None
+    dw = k.backward_weight(x, dy, list(w_shape), *args) if needs[1] else None
     return dx, dw, bias_grad(dy) if needs[2] else None
 
 
 def transpose_grads(k: Kernels, needs: Sequence[bool], dy: torch.Tensor, x: torch.Tensor | None,
                     w: torch.Tensor | None, x_shape: Sequence[int], w_shape: Sequence[int],
                     stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], groups: int,
-                    algorithm: Any) -> tuple:
+                    algorithm: str) -> tuple:
     """(dx, dw, db) of conv_transpose2d (see the module docstring), each None unless needed."""
     h, wd = x_shape[2], x_shape[3]
     p = conv_output_size(dy.shape[2], w_shape[2], stride[0], padding[0], dilation[0])

@@ -98,7 +98,8 @@ def _tensors(op: str, input: Any, weight: Any, bias: Any) -> None:
     if weight.dim() != 4:
         raise RuntimeError(f"{op}(): expected a 4D weight, but got weight of size {list(weight.shape)}")
     for name, value in (("weight", weight), ("bias", bias)):
-        if value is not None and value.device != input.device:
+        if value is not None and (value.get_device() != input.get_device()  # -1: CPU (or meta)
+                                  or value.is_meta != input.is_meta):
             raise RuntimeError(f"{op}(): expected all tensors to be on the same device, but input is on "
                                f"{input.device} and {name} on {value.device}")
 
@@ -106,6 +107,8 @@ def _tensors(op: str, input: Any, weight: Any, bias: Any) -> None:
 def _autocast(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
     """Inputs cast to the autocast dtype when autocast is on for their device (float64 left alone, as
     torch's autocast does)."""
+    if not torch._C._is_any_autocast_enabled():  # one C call: the common case
+        return input, weight, bias
     device = input.device.type
     if not torch.is_autocast_enabled(device):
         return input, weight, bias
@@ -128,20 +131,22 @@ def _same_padding(input: torch.Tensor, weight: torch.Tensor, stride: Pair, dilat
     return input, (totals[0] // 2, totals[1] // 2)
 
 
-def _algorithm(algorithm: Any) -> Any:
-    if torch.compiler.is_compiling() and not isinstance(algorithm, str):
-        raise TypeError(f"under torch.compile, algorithm must be 'auto' or a plugin name (a string), "
-                        f"got {type(algorithm).__name__}")
+def _algorithm(op: str, algorithm: Any) -> str:
+    if type(algorithm) is not str:
+        raise TypeError(f"{op}(): algorithm must be 'auto' or a plugin name (a string: the same plugin "
+                        f"serves forward, dgrad and wgrad), got {algorithm!r}")
     return algorithm
 
 
 # ---- the ops --------------------------------------------------------------------------------------------
 def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
-           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: Any = "auto") -> torch.Tensor:
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: str = "auto") -> torch.Tensor:
     """``torch.nn.functional.conv2d`` on convlab's kernels: y (N, K, P, Q) from input (N, C, H, W) (or
     (C, H, W)), weight (K, C/groups, R, S) and bias (K,). ``padding``: int, pair, "valid" or "same".
-    ``algorithm``: "auto" or a plugin name (used for each of forward/dgrad/wgrad it implements)."""
+    ``algorithm``: "auto" or a plugin name (used for each of forward/dgrad/wgrad it implements, "auto"
+    for the others; a (name, config) pair is for the base ops only)."""
     _tensors("conv2d", input, weight, bias)
+    _algorithm("conv2d", algorithm)
     input, weight, bias = _autocast(input, weight, bias)
     unbatched = input.dim() == 3
     if unbatched:
@@ -157,7 +162,7 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     else:
         pd = _pair(padding, "padding", 0)
     if torch.compiler.is_compiling():
-        y = _library.conv2d(input, weight, bias, st, pd, dl, groups, _algorithm(algorithm))
+        y = _library.conv2d(input, weight, bias, st, pd, dl, groups, algorithm)
     else:
         y = _Conv2d.apply(input, weight, bias, st, pd, dl, groups, algorithm)
     return y.squeeze(0) if unbatched else y
@@ -165,10 +170,11 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
 
 def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                      stride: Any = 1, padding: Any = 0, output_padding: Any = 0, groups: int = 1,
-                     dilation: Any = 1, *, algorithm: Any = "auto") -> torch.Tensor:
+                     dilation: Any = 1, *, algorithm: str = "auto") -> torch.Tensor:
     """``torch.nn.functional.conv_transpose2d`` on convlab's kernels: y (N, C_out, H_out, W_out) from
     input (N, C_in, H, W) (or (C_in, H, W)), weight (C_in, C_out/groups, R, S) and bias (C_out,)."""
     _tensors("conv_transpose2d", input, weight, bias)
+    _algorithm("conv_transpose2d", algorithm)
     if isinstance(padding, str):
         raise ValueError(f"conv_transpose2d(): padding must be an int or a pair of ints, got {padding!r}")
     input, weight, bias = _autocast(input, weight, bias)
@@ -178,7 +184,7 @@ def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     st, pd = _pair(stride, "stride", 1), _pair(padding, "padding", 0)
     op, dl = _pair(output_padding, "output_padding", 0), _pair(dilation, "dilation", 1)
     if torch.compiler.is_compiling():
-        y = _library.conv_transpose2d(input, weight, bias, st, pd, op, groups, dl, _algorithm(algorithm))
+        y = _library.conv_transpose2d(input, weight, bias, st, pd, op, groups, dl, algorithm)
     else:
         y = _ConvTranspose2d.apply(input, weight, bias, st, pd, op, groups, dl, algorithm)
     return y.squeeze(0) if unbatched else y

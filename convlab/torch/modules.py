@@ -20,23 +20,22 @@ from convlab.plugin import registry
 from .functional import conv2d, conv_transpose2d
 
 
-def _check_algorithm(algorithm: Any) -> Any:
-    """ValueError / TypeError for an unknown plugin name, when the module is built."""
-    if isinstance(algorithm, str):
-        if algorithm != "auto":
-            registry.get(algorithm)
-    elif not hasattr(algorithm, "ops"):
-        raise TypeError(f"algorithm must be 'auto', a plugin name or a plugin, got {algorithm!r}")
+def _check_algorithm(algorithm: Any) -> str:
+    """TypeError / ValueError for anything but "auto" or a registered plugin name."""
+    if type(algorithm) is not str:
+        raise TypeError(f"algorithm must be 'auto' or a plugin name, got {algorithm!r}")
+    if algorithm != "auto":
+        registry.get(algorithm)  # ValueError listing the registered names
     return algorithm
 
 
 class _ConvlabModule:
     """What both modules add to torch's: the ``algorithm`` attribute and its repr."""
-    algorithm: Any = "auto"
+    algorithm: str = "auto"
 
     def extra_repr(self) -> str:
         text = super().extra_repr()  # type: ignore[misc]
-        if not (isinstance(self.algorithm, str) and self.algorithm == "auto"):
+        if self.algorithm != "auto":
             text += f", algorithm={self.algorithm!r}"
         return text
 
@@ -48,7 +47,7 @@ class Conv2d(_ConvlabModule, nn.Conv2d):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
                  padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
                  padding_mode: str = "zeros", device: Any = None, dtype: Any = None, *,
-                 algorithm: Any = "auto") -> None:
+                 algorithm: str = "auto") -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
                          padding_mode, device, dtype)
         self.algorithm = _check_algorithm(algorithm)
@@ -70,7 +69,7 @@ class ConvTranspose2d(_ConvlabModule, nn.ConvTranspose2d):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
                  padding: Any = 0, output_padding: Any = 0, groups: int = 1, bias: bool = True,
                  dilation: Any = 1, padding_mode: str = "zeros", device: Any = None, dtype: Any = None, *,
-                 algorithm: Any = "auto") -> None:
+                 algorithm: str = "auto") -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding, groups,
                          bias, dilation, padding_mode, device, dtype)
         self.algorithm = _check_algorithm(algorithm)
@@ -79,8 +78,8 @@ class ConvTranspose2d(_ConvlabModule, nn.ConvTranspose2d):
         """y from input; ``output_size`` picks the output_padding, as in torch."""
         if self.padding_mode != "zeros":
             raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
-        output_padding = self._output_padding(input, output_size, self.stride, self.padding,  # type: ignore[arg-type]
-                                              self.kernel_size, 2, self.dilation)  # type: ignore[arg-type]
+        output_padding = self._output_padding(  # type: ignore[arg-type]
+            input, output_size, self.stride, self.padding, self.kernel_size, 2, self.dilation)
         return conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding, output_padding,
                                 self.groups, self.dilation, algorithm=self.algorithm)
 
@@ -109,7 +108,7 @@ def _swap(model: nn.Module, replace: Any) -> nn.Module:
     return model
 
 
-def convert(model: nn.Module, algorithm: Any = "auto") -> nn.Module:
+def convert(model: nn.Module, algorithm: str = "auto") -> nn.Module:
     """Swap every ``nn.Conv2d`` / ``nn.ConvTranspose2d`` of ``model`` (recursively, ``model`` itself
     included) for convlab's, sharing the parameters; returns the model (a new object only when
     ``model`` itself is a convolution). convlab modules already there get ``algorithm``."""

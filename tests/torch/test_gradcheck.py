@@ -67,11 +67,11 @@ def test_gradients_match_torch_and_only_needed_ones_are_computed(op, monkeypatch
     for g, e in zip(got, want):
         torch.testing.assert_close(g, e)
     calls = []
-    import convlab
+    from convlab import ops
 
     for name in ("conv2d", "conv2d_backward_data", "conv2d_backward_weight"):
-        real = getattr(convlab, name)
-        monkeypatch.setattr(convlab, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
+        real = getattr(ops, name)
+        monkeypatch.setattr(ops, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
     x.requires_grad_(False)
     fn(x, wt, b, stride=2, padding=1).sum().backward()  # weight and bias only: no dgrad (dx)
     assert "conv2d_backward_data" not in calls and "conv2d_backward_weight" in calls
@@ -82,3 +82,20 @@ def test_double_backward_raises():
     (gx,) = torch.autograd.grad(ct.conv2d(x, wt).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="differentiate twice|double backward"):
         gx.sum().backward()
+
+
+def test_a_forced_plugin_serves_the_ops_it_implements_and_auto_the_others(monkeypatch):
+    from convlab import ops
+
+    seen = []
+    for name in ("conv2d", "conv2d_backward_data", "conv2d_backward_weight"):
+        real = getattr(ops, name)
+        monkeypatch.setattr(ops, name, lambda *a, _n=name, _r=real, **k: seen.append((_n, k["algorithm"]))
+                            or _r(*a, **k))
+    x, wt = _leaves((1, 2, 4, 4), (2, 2, 3, 3))
+    gx, gw = torch.autograd.grad(ct.conv2d(x, wt, padding=1, algorithm="im2col").sum(), (x, wt))
+    assert seen == [("conv2d", "im2col"), ("conv2d_backward_data", "auto"),  # im2col has no dgrad
+                    ("conv2d_backward_weight", "im2col")]
+    want = torch.autograd.grad(F.conv2d(x, wt, padding=1).sum(), (x, wt))
+    torch.testing.assert_close(gx, want[0])
+    torch.testing.assert_close(gw, want[1])

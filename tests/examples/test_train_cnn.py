@@ -138,3 +138,17 @@ def test_plot_overlays_one_line_per_seed_and_a_mean_per_backend():
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert len(labels) == 2 and "cuDNN" in labels[0] and "2.00 ms/step" in labels[0]
     plt.close(fig)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda)")
+def test_both_backends_train_alike_on_the_gpu():
+    """CUDA tensors: convlab's first loss equals cuDNN's (TF32 off, same seed), and both keep training."""
+    pytest.importorskip("convlab.torch")
+    config = TrainConfig.tiny(steps=20, batch=32, size=16, width=8, n_train=256, n_test=64, noise=0.1,
+                              lr=1e-2)
+    ref, new = (train(b, 3, "cuda", config) for b in ("cudnn", "convlab"))
+    assert new["losses"][0] == pytest.approx(ref["losses"][0], rel=1e-5)
+    np.testing.assert_allclose(new["losses"][:5], ref["losses"][:5], rtol=1e-3)
+    assert all(np.isfinite(new["losses"])) and new["step_ms_median"] > 0
+    assert np.mean(new["losses"][-5:]) < np.mean(new["losses"][:5]) - 0.1

@@ -20,6 +20,10 @@
 #   diag       tools/igemm_launch_diag.py: implicit_gemm run as is / Numba launch / fixed workspace
 #   tcconv     benchmarks/tc_conv_bench.py (TC_ARGS, default --quick): the tensor-core conv plugin vs cuDNN
 #   igemmcov   benchmarks/igemm_coverage_bench.py: grouped, odd-channel and strided-dgrad layers
+#   torchwrap  benchmarks/torch_wrapper_bench.py: per-call cost of convlab.torch (eager, custom op) vs F.conv2d
+#   training   python -m convlab.examples.train_cnn (TRAIN_ARGS): the same CNN on cuDNN and on convlab, seeds
+#   coldstart  benchmarks/cold_start_bench.py (COLD_ARGS): first call of a tuned shape in a new process
+#   resnet50b8 convlab bench: ResNet-50 at batch 8, implicit_gemm, kernel vs public op (R8_ARGS)
 #   burnig     convlab bench: Burn suites, implicit_gemm only (the refactor's speed check against session 2)
 #   DW_NETS    depthwise step's networks (default mobilenetv2)
 #   TEST_PROFILE  hypothesis profile of the tests (convlab-gpu: 60 examples a property); TEST_PATHS: a subset
@@ -81,7 +85,11 @@ if has autotune; then timeout "${AUTOTUNE_S:-200}" python3 benchmarks/autotune_b
     --out "$W/bench/autotune.json" > "$W/bench/autotune.log" 2>&1; tail -15 "$W/bench/autotune.log"; fi
 has resnet50 && bench resnet50 400 --suite resnet50 --no-auto --repeat 10 --warmup 2 --max-seconds 0.4
 has dcgan && bench dcgan 120 --suite dcgan --no-auto --repeat 15 --warmup 3 --max-seconds 0.6
-has overhead && probe overhead ${OVERHEAD_S:-200} python3 benchmarks/overhead_bench.py --out "$W/bench/overhead.json"
+has overhead && probe overhead ${OVERHEAD_S:-200} python3 benchmarks/overhead_bench.py ${OVERHEAD_ARGS:-} --out "$W/bench/overhead.json"
+has torchwrap && probe torch_wrapper ${TORCHWRAP_S:-120} python3 benchmarks/torch_wrapper_bench.py ${TORCHWRAP_ARGS:-} --out "$W/bench/torch_wrapper.json"
+has training && probe training ${TRAIN_S:-240} python3 -m convlab.examples.train_cnn ${TRAIN_ARGS:-} --out "$W/bench/training.json" --figure "$W/bench/training.png"
+has coldstart && probe cold_start ${COLD_S:-240} python3 benchmarks/cold_start_bench.py ${COLD_ARGS:-} --out "$W/bench/cold_start.json"
+has resnet50b8 && CONVLAB_KERNEL_CACHE=1 bench resnet50_b8 ${R8_S:-240} --suite resnet50 --batch 8 --plugins implicit_gemm --no-auto --repeat 10 --warmup 2 --max-seconds 0.3 ${R8_ARGS:-}
 has tcgemm && probe tcgemm 240 python3 benchmarks/tc_gemm_bench.py --out "$W/bench/tc_gemm.json"
 has diag && probe igemm_diag 90 python3 tools/igemm_launch_diag.py
 has burnig && bench burn_igemm 150 ${BURNIG_SUITES:---suite burn --suite burn_b4} --no-auto --plugins implicit_gemm --repeat 15 --warmup 3 --max-seconds 0.6

@@ -184,21 +184,22 @@ def test_every_plugin_kernel_has_a_key(monkeypatch):
                                                                    real(kernel, *a, **k)))
     rng = np.random.default_rng(0)
     x, g = (rng.standard_normal((1, 4, 5, 5)).astype(np.float32) for _ in range(2))
-    cases = {"forward": lambda w, gr, alg: convlab.conv2d(x, w, padding=1, groups=gr, algorithm=alg),
-             "dgrad": lambda w, gr, alg: convlab.conv2d_backward_data(g, w, x.shape, padding=1, groups=gr,
-                                                                      algorithm=alg),
-             "wgrad": lambda w, gr, alg: convlab.conv2d_backward_weight(x, g, w.shape, padding=1, groups=gr,
-                                                                        algorithm=alg)}
+    cases = {"forward": lambda x, g, w, gr, alg: convlab.conv2d(x, w, padding=1, groups=gr, algorithm=alg),
+             "dgrad": lambda x, g, w, gr, alg: convlab.conv2d_backward_data(g, w, x.shape, padding=1,
+                                                                            groups=gr, algorithm=alg),
+             "wgrad": lambda x, g, w, gr, alg: convlab.conv2d_backward_weight(x, g, w.shape, padding=1,
+                                                                              groups=gr, algorithm=alg)}
     names = set()
     for plugin in registry.plugins("forward") + registry.plugins("dgrad") + registry.plugins("wgrad"):
         groups = 4 if plugin.name == "depthwise" else 1
-        w = rng.standard_normal((4, 4 // groups, 3, 3)).astype(np.float32)
+        dtype = np.float32 if "float32" in plugin.dtypes else np.float16  # widen: half precision only
+        w = rng.standard_normal((4, 4 // groups, 3, 3)).astype(dtype)
         for op, call in cases.items():
             if plugin in registry.plugins(op):
                 with convlab.float32_precision("high"):  # tensor_core: float32 as TF32
-                    call(w, groups, plugin.name)
+                    call(x.astype(dtype), g.astype(dtype), w, groups, plugin.name)
                 names.add(plugin.name)
-    assert {"depthwise", "tensor_core", "implicit_gemm", "im2col", "col2im", "direct"} <= names
+    assert {"depthwise", "tensor_core", "implicit_gemm", "im2col", "col2im", "direct", "widen"} <= names
     keys = {}
     for kernel in launched:
         dispatcher = getattr(kernel, "dispatcher", kernel)

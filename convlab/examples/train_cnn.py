@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
 import statistics
 import time
 from pathlib import Path
@@ -249,7 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available)")
     parser.add_argument("--out", default=None, help="write the results JSON here")
     parser.add_argument("--figure", default=None, help="save the loss-curve figure here (needs matplotlib)")
+    parser.add_argument("--replot", default=None, metavar="JSON",
+                        help="train nothing: print the summary and draw --figure from a results JSON")
     args = parser.parse_args(argv)
+    if args.replot:
+        data = json.loads(Path(args.replot).read_text())
+        config = TrainConfig(**data["settings"])
+        seeds = sorted({run["seed"] for run in data["runs"]})
+        return _report(data, data["runs"], config, seeds, None, args.figure)
     device = args.device or default_device()
     tiny = args.tiny or (not args.full and torch.device(device).type != "cuda")
     config = TrainConfig.tiny() if tiny else TrainConfig()
@@ -258,26 +266,31 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {device_description(device)}; {'tiny' if tiny else 'full'} config: {config}", flush=True)
     runs = compare(args.seeds, config, device, tuple(args.backends),
                    progress=lambda line: print(line, flush=True))
-    data = results_json(runs, config, device)
+    return _report(results_json(runs, config, device), runs, config, args.seeds, args.out, args.figure)
+
+
+def _report(data: dict[str, Any], runs: list[dict[str, Any]], config: TrainConfig, seeds: list[int],
+            out: str | None, figure: str | None) -> int:
+    """Print the summary; write the results JSON (``out``) and the loss-curve figure (``figure``)."""
     from convlab.examples.training_report import plot_losses, summary_text
 
     print(summary_text(data["summary"]))
-    if args.out:
+    if out:
         from convlab.fileio import atomic_write_json
 
-        print(f"results: {atomic_write_json(args.out, data, indent=1)}")
-    if args.figure:
+        print(f"results: {atomic_write_json(out, data, indent=1)}")
+    if figure:
         from convlab.bench.plot import _plt
 
         plt = _plt()
         fig, ax = plt.subplots(figsize=(8, 4.8))
         plot_losses(ax, runs, data["summary"], title=f"ShapesNet on {data['torch_device']}\n"
                     f"{config.steps} steps, batch {config.batch}, {config.size}x{config.size}, "
-                    f"seeds {args.seeds}, algorithm={config.algorithm!r}")
+                    f"seeds {seeds}, algorithm={config.algorithm!r}")
         fig.tight_layout()
-        Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(args.figure, dpi=130)
-        print(f"figure: {args.figure}")
+        Path(figure).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(figure, dpi=130)
+        print(f"figure: {figure}")
     return 0
 
 

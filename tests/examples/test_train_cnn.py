@@ -124,6 +124,9 @@ def test_cli_writes_results_and_figure_for_the_cudnn_backend(tmp_path, capsys):
     assert data["summary"]["backends"]["cudnn"]["seeds"] == [0, 1]
     assert figure.stat().st_size > 5000
     assert "final loss, mean (min..max)" in capsys.readouterr().out
+    again = tmp_path / "f" / "replot.png"  # --replot: the summary and figure from the JSON, no training
+    assert train_cnn.main(["--replot", str(out), "--figure", str(again)]) == 0
+    assert again.stat().st_size > 5000 and "final loss, mean (min..max)" in capsys.readouterr().out
 
 
 def test_plot_overlays_one_line_per_seed_and_a_mean_per_backend():

@@ -5,8 +5,10 @@ Call path: arguments are checked and normalised here (PyTorch-style errors, befo
 padding resolved; unbatched (C, H, W) inputs get a batch of one; under ``torch.autocast`` floating
 inputs other than float64 are cast to the autocast dtype, as torch's own convolutions are). Then:
 
-- eager: an ``autograd.Function`` (the cheap path: no dispatcher round trip) whose forward and
+- eager, when autograd records the call (grad mode on and an operand requires grad): an
+  ``autograd.Function`` (cheaper than the dispatcher round trip of a custom op) whose forward and
   backward call convlab's ops through convlab.torch._core;
+- eager with nothing to differentiate (inference, ``torch.no_grad``): the _core call alone;
 - while ``torch.compile`` traces (``torch.compiler.is_compiling()``): the ``torch.ops.convlab.*``
   custom ops (convlab.torch._library), which run the same _core functions.
 
@@ -138,6 +140,12 @@ def _algorithm(op: str, algorithm: Any) -> str:
     return algorithm
 
 
+def _records_graph(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """True when autograd records this call: grad mode on and some operand requires grad."""
+    return torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
+                                        or (bias is not None and bias.requires_grad))
+
+
 # ---- the ops --------------------------------------------------------------------------------------------
 def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
            padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: str = "auto") -> torch.Tensor:
@@ -163,8 +171,10 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
         pd = _pair(padding, "padding", 0)
     if torch.compiler.is_compiling():
         y = _library.conv2d(input, weight, bias, st, pd, dl, groups, algorithm)
-    else:
+    elif _records_graph(input, weight, bias):
         y = _Conv2d.apply(input, weight, bias, st, pd, dl, groups, algorithm)
+    else:  # nothing to differentiate: the kernel call alone (autograd.Function.apply costs ~5 us)
+        y = _core.conv2d(input, weight, bias, st, pd, dl, groups, algorithm)
     return y.squeeze(0) if unbatched else y
 
 
@@ -185,8 +195,10 @@ def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     op, dl = _pair(output_padding, "output_padding", 0), _pair(dilation, "dilation", 1)
     if torch.compiler.is_compiling():
         y = _library.conv_transpose2d(input, weight, bias, st, pd, op, groups, dl, algorithm)
-    else:
+    elif _records_graph(input, weight, bias):
         y = _ConvTranspose2d.apply(input, weight, bias, st, pd, op, groups, dl, algorithm)
+    else:
+        y = _core.conv_transpose2d(input, weight, bias, st, pd, op, groups, dl, algorithm)
     return y.squeeze(0) if unbatched else y
 
 

@@ -274,7 +274,7 @@ def _tune_sweep(args: argparse.Namespace, tasks: list, limit: int) -> int:
                                      share_cache_dir=args.scheduler is None, progress=not args.quiet,
                                      echo=tqdm.write)
     sources = Counter(a["source"] for a in answers.values())
-    no_winner = sum(a["winner"] is None for a in answers.values())
+    no_winner = sum(a["winner"] is None and a["source"] != "unsupported" for a in answers.values())
     print(f"sweep: {len(tasks)} problems: " + ", ".join(f"{n} {s}" for s, n in sorted(sources.items()))
           + f", {len(failed)} failed, {no_winner} without a winner; {time.perf_counter() - start:.1f} s wall")
     files = sorted({a["cache_file"] for a in answers.values() if a["entry"] is not None})
@@ -305,8 +305,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"cleared {autotune.cache_path()}")
     failed = 0
     for task in tqdm(tasks, disable=None if not args.quiet else True, unit="problem"):
-        with settings.float32_precision(task.precision):
-            result = autotune.tune(task.problem, workspace_limit=limit, force=args.retune)
+        try:
+            with settings.float32_precision(task.precision):
+                result = autotune.tune(task.problem, workspace_limit=limit, force=args.retune)
+        except ValueError as exc:  # no plugin runs it (e.g. a dtype without a wgrad kernel): not a failure
+            tqdm.write(f"{task.entry.label:<32} {task.problem.op:<8} {task.dtype:<12} -> unsupported: {exc}")
+            continue
         failed += result.winner is None
         tqdm.write(f"{task.entry.label:<32} {task.problem.op:<8} {task.dtype:<12} -> {result.winner_label} "
                    f"({result.source}, {result.tuning_s:.3g} s)" + ("" if result.winner else f": {result.reason}"))

@@ -39,12 +39,17 @@ def tune_task(spec: dict[str, Any]) -> dict[str, Any]:
         if known is not None and tuner.stored(spec["key"]) is None:
             tuner.seed({spec["key"]: known})
         before = autotune.stats()["timed"]
-        result = autotune.tune(spec["problem"], workspace_limit=spec["workspace_limit"], force=spec["force"],
-                               timer=spec.get("timer"))
+        where = {"key": spec["key"], "cache_file": info["cache_file"], "worker": info["worker"],
+                 "device": info["device"], "entry": None, "winner": None, "tuning_s": 0.0, "timed": 0}
+        try:
+            result = autotune.tune(spec["problem"], workspace_limit=spec["workspace_limit"], force=spec["force"],
+                                   timer=spec.get("timer"))
+        except ValueError as exc:  # no plugin runs this problem (e.g. a dtype without a wgrad kernel)
+            return {**where, "source": "unsupported", "reason": str(exc)}
         entry = tuner.stored(result.key) if result.source == "tuned" else None
-    return {"key": result.key, "winner": result.winner_label, "source": result.source,
+    return {**where, "key": result.key, "winner": result.winner_label, "source": result.source,
             "tuning_s": result.tuning_s, "reason": result.reason, "timed": autotune.stats()["timed"] - before,
-            "entry": entry, "cache_file": info["cache_file"], "worker": info["worker"], "device": info["device"]}
+            "entry": entry}
 
 
 def sweep_tune(client: Any, tasks: list[Task], *, workspace_limit: int | None = None, force: bool = False,

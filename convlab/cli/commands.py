@@ -12,21 +12,12 @@ import os
 import sys
 from typing import Any
 
+from .errors import UsageError, missing_extra as _missing_extra  # noqa: F401  (UsageError: re-exported)
+
 #: The demo's problem. Simulator: every GEMM dimension 16 (so every plugin applies), a 3x1 kernel to keep
 #: it to a few seconds there. GPU: ResNet-50's 56x56 3x3 layer at batch 8, where times mean something.
 DEMO_SHAPES = {"simulator": {"x": [1, 16, 4, 4], "w": [16, 16, 3, 1], "padding": [1, 0]},
                "gpu": {"x": [8, 64, 56, 56], "w": [64, 64, 3, 3], "padding": 1}}
-
-
-class UsageError(ValueError):
-    """Bad command-line input: reported as ``convlab CMD: error: ...`` with exit status 2."""
-
-
-def _missing_extra(command: str, what: str, extra: str, exc: ImportError) -> int:
-    """Tell how to install an optional dependency (no traceback); exit status 1."""
-    print(f"convlab {command}: {what} is not installed ({exc.name or exc}); install it with:\n"
-          f"    pip install \"convlab[{extra}]\"", file=sys.stderr)
-    return 1
 
 
 def _shape_spec(args: argparse.Namespace) -> dict[str, Any]:
@@ -110,63 +101,6 @@ def _options(args: argparse.Namespace, ops: tuple[str, ...]) -> Any:
                         simulator_wall_clock=getattr(args, "simulator_wall_clock", False))
 
 
-def _sweeping(args: argparse.Namespace) -> bool:
-    """True for --workers / --scheduler; UsageError for sweep-only options without them."""
-    sweep = args.workers is not None or args.scheduler is not None
-    if not sweep and args.command == "bench" and (args.dtypes is not None or args.limit is not None):
-        raise UsageError("--dtypes and --limit are sweep options of bench: add --workers N (e.g. "
-                         "--workers 1) or --scheduler ADDRESS")
-    return sweep
-
-
-def _sweep_client(args: argparse.Namespace) -> Any:
-    """The Dask client of --workers / --scheduler (a context manager); None when Dask is missing."""
-    try:
-        import dask.distributed  # noqa: F401
-    except ImportError as exc:
-        _missing_extra(args.command, "dask.distributed, which sweeps need,", "distributed", exc)
-        return None
-    from convlab.sweep.cluster import client_for
-
-    return client_for(args.workers, args.scheduler, quiet=args.quiet)
-
-
-def _sweep_tasks(args: argparse.Namespace, suites: list) -> list:
-    from convlab.sweep import expand
-
-    tasks = expand(suites, args.ops, args.dtypes, args.limit)
-    if not tasks:
-        raise UsageError(f"no problem of {[s.name for s in suites]} has an op in {list(args.ops)}")
-    return tasks
-
-
-def _bench_sweep(args: argparse.Namespace, suites: list, opts: Any, stem: str) -> tuple[list, list] | None:
-    import time
-
-    from tqdm import tqdm
-
-    from convlab.bench import report
-    from convlab.sweep.bench import sweep_bench
-
-    tasks = _sweep_tasks(args, suites)
-    meta = {k: getattr(opts, k) for k in ("ops", "plugins", "all_configs", "warmup", "repeat", "max_seconds",
-                                          "workspace_limit", "auto", "seed", "simulator_wall_clock")}
-    meta.update(suites=[s.name for s in suites], dtypes=args.dtypes, limit=args.limit, no_torch=args.no_torch)
-    client = _sweep_client(args)
-    if client is None:
-        return None
-    start = time.perf_counter()
-    with client as c:
-        results, failed, resumed = sweep_bench(c, tasks, opts, out_dir=args.out, stem=stem, meta_settings=meta,
-                                               no_torch=args.no_torch, progress=not args.quiet,
-                                               echo=tqdm.write)
-    print(report.table(results))
-    print(f"sweep: {len(tasks)} problems ({resumed} from the journal of an interrupted run), "
-          f"{len(failed)} failed, {time.perf_counter() - start:.1f} s wall")
-    print(f"wrote {os.path.join(args.out, stem)}.json and .csv")
-    return results, failed
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     from convlab import runtime
     from convlab.bench import harness as bench
@@ -178,8 +112,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if runtime.SIMULATOR and not args.force:
         bench.check_simulator_size(suites, opts.ops)
     stem = args.name or "+".join(s.name for s in suites)
-    if _sweeping(args):
-        swept = _bench_sweep(args, suites, opts, stem)
+    from . import sweeps
+
+    if sweeps.sweeping(args):
+        swept = sweeps.bench_sweep(args, suites, opts, stem)
         if swept is None:
             return 1
         results, lost = swept
@@ -249,43 +185,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tune_sweep(args: argparse.Namespace, tasks: list, limit: int) -> int:
-    import time
-    from collections import Counter
-
-    from tqdm import tqdm
-
-    from convlab import runtime, settings
-    from convlab.autotune.cache import TuningCache
-    from convlab.sweep.tune import sweep_tune
-
-    client = _sweep_client(args)
-    if client is None:
-        return 1
-    start = time.perf_counter()
-    with client as c:
-        if args.clear_cache:  # this folder's files of the workers' devices; remote workers retune
-            from convlab.sweep.cluster import worker_info
-
-            for name in sorted({i["cache_file"] for i in c.run(worker_info).values()}):
-                TuningCache(settings.cache_dir() / name).clear()
-                print(f"cleared {settings.cache_dir() / name}")
-        answers, failed = sweep_tune(c, tasks, workspace_limit=limit, force=args.retune or args.clear_cache,
-                                     share_cache_dir=args.scheduler is None, progress=not args.quiet,
-                                     echo=tqdm.write)
-    sources = Counter(a["source"] for a in answers.values())
-    no_winner = sum(a["winner"] is None and a["source"] != "unsupported" for a in answers.values())
-    print(f"sweep: {len(tasks)} problems: " + ", ".join(f"{n} {s}" for s, n in sorted(sources.items()))
-          + f", {len(failed)} failed, {no_winner} without a winner; {time.perf_counter() - start:.1f} s wall")
-    files = sorted({a["cache_file"] for a in answers.values() if a["entry"] is not None})
-    if runtime.SIMULATOR and not files:
-        print("nothing was written: on the simulator the autotuner picks by declared priority and caches "
-              "nothing (tune on a GPU to fill the cache)")
-    for name in files:
-        print(f"cache: {settings.cache_dir() / name}")
-    return 1 if failed or no_winner else 0
-
-
 def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -297,9 +196,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     autotune = bench._autotune()
     if autotune is None:
         raise UsageError("the autotuner (convlab.autotune) is not installed: 'auto' picks by priority")
-    tasks = _sweep_tasks(args, suites)
-    if _sweeping(args):
-        return _tune_sweep(args, tasks, limit)
+    from . import sweeps
+
+    tasks = sweeps.tasks(args, suites)
+    if sweeps.sweeping(args):
+        return sweeps.tune_sweep(args, tasks, limit)
     if args.clear_cache:
         autotune.clear_cache()
         print(f"cleared {autotune.cache_path()}")

@@ -53,7 +53,7 @@ def gpu_ids(n: int) -> list[str | None]:
 def worker_command(scheduler: str, name: str, local_dir: str) -> list[str]:
     """The ``dask worker`` command line of one GPU worker (what the README tells cluster users)."""
     return [sys.executable, "-m", "dask", "worker", scheduler, "--nthreads", "1", "--nworkers", "1",
-            "--resources", "GPU=1", "--name", name, "--no-dashboard", "--memory-limit", "0",
+            "--resources", "GPU=1", "--name", name, "--no-dashboard", "--memory-limit", "0", "--death-timeout", "60",
             "--local-directory", local_dir]
 
 

@@ -121,14 +121,14 @@ def test_workers_without_a_shared_folder_fill_the_clients_cache(cluster, tmp_pat
 
 
 def test_bench_sweep_one_report_and_resume_from_the_journal(cluster, tmp_path):
-    tasks = expand([load_suite("tiny")], ("forward",), ("float32", "float16"), 2)
+    tasks = expand([load_suite("tiny")], ("forward",), ("float32", "float64"), 2)
     opts = BenchOptions(ops=("forward",), auto=False)
     meta = {"case": "resume"}
     seen = []
 
     def interrupt(line: str) -> None:
         seen.append(line)
-        if len(seen) == 2:
+        if len(seen) == 1:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -136,7 +136,7 @@ def test_bench_sweep_one_report_and_resume_from_the_journal(cluster, tmp_path):
                     progress=False, echo=interrupt)
     journal = Journal(tmp_path / "s.journal.jsonl", meta)
     first = journal.load()
-    assert len(first) >= 2
+    assert 1 <= len(first) < len(tasks)
     with open(journal.path, "a") as handle:
         handle.write('{"task": "torn')  # a crash mid-append
     results, failed, resumed = sweep_bench(cluster, tasks, opts, out_dir=str(tmp_path), stem="s",

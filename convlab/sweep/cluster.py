@@ -75,7 +75,7 @@ def local_cluster(n: int, *, quiet: bool = False) -> Iterator[Any]:
                 log = open(os.path.join(folder, f"worker{i}.log"), "wb")
                 with log:
                     procs.append(subprocess.Popen(worker_command(cluster.scheduler_address, f"gpu{i}",
-                                                                 folder), env=env, stdout=log,
+                                                                 folder), env=env, stdin=subprocess.DEVNULL, stdout=log,
                                                   stderr=subprocess.STDOUT))
             with Client(cluster) as client:
                 client.wait_for_workers(n, timeout=START_TIMEOUT)

@@ -92,7 +92,8 @@ class Journal:
 
 def sweep_bench(client: Any, tasks: list[Task], opts: Any, *, out_dir: str, stem: str,
                 meta_settings: dict[str, Any], no_torch: bool = False, progress: bool = True,
-                echo: Callable[[str], None] | None = None) -> tuple[list[Any], list[tuple[Task, str]], int]:
+                echo: Callable[[str], None] | None = None, timeout: float | None = None
+                ) -> tuple[list[Any], list[tuple[Task, str]], int]:
     """Benchmark ``tasks`` on the workers of ``client`` into ``out_dir/stem.json|.csv``; returns the
     ProblemResults in task order, the failed tasks, and how many were taken from the journal."""
     from convlab.bench import report
@@ -119,7 +120,8 @@ def sweep_bench(client: Any, tasks: list[Task], opts: Any, *, out_dir: str, stem
 
     if done:
         report.write(out_dir, stem, report.to_json(meta, [results[i] for i in order if i in results]))
-    failed = run_tasks(client, bench_task, specs, finished, progress=progress, unit="problem")
+    failed = run_tasks(client, bench_task, specs, finished, progress=progress, unit="problem",
+                       timeout=timeout)
     if not failed:
         journal.remove()
     return [results[i] for i in order if i in results], failed, len(done)

@@ -2,15 +2,16 @@
 
 Local (``--workers N``)::
 
-    scheduler   distributed.LocalCluster(n_workers=0) in this process (no dashboard)
+    python -m dask scheduler --host 127.0.0.1 --port 0 --scheduler-file DIR/scheduler.json
     for i in range(N):                                   one OS process each, started like on a cluster:
-        python -m dask worker SCHEDULER --nthreads 1 --resources GPU=1 --name gpu<i>
+        python -m dask worker --scheduler-file DIR/scheduler.json --nthreads 1 --resources GPU=1 --name gpu<i>
             env CUDA_VISIBLE_DEVICES=<the i-th visible GPU>   (GPU machines; none on the simulator)
 
 Each worker is started as its own ``dask worker`` command (not a LocalCluster worker) because the GPU pin
 must be in the environment before the worker process imports convlab (whose import probes the CUDA
 driver): a LocalCluster's workers are spawned from this process and would re-import the ``convlab``
-console script first. Every worker has a nanny, which restarts a worker process that dies; the
+console script first. The scheduler is a process of its own too, so that nothing this process does
+(its other threads, the simulator's kernels in a test) can stall it. Every worker has a nanny, which restarts a worker process that dies; the
 scheduler then runs its task again elsewhere. The workers inherit this process's environment, so
 ``CONVLAB_*`` settings and the kernel cache folder are the same as a single-process run.
 
@@ -25,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any, Iterator
 
 #: Seconds to wait for the workers of a local cluster (numba's import dominates a worker's start).
@@ -50,54 +52,71 @@ def gpu_ids(n: int) -> list[str | None]:
     return ids[:n]
 
 
-def worker_command(scheduler: str, name: str, local_dir: str) -> list[str]:
+def worker_command(scheduler_file: str, name: str, local_dir: str) -> list[str]:
     """The ``dask worker`` command line of one GPU worker (what the README tells cluster users)."""
-    return [sys.executable, "-m", "dask", "worker", scheduler, "--nthreads", "1", "--nworkers", "1",
+    return [sys.executable, "-m", "dask", "worker", "--scheduler-file", scheduler_file, "--nthreads", "1",
+            "--nworkers", "1",
             "--resources", "GPU=1", "--name", name, "--no-dashboard", "--memory-limit", "0", "--death-timeout", "60",
             "--local-directory", local_dir]
 
 
+def _start(cmd: list[str], log_path: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    with open(log_path, "wb") as log:  # stdin from /dev/null: never a pipe of the caller (pytest-xdist's)
+        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _wait_for_file(path: str, proc: subprocess.Popen, timeout: float) -> None:
+    start = time.monotonic()
+    while not os.path.exists(path):
+        if proc.poll() is not None or time.monotonic() - start > timeout:
+            raise RuntimeError(f"the Dask scheduler did not start (see {os.path.dirname(path)}/scheduler.log)")
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def local_cluster(n: int, *, quiet: bool = False) -> Iterator[Any]:
-    """A ``distributed.Client`` on a scheduler in this process with ``n`` pinned worker processes."""
-    from dask.distributed import Client, LocalCluster
+    """A ``distributed.Client`` on a ``dask scheduler`` process with ``n`` pinned worker processes (all
+    three kinds of process started like on a cluster, so none of them shares this process's state)."""
+    from dask.distributed import Client
 
     gpus = gpu_ids(n)
     folder = tempfile.mkdtemp(prefix="convlab-sweep-")
+    address_file = os.path.join(folder, "scheduler.json")
     procs: list[subprocess.Popen] = []
     ok = False
-    with LocalCluster(n_workers=0, processes=True, host="127.0.0.1", dashboard_address=None) as cluster:
-        try:
-            for i, gpu in enumerate(gpus):
-                env = dict(os.environ)
-                if gpu is not None:
-                    env["CUDA_VISIBLE_DEVICES"] = gpu
-                log = open(os.path.join(folder, f"worker{i}.log"), "wb")
-                with log:
-                    procs.append(subprocess.Popen(worker_command(cluster.scheduler_address, f"gpu{i}",
-                                                                 folder), env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                                  stderr=subprocess.STDOUT))
-            with Client(cluster) as client:
-                client.wait_for_workers(n, timeout=START_TIMEOUT)
-                if not quiet:
-                    print(f"local cluster: {n} worker process(es) "
-                          + (f"on GPUs {','.join(gpus)}" if gpus[0] is not None else "(CUDA simulator)")
-                          + f", scheduler {cluster.scheduler_address}", flush=True)
-                yield client
-            ok = True
-        finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-            if ok:
-                shutil.rmtree(folder, ignore_errors=True)
-            else:
-                print(f"sweep: the worker logs are in {folder}", file=sys.stderr)
+    try:
+        procs.append(_start([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+                             "--no-dashboard", "--scheduler-file", address_file],
+                            os.path.join(folder, "scheduler.log")))
+        _wait_for_file(address_file, procs[0], START_TIMEOUT)
+        time.sleep(0.2)  # the file is written whole right after creation
+        for i, gpu in enumerate(gpus):
+            env = dict(os.environ)
+            if gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = gpu
+            procs.append(_start(worker_command(address_file, f"gpu{i}", folder),
+                                os.path.join(folder, f"worker{i}.log"), env))
+        with Client(scheduler_file=address_file, timeout=START_TIMEOUT) as client:
+            client.wait_for_workers(n, timeout=START_TIMEOUT)
+            if not quiet:
+                print(f"local cluster: {n} worker process(es) "
+                      + (f"on GPUs {','.join(gpus)}" if gpus[0] is not None else "(CUDA simulator)")
+                      + f", scheduler {client.scheduler.address}", flush=True)
+            yield client
+        ok = True
+    finally:
+        for p in reversed(procs):  # workers first, the scheduler last
+            p.terminate()
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if ok:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            print(f"sweep: the scheduler and worker logs are in {folder}", file=sys.stderr)
 
 
 @contextlib.contextmanager

@@ -4,7 +4,7 @@ A sweep is a list of :class:`Task` (suite, shape, op, dtype and float32 precisio
 
     tasks = expand(suites, ops, dtypes, limit)                 # in suite order, already-done ones dropped
     for task in tasks:  client.submit(fn, spec(task), resources={"GPU": 1}, retries=RETRIES)
-    for future in as_completed(futures):                      # progress bar over the whole sweep
+    for future in as_completed(futures, timeout=timeout):                      # progress bar over the whole sweep
         on_done(task, future.result())                        # the caller merges / journals the result
 
 ``fn`` runs on a worker inside :func:`applied`: the client's key policy, deterministic mode, float32
@@ -108,11 +108,12 @@ def applied(spec: dict[str, Any], precision: str) -> Iterator[None]:
 
 
 def run_tasks(client: Any, fn: Callable[[dict], dict], specs: list[tuple[Task, dict]],
-              on_done: Callable[[Task, dict], None], *, progress: bool = True, unit: str = "task"
-              ) -> list[tuple[Task, str]]:
+              on_done: Callable[[Task, dict], None], *, progress: bool = True, unit: str = "task",
+              timeout: float | None = None) -> list[tuple[Task, str]]:
     """Submit ``fn(spec)`` per task (one GPU each) and call ``on_done`` as each finishes, under a progress
     bar; returns the (task, error) of the tasks that failed. Interrupted: the pending tasks are
-    cancelled (what finished was already handed to ``on_done``)."""
+    cancelled (what finished was already handed to ``on_done``). ``timeout``: seconds for the whole sweep,
+    then TimeoutError."""
     from dask.distributed import as_completed
     from tqdm import tqdm
 
@@ -122,7 +123,7 @@ def run_tasks(client: Any, fn: Callable[[dict], dict], specs: list[tuple[Task, d
     try:
         with tqdm(total=len(futures), disable=None if progress else True, unit=unit,
                   dynamic_ncols=True) as bar:
-            for future in as_completed(futures):
+            for future in as_completed(futures, timeout=timeout):
                 task = futures[future]
                 try:
                     value = future.result()

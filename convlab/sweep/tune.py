@@ -54,7 +54,8 @@ def tune_task(spec: dict[str, Any]) -> dict[str, Any]:
 
 def sweep_tune(client: Any, tasks: list[Task], *, workspace_limit: int | None = None, force: bool = False,
                share_cache_dir: bool = True, timer: Callable | None = None, progress: bool = True,
-               echo: Callable[[str], None] | None = None) -> tuple[dict[str, dict], list[tuple[Task, str]]]:
+               echo: Callable[[str], None] | None = None, timeout: float | None = None
+                ) -> tuple[dict[str, dict], list[tuple[Task, str]]]:
     """Tune ``tasks`` on the workers of ``client``; returns ({task id: the worker's answer}, failures).
 
     ``share_cache_dir``: the workers write into this process's cache folder (a local cluster, or a
@@ -84,5 +85,6 @@ def sweep_tune(client: Any, tasks: list[Task], *, workspace_limit: int | None = 
                  f"({answer['source']}, {answer['tuning_s']:.3g} s, {answer['worker']})"
                  + ("" if answer["winner"] else f": {answer['reason']}"))
 
-    failed = run_tasks(client, tune_task, specs, done, progress=progress, unit="problem")
+    failed = run_tasks(client, tune_task, specs, done, progress=progress, unit="problem",
+                       timeout=timeout)
     return answers, failed

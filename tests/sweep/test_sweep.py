@@ -27,6 +27,7 @@ from convlab.sweep.cluster import local_cluster  # noqa: E402
 from convlab.sweep.tune import sweep_tune  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+LIMIT_S = 240  # a stalled sweep fails (TimeoutError) instead of hanging the suite
 
 
 def FakeTimer(marker: str | None = None, kill_after: int = 0, forbid: bool = False):
@@ -95,7 +96,8 @@ def test_two_workers_tune_like_one_process_survive_a_killed_worker_and_retime_no
 
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "sweep"))
     marker = tmp_path / "killed.json"
-    answers, failed = sweep_tune(cluster, tasks, timer=FakeTimer(str(marker), kill_after=2), progress=False)
+    answers, failed = sweep_tune(cluster, tasks, timer=FakeTimer(str(marker), kill_after=2), progress=False,
+                                 timeout=LIMIT_S)
     assert failed == [] and marker.exists(), "a worker should have died mid-sweep and its task run again"
     stored = _disk_entries(tmp_path / "sweep")
     assert {k: e["winner"] for k, e in stored.items()} == single
@@ -104,7 +106,8 @@ def test_two_workers_tune_like_one_process_survive_a_killed_worker_and_retime_no
     assert len(before_kill) >= 2
     assert all(stored[k]["written_at"] == t for k, t in before_kill.items()), "a finished entry was lost"
 
-    again, failed = sweep_tune(cluster, tasks, timer=FakeTimer(forbid=True), progress=False)
+    again, failed = sweep_tune(cluster, tasks, timer=FakeTimer(forbid=True), progress=False,
+                                 timeout=LIMIT_S)
     assert failed == []
     assert {a["source"] for a in again.values()} == {"cache"} and sum(a["timed"] for a in again.values()) == 0
     assert _disk_entries(tmp_path / "sweep") == stored
@@ -113,7 +116,8 @@ def test_two_workers_tune_like_one_process_survive_a_killed_worker_and_retime_no
 def test_workers_without_a_shared_folder_fill_the_clients_cache(cluster, tmp_path, monkeypatch):
     tasks = _tasks(ops=("wgrad",), limit=2)
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "client"))
-    answers, failed = sweep_tune(cluster, tasks, share_cache_dir=False, timer=FakeTimer(), progress=False)
+    answers, failed = sweep_tune(cluster, tasks, share_cache_dir=False, timer=FakeTimer(), progress=False,
+                                 timeout=LIMIT_S)
     assert failed == [] and {a["source"] for a in answers.values()} <= {"tuned", "cache"}
     stored = _disk_entries(tmp_path / "client")
     assert set(stored) == {a["key"] for a in answers.values()}
@@ -133,14 +137,15 @@ def test_bench_sweep_one_report_and_resume_from_the_journal(cluster, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         sweep_bench(cluster, tasks, opts, out_dir=str(tmp_path), stem="s", meta_settings=meta, no_torch=True,
-                    progress=False, echo=interrupt)
+                    progress=False, echo=interrupt, timeout=LIMIT_S)
     journal = Journal(tmp_path / "s.journal.jsonl", meta)
     first = journal.load()
     assert 1 <= len(first) < len(tasks)
     with open(journal.path, "a") as handle:
         handle.write('{"task": "torn')  # a crash mid-append
     results, failed, resumed = sweep_bench(cluster, tasks, opts, out_dir=str(tmp_path), stem="s",
-                                           meta_settings=meta, no_torch=True, progress=False)
+                                           meta_settings=meta, no_torch=True, progress=False,
+                                 timeout=LIMIT_S)
     assert failed == [] and resumed == len(first) and not journal.path.exists()
     assert [f"{r.suite}|{r.label}|{r.op}|{r.problem['dtype']}" for r in results] == [t.id for t in tasks]
     data = json.loads((tmp_path / "s.json").read_text())

@@ -20,8 +20,9 @@ from typing import Any, Callable
 import numpy as np
 
 
-def _driver_has_gpu() -> bool:
-    """True when a CUDA driver loads and reports at least one device."""
+def driver_gpu_count() -> int:
+    """The number of GPUs the CUDA driver reports (0 without a driver), probed with ``ctypes`` (no
+    context is created)."""
     for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
             lib = ctypes.CDLL(name)
@@ -29,12 +30,17 @@ def _driver_has_gpu() -> bool:
             continue
         try:
             if lib.cuInit(0) != 0:
-                return False
+                return 0
             count = ctypes.c_int(0)
-            return lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+            return count.value if lib.cuDeviceGetCount(ctypes.byref(count)) == 0 else 0
         except (AttributeError, OSError):
-            return False
-    return False
+            return 0
+    return 0
+
+
+def _driver_has_gpu() -> bool:
+    """True when a CUDA driver loads and reports at least one device."""
+    return driver_gpu_count() > 0
 
 
 def _choose_simulator() -> None:

@@ -230,6 +230,27 @@ class TuningCache:
                 self._warn(f"cannot write {self.path} ({exc}); keeping results in memory only")
                 return False
 
+    def merge(self, entries: dict[str, dict]) -> int:
+        """Merge entries as stored elsewhere (another process's or machine's file, ``written_at``
+        kept) into memory and the file, under the lock, keeping whichever of two entries for one key
+        was written later; returns how many changed the file (0: nothing is written)."""
+        with self._lock:
+            try:
+                with self._file_lock():
+                    disk = self._read_disk()
+                    newer = {k: v for k, v in entries.items()
+                             if v.get("written_at", 0) > disk.get(k, {}).get("written_at", -1)}
+                    if newer:
+                        disk.update(newer)
+                        self._write_atomic(disk)
+                        self._stamp = self._file_stamp()
+                    self._entries.update(disk)
+                return len(newer)
+            except OSError as exc:
+                self._warn(f"cannot write {self.path} ({exc}); keeping results in memory only")
+                self._entries.update(entries)
+                return 0
+
     def clear(self, *, memory: bool = True, disk: bool = True) -> None:
         """Forget the entries in memory and/or delete the file."""
         with self._lock:

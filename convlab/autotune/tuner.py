@@ -169,6 +169,17 @@ def _store(result: TuneResult, cands: list[Candidate], prints: dict[str, str]) -
     _cache().put(result.key, entry)
 
 
+def stored(key: str) -> dict | None:
+    """The entry this device's cache holds under a tuning ``key`` (as written, ``written_at``
+    included), or None."""
+    return _cache().get(key)
+
+
+def seed(entries: dict[str, dict]) -> int:
+    """Merge entries from another copy of this device's cache file (see ``TuningCache.merge``)."""
+    return _cache().merge(entries)
+
+
 def remembered(key: tuple) -> TuneResult | None:
     """This process's last result under a :func:`memo_key` (what ``choose`` answers from)."""
     return _decisions.get(key)

@@ -237,6 +237,16 @@ def bench_problem(suite: str, entry: SuiteEntry, problem: Problem, opts: BenchOp
     return res
 
 
+def bench_safely(suite: str, entry: SuiteEntry, problem: Problem, opts: BenchOptions,
+                 cudnn: Cudnn | None = None, on_step: Callable[[str], None] | None = None) -> ProblemResult:
+    """:func:`bench_problem`, with a failure to set the problem up recorded as its ``error``."""
+    try:
+        return bench_problem(suite, entry, problem, opts, cudnn, on_step)
+    except Exception as exc:  # recorded; a run goes on with the next problem
+        return ProblemResult(suite, entry.label, entry.kind, problem.op, problem.to_dict(), problem.flops,
+                             problem.bytes, error=f"{type(exc).__name__}: {exc}"[:500])
+
+
 def check_simulator_size(suites: Iterable[Suite], ops: Iterable[str]) -> None:
     """ValueError when a suite is too large for the simulator (use the 'tiny' suite there)."""
     for suite in suites:
@@ -262,12 +272,8 @@ def run(suites: Iterable[Suite], opts: BenchOptions, cudnn: Cudnn | None = None,
               dynamic_ncols=True) as bar:
         for i, (suite, entry, problem) in enumerate(work):
             bar.set_description(f"{entry.label} {problem.op}"[:48])
-            try:
-                res = bench_problem(suite, entry, problem, opts, cudnn,
-                                    on_step=lambda s: bar.set_postfix_str(s[:32], refresh=True))
-            except Exception as exc:  # recorded; the run goes on with the next problem
-                res = ProblemResult(suite, entry.label, entry.kind, problem.op, problem.to_dict(),
-                                    problem.flops, problem.bytes, error=f"{type(exc).__name__}: {exc}"[:500])
+            res = bench_safely(suite, entry, problem, opts, cudnn,
+                               on_step=lambda s: bar.set_postfix_str(s[:32], refresh=True))
             results.append(res)
             if on_result is not None:
                 on_result(res)

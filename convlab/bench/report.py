@@ -56,6 +56,17 @@ class ProblemResult:
     cudnn: CandidateResult | None = None
     best: str | None = None
     error: str = ""  # set when the problem itself could not be set up (operands, reference)
+    worker: str = ""  # sweeps (convlab.sweep): the Dask worker that ran it, and its device
+    device: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ProblemResult":
+        """The inverse of ``dataclasses.asdict`` (a results file's or a sweep journal's record)."""
+        known = {f.name for f in fields(cls)}
+        res = cls(**{k: v for k, v in data.items() if k in known})
+        res.candidates = [CandidateResult.from_dict(c) for c in data.get("candidates", [])]
+        res.cudnn = CandidateResult.from_dict(data["cudnn"]) if data.get("cudnn") else None
+        return res
 
 
 def rank(res: ProblemResult) -> None:
@@ -83,15 +94,18 @@ def summary(res: ProblemResult) -> str:
     return text
 
 
-_PROBLEM_COLS = ("suite", "label", "kind", "op", "flops", "bytes", "reference")
+_PROBLEM_COLS = ("suite", "label", "kind", "op", "flops", "bytes", "reference", "worker", "device")
 _SHAPE_COLS = ("dtype", "x", "w", "stride", "padding", "dilation", "groups", "bias")
 _ROW_COLS = tuple(f.name for f in fields(CandidateResult))
 
 
-def metadata(settings: dict[str, Any], extra_versions: dict[str, str] | None = None) -> dict[str, Any]:
-    """Device, versions and date for a results file."""
+def metadata(settings: dict[str, Any], extra_versions: dict[str, str] | None = None,
+             device: tuple[str, list[int]] | None = None) -> dict[str, Any]:
+    """Device, versions and date for a results file (``device``: (name, compute capability) of the
+    machines that ran it, when not this process's device, as in a sweep)."""
+    name, cc = device or (runtime.device_name(), list(runtime.compute_capability()))
     meta = {"format": FORMAT, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "device": runtime.device_name(), "compute_capability": list(runtime.compute_capability()),
+            "device": name, "compute_capability": cc,
             "simulator": runtime.SIMULATOR,
             "versions": {"convlab": __version__, **runtime.versions(), **(extra_versions or {})},
             "settings": settings}
@@ -108,7 +122,7 @@ def csv_rows(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Flat rows (one per problem and candidate) from results in their JSON form."""
     rows = []
     for res in results:
-        base = {k: res[k] for k in _PROBLEM_COLS}
+        base = {k: res.get(k, "") for k in _PROBLEM_COLS}
         base.update({k: res["problem"][k] for k in _SHAPE_COLS})
         for k in ("x", "w", "stride", "padding", "dilation"):
             base[k] = "x".join(map(str, base[k]))

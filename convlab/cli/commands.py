@@ -12,21 +12,12 @@ import os
 import sys
 from typing import Any
 
+from .errors import UsageError, missing_extra as _missing_extra  # noqa: F401  (UsageError: re-exported)
+
 #: The demo's problem. Simulator: every GEMM dimension 16 (so every plugin applies), a 3x1 kernel to keep
 #: it to a few seconds there. GPU: ResNet-50's 56x56 3x3 layer at batch 8, where times mean something.
 DEMO_SHAPES = {"simulator": {"x": [1, 16, 4, 4], "w": [16, 16, 3, 1], "padding": [1, 0]},
                "gpu": {"x": [8, 64, 56, 56], "w": [64, 64, 3, 3], "padding": 1}}
-
-
-class UsageError(ValueError):
-    """Bad command-line input: reported as ``convlab CMD: error: ...`` with exit status 2."""
-
-
-def _missing_extra(command: str, what: str, extra: str, exc: ImportError) -> int:
-    """Tell how to install an optional dependency (no traceback); exit status 1."""
-    print(f"convlab {command}: {what} is not installed ({exc.name or exc}); install it with:\n"
-          f"    pip install \"convlab[{extra}]\"", file=sys.stderr)
-    return 1
 
 
 def _shape_spec(args: argparse.Namespace) -> dict[str, Any]:
@@ -126,9 +117,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if runtime.SIMULATOR and not args.force:
         bench.check_simulator_size(suites, opts.ops)
     stem = args.name or "+".join(s.name for s in suites)
-    results = _run_bench(args, suites, opts, stem)
+    from . import sweeps
+
+    if sweeps.sweeping(args):
+        swept = sweeps.bench_sweep(args, suites, opts, stem)
+        if swept is None:
+            return 1
+        results, lost = swept
+    else:
+        results, lost = _run_bench(args, suites, opts, stem), []
     failed = any(res.error or any(r.status in ("wrong", "error") for r in res.candidates) for res in results)
-    return 1 if failed else 0
+    return 1 if failed or lost else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -194,7 +193,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from convlab import settings
+    from convlab import runtime, settings
     from convlab.bench import harness as bench
 
     suites = _suites(args, None)
@@ -202,20 +201,27 @@ def cmd_tune(args: argparse.Namespace) -> int:
     autotune = bench._autotune()
     if autotune is None:
         raise UsageError("the autotuner (convlab.autotune) is not installed: 'auto' picks by priority")
+    from . import sweeps
+
+    tasks = sweeps.tasks(args, suites)
+    if sweeps.sweeping(args):
+        return sweeps.tune_sweep(args, tasks, limit)
     if args.clear_cache:
         autotune.clear_cache()
         print(f"cleared {autotune.cache_path()}")
-    work = [(e, p) for s in suites for e, p in s.problems(args.ops)]
     failed = 0
-    for entry, problem in tqdm(work, disable=None if not args.quiet else True, unit="problem"):
-        result = autotune.tune(problem, workspace_limit=limit, force=args.retune)
+    for task in tqdm(tasks, disable=None if not args.quiet else True, unit="problem"):
+        try:
+            with settings.float32_precision(task.precision):
+                result = autotune.tune(task.problem, workspace_limit=limit, force=args.retune)
+        except ValueError as exc:  # no plugin runs it (e.g. a dtype without a wgrad kernel): not a failure
+            tqdm.write(f"{task.entry.label:<32} {task.problem.op:<8} {task.dtype:<12} -> unsupported: {exc}")
+            continue
         failed += result.winner is None
-        tqdm.write(f"{entry.label:<32} {problem.op:<8} -> {result.winner_label} ({result.source}, "
-                   f"{result.tuning_s:.3g} s)" + ("" if result.winner else f": {result.reason}"))
+        tqdm.write(f"{task.entry.label:<32} {task.problem.op:<8} {task.dtype:<12} -> {result.winner_label} "
+                   f"({result.source}, {result.tuning_s:.3g} s)" + ("" if result.winner else f": {result.reason}"))
         if args.verbose:
             tqdm.write(str(result))
-    from convlab import runtime
-
     if runtime.SIMULATOR:
         print("nothing was written: on the simulator the autotuner picks by declared priority and caches "
               "nothing (tune on a GPU to fill the cache)")

@@ -77,6 +77,25 @@ def op_list(text: str) -> tuple[str, ...]:
     return ops
 
 
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {text!r}")
+    return value
+
+
+def dtype_list(text: str) -> tuple[str, ...]:
+    from convlab.sweep.core import parse_dtypes
+
+    try:
+        return parse_dtypes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def algorithm(text: str) -> str | tuple[str, str]:
     """'auto', a plugin name, or NAME[CONFIG] (as ``explain`` prints it, e.g. 'im2col[BK=8, BM=64]')."""
     text = text.strip()
@@ -112,6 +131,8 @@ _EPILOG = """examples:
   convlab bench --x 16,64,56,56 --w 64,64,3,3 --padding 1 --plugins direct
   convlab plot results/h200/burn.json -o results/h200/plots
   convlab tune --suite resnet50
+  convlab tune --suite resnet50 --dtypes float32,float16,bfloat16 --workers 2     one process per GPU
+  convlab tune --suite resnet50 --scheduler tcp://host:8786                      an existing Dask cluster
   convlab check direct
 On a machine without a GPU kernels run on Numba's CUDA simulator: commands then use tiny problems and no
 time is measured."""
@@ -131,6 +152,20 @@ def _bench_args(p: argparse.ArgumentParser, ops_default: tuple[str, ...]) -> Non
     p.add_argument("--batch", type=int, default=None, metavar="N",
                    help="run the suites' layers at batch N (suite names get a _bN suffix)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    g = p.add_argument_group("sweeps on several GPUs or a cluster (Dask: pip install 'convlab[distributed]')")
+    where = g.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=positive, default=None, metavar="N",
+                       help="a local cluster of N worker processes, one per GPU (CUDA_VISIBLE_DEVICES "
+                            "pinned; on the simulator N simulator workers)")
+    where.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="an existing Dask cluster, e.g. tcp://host:8786 (one 'dask worker --nthreads 1 "
+                            "--resources GPU=1' per GPU)")
+    g.add_argument("--dtypes", type=dtype_list, default=None, metavar="LIST",
+                   help="run every shape in these dtypes: float32,float16,bfloat16,float64, and float32+high "
+                        "(float32 under precision 'high': TF32 allowed) (default: the suite's; bench: "
+                        "sweeps only)")
+    g.add_argument("--limit", type=positive, default=None, metavar="K",
+                   help="only the first K shapes of each suite (bench: sweeps only)")
     _add_shape(p, required=False)
     _common(p)
 

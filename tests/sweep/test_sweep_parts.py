@@ -1,0 +1,70 @@
+"""The parts of convlab.sweep that need no cluster: tasks, dtypes, the journal, the cache merge, the
+command-line checks."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from convlab.autotune.cache import TuningCache
+from convlab.bench.suite import load_suite
+from convlab.cli import parser as cli
+from convlab.sweep import expand, parse_dtypes
+from convlab.sweep.bench import Journal
+
+
+def test_expand_limits_shapes_and_crosses_dtypes_and_precision():
+    tiny = load_suite("tiny")
+    tasks = expand([tiny], ("forward", "wgrad"), ("float16", "float32+high", "float32"), limit=2)
+    assert len(tasks) == 2 * 2 * 3 and len({t.id for t in tasks}) == len(tasks)
+    assert [(t.problem.dtype, t.precision, t.dtype) for t in tasks[:3]] == [
+        ("float16", "highest", "float16"), ("float32", "high", "float32+high"), ("float32", "highest", "float32")]
+    assert {t.entry.label for t in tasks} == {e.label for e in tiny.entries[:2]}
+    assert len(expand([tiny])) == len(tiny.problems())
+
+
+def test_parse_dtypes_names_the_allowed_tokens():
+    assert parse_dtypes("float32, bfloat16") == ("float32", "bfloat16")
+    with pytest.raises(ValueError, match="float32\\+high"):
+        parse_dtypes("float8")
+
+
+def test_journal_keeps_finished_results_and_drops_other_settings_and_torn_lines(tmp_path):
+    journal = Journal(tmp_path / "j.jsonl", {"repeat": 3})
+    journal.start({})
+    journal.append("a", {"label": "x"})
+    with open(journal.path, "a") as handle:
+        handle.write('{"task": "b", "res')
+    assert journal.load() == {"a": {"label": "x"}}
+    assert Journal(tmp_path / "j.jsonl", {"repeat": 4}).load() == {}
+
+
+def test_cache_merge_keeps_the_later_entry_and_writes_nothing_when_nothing_is_new(tmp_path):
+    path = tmp_path / "autotune-x-sm90.json"
+    cache = TuningCache(path)
+    cache.put("k1", {"winner": "a"})
+    mine = cache.get("k1")
+    assert cache.merge({"k1": dict(mine, winner="old", written_at=mine["written_at"] - 1)}) == 0
+    assert cache.merge({"k1": mine}) == 0
+    assert cache.merge({"k2": {"winner": "b", "written_at": 5.0}, "k1": dict(mine, winner="new",
+                                                                             written_at=mine["written_at"] + 1)}) == 2
+    entries = json.loads(path.read_text())["entries"]
+    assert entries["k1"]["winner"] == "new" and entries["k2"]["winner"] == "b"
+    assert TuningCache(path).get("k2")["winner"] == "b"
+
+
+def test_cli_sweep_options_are_checked(capsys):
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["tune", "--workers", "0"])
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["tune", "--workers", "2", "--scheduler", "tcp://x:1"])
+    assert cli.main(["bench", "--suite", "tiny", "--dtypes", "float16"]) == 2
+    assert "sweep options" in capsys.readouterr().err
+
+
+def test_import_convlab_does_not_import_dask():
+    import subprocess
+
+    code = "import sys, convlab, convlab.cli.parser; print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue #15 on a 2-GPU machine (device kind nvidia-h200-x2): the ResNet-50 + Burn tuning sweep with
+# --workers 1 and with --workers 2 into separate tuning caches, wall times, picks compared.
+# Usage (device tool; dask is not in the GPU image: carry wheels, see the report of branch dask):
+#   source .whl/use-wheels.sh && bash tools/sweep_x2.sh
+# Knobs (environment), defaults sized for ~8 minutes of GPU wall time in all:
+#   SUITES   "resnet50 burn"                          suites swept
+#   LIMIT    4                                        first K shapes of each suite
+#   OPS      forward,dgrad,wgrad
+#   DTYPES   float32,float16,bfloat16,float32+high     (float16/bfloat16 wgrad have no plugin: "unsupported")
+#   MODE     cold | warm   cold (default): both timed runs start with an empty kernel cache and tuning
+#            cache (each compiles what it needs; the 2-worker run shares its compiles through the kernel
+#            disk cache). warm: a first 2-worker pass fills a kernel cache that both timed runs copy, then
+#            each times with an empty tuning cache (costs one more sweep).
+#   TIMEOUT  420   seconds per run (a run cut short is recorded as such)
+# Results: $OUT/sweep_x2.json (walls, ratio, pick comparison), $OUT/sweep_x2.tgz (logs, caches).
+set -u
+OUT="${OUT:-gpu-out}"; W=/tmp/convlab-sweep-x2
+SUITES="${SUITES:-resnet50 burn}"; LIMIT="${LIMIT:-4}"; OPS="${OPS:-forward,dgrad,wgrad}"
+DTYPES="${DTYPES:-float32,float16,bfloat16,float32+high}"; MODE="${MODE:-cold}"; TIMEOUT="${TIMEOUT:-420}"
+rm -rf "$W"; mkdir -p "$OUT" "$W"
+[ -n "${CONVLAB_INSTALLED:-}" ] ||
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
+python3 -c "import dask, distributed; print('dask', dask.__version__, 'distributed', distributed.__version__)" \
+  | tee "$W/versions.txt" || { echo "dask.distributed is missing: install the wheels first"; exit 1; }
+nvidia-smi --query-gpu=index,name,driver_version --format=csv | tee -a "$W/versions.txt"
+export CONVLAB_KERNEL_CACHE=1
+args=(--ops "$OPS" --dtypes "$DTYPES" --limit "$LIMIT" --quiet)
+for s in $SUITES; do args+=(--suite "$s"); done
+note="suites=$SUITES limit=$LIMIT ops=$OPS dtypes=$DTYPES mode=$MODE"
+echo "$note"
+
+run() { # name workers -> prints wall seconds
+  local name=$1 n=$2 t0 t1
+  mkdir -p "$W/$name"
+  if [ "$MODE" = warm ] && [ "$name" != warm ] && [ -d "$W/warm/kernels" ]; then cp -r "$W/warm/kernels" "$W/$name/kernels"; fi
+  t0=$(date +%s.%N)
+  CONVLAB_CACHE_DIR="$W/$name" timeout "$TIMEOUT" convlab tune "${args[@]}" --workers "$n" > "$W/$name.log" 2>&1
+  echo "rc=$?" >> "$W/$name.log"
+  t1=$(date +%s.%N)
+  python3 -c "print(round($t1 - $t0, 2))"
+}
+[ "$MODE" = warm ] && echo "warm-up (2 workers): $(run warm 2) s"
+ws=$(run single 1); echo "single GPU (--workers 1): $ws s; $(tail -3 "$W/single.log" | head -2 | tr '\n' ' ')"
+wd=$(run dual 2); echo "two GPUs (--workers 2): $wd s; $(tail -3 "$W/dual.log" | head -2 | tr '\n' ' ')"
+python3 tools/sweep_compare.py --single "$W/single" --dual "$W/dual" --wall-single "$ws" --wall-dual "$wd" \
+  --note "$note" -o "$OUT/sweep_x2.json"
+tar -czf "$OUT/sweep_x2.tgz" -C "$W" --exclude=kernels .

@@ -92,6 +92,11 @@ def local_cluster(n: int, *, quiet: bool = False) -> Iterator[Any]:
         time.sleep(0.2)  # the file is written whole right after creation
         for i, gpu in enumerate(gpus):
             env = dict(os.environ)
+            # No statistical profiler in the workers: it calls sys._current_frames() every 10 ms, which
+            # on CPython 3.11 can deadlock with a thread being started while a gc callback (distributed's
+            # GC diagnosis) runs, and the simulator starts one thread per CUDA thread (seen: a worker
+            # idle for minutes, its main thread waiting for the GIL inside _current_frames).
+            env.setdefault("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "False")
             if gpu is not None:
                 env["CUDA_VISIBLE_DEVICES"] = gpu
             procs.append(_start(worker_command(address_file, f"gpu{i}", folder),

@@ -2,8 +2,9 @@
 
 :func:`load` returns a :class:`Cudnn` when torch with CUDA is importable on a real GPU (never on the
 simulator), else None and the reason. Settings: ``cudnn.benchmark = True`` (cuDNN picks its fastest
-algorithm on the first call of each shape, which the warm-up absorbs) and TF32 off, so both sides compute
-in fp32.
+algorithm on the first call of each shape, which the warm-up absorbs) and the same math as convlab's:
+float32 in exact fp32 (TF32 off) unless convlab's float32 precision is "high" when the problem is bound,
+then TF32 on both sides; fp16 / bf16 in their dtype (bf16 device arrays reach torch as int16 bits).
 
 The baseline looks like a plugin (an unregistered :class:`~convlab.plugin.Algorithm` named ``cudnn``), so
 the harness checks and times it with :mod:`convlab.measure` like every candidate. Its ``run`` keeps torch's
@@ -26,7 +27,8 @@ import numpy as np
 
 from convlab import runtime
 from convlab.plugin.contract import Algorithm
-from convlab.problem import OPS, Problem
+from convlab.problem import HALF_DTYPES, OPS, Problem, unit_roundoff
+from convlab.settings import get_float32_precision
 
 
 def transpose_output_padding(problem: Problem) -> tuple[int, int]:
@@ -58,18 +60,38 @@ class Cudnn(Algorithm):
 
     name = "cudnn"
     ops = frozenset(OPS)
-    description = "cuDNN through PyTorch (cudnn.benchmark=True, TF32 off)"
+    description = "cuDNN through PyTorch (cudnn.benchmark=True; TF32 only under precision 'high')"
 
     def __init__(self, torch: Any) -> None:
         self.torch = torch
         self._fn: Callable[[], Any] | None = None
         self.result: Any = None
 
+    def _tensor(self, x: Any) -> Any:
+        if x is None:
+            return None
+        if np.dtype(x.dtype).name == "bfloat16":  # the array interface has no bf16: share its bits
+            return self.torch.as_tensor(x.view(np.int16), device="cuda").view(self.torch.bfloat16)
+        return self.torch.as_tensor(x, device="cuda")
+
     def _tensors(self, *arrays: Any) -> list[Any]:
-        return [None if x is None else self.torch.as_tensor(x, device="cuda") for x in arrays]
+        return [self._tensor(x) for x in arrays]
+
+    @staticmethod
+    def tf32(dtype: str) -> bool:
+        """Whether cuDNN runs ``dtype`` in TF32: float32 under convlab's precision "high"."""
+        return dtype == "float32" and get_float32_precision() == "high"
+
+    def compute_eps(self, dtype: str) -> float:
+        """TF32 inputs (2**-10); half inputs with fp32 accumulation; else the dtype's own."""
+        if self.tf32(dtype):
+            return 2.0**-10
+        return unit_roundoff("float32" if dtype in HALF_DTYPES else dtype)
 
     def bind(self, problem: Problem, a: Any, b: Any, bias: Any, *, transpose: bool = False) -> None:
-        """Prepare calls on Numba device arrays ``a``, ``b``, ``bias`` (shared, not copied)."""
+        """Prepare calls on Numba device arrays ``a``, ``b``, ``bias`` (shared, not copied), in the math
+        mode convlab uses for ``problem`` (TF32 for float32 under precision "high", else exact)."""
+        self.torch.backends.cudnn.allow_tf32 = self.tf32(problem.dtype)
         ta, tb, tbias = self._tensors(a, b, bias)
         self._fn = torch_call(self.torch, problem, ta, tb, tbias, transpose)
         self.result = None
@@ -78,8 +100,8 @@ class Cudnn(Algorithm):
         self.result = self._fn()
 
     def output(self) -> np.ndarray:
-        """The last result, copied to the host."""
-        return self.result.detach().cpu().numpy()
+        """The last result, copied to the host (float64: numpy holds no bfloat16)."""
+        return self.result.detach().double().cpu().numpy()
 
     def reference(self, problem: Problem, a: Any, b: Any, bias: Any, *, transpose: bool = False
                   ) -> np.ndarray:

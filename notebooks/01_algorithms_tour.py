@@ -160,6 +160,36 @@ if FIG_DIR:
     fig.savefig(os.path.join(FIG_DIR, "01_time_by_plugin.png"), dpi=120)
 
 # %% [markdown]
+# ## The precision dimension: time per dtype per plugin
+# The first shape above in float32 (exact), float32 under `convlab.set_float32_precision("high")` (TF32
+# tensor cores allowed: the `tensor_core` plugin applies, and cuDNN runs with TF32 too), float16 and
+# bfloat16 (fp32 accumulation, outputs in the input type). Each plugin takes the dtypes it declares;
+# `widen` runs half precision on the float32 kernels; cuDNN runs in the same dtype and math mode.
+
+# %%
+import dataclasses
+
+PRECISIONS = [("float32", "highest"), ("float32", "high"), ("float16", "highest"), ("bfloat16", "highest")]
+entry, base = next(iter(suite.problems(("forward",))))
+no_auto = dataclasses.replace(opts, auto=False)
+by_dtype = []
+for dtype, precision in PRECISIONS:
+    with convlab.float32_precision(precision):
+        res = bench.bench_problem(suite.name, entry, base.replace(dtype=dtype), no_auto, cudnn)
+    res.label = "tf32" if precision == "high" else dtype
+    by_dtype.append(res)
+print(table(by_dtype))
+assert all(c.status == "ok" for res in by_dtype for c in res.candidates), "a candidate failed its check"
+
+fig, ax = plt.subplots(figsize=(9, 4.2))
+time_bars(ax, by_dtype, rotation=0)
+ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms (CUDA events)")
+ax.set_title(f"{entry.label} forward by dtype and plugin, {runtime.device_name()} (lower is better)")
+fig.tight_layout()
+if FIG_DIR:
+    fig.savefig(os.path.join(FIG_DIR, "01_time_by_precision.png"), dpi=120)
+
+# %% [markdown]
 # ## Next
 # - `02_autotuner`: what `algorithm="auto"` picks across a sweep of shapes, and its cache.
 # - `03_add_a_plugin`: write a new algorithm (Winograd F(2x2, 3x3)) in a notebook, register it, run the

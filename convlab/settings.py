@@ -8,6 +8,7 @@
 | simulator thread budget: simulated threads per launch above which convlab warns | ``CONVLAB_SIM_THREAD_BUDGET`` (10000) | the variable |
 | float32 precision: ``"highest"`` (exact fp32) or ``"high"`` (TF32 tensor cores allowed for float32) | ``CONVLAB_FLOAT32_PRECISION`` (highest) | :func:`set_float32_precision`, :func:`float32_precision` |
 | cache directory: tuning results (and compiled kernels) | ``CONVLAB_CACHE_DIR`` (user cache dir) | the variable |
+| tuning depth: configs per plugin the autotuner compiles and times (its preferred first; all by default) | ``CONVLAB_TUNE_CONFIGS`` (all) | :func:`set_tune_configs` |
 
 Sizes in bytes are given as an int or a string such as ``"256M"``, ``"1.5GiB"``, ``"4096"`` (K, M, G, T are
 powers of 1024, with or without ``B``/``iB``), here, in the variable and on the command line alike.
@@ -81,12 +82,22 @@ def _parse_flag(value: Any, name: str = "deterministic") -> bool:
 
 #: Default scratch-memory limit per call: 256 MiB, or ``CONVLAB_WORKSPACE_LIMIT`` if set.
 DEFAULT_WORKSPACE_LIMIT = _from_env("CONVLAB_WORKSPACE_LIMIT", parse_bytes, 256 * 2**20)
+def _parse_tune_configs(value: str) -> int | None:
+    if value.strip().lower() in ("", "all"):
+        return None
+    count = int(value)
+    if count < 1:
+        raise ValueError(f"CONVLAB_TUNE_CONFIGS must be 'all' or a count >= 1, got {value!r}")
+    return count
+
+
 _state: dict[str, Any] = {
     "workspace_limit": DEFAULT_WORKSPACE_LIMIT,
     "key_policy": _from_env("CONVLAB_KEY_POLICY", _parse_policy, "exact"),
     "deterministic": _from_env("CONVLAB_DETERMINISTIC", _parse_flag, False),
     "float32_precision": _from_env("CONVLAB_FLOAT32_PRECISION", lambda v: _parse_precision(v.lower()),
                                    "highest"),
+    "tune_configs": _from_env("CONVLAB_TUNE_CONFIGS", _parse_tune_configs, None),
 }
 
 
@@ -137,6 +148,21 @@ def set_key_policy(policy: str) -> str:
     if not isinstance(policy, str) or policy not in KEY_POLICIES:
         raise ValueError(f"policy must be one of {KEY_POLICIES}, got {policy!r}")
     return _swap("key_policy", policy)
+
+
+def get_tune_configs() -> int | None:
+    """Configs per plugin the autotuner compiles and times (None: all of them)."""
+    return _state["tune_configs"]
+
+
+def set_tune_configs(count: int | None) -> int | None:
+    """Let the autotuner compile and time only each plugin's first ``count`` configs (its preferred
+    ones; None: all). A cold first call of a new shape compiles every candidate it times: 1 or 2 cut
+    that cost several-fold, at the price of picks among fewer tiles. Entries tuned under another
+    depth are re-tuned (their candidate lists differ). Returns the previous value."""
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError(f"count must be None (all configs) or an int >= 1, got {count!r}")
+    return _swap("tune_configs", count)
 
 
 def get_deterministic() -> bool:

@@ -3,8 +3,8 @@
 For a problem, :func:`tune` does, in order:
 
 1. candidates: every eligible (plugin, config) from ``registry.candidates(problem, workspace_limit)``
-   (within the workspace limit), minus plugins declaring ``deterministic = False`` when
-   :func:`set_deterministic` is on;
+   (within the workspace limit; each plugin's first N configs under ``set_tune_configs(N)``), minus
+   plugins declaring ``deterministic = False`` when :func:`set_deterministic` is on;
 2. cache: the entry under ``cache.tuning_key(problem, key policy, deterministic)`` answers at once
    (nothing runs, nothing is timed) when it was written by this convlab version for the same candidate
    labels and the same plugin fingerprints (source + config names) and its winner is still eligible
@@ -90,7 +90,7 @@ def clear_cache(memory: bool = True, disk: bool = True) -> None:
 
 # ---- tuning -------------------------------------------------------------------------------------
 def _eligible(problem: Problem, limit: int) -> list[Candidate]:
-    cands = registry.candidates(problem, limit)
+    cands = registry.candidates(problem, limit, per_plugin=settings.get_tune_configs())
     deterministic = settings.get_deterministic()
     if deterministic:
         cands = [c for c in cands if c.plugin.deterministic]
@@ -187,7 +187,7 @@ def remembered(key: tuple) -> TuneResult | None:
 
 def memo_key(problem: Problem, limit: int) -> tuple:
     return (problem.key(), limit, settings.get_key_policy(), settings.get_deterministic(),
-            settings.get_float32_precision(), registry.state())
+            settings.get_float32_precision(), settings.get_tune_configs(), registry.state())
 
 
 def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = False,

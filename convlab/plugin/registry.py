@@ -186,15 +186,17 @@ class Candidate:
 
 
 def candidates(problem: Problem, workspace_limit: int | None = None, *,
-               all_configs: bool = True, names: Iterable[str] | None = None) -> list[Candidate]:
-    """Every eligible (plugin, config) for ``problem``, highest plugin priority first."""
+               all_configs: bool = True, names: Iterable[str] | None = None,
+               per_plugin: int | None = None) -> list[Candidate]:
+    """Every eligible (plugin, config) for ``problem``, highest plugin priority first; only each
+    plugin's first config with ``all_configs=False``, its first ``per_plugin`` ones when given."""
     allowed = None if names is None else set(names)
     out = []
     for plugin in plugins(problem.op):
         if allowed is not None and plugin.name not in allowed:
             continue
         configs = safe_configs(plugin, problem)
-        for config in configs if all_configs else configs[:1]:
+        for config in configs[:1 if not all_configs else per_plugin]:
             if verdict(plugin, problem, config, workspace_limit):
                 out.append(Candidate(plugin, config))
     return out

@@ -502,3 +502,23 @@ def test_benchmark_code_path(tmp_path):
         assert shape["exhaustive_ms"]["direct[default]"] > 0 and shape["warm"]["tuning_s"] > 0
     second = data["second_process"]
     assert second["retimed"] == 0 and second["cache_hits"] == 2 and second["same_picks_as_first_process"]
+
+
+def test_tuning_depth_times_each_plugins_first_configs_and_retunes_when_it_changes():
+    """set_tune_configs(1): one config per plugin (its preferred) is compiled and timed; back to all
+    configs, the stored entry's candidate list differs, so the shape is tuned again."""
+    problem = tiny()
+    previous = autotune.set_tune_configs(1)
+    try:
+        result = autotune.tune(problem, workspace_limit=LIMIT, timer=FakeTimer(problem))
+        labels = [c.label for c in result.candidates]
+        assert len(labels) == len({label.split("[")[0] for label in labels})  # one config a plugin
+        assert "tt_host[v=1]" in labels and "tt_host[v=2]" not in labels
+        autotune.set_tune_configs(None)
+        again = autotune.tune(problem, workspace_limit=LIMIT, timer=FakeTimer(problem))
+        assert again.source == "tuned" and "tt_host[v=2]" in {c.label for c in again.candidates}
+    finally:
+        autotune.set_tune_configs(previous)
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="count"):
+            autotune.set_tune_configs(bad)

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import reference, runtime, settings
 from .plugin import registry
+from .plugin.contract import Config
 from .plugin.registry import Candidate
 from .problem import HALF_DTYPES, Problem, np_dtype, unit_roundoff
 
@@ -172,6 +173,15 @@ class Trusted:
     eps: float = 0.0
 
 
+def _direct(problem: Problem) -> Candidate:
+    """The ``direct`` plugin for ``problem``; for a dtype it does not take (fp16, bf16), direct's kernel
+    on widened float32 copies (the ``widen`` plugin's ``via=direct`` config)."""
+    direct = registry.get("direct")
+    if problem.dtype in direct.dtypes:
+        return Candidate(direct, direct.configs(problem)[0])
+    return Candidate(registry.get("widen"), Config(via="direct"))
+
+
 def trusted_output(problem: Problem, host: tuple, dev: tuple, limit: int, *,
                    cudnn: Any = None, transpose: bool = False) -> Trusted:
     """The one rule for what candidates are checked against (see HOST_REFERENCE_MAX_FLOPS).
@@ -188,12 +198,12 @@ def trusted_output(problem: Problem, host: tuple, dev: tuple, limit: int, *,
         except Exception:  # e.g. out of memory in float64: fall back to direct
             pass
     try:
-        direct = registry.get("direct")
+        cand = _direct(problem)
         out = runtime.empty(problem.operand_shapes[2], problem.dtype)
-        run_candidate(Candidate(direct, direct.configs(problem)[0]), problem, *dev, out, limit)
+        run_candidate(cand, problem, *dev, out, limit)
         got = np.asarray(runtime.to_host(out), np.float64)
         if np.all(np.isfinite(got)):
-            return Trusted(got, "direct", direct.compute_eps(problem.dtype))
+            return Trusted(got, "direct", cand.plugin.compute_eps(problem.dtype))
     except Exception as exc:  # the reference is the last resort below
         if problem.flops > 50 * HOST_REFERENCE_MAX_FLOPS:
             return Trusted(None, f"none ({type(exc).__name__}: {exc})")

@@ -95,3 +95,22 @@ def test_mode_changes_tuning_key_memo_and_plan_state():
     with convlab.float32_precision("high"):
         assert "float32 precision: high" in str(convlab.explain(f32, algorithm="direct"))
     assert settings.get_float32_precision() == "highest"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_trusted_direct_output_of_a_half_problem_is_direct_on_widened_copies(dtype):
+    """Above the host-reference size on a GPU, candidates are checked against ``direct``; for fp16 /
+    bf16, which direct does not take, that is direct's kernel on float32 copies (``widen``, via direct)."""
+    from convlab import measure, reference, runtime
+    from convlab.problem import make_problem
+
+    problem = make_problem("forward", 1, 3, 5, 4, 4, 3, 2, stride=2, padding=1, dtype=dtype, bias=True)
+    cand = measure._direct(problem)
+    assert (cand.plugin.name, dict(cand.config)) == ("widen", {"via": "direct"})
+    assert measure._direct(problem.replace(dtype="float32")).plugin.name == "direct"
+    host = measure.random_operands(problem, np.random.default_rng(2))
+    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+    measure.run_candidate(cand, problem, *measure.to_device(*host), out, 2**30)
+    got = np.asarray(runtime.to_host(out), np.float64)
+    err = measure.rel_error(got, reference.solve(problem, *host))
+    assert err <= measure.tolerance(problem, cand.plugin.compute_eps(dtype))

@@ -58,6 +58,7 @@ class TrainConfig:
     lr: float = 3e-3
     data_seed: int = 1234     #: the dataset is the same for every seed; the seed sets init and order
     algorithm: str = "auto"   #: convlab's algorithm for every converted layer
+    tune_configs: int = 1     #: under "auto": configs per plugin the autotuner times (0: all of them)
 
     @classmethod
     def tiny(cls, **overrides: Any) -> "TrainConfig":
@@ -159,6 +160,18 @@ def train(backend: str, seed: int = 0, device: str | None = None, config: TrainC
     order = torch.from_numpy(batch_order(seed, config.n_train, config.batch, config.steps)).to(device)
 
     model = build(backend, seed, config, device)
+    from convlab.autotune import set_tune_configs
+
+    previous = set_tune_configs(config.tune_configs or None)  # the first convlab step tunes 17 layer ops
+    try:
+        return _train(model, backend, seed, device, config, x, y, order)
+    finally:
+        set_tune_configs(previous)
+
+
+def _train(model: nn.Module, backend: str, seed: int, device: str, config: TrainConfig, x: torch.Tensor,
+           y: torch.Tensor, order: torch.Tensor) -> dict[str, Any]:
+    """The training loop of :func:`train`, then the evaluation."""
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=config.steps)
     losses, step_s = [], []

@@ -17,7 +17,7 @@ Priority -10: without tuning (the simulator) a native half plugin goes first whe
 """
 from __future__ import annotations
 
-from convlab import Algorithm, Config, Problem, Verdict, register
+from convlab import Algorithm, Config, Problem, Verdict, register, runtime
 from convlab.kernels import convert
 from convlab.plugin import registry
 from convlab.problem import unit_roundoff
@@ -26,7 +26,6 @@ from convlab.scratch import scratch
 import numpy as np
 
 VIA_CONFIGS = 2  # configs tried per float32 plugin (its preferred ones)
-STORAGE = {"float16": np.float16, "bfloat16": np.uint16}  # how the kernels hold each half type
 
 
 def _float32(problem: Problem) -> Problem:
@@ -90,8 +89,8 @@ class Widen(Algorithm):
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
         name, inner = _inner(config)
-        kind, store = problem.dtype, STORAGE[problem.dtype]
-        view = lambda arr: arr.reshape(-1).view(store)  # noqa: E731  (bf16 as its uint16 bits)
+        kind = problem.dtype
+        view = lambda arr: runtime.kernel_view(arr.reshape(-1))  # noqa: E731  (bf16 as its uint16 bits)
         sizes = [a.size, b.size, 0 if bias is None else bias.size, out.size]
         with scratch(sum(sizes), np.float32) as buf:
             wide, start = [], 0

@@ -221,6 +221,17 @@ def _bits_dtype(dtype: Any) -> np.dtype | None:
     return np.dtype(np.uint16) if dtype.kind == "V" and dtype.itemsize == 2 else None
 
 
+def kernel_dtype(dtype: Any) -> np.dtype:
+    """The dtype kernels hold ``dtype`` in: uint16 bits for bfloat16 (Numba cannot type it), else itself."""
+    return _bits_dtype(dtype) or np.dtype(dtype)
+
+
+def kernel_view(arr: Any) -> Any:
+    """``arr`` as kernels read it: a bfloat16 array viewed as its uint16 bits, any other unchanged."""
+    bits = _bits_dtype(arr.dtype)
+    return arr if bits is None else arr.view(bits)
+
+
 def to_device(host: np.ndarray) -> Any:
     """Copy a host array to a new device array (bfloat16 travels as its uint16 bits and is viewed back
     as bfloat16 on the device)."""

@@ -23,20 +23,17 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from convlab import Algorithm, Config, Problem, Verdict, register, runtime
 from convlab.kernels import tc_conv
 from convlab.kernels.splitk import MAX_INDEX, sm_count
 from convlab.kernels.tc_pipeline import TcConfig
-from convlab.problem import unit_roundoff
+from convlab.problem import np_dtype, unit_roundoff
 from convlab.scratch import scratch
 from convlab.settings import get_float32_precision
 
 from . import wgrad
 
 ITYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
-STORAGE = {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32}
 ALIGN = {"float16": 8, "bfloat16": 8, "float32": 4}  # channels per 16-byte chunk
 #: GPU configs (static shared memory <= 48 KiB: few configs, each compiles in 5-25 s on the H200)
 GPU_TILES = {16: [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 32, 3),
@@ -153,10 +150,9 @@ class TensorCore(Algorithm):
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
         geo = _gathered(problem)
-        store = STORAGE[problem.dtype]
-        view = (lambda arr: arr.view(np.uint16)) if problem.dtype == "bfloat16" else (lambda arr: arr)
-        a, b, out = view(a), view(b), view(out)
-        bias = None if bias is None else view(bias)
+        store = runtime.kernel_dtype(np_dtype(problem.dtype))
+        a, b, out = runtime.kernel_view(a), runtime.kernel_view(b), runtime.kernel_view(out)
+        bias = None if bias is None else runtime.kernel_view(bias)
         if problem.op == "wgrad":
             wgrad.run_wgrad(problem, tc_config(config), ITYPE[problem.dtype], store, ALIGN[problem.dtype],
                             a, b, out)

@@ -149,7 +149,6 @@ class TensorCore(Algorithm):
         return []
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
-        geo = _gathered(problem)
         store = runtime.kernel_dtype(np_dtype(problem.dtype))
         a, b, out = runtime.kernel_view(a), runtime.kernel_view(b), runtime.kernel_view(out)
         bias = None if bias is None else runtime.kernel_view(bias)
@@ -157,6 +156,7 @@ class TensorCore(Algorithm):
             wgrad.run_wgrad(problem, tc_config(config), ITYPE[problem.dtype], store, ALIGN[problem.dtype],
                             a, b, out)
             return
+        geo = _gathered(problem)
         n, c, h, w, k, r, s = (geo[key] for key in "nchwkrs")
         cp = _padded(c, problem.dtype)
         nx, nw = n * h * w * cp, k * r * s * cp

@@ -102,14 +102,14 @@ def test_the_trusted_direct_output_of_a_half_problem_is_direct_on_widened_copies
     """Above the host-reference size on a GPU, candidates are checked against ``direct``; for fp16 /
     bf16, which direct does not take, that is direct's kernel on float32 copies (``widen``, via direct)."""
     from convlab import measure, reference, runtime
-    from convlab.problem import make_problem
+    from convlab.problem import make_problem, np_dtype
 
     problem = make_problem("forward", 1, 3, 5, 4, 4, 3, 2, stride=2, padding=1, dtype=dtype, bias=True)
     cand = measure._direct(problem)
     assert (cand.plugin.name, dict(cand.config)) == ("widen", {"via": "direct"})
     assert measure._direct(problem.replace(dtype="float32")).plugin.name == "direct"
     host = measure.random_operands(problem, np.random.default_rng(2))
-    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+    out = runtime.full(problem.operand_shapes[2], np.nan, np_dtype(dtype))  # unwritten elements fail
     measure.run_candidate(cand, problem, *measure.to_device(*host), out, 2**30)
     got = np.asarray(runtime.to_host(out), np.float64)
     err = measure.rel_error(got, reference.solve(problem, *host))

@@ -1,23 +1,13 @@
 """Host overhead per call of the public ops against PyTorch, and the thin launch path (issue #12).
 
     python benchmarks/overhead_bench.py --selftest [--full] [--budget-s 150] [--out SELFTEST.json]
-    python benchmarks/overhead_bench.py --out OVERHEAD.json [--n 2000] [--batches 5] [--profile]
+    python benchmarks/overhead_bench.py --out OVERHEAD.json [--n 2000] [--batches 7] [--profile]
 
-``--selftest``: checks the thin launch (convlab.launch) on the device: a kernel with array, float32,
-int32, bool, uint32, Python int and float64 parameters is recorded once, then replayed with patched
-pointers on new arrays, on a view at an offset and on a second stream; results compared with numpy
-(the packed values and the driver's parameter sizes are written as diagnostics). Then each public op
-is called twice on device operands with ``algorithm=implicit_gemm`` (record, then replay; a forced
-plugin: ``"auto"`` would tune every plugin's every config, minutes of compiling on a GPU) and compared
-with the float64 reference; then every op with every applicable plugin forced (``algorithm=name``;
-the grouped/strided/bias cases, ``--full`` adds the plain ones), recorded and replayed on new inputs
-into NaN-poisoned outputs, new pairs started only within ``--budget-s`` (those left out are listed,
-not failed); then (GPU) two fresh processes with ``CONVLAB_KERNEL_CACHE=1``: the second must load
-every kernel, compile none, and keep every plan thin. Exits 1 when any check fails (the failed ones
-are named on the last line).
+``--selftest``: benchmarks/thin_selftest.py (the thin launch and plan replay on the device).
 
 Benchmark (one process): per-call host wall clock, back-to-back (``n`` calls, then one synchronize;
-the median over ``batches``; ``issue_us``: the same before the synchronize, i.e. the host's cost
+the median over ``batches``, every case timed round-robin so that a slower spell of the host is shared
+by all cases rather than charged to the first ones measured; ``issue_us``: the same before the synchronize, i.e. the host's cost
 alone while the launch queue does not fill), of torch F.conv2d / conv_transpose2d /
 grad.conv2d_input / conv2d_weight and the convlab ops on torch CUDA tensors (1x16x8x8, weight
 16x16x3x3; conv2d also on a tensor requiring grad); an empty Numba kernel with 4 array arguments
@@ -34,26 +24,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
-import traceback
 from typing import Any, Callable
-
-import numpy as np
 
 from convlab import launch, plan, runtime
 from convlab.runtime import cuda
-from replay_checks import QUICK_CASES, plugins_replay_check
+from thin_selftest import _empty, _guard, _span
 
 SHAPE_X, SHAPE_W = (1, 16, 8, 8), (16, 16, 3, 3)
-
-
-def _guard(results: dict, name: str, fn: Callable[[], Any]) -> None:
-    try:
-        results[name] = fn()
-    except Exception as exc:  # noqa: BLE001  (one failure must not cost the other numbers)
-        results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
 
 
 def per_call_us(fn: Callable[[], Any], sync: Callable[[], None], n: int, batches: int,
@@ -73,6 +52,32 @@ def per_call_us(fn: Callable[[], Any], sync: Callable[[], None], n: int, batches
         times.append((time.perf_counter() - start) / n * 1e6)
     return {"median_us": statistics.median(times), "issue_us": statistics.median(issued),
             "batches_us": times, "n": n}
+
+
+def interleaved_us(cases: dict[str, Callable[[], Any]], sync: Callable[[], None], n: int, batches: int,
+                   warmup: int = 20) -> dict[str, dict]:
+    """:func:`per_call_us` of every case, taken round-robin: batch ``b`` times each case once (``n``
+    calls), in forward order on even batches and reverse order on odd ones, so a host that is slower
+    for a while (clock ramp, a process finishing beside it) weighs on every case alike instead of on
+    whichever was measured first."""
+    for fn in cases.values():
+        for _ in range(warmup):
+            fn()
+    sync()
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    issued: dict[str, list[float]] = {name: [] for name in cases}
+    for b in range(batches):
+        for name in (list(cases) if b % 2 == 0 else list(reversed(cases))):
+            fn = cases[name]
+            sync()
+            start = time.perf_counter()
+            for _ in range(n):
+                fn()
+            issued[name].append((time.perf_counter() - start) / n * 1e6)
+            sync()
+            times[name].append((time.perf_counter() - start) / n * 1e6)
+    return {name: {"median_us": statistics.median(times[name]), "issue_us": statistics.median(issued[name]),
+                   "batches_us": times[name], "n": n} for name in cases}
 
 
 def gpu_us(fn: Callable[[], Any], calls: int = 20, repeats: int = 5) -> float:
@@ -109,144 +114,6 @@ def profile_top(fn: Callable[[], Any], n: int = 2000, top: int = 12) -> list[str
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
     return [line for line in text.getvalue().splitlines() if line.strip()][-top - 1:]
-
-
-# ---- the thin launch selftest ------------------------------------------------------------------------
-@runtime.jit
-def _axpy(out, x, y, alpha, offset, flag, scale, big, beta):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = alpha * x[i] + y[i] + offset + (1.0 if flag else 0.0) + scale + beta * big
-
-
-#: one scalar of every kind plugin kernels pass: float32, int32, bool, uint32, Python int, float64
-SCALARS = (np.float32(2.5), np.int32(-3), True, np.uint32(7), 5, 0.5)
-
-
-def _expect(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return 2.5 * x + y - 3 + 1 + 7 + 0.5 * 5
-
-
-@runtime.jit
-def _empty(a, b, c, d):
-    pass
-
-
-def _span(a: Any) -> tuple[int, int]:
-    return runtime.device_pointer(a), int(a.size) * a.dtype.itemsize
-
-
-def _thin_info(rec: Any) -> dict:
-    """What the thin path packed (values read back from its buffer) and the driver's parameter sizes."""
-    from convlab import thin
-
-    if rec.thin is None:
-        return {"thin": False}
-    info = {"thin": True, "packed": [str(v) for v in rec.thin.packed.values()],
-            "ctypes": [t.__name__ for t in rec.thin.packed.ctypes]}
-    try:
-        info["driver_param_sizes"] = thin._param_sizes(rec.thin.function)
-    except Exception as exc:  # noqa: BLE001  (diagnostics only)
-        info["driver_param_sizes"] = repr(exc)
-    return info
-
-
-def selftest(full: bool = False, budget_s: float | None = 150.0) -> dict:
-    """Record one launch, replay it on new arrays / a view / another stream; compare with numpy."""
-    rng = np.random.default_rng(0)
-    n = 1000
-    host = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
-    out, x, y = (runtime.to_device(h) for h in host)
-    with launch.recording([_span(out), _span(x), _span(y)]) as rec:
-        _axpy[(n + 127) // 128, 128](out, x, y, *SCALARS)
-    runtime.synchronize()
-    checks: dict[str, Any] = {"recorded": bool(np.allclose(out.copy_to_host(), _expect(host[1], host[2]))),
-                              "thin_path_on_gpu_only": (rec[0].thin is not None) == (not runtime.SIMULATOR)}
-    diagnostics = {"axpy": _thin_info(rec[0])}
-    new = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
-    out2, x2, y2 = (runtime.to_device(h) for h in new)
-    bases = [runtime.device_pointer(a) for a in (out2, x2, y2)]
-    rec[0].replay([out2, x2, y2], bases, 0)
-    runtime.synchronize()
-    got = out2.copy_to_host()
-    checks["replay_new_arrays"] = bool(np.allclose(got, _expect(new[1], new[2])))
-    diagnostics["replay_first_values"] = [float(v) for v in got[:4]]
-    diagnostics["replay_expected"] = [float(v) for v in _expect(new[1], new[2])[:4]]
-    checks["recorded_arrays_untouched"] = bool(np.allclose(out.copy_to_host(), _expect(host[1], host[2])))
-    stream = cuda.stream()
-    big = [runtime.to_device(rng.standard_normal(n + 16).astype(np.float32)) for _ in range(3)]
-    views = [b[16:] for b in big]
-    with launch.recording([_span(b) for b in big]) as rec2:
-        _axpy[(n + 127) // 128, 128](*views, *SCALARS)
-    expect_before = big[0].copy_to_host()
-    fresh = [runtime.to_device(rng.standard_normal(n + 16).astype(np.float32)) for _ in range(3)]
-    hosts = [f.copy_to_host() for f in fresh]
-    rec2[0].replay(fresh, [runtime.device_pointer(f) for f in fresh], stream)
-    stream.synchronize()
-    got = fresh[0].copy_to_host()
-    checks["replay_views_on_stream"] = bool(np.allclose(got[16:], _expect(hosts[1][16:], hosts[2][16:]))
-                                            and np.array_equal(got[:16], hosts[0][:16]))
-    checks["other_base_untouched"] = bool(np.array_equal(big[0].copy_to_host(), expect_before))
-    _guard(checks, "ops_record_then_replay", _ops_replay_check)
-    _guard(checks, "every_plugin_record_then_replay", lambda: plugins_replay_check(
-        None if full else QUICK_CASES, budget_s))
-    if not runtime.SIMULATOR:
-        _guard(checks, "disk_cache_two_processes", _disk_cache_check)
-    ok = all(v is True or (isinstance(v, dict) and v.get("ok")) for v in checks.values())
-    failed = [k for k, v in checks.items() if not (v is True or (isinstance(v, dict) and v.get("ok")))]
-    return {"ok": ok, "failed": failed, "checks": checks, "diagnostics": diagnostics,
-            "device": runtime.device_name(), "simulator": runtime.SIMULATOR}
-
-
-def _ops_replay_check(algorithm: str = "implicit_gemm") -> dict:
-    """Each op twice on device operands (record, replay on new inputs) vs the float64 reference."""
-    import convlab
-    from convlab import reference
-    from convlab.measure import rel_error
-
-    rng = np.random.default_rng(1)
-    errors = {}
-    for op_name in ("conv2d", "conv2d_backward_data", "conv2d_backward_weight", "conv_transpose2d"):
-        for _ in range(2):
-            x, w, g = (rng.standard_normal(s).astype(np.float32) for s in ((1, 4, 6, 6), (4, 4, 3, 3),
-                                                                            (1, 4, 6, 6)))
-            args = {"conv2d": (x, w), "conv2d_backward_data": (g, w, x.shape),
-                    "conv2d_backward_weight": (x, g, w.shape), "conv_transpose2d": (x, w)}[op_name]
-            dev_args = [runtime.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
-            got = getattr(convlab, op_name)(*dev_args, padding=1, algorithm=algorithm).copy_to_host()
-            prob = convlab.problem_for(op_name, *args, padding=1)
-            arrays = [a.astype(np.float64) for a in args if isinstance(a, np.ndarray)]
-            errors[op_name] = rel_error(got, reference.solve(prob, *arrays))
-    thin = [p.thin for p in plan._plans.values()]
-    return {"ok": max(errors.values()) < 1e-4 and (runtime.SIMULATOR or all(thin)), "rel_err": errors,
-            "plans": plan.stats(), "plans_thin": thin}
-
-
-_DISK_CHILD = ("import json, sys, time; t0 = time.perf_counter(); sys.path.insert(0, {here!r}); "
-               "import overhead_bench as b; t1 = time.perf_counter(); "
-               "from convlab import kernel_cache; r = b._ops_replay_check(); t2 = time.perf_counter(); "
-               "print(json.dumps(dict(r, cache=kernel_cache.stats, enabled=kernel_cache.enabled(), "
-               "import_s=t1 - t0, ops_s=t2 - t1)))")
-
-
-def _disk_cache_check() -> dict:
-    """Two fresh processes with CONVLAB_KERNEL_CACHE=1 and an empty cache directory: the first
-    compiles and saves, the second loads every kernel from disk; both give correct results."""
-    import os
-    import tempfile
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, CONVLAB_KERNEL_CACHE="1", CONVLAB_CACHE_DIR=tmp)
-        runs = []
-        for _ in range(2):
-            done = subprocess.run([sys.executable, "-c", _DISK_CHILD.format(here=here)], env=env,
-                                  capture_output=True, text=True, timeout=240)
-            runs.append(json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
-                        else {"error": done.stderr[-3000:]})
-    ok = all(r.get("ok") and r.get("enabled") for r in runs) and runs[1]["cache"]["compiled"] == 0 \
-        and runs[1]["cache"]["loaded"] > 0  # r["ok"] includes: every plan thin
-    return {"ok": bool(ok), "runs": runs}
 
 
 def table(bench: dict) -> str:
@@ -298,10 +165,17 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False) ->
     xr = x.detach().clone().requires_grad_(True)  # made once: requires_grad_ per call would be timed
     cases["conv2d_requires_grad"] = (lambda: F.conv2d(xr, w, padding=1),  # same algorithm as conv2d
                                      lambda: convlab.conv2d(xr, w, padding=1, algorithm=alg))
+    timed = {}
     for name, (ref, ours) in cases.items():
         _guard(res, f"rel_err/{name}", lambda: float(((ours() - ref()).norm() / ref().norm()).item()))
-        _guard(res, f"torch/{name}", lambda: per_call_us(ref, sync, n, batches))
-        _guard(res, f"convlab/{name}", lambda: per_call_us(ours, sync, n, batches))
+        if not isinstance(res[f"rel_err/{name}"], dict):  # a dict is an error: the case is left out
+            timed[f"torch/{name}"], timed[f"convlab/{name}"] = ref, ours
+    _guard(res, "per_call", lambda: sorted(timed))  # the names timed together, round-robin
+    try:
+        res.update(interleaved_us(timed, sync, n, batches))
+    except Exception as exc:  # noqa: BLE001  (the launch checks below still run)
+        res["per_call"] = {"error": f"{type(exc).__name__}: {exc}"}
+    for name, (ref, ours) in cases.items():
         _guard(res, f"gpu/{name}", lambda: {"torch_us": gpu_us(ref), "convlab_us": gpu_us(ours)})
         if profile:
             _guard(res, f"profile/{name}", lambda: profile_top(ours))
@@ -324,34 +198,29 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False) ->
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--selftest" in argv:  # the thin launch selftest lives in its own script
+        import thin_selftest
+
+        return thin_selftest.main([a for a in argv if a != "--selftest"])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=None, help="JSON output path")
-    parser.add_argument("--selftest", action="store_true", help="check the thin launch path only")
-    parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--n", type=int, default=2000, help="calls per batch")
+    parser.add_argument("--batches", type=int, default=7, help="batches per case, taken round-robin")
     parser.add_argument("--algorithm", default="auto", help="the ops' algorithm= (default auto: tunes first)")
     parser.add_argument("--profile", action="store_true", help="cProfile's top functions per convlab op")
-    parser.add_argument("--full", action="store_true", help="selftest: every plugin case, plain ones too")
-    parser.add_argument("--budget-s", type=float, default=150.0,
-                        help="selftest: start no new plugin case after this many seconds")
     args = parser.parse_args(argv)
     result: dict[str, Any] = {"device": runtime.device_name(), "versions": runtime.versions()}
-    if args.selftest:
-        _guard(result, "selftest", lambda: selftest(args.full, args.budget_s))
-        ok = isinstance(result["selftest"], dict) and result["selftest"].get("ok") is True
-    else:
-        _guard(result, "benchmark", lambda: benchmark(args.n, args.batches, args.algorithm, args.profile))
-        ok = "error" not in result["benchmark"]
+    _guard(result, "benchmark", lambda: benchmark(args.n, args.batches, args.algorithm, args.profile))
     text = json.dumps(result, indent=1, default=str)
     print(text)
     if args.out:
         with open(args.out, "w") as fh:
             fh.write(text)
-    if args.selftest and isinstance(result["selftest"], dict):
-        print(f"selftest {'ok' if ok else 'FAILED: ' + ', '.join(result['selftest'].get('failed', []))}")
-    elif not args.selftest and isinstance(result["benchmark"], dict):
-        print(table(result["benchmark"]))
-    return 0 if ok else 1
+    if "error" in result["benchmark"]:
+        return 1
+    print(table(result["benchmark"]))
+    return 0
 
 
 if __name__ == "__main__":

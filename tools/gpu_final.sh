@@ -22,11 +22,12 @@
 #   igemmcov   benchmarks/igemm_coverage_bench.py: grouped, odd-channel and strided-dgrad layers
 #   torchwrap  benchmarks/torch_wrapper_bench.py: per-call cost of convlab.torch (eager, custom op) vs F.conv2d
 #   training   python -m convlab.examples.train_cnn (TRAIN_ARGS): the same CNN on cuDNN and on convlab, seeds
-#   coldstart  benchmarks/cold_start_bench.py (COLD_ARGS): first call of a tuned shape in a new process
+#   coldstart  benchmarks/cold_start_bench.py (COLD_ARGS; COLD_TUNE_CONFIGS: configs timed per plugin): first call of a tuned shape in a new process
 #   resnet50b8 convlab bench: ResNet-50 at batch 8, implicit_gemm, kernel vs public op (R8_ARGS)
 #   burnig     convlab bench: Burn suites, implicit_gemm only (the refactor's speed check against session 2)
 #   DW_NETS    depthwise step's networks (default mobilenetv2)
-#   TEST_PROFILE  hypothesis profile of the tests (convlab-gpu: 60 examples a property); TEST_PATHS: a subset
+#   TEST_PROFILE  hypothesis profile of the tests (convlab-gpu: 60 examples a property); TEST_PATHS: a subset;
+#              TEST_N: pytest-xdist workers (8)
 # Everything lands in $OUT/results.tgz (plus the test log) so it comes back in one file; with LANE=NAME
 # (tools/gpu_two_lanes.sh) the work folder and the archive carry that name.
 set -u
@@ -58,14 +59,15 @@ if has probes; then
 fi
 if has tests; then
   ( CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-gpu}" timeout "${TEST_S:-300}" python3 -m pytest \
-      -n 8 -v -ra -p no:benchmark --junitxml="$W/gpu-tests.xml" ${TEST_PATHS:-} > "$W/gpu-tests.log" 2>&1
+      -n "${TEST_N:-8}" -v -ra -p no:benchmark --durations=30 --junitxml="$W/gpu-tests.xml" ${TEST_PATHS:-} > "$W/gpu-tests.log" 2>&1
     echo "pytest rc=$?" >> "$W/gpu-tests.log" ) &
 fi
-if has sanitize; then
-  ( for tool in memcheck racecheck; do
-      timeout 120 compute-sanitizer --tool $tool --report-api-errors no --print-limit 0 \
+if has sanitize; then  # the two tools side by side, SANITIZE_S seconds each (120)
+  for tool in memcheck racecheck; do
+    ( timeout "${SANITIZE_S:-120}" compute-sanitizer --tool $tool --report-api-errors no --print-limit 0 \
         python3 tools/sanitize_cases.py > "$W/sanitizer/$tool.log" 2>&1
-      echo "rc=$?" >> "$W/sanitizer/$tool.log"; done ) &
+      echo "rc=$?" >> "$W/sanitizer/$tool.log" ) &
+  done
 fi
 if has notebooks; then
   ( CONVLAB_CACHE_DIR="$W/nbcache" timeout "${NOTEBOOK_S:-300}" python3 notebooks/run_all.py "$W/notebooks" \
@@ -88,7 +90,7 @@ has dcgan && bench dcgan 120 --suite dcgan --no-auto --repeat 15 --warmup 3 --ma
 has overhead && probe overhead ${OVERHEAD_S:-200} python3 benchmarks/overhead_bench.py ${OVERHEAD_ARGS:-} --out "$W/bench/overhead.json"
 has torchwrap && probe torch_wrapper ${TORCHWRAP_S:-120} python3 benchmarks/torch_wrapper_bench.py ${TORCHWRAP_ARGS:-} --out "$W/bench/torch_wrapper.json"
 has training && probe training ${TRAIN_S:-240} python3 -m convlab.examples.train_cnn ${TRAIN_ARGS:-} --out "$W/bench/training.json" --figure "$W/bench/training.png"
-has coldstart && probe cold_start ${COLD_S:-240} python3 benchmarks/cold_start_bench.py ${COLD_ARGS:-} --out "$W/bench/cold_start.json"
+has coldstart && CONVLAB_TUNE_CONFIGS="${COLD_TUNE_CONFIGS:-${CONVLAB_TUNE_CONFIGS:-}}" probe cold_start ${COLD_S:-240} python3 benchmarks/cold_start_bench.py ${COLD_ARGS:-} --out "$W/bench/cold_start.json"
 has resnet50b8 && CONVLAB_KERNEL_CACHE=1 bench resnet50_b8 ${R8_S:-240} --suite resnet50 --batch 8 --plugins implicit_gemm --no-auto --repeat 10 --warmup 2 --max-seconds 0.3 ${R8_ARGS:-}
 has tcgemm && probe tcgemm 240 python3 benchmarks/tc_gemm_bench.py --out "$W/bench/tc_gemm.json"
 has diag && probe igemm_diag 90 python3 tools/igemm_launch_diag.py

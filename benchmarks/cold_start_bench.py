@@ -5,13 +5,14 @@
 All steps share one empty temporary ``CONVLAB_CACHE_DIR`` (the autotuner's cache and ``kernels/``) and
 run with ``CONVLAB_KERNEL_CACHE=1``, each in a NEW subprocess:
 
-    fill        call each op once on TUNED shapes (``"auto"`` tunes them): fills both caches
+    fill        call each op once on TUNED shapes (``"auto"`` tunes them): fills both caches; then run
+                each tuning candidate of NEW once (compiles its kernels; NEW is not tuned)
     warm_torch  interpreter start -> ``import convlab`` -> the first call of an already-tuned shape
                 returned and synchronised, with torch CUDA tensors (torch imported and the tensors
                 made before ``import convlab``: the user's cost, reported apart)
     warm_numba  the same with Numba device arrays (no torch in the process)
-    new_shape   a shape never tuned, whose kernels (same tile configurations) are on disk: tuned and
-                answered
+    new_shape   a shape never tuned, whose kernels are on disk (``fill`` ran each of its tuning
+                candidates once, untimed, which compiles and saves their kernels): tuned and answered
 
 Each child reports wall seconds per phase (``spawn_to_start_s``: from the parent's ``Popen`` to the
 child's first statement, i.e. the interpreter's start), the kernel cache's counters (``compiled``
@@ -91,19 +92,35 @@ for op in spec["ops"]:
                                        algorithm=spec["algorithm"])
     sync()
     firsts.append(time.perf_counter() - s)
+if spec["precompile"]:  # the fill step: compile (and save) every tuning candidate's kernels of these
+    from convlab import settings  # shapes by running each once, without tuning them (nothing is timed)
+    from convlab.plugin import registry
+    for xs, ws, pad in spec["precompile"]:
+        x, w = (rng.standard_normal(s).astype(np.float32) for s in (xs, ws))
+        prob = convlab.problem_for("conv2d", x, w, padding=pad)
+        limit = settings.get_workspace_limit()
+        arrays = [runtime.to_device(x), runtime.to_device(w), None,
+                  runtime.to_device(np.full(prob.operand_shapes[2], np.nan, np.float32))]
+        for cand in registry.candidates(prob, limit, per_plugin=settings.get_tune_configs()):
+            cand.plugin.run(prob, cand.config, *arrays, workspace_limit=limit)
+    sync()
 print(json.dumps({"t_start": t_start, "import_torch_s": t1 - t0, "setup_s": t2 - t1,
                   "import_convlab_s": t_imported - t2, "numba_setup_s": t3 - t_imported,
                   "first_calls_s": firsts, "import_convlab_and_first_call_s": t_imported - t2 + firsts[0],
                   "rel_err": errors, "kernel_cache": kernel_cache.stats,
                   "kernel_cache_on": kernel_cache.enabled(),
+                  "compiled_kernels": kernel_cache.compiled_names,
                   "tuner": autotune.stats(), "simulator": runtime.SIMULATOR}))
 """
 
 
 def child(label: str, shapes: list, env: dict, use_torch: bool, algorithm: str, ops: tuple = (),
-          timeout: int = 600) -> dict[str, Any]:
-    """Run one step in a new interpreter; its JSON report plus the parent's view of the wall time."""
-    spec = {"shapes": shapes, "torch": use_torch, "algorithm": algorithm, "ops": list(ops)}
+          timeout: int = 600, precompile: list | None = None) -> dict[str, Any]:
+    """Run one step in a new interpreter; its JSON report plus the parent's view of the wall time.
+    ``precompile``: shapes whose tuning candidates are each run once (kernels compiled and saved,
+    nothing tuned)."""
+    spec = {"shapes": shapes, "torch": use_torch, "algorithm": algorithm, "ops": list(ops),
+            "precompile": precompile or []}
     spawned = time.time()
     done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(spec)], env=env, capture_output=True,
                           text=True, timeout=timeout)
@@ -121,7 +138,7 @@ def run(use_torch: bool, algorithm: str, keep: str | None = None, tiny: bool = F
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, CONVLAB_KERNEL_CACHE="1", CONVLAB_CACHE_DIR=keep or tmp)
         ops = ("conv2d_backward_data", "conv2d_backward_weight")
-        steps = {"fill": child("fill", tuned, env, use_torch, algorithm, ops)}
+        steps = {"fill": child("fill", tuned, env, use_torch, algorithm, ops, precompile=[new_shape])}
         if use_torch:
             steps["warm_torch"] = child("warm_torch", tuned[:1], env, True, algorithm)
         steps["warm_numba"] = child("warm_numba", tuned[:1], env, False, algorithm)

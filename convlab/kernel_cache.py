@@ -43,6 +43,7 @@ MAGIC, FORMAT = b"CVLKC", 1
 _HEADER = struct.Struct("<5sHQ32sH")  # magic, format, payload bytes, sha256(payload), entry-name bytes
 _memo: dict[tuple, Any] = {}
 stats = {"compiled": 0, "loaded": 0, "in_process": 0}  # kernels by where they came from
+compiled_names: list[str] = []  # qualified names of the kernels this process compiled (diagnostics)
 
 
 def enabled() -> bool:
@@ -242,6 +243,7 @@ def _load_or_compile(dispatcher: Any, argtypes: tuple) -> CompiledKernel:
         log.info("kernel cache: compiling %s for %s", name, ", ".join(map(str, argtypes)))
         overload = dispatcher.compile(argtypes)
         stats["compiled"] += 1
+        compiled_names.append(name)
     else:
         stats["in_process"] += 1
     library = overload._codelibrary

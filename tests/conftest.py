@@ -1,6 +1,8 @@
 """Test configuration: the hypothesis profile follows the device (small on the simulator).
 
-Override with CONVLAB_HYPOTHESIS_PROFILE=convlab-gpu (or convlab-sim).
+Override with CONVLAB_HYPOTHESIS_PROFILE=convlab-gpu (or convlab-sim). With CONVLAB_FAILURE_LOG=PATH
+each failure's report is appended to PATH as it happens (a GPU run cut by a time limit still keeps
+the tracebacks that pytest would only print at the end).
 """
 import os
 
@@ -19,3 +21,10 @@ def pytest_report_header(config):
 
 
 gpu_only = pytest.mark.skipif(runtime.SIMULATOR, reason="needs a real CUDA GPU")
+
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get("CONVLAB_FAILURE_LOG")
+    if path and report.failed:
+        with open(path, "a") as fh:
+            fh.write(f"=== {report.when} FAILED {report.nodeid}\n{report.longreprtext}\n\n")

@@ -119,7 +119,8 @@ def test_cli_writes_results_and_figure_for_the_cudnn_backend(tmp_path, capsys):
     assert code == 0
     data = json.loads(out.read_text())
     assert data["format"] == "convlab-training/1" and data["settings"]["steps"] == 4
-    assert "torch" in data["versions"] and data["torch_device"].startswith("cpu")
+    assert "torch" in data["versions"]
+    assert data["torch_device"] == train_cnn.device_description(train_cnn.default_device())
     assert [(r["backend"], r["seed"], len(r["losses"])) for r in data["runs"]] == [("cudnn", 0, 4), ("cudnn", 1, 4)]
     assert data["summary"]["backends"]["cudnn"]["seeds"] == [0, 1]
     assert figure.stat().st_size > 5000

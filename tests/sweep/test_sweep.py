@@ -68,6 +68,12 @@ def _disk_entries(folder) -> dict:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    from convlab.sweep.cluster import gpu_ids
+
+    try:
+        gpu_ids(2)  # one worker per GPU: on real CUDA these tests need two visible GPUs
+    except ValueError as exc:
+        pytest.skip(f"two local workers: {exc}")
     old = os.environ.get("CONVLAB_CACHE_DIR")
     os.environ["CONVLAB_CACHE_DIR"] = str(tmp_path_factory.mktemp("worker-cache"))  # the workers' own
     try:

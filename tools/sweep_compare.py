@@ -28,7 +28,9 @@ def entries(folder: str) -> dict[str, dict]:
 
 
 def medians(entry: dict) -> dict[str, float]:
-    return {r["label"]: r["median_ms"] for r in entry.get("results", []) if r.get("median_ms")}
+    """Each timed candidate's median, under the label the entry's ``winner`` uses: plugin[config]."""
+    return {r.get("label") or f"{r['plugin']}[{r['config']}]": r["median_ms"]
+            for r in entry.get("results", []) if r.get("median_ms")}
 
 
 def tie(a: dict, b: dict) -> bool:
@@ -62,11 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wall-dual", type=float, required=True)
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--note", default="", help="what was swept (suites, ops, dtypes, limit)")
+    ap.add_argument("--cut", nargs="*", default=[], help="runs stopped by their time limit (not met)")
     args = ap.parse_args(argv)
     out = compare(entries(args.single), entries(args.dual))
     ratio = args.wall_dual / args.wall_single if args.wall_single else None
     out.update(wall_single_s=args.wall_single, wall_dual_s=args.wall_dual, ratio=ratio, target=TARGET,
-               note=args.note, met=bool(ratio is not None and ratio <= TARGET and not out["different"]
+               note=args.note, cut=args.cut,
+               met=bool(ratio is not None and ratio <= TARGET and not out["different"] and not args.cut
                                         and not out["only_single"] and not out["only_dual"] and out["common"]))
     Path(args.output).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k not in ("tie_keys",)}, indent=1))

@@ -7,9 +7,8 @@
                                                                          # fp16 / bf16 / TF32
         [--suites burn,resnet50] [--dtypes float16,bfloat16,float32] [--ops forward,dgrad,wgrad]  # subsets
 
-Self-test: every op x dtype on a few shapes (padding, stride, dilation, bias, remainders in M and N),
-the plugin's output against the host float64 reference, through ``plugin.run`` on device arrays and
-through the public ``convlab.conv2d`` (fp16); and the float32 precision rule (declined under "highest").
+Self-test (``tc_conv_selftest.py`` beside this file): every op x dtype on a few shapes, the plugin's
+output against the host float64 reference, through ``plugin.run`` and the public ``convlab.conv2d``.
 Benchmark: operands are torch tensors on the GPU (bf16 handed to the plugin as uint16 bits); the
 plugin's first config (what "auto" would try first; one compile per config, 5-25 s each), its output
 checked against cuDNN in float64, then CUDA-event medians of 20 runs after warm-up, against cuDNN in the
@@ -25,123 +24,21 @@ import math
 import statistics
 import sys
 import time
-import traceback
 
 import numpy as np
 
 import convlab
-from convlab import reference, runtime
+from convlab import runtime
 from convlab.bench.baseline import torch_call
 from convlab.bench.suite import load_suite
-from convlab.measure import random_operands, rel_error, tolerance
+from convlab.measure import rel_error, tolerance
 from convlab.plugin import registry
-from convlab.runtime import cuda
 
-DTYPES = ("float16", "bfloat16", "float32")  # float32 = TF32 under precision "high"
+from tc_conv_selftest import DTYPES, log, selftest  # beside this file (run as a script)
+
 LIMIT = 2**31  # workspace limit of the benchmark (the NHWC copies: 268 MiB for the seed shape in TF32)
-SELFTEST = [  # (op, n, c, h, w, k, r, s, options)
-    ("forward", 2, 16, 9, 11, 24, 3, 3, dict(padding=1, bias=True)),
-    ("forward", 3, 32, 17, 13, 40, 3, 2, dict(stride=2, dilation=(1, 2), padding=(1, 0))),
-    ("forward", 2, 8, 15, 15, 136, 1, 1, {}),
-    ("forward", 4, 64, 14, 14, 130, 5, 5, dict(padding=2, stride=(1, 2))),
-    ("dgrad", 2, 24, 9, 11, 16, 3, 3, dict(padding=1, bias=True)),
-    ("dgrad", 3, 40, 10, 12, 32, 3, 3, dict(dilation=2, padding=(0, 3))),
-    ("dgrad", 2, 136, 7, 7, 64, 1, 1, {}),
-    ("wgrad", 2, 24, 9, 11, 16, 3, 3, dict(padding=1)),
-    ("wgrad", 3, 40, 10, 12, 32, 3, 3, dict(stride=2, dilation=2, padding=(0, 3))),
-    ("wgrad", 8, 136, 7, 7, 64, 1, 1, {}),
-]
 
 
-def _log(*args) -> None:
-    print(*args, flush=True)
-
-
-def _host_to_dev(arr):
-    """bf16 host arrays go to the device as uint16 bits (what the plugin reads)."""
-    if arr is None:
-        return None
-    if arr.dtype.name == "bfloat16":
-        arr = arr.view(np.uint16)
-    return runtime.to_device(arr)
-
-
-def _out_host(out, problem):
-    got = out.copy_to_host()
-    if problem.dtype == "bfloat16":
-        import ml_dtypes
-        got = got.view(ml_dtypes.bfloat16)
-    return np.asarray(got, np.float64)
-
-
-def selftest(plugin, rows: list) -> None:
-    for op, n, c, h, w, k, r, s, opts in SELFTEST:
-        for dtype in DTYPES:
-            row = {"part": "selftest", "op": op, "dtype": dtype}
-            try:
-                with convlab.float32_precision("high"):
-                    pr = convlab.make_problem(op, n, c, h, w, k, r, s, dtype=dtype, **opts)
-                    row["problem"] = pr.describe()
-                    verdict = plugin.applicable(pr)
-                    if not verdict:
-                        row.update(status="declined", error=verdict.reason)
-                        continue
-                    host = random_operands(pr, np.random.default_rng(7))
-                    dev = [_host_to_dev(v) for v in host]
-                    shape = pr.operand_shapes[2]
-                    out = runtime.to_device(np.full(shape, 0x7FC0, np.uint16) if dtype == "bfloat16"
-                                            else np.full(shape, np.nan, dtype))  # NaN poison
-                    configs = plugin.configs(pr)  # every config; one with bias (fewer compiles)
-                    for config in configs[:1] if pr.bias else configs:
-                        t0 = time.perf_counter()
-                        plugin.run(pr, config, *dev, out, workspace_limit=2**30)
-                        runtime.synchronize()
-                        got = _out_host(out, pr)
-                        err = rel_error(got, reference.solve(pr, *host))
-                        tol = tolerance(pr, plugin.compute_eps(dtype))
-                        row[f"rel_err[{config.name}]"] = err
-                        row["tolerance"] = tol
-                        row["first_s"] = round(time.perf_counter() - t0, 2)
-                        row["status"] = "ok" if err <= tol and row.get("status", "ok") == "ok" else "WRONG"
-            except Exception as exc:  # a failure is a row, never fatal
-                row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:400],
-                           trace=traceback.format_exc()[-800:])
-            finally:
-                rows.append(row)
-                _log(row)
-    for name, fn in (("declines float32 under highest", _highest_rule), ("conv2d fp16 via the API", _api),
-                     ("conv2d bf16 via the API", lambda p: _api(p, "bfloat16"))):
-        row = {"part": "selftest", "op": name}
-        try:
-            row.update(fn(plugin))
-        except Exception as exc:
-            row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:400])
-        rows.append(row)
-        _log(row)
-
-
-def _highest_rule(plugin) -> dict:
-    pr = convlab.make_problem("forward", 1, 16, 8, 8, 16, 3, 3, dtype="float32")
-    with convlab.float32_precision("highest"):
-        v = plugin.applicable(pr)
-    return {"status": "ok" if not v and "high" in v.reason else "WRONG", "error": v.reason}
-
-
-def _api(plugin, dtype: str = "float16") -> dict:
-    """conv2d on host arrays of ``dtype`` (bfloat16: ml_dtypes) through the public op, forced to us."""
-    from convlab.problem import np_dtype
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((2, 16, 12, 12)).astype(np_dtype(dtype))
-    w = rng.standard_normal((32, 16, 3, 3)).astype(np_dtype(dtype))
-    y = convlab.conv2d(x, w, padding=1, algorithm="tensor_core")
-    y = y.copy_to_host() if hasattr(y, "copy_to_host") else np.asarray(y)
-    pr = convlab.make_problem("forward", 2, 16, 12, 12, 32, 3, 3, padding=1, dtype=dtype)
-    err = rel_error(y, reference.solve(pr, x, w))
-    return {"status": "ok" if y.dtype == np_dtype(dtype) and err <= tolerance(pr, 2**-23) else "WRONG",
-            "rel_err": err, "out_dtype": str(y.dtype)}
-
-
-# ---- benchmark ------------------------------------------------------------------------------------
 def _events_ms(fn) -> float:
     """Median ms of ``fn()`` (convlab.runtime.time_ms: CUDA events on the default stream, which torch's
     default stream follows, 3 warm-up calls, 20 samples)."""
@@ -155,8 +52,8 @@ def _as_numba(torch, t):
     if t is None:
         return None
     if t.dtype == torch.bfloat16:
-        return cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16)
-    return cuda.as_cuda_array(t)
+        return runtime.as_device_array(t.view(torch.int16)).view(np.uint16)
+    return runtime.as_device_array(t)
 
 
 def bench_one(torch, plugin, entry, pr, rows: list) -> None:
@@ -207,7 +104,7 @@ def bench_one(torch, plugin, entry, pr, rows: list) -> None:
     finally:
         torch.backends.cudnn.allow_tf32 = False
         rows.append(row)
-        _log({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+        log({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
 
 
 def _public_op(convlab, pr, ta, tb, tbias, tout):
@@ -266,8 +163,8 @@ def bench(args, plugin, rows: list) -> None:
 
 
 def summary(rows: list) -> None:
-    _log("\n| op | dtype | shapes | geomean cuDNN/ours | ours faster on |")
-    _log("|---|---|---|---|---|")
+    log("\n| op | dtype | shapes | geomean cuDNN/ours | ours faster on |")
+    log("|---|---|---|---|---|")
     groups: dict = {}
     for r in rows:
         if r.get("part") == "bench" and r.get("cudnn_over_ours"):
@@ -275,9 +172,9 @@ def summary(rows: list) -> None:
     for (op, dtype), rs in sorted(groups.items()):
         gm = math.exp(sum(math.log(r["cudnn_over_ours"]) for r in rs) / len(rs))
         faster = [r["shape"] for r in rs if r["cudnn_over_ours"] > 1]
-        _log(f"| {op} | {dtype} | {len(rs)} | {gm:.3f} | {', '.join(faster) or '-'} |")
+        log(f"| {op} | {dtype} | {len(rs)} | {gm:.3f} | {', '.join(faster) or '-'} |")
     bad = [r for r in rows if r.get("status") not in ("ok", "declined")]
-    _log(f"\n{len(rows)} rows, {len(bad)} not ok: " + "; ".join(
+    log(f"\n{len(rows)} rows, {len(bad)} not ok: " + "; ".join(
         f"{r.get('op')} {r.get('dtype', '')} {r.get('shape', r.get('problem', ''))}: {r.get('status')} "
         f"{r.get('error', '')}" for r in bad))
 
@@ -291,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", default="forward,dgrad,wgrad", help="forward,dgrad,wgrad")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args(argv)
-    _log(runtime.device_name(), runtime.compute_capability(), runtime.versions())
+    log(runtime.device_name(), runtime.compute_capability(), runtime.versions())
     plugin = registry.get("tensor_core")
     rows: list = []
     t0 = time.perf_counter()
@@ -302,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             bench(args, plugin, rows)
     finally:
         summary(rows)
-        _log(f"total {time.perf_counter() - t0:.0f} s")
+        log(f"total {time.perf_counter() - t0:.0f} s")
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(rows, f, indent=1, default=str)

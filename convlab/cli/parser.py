@@ -1,4 +1,5 @@
-"""The ``convlab`` command line: argument types, the parser, and :func:`main` (the console script).
+"""The ``convlab`` command line: the parser and :func:`main` (the console script); the argument types
+(text -> value) are in :mod:`convlab.cli.arg_types`.
 
 Subcommands (demo, list, explain, bench, plot, tune, check) live in :mod:`convlab.commands`. Exit status:
 0 success, 1 a check or command failed, 2 bad arguments (argparse's convention: the message, no
@@ -12,97 +13,9 @@ import os
 import sys
 from typing import Sequence
 
+from .arg_types import (  # also importable from here, as before (convlab.cli.parser.nbytes, ...)
+    algorithm, dtype_list, nbytes, op_list, op_name, padding, pair, positive, shape4)
 from .commands import cmd_bench, cmd_check, cmd_demo, cmd_explain, cmd_list, cmd_plot, cmd_tune
-
-_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
-
-
-# ---- argument types -------------------------------------------------------------------------------
-def _ints(text: str, count: tuple[int, ...], what: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.replace("x", ",").split(",")]
-    except ValueError:
-        values = []
-    if len(values) not in count:
-        raise argparse.ArgumentTypeError(f"expected {' or '.join(map(str, count))} comma-separated ints "
-                                         f"({what}), got {text!r}")
-    return values
-
-
-def shape4(text: str) -> list[int]:
-    return _ints(text, (4,), "e.g. 16,3,227,227")
-
-
-def pair(text: str) -> int | list[int]:
-    values = _ints(text, (1, 2), "one int or h,w")
-    return values[0] if len(values) == 1 else values
-
-
-def padding(text: str) -> int | list[int] | str:
-    """--padding: one int, h,w, or PyTorch's 'same' / 'valid' (as the ops take it)."""
-    return text.strip() if text.strip() in ("same", "valid") else pair(text)
-
-
-def nbytes(text: str) -> int:
-    """'268435456', '256M', '1GiB' -> bytes (the same forms as ``convlab.set_workspace_limit``)."""
-    from convlab.settings import parse_bytes
-
-    try:
-        return parse_bytes(text, "byte count")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def op_name(text: str) -> str:
-    """An op in either spelling (conv2d or forward, conv2d_backward_data or dgrad, ...) -> the short one."""
-    from convlab.problem import short_op
-
-    try:
-        return short_op(text.strip())
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def op_list(text: str) -> tuple[str, ...]:
-    from convlab.problem import OPS, short_op
-
-    try:
-        ops = tuple(short_op(o.strip()) for o in text.split(",") if o.strip())
-    except ValueError:
-        ops = ()
-    if not ops or "transpose" in ops:
-        raise argparse.ArgumentTypeError(f"ops must be a comma-separated subset of {','.join(OPS)} (or "
-                                         f"conv2d, conv2d_backward_data, conv2d_backward_weight), got "
-                                         f"{text!r}; a conv_transpose2d shape is a dgrad problem")
-    return ops
-
-
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive int, got {text!r}")
-    return value
-
-
-def dtype_list(text: str) -> tuple[str, ...]:
-    from convlab.sweep.core import parse_dtypes
-
-    try:
-        return parse_dtypes(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def algorithm(text: str) -> str | tuple[str, str]:
-    """'auto', a plugin name, or NAME[CONFIG] (as ``explain`` prints it, e.g. 'im2col[BK=8, BM=64]')."""
-    text = text.strip()
-    if text.endswith("]") and "[" in text:
-        name, config = text[:-1].split("[", 1)
-        return name.strip(), config
-    return text
 
 
 def _add_shape(p: argparse.ArgumentParser, required: bool) -> None:

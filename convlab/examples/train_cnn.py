@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from convlab.examples.shapes import make_shapes
+from convlab.examples.training_report import summarize, write_report
 
 BACKENDS = ("cudnn", "convlab")
 
@@ -240,7 +241,6 @@ def device_description(device: str) -> str:
 def results_json(runs: list[dict[str, Any]], config: TrainConfig, device: str) -> dict[str, Any]:
     """Everything a results file holds: device, versions, config, every run (losses to 6 digits), summary."""
     from convlab.bench import baseline, report
-    from convlab.examples.training_report import summarize
 
     cudnn = baseline.load()[0] if torch.device(device).type == "cuda" else None
     meta = report.metadata(dataclasses.asdict(config),
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads(Path(args.replot).read_text())
         config = TrainConfig(**data["settings"])
         seeds = sorted({run["seed"] for run in data["runs"]})
-        return _report(data, data["runs"], config, seeds, None, args.figure)
+        return write_report(data, data["runs"], config, seeds, None, args.figure)
     device = args.device or default_device()
     tiny = args.tiny or (not args.full and torch.device(device).type != "cuda")
     config = TrainConfig.tiny() if tiny else TrainConfig()
@@ -279,32 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {device_description(device)}; {'tiny' if tiny else 'full'} config: {config}", flush=True)
     runs = compare(args.seeds, config, device, tuple(args.backends),
                    progress=lambda line: print(line, flush=True))
-    return _report(results_json(runs, config, device), runs, config, args.seeds, args.out, args.figure)
-
-
-def _report(data: dict[str, Any], runs: list[dict[str, Any]], config: TrainConfig, seeds: list[int],
-            out: str | None, figure: str | None) -> int:
-    """Print the summary; write the results JSON (``out``) and the loss-curve figure (``figure``)."""
-    from convlab.examples.training_report import plot_losses, summary_text
-
-    print(summary_text(data["summary"]))
-    if out:
-        from convlab.fileio import atomic_write_json
-
-        print(f"results: {atomic_write_json(out, data, indent=1)}")
-    if figure:
-        from convlab.bench.plot import _plt
-
-        plt = _plt()
-        fig, ax = plt.subplots(figsize=(8, 4.8))
-        plot_losses(ax, runs, data["summary"], title=f"ShapesNet on {data['torch_device']}\n"
-                    f"{config.steps} steps, batch {config.batch}, {config.size}x{config.size}, "
-                    f"seeds {seeds}, algorithm={config.algorithm!r}")
-        fig.tight_layout()
-        Path(figure).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(figure, dpi=130)
-        print(f"figure: {figure}")
-    return 0
+    return write_report(results_json(runs, config, device), runs, config, args.seeds, args.out, args.figure)
 
 
 if __name__ == "__main__":

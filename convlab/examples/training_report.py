@@ -6,10 +6,13 @@ comparison the training example exists for: whether convlab's mean final loss an
 inside the range cuDNN shows across its own seeds (None with one seed), and the step-time ratio convlab / cuDNN.
 ``summary_text`` prints it; ``plot_losses(ax, runs)`` overlays the loss curves (one light line per seed,
 the mean over seeds bold; cuDNN solid, convlab dashed) with accuracy and step time in the legend.
+``write_report`` is what ``python -m convlab.examples.train_cnn`` ends with: the summary printed, the
+results JSON and the figure written.
 """
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any
 
 LABELS = {"cudnn": "cuDNN", "convlab": "convlab"}
@@ -99,3 +102,27 @@ def plot_losses(ax: Any, runs: list[dict[str, Any]], summary: dict[str, Any] | N
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title, fontsize=9)
+
+
+def write_report(data: dict[str, Any], runs: list[dict[str, Any]], config: Any, seeds: list[int],
+                 out: str | None, figure: str | None) -> int:
+    """Print the summary; write the results JSON (``out``) and the loss-curve figure (``figure``) of
+    ``train_cnn``'s command line (``config`` its ``TrainConfig``). Returns the exit status, 0."""
+    print(summary_text(data["summary"]))
+    if out:
+        from convlab.fileio import atomic_write_json
+
+        print(f"results: {atomic_write_json(out, data, indent=1)}")
+    if figure:
+        from convlab.bench.plot import _plt
+
+        plt = _plt()
+        fig, ax = plt.subplots(figsize=(8, 4.8))
+        plot_losses(ax, runs, data["summary"], title=f"ShapesNet on {data['torch_device']}\n"
+                    f"{config.steps} steps, batch {config.batch}, {config.size}x{config.size}, "
+                    f"seeds {seeds}, algorithm={config.algorithm!r}")
+        fig.tight_layout()
+        Path(figure).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(figure, dpi=130)
+        print(f"figure: {figure}")
+    return 0

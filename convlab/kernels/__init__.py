@@ -7,6 +7,7 @@
     gemm.py         the tiled GEMM family's launchers: gemm, matmul, Strided, pick_tiles, tile presets
     gemm_source.py  the tiled GEMM family's source generator and cached kernel factory
     mma.py          tensor-core intrinsics (inline PTX): mma.sync f16/bf16/tf32, ldmatrix, cp.async, to_tf32
+    mma_ptx.py      their GPU definitions: llvmlite inline-PTX intrinsics (imported by mma.py on a GPU)
     mma_sim.py      their simulator stand-ins (same per-lane semantics, through a shared staging buffer)
     tc_gemm.py      the tensor-core GEMM: multi-stage cp.async pipeline, swizzled shared tiles, mma.sync
 

@@ -11,19 +11,9 @@ import convlab
 from convlab import runtime, settings
 from convlab.cli import parser as cli
 
-TINY_RUN = ["--plugins", "direct", "--quiet"]
+from cli_helpers import TINY_RUN, run_cli
+
 SHAPE = ["--x", "1,4,5,5", "--w", "4,4,3,3", "--padding", "1"]
-
-
-@pytest.fixture(autouse=True)
-def private_tuning_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "tuning-cache"))
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_plot_without_matplotlib_prints_the_install_line(monkeypatch, tmp_path, capsys):

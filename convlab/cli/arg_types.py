@@ -1,0 +1,99 @@
+"""Argument types of the ``convlab`` command line (:mod:`convlab.cli.parser`): text -> value, or an
+``argparse.ArgumentTypeError`` whose message names the expected form (argparse prints it, exit status 2).
+
+    shape4      'N,C,H,W' (or NxCxHxW) -> [4 ints]        pair       'P' or 'H,W' -> int or [2 ints]
+    padding     pair, or 'same' / 'valid'                 nbytes     '256M', '1GiB', '268435456' -> bytes
+    op_name     one op, either spelling -> the short one  op_list    'forward,dgrad' -> ('forward', 'dgrad')
+    positive    an int >= 1                               dtype_list 'float32,float16' -> dtype names
+    algorithm   'auto', a plugin name, or NAME[CONFIG] -> str or (name, config text)
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def _ints(text: str, count: tuple[int, ...], what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace("x", ",").split(",")]
+    except ValueError:
+        values = []
+    if len(values) not in count:
+        raise argparse.ArgumentTypeError(f"expected {' or '.join(map(str, count))} comma-separated ints "
+                                         f"({what}), got {text!r}")
+    return values
+
+
+def shape4(text: str) -> list[int]:
+    return _ints(text, (4,), "e.g. 16,3,227,227")
+
+
+def pair(text: str) -> int | list[int]:
+    values = _ints(text, (1, 2), "one int or h,w")
+    return values[0] if len(values) == 1 else values
+
+
+def padding(text: str) -> int | list[int] | str:
+    """--padding: one int, h,w, or PyTorch's 'same' / 'valid' (as the ops take it)."""
+    return text.strip() if text.strip() in ("same", "valid") else pair(text)
+
+
+def nbytes(text: str) -> int:
+    """'268435456', '256M', '1GiB' -> bytes (the same forms as ``convlab.set_workspace_limit``)."""
+    from convlab.settings import parse_bytes
+
+    try:
+        return parse_bytes(text, "byte count")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def op_name(text: str) -> str:
+    """An op in either spelling (conv2d or forward, conv2d_backward_data or dgrad, ...) -> the short one."""
+    from convlab.problem import short_op
+
+    try:
+        return short_op(text.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def op_list(text: str) -> tuple[str, ...]:
+    from convlab.problem import OPS, short_op
+
+    try:
+        ops = tuple(short_op(o.strip()) for o in text.split(",") if o.strip())
+    except ValueError:
+        ops = ()
+    if not ops or "transpose" in ops:
+        raise argparse.ArgumentTypeError(f"ops must be a comma-separated subset of {','.join(OPS)} (or "
+                                         f"conv2d, conv2d_backward_data, conv2d_backward_weight), got "
+                                         f"{text!r}; a conv_transpose2d shape is a dgrad problem")
+    return ops
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {text!r}")
+    return value
+
+
+def dtype_list(text: str) -> tuple[str, ...]:
+    from convlab.sweep.core import parse_dtypes
+
+    try:
+        return parse_dtypes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def algorithm(text: str) -> str | tuple[str, str]:
+    """'auto', a plugin name, or NAME[CONFIG] (as ``explain`` prints it, e.g. 'im2col[BK=8, BM=64]')."""
+    text = text.strip()
+    if text.endswith("]") and "[" in text:
+        name, config = text[:-1].split("[", 1)
+        return name.strip(), config
+    return text

@@ -1,0 +1,30 @@
+"""tests/autotune: every test gets a private cache folder, a registry of ``direct`` plus the throw-away
+plugins of ``tuning_fakes``, and default autotuner settings (the autouse fixture ``isolated``)."""
+from __future__ import annotations
+
+import pytest
+
+import convlab
+from convlab import autotune
+from convlab.plugin import registry
+
+from tuning_fakes import Crashy, HostExact, NonDet, Picky, Wrong
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """A private cache folder, a registry of direct + the throw-away plugins, default settings."""
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "cache"))
+    registry.load()
+    monkeypatch.setattr(registry, "_plugins", {"direct": registry.get("direct")})
+    for cls in (HostExact, Wrong, Crashy, Picky, NonDet):
+        convlab.register(cls)
+    policy, det = autotune.set_key_policy("exact"), autotune.set_deterministic(False)
+    autotune.clear_cache(memory=True, disk=False)
+    autotune.reset_stats()
+    yield tmp_path / "cache"
+    for cls in (HostExact, Wrong, Crashy, Picky, NonDet):
+        convlab.unregister(cls.name)
+    autotune.set_key_policy(policy)
+    autotune.set_deterministic(det)
+    autotune.clear_cache(memory=True, disk=False)

@@ -154,14 +154,14 @@ class Launch:
             int(shared)
         self.args: list[Any] = []   # constants and owned arrays; None where an operand view goes
         self.views: list[tuple[int, int, int, tuple, tuple, np.dtype]] = []  # (arg, slot, offset, ...)
-        self.owned_bytes = 0
+        self.owned: list[tuple[int, int]] = []  # (device pointer, bytes) of the arrays this launch keeps
         for i, value in enumerate(args):
             ptr = runtime.device_pointer(value) if runtime.is_device_array(value) else None
             slot = _operand_slot(ptr, operands) if ptr is not None else None
             if slot is None:
                 self.args.append(value)
                 if ptr is not None:
-                    self.owned_bytes += int(value.size) * value.dtype.itemsize
+                    self.owned.append((ptr, int(value.size) * value.dtype.itemsize))
             else:
                 self.args.append(None)
                 self.views.append((i, slot, ptr - operands[slot][0], tuple(value.shape),

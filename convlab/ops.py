@@ -138,7 +138,7 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
         arrays = (a, b, dbias, dout)
         spans = [None if v is None else operands.pointer(v) for v in arrays]
         record = (key is not None and plan.replayable(candidate) and not plan.aliased(spans)
-                  and not launch.is_recording())
+                  and not launch.is_recording() and plan.keepable(candidate, prob, limit))
         with launch.using_stream(st), (launch.recording(spans) if record else
                                        contextlib.nullcontext()) as recorded:
             ran = _run_with_fallback(prob, candidate, algorithm, limit, *arrays)

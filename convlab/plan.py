@@ -57,7 +57,7 @@ class Plan:
         self.launches = list(launches)
         self.state = state
         self.generation = settings.generation()
-        self.held_bytes = sum(rec.owned_bytes for rec in self.launches)
+        self.held_bytes = held_by(self.launches)
         self.thin = all(rec.thin is not None for rec in self.launches)
         self.thins = [rec.thin for rec in self.launches] if self.thin else []
         first = signatures[0] if signatures else None
@@ -109,6 +109,19 @@ class Plan:
             self.replay(devs, bases, st)
         _stats["replayed"] += 1
         return result
+
+
+def held_by(launches: Sequence[launch.Launch]) -> int:
+    """Device bytes the recorded launches keep alive, each buffer once: the sub-batches of an
+    explicit-GEMM call all launch on one column buffer (counting it per launch made a plan of a large
+    layer look too big to keep, so every call recorded again on a freshly allocated buffer)."""
+    total, reach = 0, -1  # the union of the [ptr, ptr + bytes) ranges: views of one buffer overlap
+    for lo, nbytes in sorted((ptr, n) for rec in launches for ptr, n in rec.owned):
+        hi = lo + nbytes
+        if hi > reach:
+            total += hi - max(lo, reach)
+            reach = hi
+    return total
 
 
 _PLAIN = frozenset({int, str})
@@ -198,6 +211,16 @@ def store(key: tuple, plan: Plan) -> None:
 
 def held_bytes_locked() -> int:
     return sum(p.held_bytes for p in _plans.values())
+
+
+def keepable(candidate: Any, problem: Any, limit: int) -> bool:
+    """False when the candidate's workspace alone is over ``MAX_HELD_BYTES``: its plan would not be
+    kept, and recording it would take its buffers out of the scratch pool for nothing (each call
+    would then allocate them anew); such calls run unplanned on pooled buffers."""
+    try:
+        return candidate.plugin.workspace_bytes(problem, candidate.config, limit) <= MAX_HELD_BYTES
+    except Exception:  # noqa: BLE001  (a plugin that cannot say is recorded as before)
+        return True
 
 
 def replayable(candidate: Any) -> bool:

@@ -135,7 +135,7 @@ def test_a_plan_owns_its_workspace():
         pytest.skip("no implicit_gemm config of this device splits K on this problem")
     convlab.conv2d(xi, wi, padding=1, algorithm="im2col")  # leaves a large column buffer in the pool
     convlab.conv2d(dev(1, 16, 4, 4), dev(8, 16, 3, 3), padding=1, algorithm=SPLIT)  # records split-K
-    assert any(rec.owned_bytes for p in plan._plans.values() for rec in p.launches)
+    assert any(rec.owned for p in plan._plans.values() for rec in p.launches)
     convlab.conv2d(xi, wi, padding=1, algorithm="im2col")  # replays: writes its whole column buffer
     x, w = rand(1, 16, 4, 4, seed=3), rand(8, 16, 3, 3, seed=4)
     for out in (None, runtime.full((1, 8, 4, 4), np.nan, np.float32)):  # replay, then a new plan
@@ -144,3 +144,44 @@ def test_a_plan_owns_its_workspace():
         prob = convlab.problem_for("conv2d", x, w, padding=1)
         want = reference.solve(prob, x.astype(np.float64), w.astype(np.float64))
         assert rel_error(got, want) <= tolerance(prob, np.finfo(np.float32).eps)
+
+
+def test_a_sub_batched_call_keeps_its_plan_and_counts_its_column_buffer_once(monkeypatch):
+    """im2col under a small workspace limit runs several sub-batches on one column buffer: the plan
+    holds that buffer once (not once per launch), so it is kept under a bound just above one buffer
+    and the next call replays it instead of recording again on a new buffer."""
+    x, w = dev(4, 2, 4, 4), dev(2, 2, 3, 3)
+    col_bytes = 2 * 3 * 3 * 4 * 4 * 4  # C*R*S x P*Q floats of one image
+    kwargs = {"padding": 1, "algorithm": "im2col", "workspace_limit": col_bytes}  # one image a batch
+    convlab.conv2d(x, w, **kwargs)
+    (only,) = plan._plans.values()
+    launches = [rec for rec in only.launches if rec.owned]
+    assert len(launches) >= 4 and only.held_bytes <= col_bytes  # four sub-batches, one buffer
+    plan.clear()
+    monkeypatch.setattr(plan, "MAX_HELD_BYTES", int(col_bytes * 1.5))
+    convlab.conv2d(x, w, **kwargs)
+    before = plan.stats()
+    got = convlab.conv2d(x, w, **kwargs).copy_to_host()
+    after = plan.stats()
+    assert before["plans"] == 1 and after["built"] == before["built"]
+    assert after["replayed"] == before["replayed"] + 1
+    xh, wh = x.copy_to_host(), w.copy_to_host()
+    prob = convlab.problem_for("conv2d", xh, wh, padding=1)
+    want = reference.solve(prob, xh.astype(np.float64), wh.astype(np.float64))
+    assert rel_error(got, want) <= tolerance(prob, np.finfo(np.float32).eps)
+
+
+def test_a_call_whose_workspace_is_over_the_plan_bound_runs_unplanned_on_pooled_buffers(monkeypatch):
+    """A workspace larger than plan.MAX_HELD_BYTES is not recorded (the plan could not be kept): the
+    call runs unplanned and its column buffer goes back to the scratch pool for the next call."""
+    x, w = dev(2, 2, 4, 4), dev(2, 2, 3, 3)
+    monkeypatch.setattr(plan, "MAX_HELD_BYTES", 64)
+    scratch.release()
+    for _ in range(2):
+        convlab.conv2d(x, w, padding=1, algorithm="im2col")
+        assert plan.stats()["plans"] == 0 and scratch.held_bytes() > 64
+    xh, wh = x.copy_to_host(), w.copy_to_host()
+    got = convlab.conv2d(x, w, padding=1, algorithm="im2col").copy_to_host()
+    prob = convlab.problem_for("conv2d", xh, wh, padding=1)
+    want = reference.solve(prob, xh.astype(np.float64), wh.astype(np.float64))
+    assert rel_error(got, want) <= tolerance(prob, np.finfo(np.float32).eps)

@@ -25,6 +25,7 @@
 #   coldstart  benchmarks/cold_start_bench.py (COLD_ARGS; COLD_TUNE_CONFIGS: configs timed per plugin): first call of a tuned shape in a new process
 #   resnet50b8 convlab bench: ResNet-50 at batch 8, implicit_gemm, kernel vs public op (R8_ARGS)
 #   burnig     convlab bench: Burn suites, implicit_gemm only (the refactor's speed check against session 2)
+#   burnop     convlab bench: Burn, BURNOP_PLUGINS (implicit_gemm,im2col,col2im): kernel vs public-op time
 #   DW_NETS    depthwise step's networks (default mobilenetv2)
 #   TEST_PROFILE  hypothesis profile of the tests (convlab-gpu: 60 examples a property); TEST_PATHS: a subset;
 #              TEST_N: pytest-xdist workers (8)
@@ -95,6 +96,7 @@ has resnet50b8 && CONVLAB_KERNEL_CACHE=1 bench resnet50_b8 ${R8_S:-240} --suite 
 has tcgemm && probe tcgemm 240 python3 benchmarks/tc_gemm_bench.py --out "$W/bench/tc_gemm.json"
 has diag && probe igemm_diag 90 python3 tools/igemm_launch_diag.py
 has burnig && bench burn_igemm 150 ${BURNIG_SUITES:---suite burn --suite burn_b4} --no-auto --plugins implicit_gemm --repeat 15 --warmup 3 --max-seconds 0.6
+has burnop && bench burn_op ${BURNOP_S:-200} --suite burn --no-auto --plugins ${BURNOP_PLUGINS:-implicit_gemm,im2col,col2im} --repeat 10 --warmup 2 --max-seconds 0.4
 has tcconv && probe tcconv ${TCCONV_S:-240} python3 benchmarks/tc_conv_bench.py ${TC_ARGS:---quick} --out "$W/bench/tc_conv.json"
 has depthwise && probe depthwise ${DW_S:-240} python3 benchmarks/depthwise_bench.py --nets ${DW_NETS:-mobilenetv2} --configs ${DW_CONFIGS:-3} --out "$W/bench/depthwise.json"
 has igemmcov && probe igemmcov ${COV_S:-150} python3 benchmarks/igemm_coverage_bench.py --configs ${COV_CONFIGS:-2} --out "$W/bench/igemm_coverage.json"

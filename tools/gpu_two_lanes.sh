@@ -15,7 +15,10 @@ if command -v taskset >/dev/null; then
   c0="${LANE0_CPUS:-0-$(( n / 4 - 1 ))}"; pin0=(taskset -c "$c0"); pin1=(taskset -c "$(( n / 4 ))-$(( n - 1 ))")
 fi
 echo "lane gpu0: ${pin0[*]:-no pinning}; lane gpu1: ${pin1[*]:-no pinning}" | tee "$OUT/lanes.txt"
-CUDA_VISIBLE_DEVICES=0 LANE=gpu0 "${pin0[@]}" bash tools/gpu_final.sh $1 > "$OUT/lane-gpu0.log" 2>&1 &
-CUDA_VISIBLE_DEVICES=1 LANE=gpu1 "${pin1[@]}" bash tools/gpu_final.sh $2 > "$OUT/lane-gpu1.log" 2>&1 &
+# TEST_PATHS_GPU0 / TEST_PATHS_GPU1: each lane's share of the test suite (default: TEST_PATHS)
+CUDA_VISIBLE_DEVICES=0 LANE=gpu0 TEST_PATHS="${TEST_PATHS_GPU0:-${TEST_PATHS:-}}" "${pin0[@]}" \
+  bash tools/gpu_final.sh $1 > "$OUT/lane-gpu0.log" 2>&1 &
+CUDA_VISIBLE_DEVICES=1 LANE=gpu1 TEST_PATHS="${TEST_PATHS_GPU1:-${TEST_PATHS:-}}" "${pin1[@]}" \
+  bash tools/gpu_final.sh $2 > "$OUT/lane-gpu1.log" 2>&1 &
 wait
 tail -n 40 "$OUT"/lane-gpu*.log

@@ -8,11 +8,12 @@ set -u
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"; export OUT
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
 export CONVLAB_INSTALLED=1
-# CPUs apart too (LANE0_CPUS, default the first quarter): the first lane's launches do not queue
+# CPUs apart too (LANE0_CPUS, default the first quarter; LANE1_CPUS, default the rest): the first lane's launches do not queue
 # behind the second lane's compiling test workers.
 n=$(nproc); pin0=(); pin1=()
 if command -v taskset >/dev/null; then
-  c0="${LANE0_CPUS:-0-$(( n / 4 - 1 ))}"; pin0=(taskset -c "$c0"); pin1=(taskset -c "$(( n / 4 ))-$(( n - 1 ))")
+  c0="${LANE0_CPUS:-0-$(( n / 4 - 1 ))}"; pin0=(taskset -c "$c0")
+  pin1=(taskset -c "${LANE1_CPUS:-$(( n / 4 ))-$(( n - 1 ))}")
 fi
 echo "lane gpu0: ${pin0[*]:-no pinning}; lane gpu1: ${pin1[*]:-no pinning}" | tee "$OUT/lanes.txt"
 # TEST_PATHS_GPU0 / TEST_PATHS_GPU1: each lane's share of the test suite (default: TEST_PATHS)

@@ -6,9 +6,9 @@
 ``--selftest``: benchmarks/thin_selftest.py (the thin launch and plan replay on the device).
 
 Benchmark (one process): per-call host wall clock, back-to-back (``n`` calls, then one synchronize;
-the median over ``batches``, every case timed round-robin so that a slower spell of the host is shared
-by all cases rather than charged to the first ones measured; ``issue_us``: the same before the synchronize, i.e. the host's cost
-alone while the launch queue does not fill), of torch F.conv2d / conv_transpose2d /
+the median over ``batches``, every case timed round-robin so that a slower spell of the host is
+shared by all cases rather than charged to the first ones measured; ``issue_us``: the same before the
+synchronize, i.e. the host's cost alone while the launch queue does not fill), of torch F.conv2d / conv_transpose2d /
 grad.conv2d_input / conv2d_weight and the convlab ops on torch CUDA tensors (1x16x8x8, weight
 16x16x3x3; conv2d also on a tensor requiring grad); an empty Numba kernel with 4 array arguments
 launched by Numba and by the thin path; the relative error of each convlab op against torch;
@@ -179,8 +179,8 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False) ->
         _guard(res, f"gpu/{name}", lambda: {"torch_us": gpu_us(ref), "convlab_us": gpu_us(ours)})
         if profile:
             _guard(res, f"profile/{name}", lambda: profile_top(ours))
-        print(name, res.get(f"torch/{name}", {}).get("median_us"), res.get(f"convlab/{name}", {}).get("median_us"),
-              res.get(f"gpu/{name}"), flush=True)
+        print(name, res.get(f"torch/{name}", {}).get("median_us"),
+              res.get(f"convlab/{name}", {}).get("median_us"), res.get(f"gpu/{name}"), flush=True)
     arrays = [cuda.as_cuda_array(torch.empty(64, device="cuda")) for _ in range(4)]
     _guard(res, "numba/empty_kernel_4_arrays", lambda: per_call_us(
         lambda: _empty.dispatcher[1, 32](*arrays), sync, n, batches))

@@ -41,7 +41,7 @@ from .fileio import atomic_write
 log = logging.getLogger(__name__)
 MAGIC, FORMAT = b"CVLKC", 1
 _HEADER = struct.Struct("<5sHQ32sH")  # magic, format, payload bytes, sha256(payload), entry-name bytes
-_memo: dict[tuple, Any] = {}
+_memo: dict[tuple, tuple[Any, Any]] = {}  # (id(dispatcher), argtypes) -> (dispatcher, kernel)
 stats = {"compiled": 0, "loaded": 0, "in_process": 0}  # kernels by where they came from
 compiled_names: list[str] = []  # qualified names of the kernels this process compiled (diagnostics)
 
@@ -210,17 +210,18 @@ def compiled(dispatcher: Any, args: tuple) -> CompiledKernel | None:
     except Exception:
         return None
     memo_key = (id(dispatcher), argtypes)
-    found = _memo.get(memo_key)
-    if found is not None:
-        return found or None  # False: failed before, not retried every launch
+    hit = _memo.get(memo_key)
+    if hit is not None and hit[0] is dispatcher:  # the entry holds its dispatcher: an id is never
+        return hit[1] or None  # reused while it lives (a freed kernel's id taken by a new kernel
+        # once returned the old kernel's code: seen on the GPU). False: failed before, not retried
     try:
         found = _load_or_compile(dispatcher, argtypes)
     except Exception as exc:  # noqa: BLE001  (the ordinary launch still works)
         log.warning("kernel cache: %s not cached (%s: %s)", _py_func(dispatcher).__qualname__,
                     type(exc).__name__, exc)
-        _memo[memo_key] = False
+        _memo[memo_key] = (dispatcher, False)
         return None
-    _memo[memo_key] = found
+    _memo[memo_key] = (dispatcher, found)
     return found
 
 

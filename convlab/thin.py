@@ -267,7 +267,7 @@ def cu_launch(function: Any, dims: tuple, shared: int, stream: Any, params_addre
 
         _driver.extend((driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS, driver.CUstream))
     launch_kernel, success, cu_stream_type = _driver
-    cu_stream = _cu_streams.get(stream if isinstance(stream, int) else id(stream))
+    cu_stream = _cu_streams.get(stream) if isinstance(stream, int) else None
     if cu_stream is None:
         handle = stream if isinstance(stream, int) else stream_handle(stream)
         cu_stream = cu_stream_type(handle)

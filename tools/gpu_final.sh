@@ -59,7 +59,7 @@ if has probes; then
       --out "$W/bench/tc_conv_selftest.json" > "$W/probes2.txt" ) &
 fi
 if has tests; then
-  ( CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-gpu}" timeout "${TEST_S:-300}" python3 -m pytest \
+  ( CONVLAB_FAILURE_LOG="$W/gpu-test-failures.log" CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-gpu}" timeout "${TEST_S:-300}" python3 -m pytest \
       -n "${TEST_N:-8}" -v -ra -p no:benchmark --durations=30 --junitxml="$W/gpu-tests.xml" ${TEST_PATHS:-} > "$W/gpu-tests.log" 2>&1
     echo "pytest rc=$?" >> "$W/gpu-tests.log" ) &
 fi

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     out.update(wall_single_s=args.wall_single, wall_dual_s=args.wall_dual, ratio=ratio, target=TARGET,
                note=args.note, cut=args.cut,
                met=bool(ratio is not None and ratio <= TARGET and not out["different"] and not args.cut
-                                        and not out["only_single"] and not out["only_dual"] and out["common"]))
+                        and not out["only_single"] and not out["only_dual"] and out["common"]))
     Path(args.output).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k not in ("tie_keys",)}, indent=1))
     return 0

@@ -43,6 +43,7 @@ run() { # name workers -> prints wall seconds
 [ "$MODE" = warm ] && echo "warm-up (2 workers): $(run warm 2) s"
 ws=$(run single 1); echo "single GPU (--workers 1): $ws s; $(tail -3 "$W/single.log" | head -2 | tr '\n' ' ')"
 wd=$(run dual 2); echo "two GPUs (--workers 2): $wd s; $(tail -3 "$W/dual.log" | head -2 | tr '\n' ' ')"
+cut=(); for name in single dual; do grep -q "^rc=124$" "$W/$name.log" && cut+=("$name"); done  # timed out
 python3 tools/sweep_compare.py --single "$W/single" --dual "$W/dual" --wall-single "$ws" --wall-dual "$wd" \
-  --note "$note" -o "$OUT/sweep_x2.json"
+  --note "$note" --cut "${cut[@]}" -o "$OUT/sweep_x2.json"
 tar -czf "$OUT/sweep_x2.tgz" -C "$W" --exclude=kernels .

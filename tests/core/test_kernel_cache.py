@@ -170,6 +170,27 @@ def test_a_kernel_that_cannot_be_cached_is_not_retried_every_launch(monkeypatch,
     assert len(calls) == 1 and "not cached" in caplog.text
 
 
+def test_a_new_kernel_at_a_freed_kernels_address_gets_its_own_code(monkeypatch):
+    """The in-process memo is keyed by id(dispatcher): a kernel freed and a new one allocated at the
+    same address (a test-local kernel per parameter, seen on the GPU) must not get the old code."""
+    class Dispatcher:
+        py_func = staticmethod(_factory(1))
+
+        @staticmethod
+        def typeof_pyval(value):
+            return type(value).__name__
+
+    made = []
+    monkeypatch.setattr(kernel_cache, "_load_or_compile", lambda d, argtypes: made.append(d) or ("code", d))
+    monkeypatch.setattr(kernel_cache, "_memo", {})
+    old, new = Dispatcher(), Dispatcher()
+    assert kernel_cache.compiled(old, (1,)) == ("code", old)
+    (entry,) = kernel_cache._memo.values()
+    kernel_cache._memo = {(id(new), ("int",)): entry}  # as if ``new`` took ``old``'s freed address
+    assert kernel_cache.compiled(new, (1,)) == ("code", new) and made == [old, new]
+    assert kernel_cache.compiled(new, (1,)) == ("code", new) and len(made) == 2  # then memoized
+
+
 def test_every_plugin_kernel_has_a_key(monkeypatch):
     """Each kernel every built-in plugin launches (generated-source ones included: implicit GEMM's
     unrolled slices, depthwise, tensor-core, the tiled GEMM of im2col) gets a key without error:

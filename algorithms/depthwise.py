@@ -199,6 +199,7 @@ class Depthwise(Algorithm):
     ops = frozenset({"forward", "dgrad", "wgrad"})
     priority = 30  # above implicit_gemm (20), im2col/col2im (10), direct (0)
     deterministic = True
+    compiles_per_shape = True  # layer sizes are literals of its generated kernels
     description = ("depthwise (groups == C, any K/C): halo tile + filter in shared memory, rows per "
                    "thread in registers; dgrad by stride phases; wgrad ordered tree + split sum")
 

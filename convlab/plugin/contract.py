@@ -11,7 +11,9 @@ answers five questions about a :class:`~convlab.problem.Problem`:
     sample_problems(op)                            -> [Problem] problems I accept, for the conformance suite
 
 Class attributes declare the rest: ``name``, ``ops``, ``dtypes``, ``priority`` (higher wins when nothing
-was timed), ``deterministic`` (same bits on every run), ``description``.
+was timed), ``deterministic`` (same bits on every run), ``description``, ``compiles_per_shape`` (its
+kernels are specialised on the layer's sizes, so every new shape compiles: the conformance suite draws a
+quarter of the profile's examples for it on a GPU, where each compile costs seconds).
 """
 from __future__ import annotations
 
@@ -95,6 +97,7 @@ class Algorithm:
     priority: ClassVar[int] = 0
     deterministic: ClassVar[bool] = True
     description: ClassVar[str] = ""
+    compiles_per_shape: ClassVar[bool] = False
 
     # -- questions the registry asks --------------------------------------------------------------
     def check(self, problem: Problem) -> Verdict:

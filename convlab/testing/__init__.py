@@ -36,7 +36,7 @@ settings.register_profile("convlab-gpu", max_examples=60, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 DEFAULT_PROFILE = "convlab-sim" if runtime.SIMULATOR else "convlab-gpu"
 
-__all__ = ["CHECKS", "check_plugin", "run_check", "parametrize_with_checks", "applicable_checks", "problems",
+__all__ = ["CHECKS", "check_plugin", "run_check", "examples_for", "parametrize_with_checks", "applicable_checks", "problems",
            "aligned_problems", "any_problems", "call_op", "DEFAULT_PROFILE"]
 
 
@@ -50,6 +50,8 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
     samples = [p for p in _samples(plugin, op)]
     dtypes = tuple(sorted(plugin.dtypes))
 
+    if max_examples is None:
+        max_examples = examples_for(plugin)
     extra = {} if max_examples is None else {"max_examples": max_examples}
     if not shrink:
         extra["phases"] = [Phase.explicit, Phase.reuse, Phase.generate]
@@ -72,6 +74,15 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
             f"narrower than random problems reach); declare problems it accepts with its "
             f"sample_problems(op) method (see docs/ADDING_A_PLUGIN.md)") from None
     return len(ran)
+
+
+def examples_for(plugin: Algorithm, simulator: bool = runtime.SIMULATOR) -> int | None:
+    """The examples a check draws for ``plugin``: the active profile's (None), except a quarter of
+    them (at least 5) on a GPU for a plugin declaring ``compiles_per_shape``: each drawn shape compiles
+    new kernels there (seconds each; the profile's 60 examples x 3 ops x 4 checks did not finish)."""
+    if simulator or not getattr(plugin, "compiles_per_shape", False):
+        return None
+    return max(5, settings.default.max_examples // 4)
 
 
 def applicable_checks(plugin: Algorithm | str) -> list[tuple[str, str]]:

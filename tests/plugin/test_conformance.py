@@ -26,6 +26,21 @@ def test_parametrize_with_checks_follows_declarations():
     assert ids == [f"_test_nondet-wgrad-{name[6:]}" for _, name in pairs]
 
 
+def test_a_plugin_that_compiles_per_shape_draws_fewer_examples_on_a_gpu():
+    from hypothesis import settings
+
+    from convlab.testing import examples_for
+
+    class PerShape(convlab.Algorithm):
+        name, ops, compiles_per_shape = "_test_per_shape", frozenset({"forward"}), True
+
+    profile = settings.default.max_examples
+    assert examples_for(PerShape(), simulator=True) is None  # the profile's count
+    assert examples_for(PerShape(), simulator=False) == max(5, profile // 4)
+    assert examples_for(convlab.get_plugin("direct"), simulator=False) is None
+    assert convlab.get_plugin("depthwise").compiles_per_shape
+
+
 def test_narrow_predicate_asks_for_sample_problems():
     class Narrow(convlab.Algorithm):
         name, ops = "_test_narrow", frozenset({"forward"})

@@ -99,8 +99,13 @@ if spec["precompile"]:  # the fill step: compile (and save) every tuning candida
         x, w = (rng.standard_normal(s).astype(np.float32) for s in (xs, ws))
         prob = convlab.problem_for("conv2d", x, w, padding=pad)
         limit = settings.get_workspace_limit()
-        arrays = [runtime.to_device(x), runtime.to_device(w), None,
-                  runtime.to_device(np.full(prob.operand_shapes[2], np.nan, np.float32))]
+        poison = np.full(prob.operand_shapes[2], np.nan, np.float32)
+        if spec["torch"]:  # the operands' kind as the timed steps see it (Numba views of torch tensors)
+            from convlab import operands
+            arrays = [operands.as_device(dev(x)), operands.as_device(dev(w)), None,
+                      operands.as_device(dev(poison))]
+        else:
+            arrays = [runtime.to_device(x), runtime.to_device(w), None, runtime.to_device(poison)]
         for cand in registry.candidates(prob, limit, per_plugin=settings.get_tune_configs()):
             cand.plugin.run(prob, cand.config, *arrays, workspace_limit=limit)
     sync()

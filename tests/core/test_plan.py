@@ -168,6 +168,23 @@ def test_a_host_state_change_rebuilds_the_plan():
         registry.unmark_broken("im2col")
 
 
+def test_a_precision_mode_change_rebuilds_the_plan():
+    """float32 precision "high" lets TF32 plugins take float32: a plan made under "highest" is not
+    replayed under "high", and one made under "high" not after returning to "highest"."""
+    from convlab import settings
+
+    x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
+    convlab.conv2d(x, w)
+    before = built_replayed()
+    with settings.float32_precision("high"):
+        convlab.conv2d(x, w)
+        assert built_replayed() == (before[0] + 1, before[1])
+        convlab.conv2d(x, w)
+        assert built_replayed() == (before[0] + 1, before[1] + 1)  # replayed under "high"
+    convlab.conv2d(x, w)
+    assert built_replayed()[0] == before[0] + 2
+
+
 def _same_stream(seen, stream) -> bool:
     """``seen`` is ``stream`` itself or its CUstream handle (what a thin replay receives)."""
     from convlab.thin import stream_handle

@@ -3,7 +3,7 @@
 A sweep is a list of :class:`Task` (suite, shape, op, dtype and float32 precision), one Dask task each::
 
     tasks = expand(suites, ops, dtypes, limit)                 # in suite order, already-done ones dropped
-    for task in tasks:  client.submit(fn, spec(task), resources={"GPU": 1}, retries=RETRIES)
+    for task in spread(tasks):  client.submit(fn, spec(task), resources={"GPU": 1}, retries=RETRIES)
     for future in as_completed(futures, timeout=timeout):                      # progress bar over the whole sweep
         on_done(task, future.result())                        # the caller merges / journals the result
 
@@ -81,6 +81,24 @@ def expand(suites: Iterable[Any], ops: Iterable[str] = OPS, dtypes: Iterable[str
     return tasks
 
 
+def family(task: Task) -> tuple[str, str, str]:
+    """The kernels a task compiles depend mostly on its layer and op: the float32 kernels serve
+    float32, TF32-allowed float32 and (through ``widen``) float16/bfloat16 tasks of the same layer."""
+    return task.suite, task.entry.label, task.problem.op
+
+
+def spread(items: list[Any], key: Callable[[Any], Any] = lambda item: family(item)) -> list[Any]:
+    """``items`` reordered round-robin over their families (first appearance order): every family's
+    first task, then every family's second, ... Workers take tasks in submission order, so two workers
+    start on different layers or ops instead of compiling the same kernels side by side; a family's
+    later dtypes come when its kernels are already on disk. Same items, stable within a family."""
+    groups: dict[Any, list[Any]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    rounds = max((len(g) for g in groups.values()), default=0)
+    return [g[i] for i in range(rounds) for g in groups.values() if i < len(g)]
+
+
 def client_settings(workspace_limit: int | None, cache_dir: str | None) -> dict[str, Any]:
     """What a worker must apply to key and store like the client (see :func:`applied`)."""
     return {"key_policy": settings.get_key_policy(), "deterministic": settings.get_deterministic(),
@@ -110,15 +128,15 @@ def applied(spec: dict[str, Any], precision: str) -> Iterator[None]:
 def run_tasks(client: Any, fn: Callable[[dict], dict], specs: list[tuple[Task, dict]],
               on_done: Callable[[Task, dict], None], *, progress: bool = True, unit: str = "task",
               timeout: float | None = None) -> list[tuple[Task, str]]:
-    """Submit ``fn(spec)`` per task (one GPU each) and call ``on_done`` as each finishes, under a progress
-    bar; returns the (task, error) of the tasks that failed. Interrupted: the pending tasks are
+    """Submit ``fn(spec)`` per task (one GPU each; in :func:`spread` order) and call ``on_done`` as each
+    finishes, under a progress bar; returns the (task, error) of the tasks that failed. Interrupted: the pending tasks are
     cancelled (what finished was already handed to ``on_done``). ``timeout``: seconds for the whole sweep,
     then TimeoutError."""
     from dask.distributed import as_completed
     from tqdm import tqdm
 
     futures = {client.submit(fn, spec, resources={"GPU": 1}, retries=RETRIES, pure=False): task
-               for task, spec in specs}
+               for task, spec in spread(specs, key=lambda pair: family(pair[0]))}
     failed: list[tuple[Task, str]] = []
     try:
         with tqdm(total=len(futures), disable=None if progress else True, unit=unit,

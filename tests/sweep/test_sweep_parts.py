@@ -11,6 +11,7 @@ from convlab.autotune.cache import TuningCache
 from convlab.bench.suite import load_suite
 from convlab.cli import parser as cli
 from convlab.sweep import expand, parse_dtypes
+from convlab.sweep.core import family, spread
 from convlab.sweep.bench import Journal
 
 
@@ -68,3 +69,15 @@ def test_import_convlab_does_not_import_dask():
 
     code = "import sys, convlab, convlab.cli.parser; print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_spread_starts_every_layer_and_op_before_any_second_dtype():
+    tasks = expand([load_suite("tiny")], ("forward", "dgrad"), ("float32", "float16", "float32+high"), 2)
+    order = spread(tasks)
+    assert sorted(t.id for t in order) == sorted(t.id for t in tasks)  # the same tasks, each once
+    families = list(dict.fromkeys(family(t) for t in tasks))
+    assert len(families) >= 3
+    assert [family(t) for t in order[:len(families)]] == families  # one task of each family first
+    for f in families:  # a family keeps its own (dtype) order
+        assert [t.id for t in order if family(t) == f] == [t.id for t in tasks if family(t) == f]
+    assert spread([]) == []

@@ -211,9 +211,10 @@ def compiled(dispatcher: Any, args: tuple) -> CompiledKernel | None:
         return None
     memo_key = (id(dispatcher), argtypes)
     hit = _memo.get(memo_key)
-    if hit is not None and hit[0] is dispatcher:  # the entry holds its dispatcher: an id is never
-        return hit[1] or None  # reused while it lives (a freed kernel's id taken by a new kernel
-        # once returned the old kernel's code: seen on the GPU). False: failed before, not retried
+    # An entry holds its dispatcher, so no other kernel takes that id while the entry lives (keyed by
+    # the id alone, a new kernel at a freed kernel's address once ran the old kernel's code on the GPU).
+    if hit is not None and hit[0] is dispatcher:
+        return hit[1] or None  # False: failed before, not retried every launch
     try:
         found = _load_or_compile(dispatcher, argtypes)
     except Exception as exc:  # noqa: BLE001  (the ordinary launch still works)

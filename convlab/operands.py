@@ -83,6 +83,26 @@ def signature(obj: Any) -> tuple | None:
     return False
 
 
+def is_channels_last(obj: Any) -> bool:
+    """True for a 4-D torch tensor or Numba device array of shape (N, C, H, W) whose element strides
+    are exactly channels-last, (H*W*C, 1, W*C, C), and not also C-contiguous (C-contiguous wins, e.g.
+    when C == 1 or H == W == 1); strides of size-1 dimensions are ignored, as torch does."""
+    if is_torch(obj):
+        shape, strides = tuple(obj.shape), tuple(obj.stride())
+    elif runtime.is_device_array(obj):
+        shape = tuple(obj.shape)
+        strides = tuple(s // obj.dtype.itemsize for s in runtime.strides_of(obj))
+    else:
+        return False
+    if len(shape) != 4 or 0 in shape:
+        return False
+    n, c, h, w = shape
+
+    def matches(want: tuple) -> bool:
+        return all(s == r for d, s, r in zip(shape, strides, want) if d > 1)
+    return matches((h * w * c, 1, w * c, c)) and not matches((c * h * w, h * w, w, 1))
+
+
 def pointer(obj: Any) -> tuple[int, int]:
     """(device pointer, bytes) of a device operand (torch tensor or Numba device array)."""
     if is_torch(obj):
@@ -153,12 +173,24 @@ def resolve_stream(stream: Any, operands: tuple) -> Any:
     return 0
 
 
-def empty_like_kind(like: Any, shape: tuple, dtype: str, stream: Any = 0) -> Any:
+def empty_like_kind(like: Any, shape: tuple, dtype: str, stream: Any = 0, *,
+                    channels_last: bool = False) -> Any:
     """An uninitialised output in the kind of ``like``: a torch tensor on its device (torch's
-    caching allocator), else a Numba device array from convlab.scratch's output pool for ``stream``."""
+    caching allocator), else a Numba device array from convlab.scratch's output pool for ``stream``.
+    ``channels_last`` (4-D ``shape`` (N, C, H, W)): NHWC memory viewed as NCHW (torch's
+    ``memory_format=torch.channels_last``; a Numba array allocated outside the pool)."""
     if is_torch(like):
         torch = sys.modules["torch"]
+        if channels_last:
+            return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device,
+                               memory_format=torch.channels_last)
         return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+    if channels_last:
+        n, c, h, w = (int(s) for s in shape)
+        item = np.dtype(dtype).itemsize
+        base = runtime.empty((max(n * c * h * w, 1),), dtype)
+        return runtime.view_at(base, 0, (n, c, h, w), (h * w * c * item, item, w * c * item, c * item),
+                               dtype)
     from .launch import stream_handle
     from .scratch import output
 

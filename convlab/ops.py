@@ -5,7 +5,9 @@ Arrays: numpy in -> numpy out (copied to the device and back); a PyTorch CPU ten
 (through numpy, like numpy); a Numba device array in -> device array out; a PyTorch CUDA tensor in -> a
 tensor from torch's allocator out; any ``__cuda_array_interface__``
 object (CuPy) is used in place, no copy. Calls with device operands replay a launch plan after the
-first call of their signature (convlab.plan); streams follow convlab.operands' rules.
+first call of their signature (convlab.plan); streams follow convlab.operands' rules. 4-D device
+operands may be C-contiguous or channels-last (convlab.layouts: a channels-last first input gives a
+channels-last output; such calls are not planned).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import launch, operands, plan, runtime
+from . import launch, layouts, operands, plan, runtime
 from .plugin import registry, strategy
 from .arguments import (array_spec, check_fits, check_out_aliasing, dgrad_problem, forward_problem,
                         problem_for, transpose_problem, wgrad_problem)
@@ -23,13 +25,15 @@ from .settings import check_workspace_limit
 
 # ---- running --------------------------------------------------------------------------------------
 def _to_device(obj: Any, name: str) -> Any:
-    """A device array for an operand: numpy arrays are copied, CUDA arrays used in place."""
+    """A device array for an operand: numpy arrays are copied, CUDA arrays used in place (C-contiguous
+    or channels-last: convlab.layouts)."""
     if isinstance(obj, np.ndarray):
         return runtime.to_device(obj)
     if operands.is_torch(obj) and obj.is_cuda or runtime.is_cuda_array_like(obj):
         dev = operands.as_device(obj)
-        if not dev.is_c_contiguous():
-            raise ValueError(f"{name} is a non-contiguous device array; pass a C-contiguous one")
+        if not dev.is_c_contiguous() and not operands.is_channels_last(dev):
+            raise ValueError(f"{name} is a non-contiguous device array; pass a C-contiguous (NCHW) or "
+                             f"a channels-last (NCHW shape, NHWC strides) one")
         return dev
     raise TypeError(f"{name} must be a numpy array or a CUDA array, got {type(obj).__name__}")
 
@@ -112,23 +116,26 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
                              f"got {oshape} {odtype}")
         check_out_aliasing(out, {**inputs, "bias": bias})
     views = {name: _to_device(value, name)  # before "auto" may tune; a view, no copy: ValueError when
-             for name, value in (*inputs.items(), ("bias", bias), ("out", out))  # non-contiguous
+             for name, value in (*inputs.items(), ("bias", bias), ("out", out))  # another layout
              if value is not None and not isinstance(value, np.ndarray)}
+    channels_last = any(operands.is_channels_last(v) for v in views.values())
 
     def device(value: Any, name: str) -> Any:  # each operand converted once (numpy: copied here)
         return views[name] if name in views else _to_device(value, name)
     candidate = strategy.resolve(prob, algorithm, limit)  # validates algorithm= before any copy
     st = operands.resolve_stream(stream, (*inputs.values(), bias, out))
     host = all(isinstance(v, np.ndarray) for v in inputs.values())
-    first = next(iter(inputs.values()))
-    if out is None and operands.is_torch(first) and prob.n > 0:
+    first, first_name = next(iter(inputs.values())), next(iter(inputs))
+    if out is None and prob.n > 0 and first_name in views and operands.is_channels_last(views[first_name]):
+        out = operands.empty_like_kind(first, out_shape, prob.dtype, st, channels_last=True)
+    elif out is None and operands.is_torch(first) and prob.n > 0:
         out = operands.empty_like_kind(first, out_shape, prob.dtype, st)  # the caller's allocator
     if prob.n == 0:  # nothing to compute: an empty output, or a zero gradient for wgrad
         result = np.zeros(out_shape, prob.dtype)
         dout = None if host or isinstance(out, np.ndarray) else (
             device(out, "out") if out is not None else runtime.to_device(result))
         if dout is not None and out is not None:
-            runtime.copy_into(dout, result)
+            layouts.copy_host_into(dout, result)
     else:
         a, b = (device(v, name) for name, v in inputs.items())
         dbias = None if bias is None else device(bias, "bias")
@@ -137,11 +144,13 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
                 operands.empty_like_kind(None, out_shape, prob.dtype, st))  # pooled: no cuMemAlloc
         arrays = (a, b, dbias, dout)
         spans = [None if v is None else operands.pointer(v) for v in arrays]
-        record = (key is not None and plan.replayable(candidate) and not plan.aliased(spans)
+        record = (key is not None and not channels_last and plan.replayable(candidate)
+                  and not plan.aliased(spans)
                   and not launch.is_recording() and plan.keepable(candidate, prob, limit))
         with launch.using_stream(st), (launch.recording(spans) if record else
                                        contextlib.nullcontext()) as recorded:
-            ran = _run_with_fallback(prob, candidate, algorithm, limit, *arrays)
+            with layouts.nchw_operands(arrays) as nchw:  # channels-last operands: NCHW copies
+                ran = _run_with_fallback(prob, candidate, algorithm, limit, *nchw)
         if record and ran is candidate:
             auto = isinstance(algorithm, str) and algorithm == "auto"
             plan.store(key, plan.Plan(ran, recorded, plan.host_state(), out_shape, prob.dtype,

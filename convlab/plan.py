@@ -14,7 +14,8 @@ workspace-limit setting or its remembered ``"auto"`` decision for this problem (
 :func:`host_state`, :func:`decision_of`). Every such change bumps
 :func:`convlab.settings.generation`; a lookup compares one integer and re-checks the plan only when
 the generation moved. Calls whose ``out`` overlaps an input are not replayed (the full path runs).
-A plugin whose ``run`` does host work each call sets
+Calls with a channels-last operand (convlab.layouts) are not planned: they take the full path
+every call. A plugin whose ``run`` does host work each call sets
 ``replayable = False``; its calls are never planned. Plans with aliased operands are not made.
 
 Bounds: at most ``MAX_PLANS`` plans and ``MAX_HELD_BYTES`` bytes of device memory held by their

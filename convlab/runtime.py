@@ -205,6 +205,18 @@ def view_at(base: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) ->
     return DeviceNDArray(shape, strides, dtype, gpu_data=base.gpu_data.view(offset))
 
 
+def flat_view(dev: Any) -> Any:
+    """A 1-D view of the ``dev.size`` elements under a dense array (C-contiguous, or any permutation
+    of it such as channels-last strides), in memory order from its first element."""
+    dtype = np.dtype(dev.dtype)
+    if SIMULATOR:
+        flat = np.lib.stride_tricks.as_strided(dev._ary, (int(dev.size),), (dtype.itemsize,))
+        return cuda.devicearray.FakeCUDAArray(flat)
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return DeviceNDArray((int(dev.size),), (dtype.itemsize,), dtype, gpu_data=dev.gpu_data)
+
+
 def is_stream(obj: Any) -> bool:
     """True for a Numba stream (or the simulator's stand-in)."""
     if SIMULATOR:

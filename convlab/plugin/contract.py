@@ -13,7 +13,9 @@ answers five questions about a :class:`~convlab.problem.Problem`:
 Class attributes declare the rest: ``name``, ``ops``, ``dtypes``, ``priority`` (higher wins when nothing
 was timed), ``deterministic`` (same bits on every run), ``description``, ``compiles_per_shape`` (its
 kernels are specialised on the layer's sizes, so every new shape compiles: the conformance suite draws a
-quarter of the profile's examples for it on a GPU, where each compile costs seconds).
+quarter of the profile's examples for it on a GPU, where each compile costs seconds), ``layouts`` (the
+memory layouts of the 4-D operands ``run`` takes: ``"nchw"``, C-contiguous; ``"nhwc"``, channels-last
+strides. No built-in plugin takes ``"nhwc"`` yet: convlab.layouts hands them NCHW copies).
 """
 from __future__ import annotations
 
@@ -98,6 +100,7 @@ class Algorithm:
     deterministic: ClassVar[bool] = True
     description: ClassVar[str] = ""
     compiles_per_shape: ClassVar[bool] = False
+    layouts: ClassVar[frozenset[str]] = frozenset({"nchw"})
 
     # -- questions the registry asks --------------------------------------------------------------
     def check(self, problem: Problem) -> Verdict:

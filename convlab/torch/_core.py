@@ -31,7 +31,21 @@ from convlab.problem import conv_output_size
 
 
 def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
-    return t if t is None or t.is_contiguous() else t.contiguous()
+    """``t`` as convlab's ops take it: C-contiguous or channels-last tensors as they are (a
+    channels-last model gets channels-last outputs), any other layout copied to C-contiguous."""
+    if t is None or t.is_contiguous() or t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+        return t
+    return t.contiguous()
+
+
+def empty_output(first: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """An empty tensor shaped like the op's output in the layout the op gives it: channels-last when
+    the first operand is a channels-last CUDA tensor (convlab.layouts; CPU tensors give C-contiguous
+    results), else C-contiguous (the fake implementations of convlab.torch._library)."""
+    channels_last = (first.is_cuda and first.dim() == 4 and not first.is_contiguous()
+                     and first.is_contiguous(memory_format=torch.channels_last))
+    return torch.empty(tuple(shape), dtype=first.dtype, device=first.device,
+                       memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 
 
 def _algorithm_for(op: str, algorithm: str) -> str:
@@ -43,8 +57,9 @@ def _algorithm_for(op: str, algorithm: str) -> str:
 
 
 def _run(op: str, operands: tuple, args: tuple, algorithm: str) -> torch.Tensor:
-    """``convlab.<op>(*operands, *args, algorithm=...)`` on contiguous operands (float16 / bfloat16
-    problems no native half kernel runs go to the ``widen`` plugin, like any other choice)."""
+    """``convlab.<op>(*operands, *args, algorithm=...)`` on C-contiguous or channels-last operands
+    (float16 / bfloat16 problems no native half kernel runs go to the ``widen`` plugin, like any other
+    choice)."""
     return getattr(ops, op)(*map(_contiguous, operands), *args,
                             algorithm=_algorithm_for(_KIND[op], algorithm))
 

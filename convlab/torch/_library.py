@@ -60,7 +60,7 @@ def conv2d_backward_weight(input: Tensor, grad_out: Tensor, weight_shape: Sequen
 def _(input, weight, bias, stride, padding, dilation, groups, algorithm):
     p = conv_output_size(input.shape[2], weight.shape[2], stride[0], padding[0], dilation[0])
     q = conv_output_size(input.shape[3], weight.shape[3], stride[1], padding[1], dilation[1])
-    return input.new_empty((input.shape[0], weight.shape[0], p, q))
+    return _core.empty_output(input, (input.shape[0], weight.shape[0], p, q))
 
 
 @conv_transpose2d.register_fake
@@ -69,17 +69,17 @@ def _(input, weight, bias, stride, padding, output_padding, groups, dilation, al
                               dilation[0])
     w = transpose_output_size(input.shape[3], weight.shape[3], stride[1], padding[1], output_padding[1],
                               dilation[1])
-    return input.new_empty((input.shape[0], weight.shape[1] * groups, h, w))
+    return _core.empty_output(input, (input.shape[0], weight.shape[1] * groups, h, w))
 
 
 @conv2d_backward_data.register_fake
 def _(grad_out, weight, input_shape, stride, padding, dilation, groups, algorithm):
-    return grad_out.new_empty(tuple(input_shape))
+    return _core.empty_output(grad_out, input_shape)
 
 
 @conv2d_backward_weight.register_fake
 def _(input, grad_out, weight_shape, stride, padding, dilation, groups, algorithm):
-    return input.new_empty(tuple(weight_shape))
+    return _core.empty_output(input, weight_shape)
 
 
 # ---- autograd -----------------------------------------------------------------------------------------

@@ -1,0 +1,94 @@
+"""Memory layouts of the public ops' 4-D device operands: C-contiguous (NCHW) and channels-last.
+
+Rule: a 4-D device operand (x, grad_out, weight, out) of shape (A, B, C, D) is accepted when it is
+C-contiguous, or exactly channels-last: element strides (B*C*D, 1, D*B, B), i.e. NHWC memory viewed
+as NCHW (torch's ``memory_format=torch.channels_last``; detected by
+:func:`convlab.operands.is_channels_last`, C-contiguous wins when both match). Any other layout is
+refused before any launch. A plugin declares the layouts its ``run`` takes (``Plugin.layouts``); no
+built-in plugin takes ``"nhwc"`` yet, so :func:`nchw_operands` hands it NCHW copies:
+
+    each channels-last input      -> transposed into an NCHW buffer lent by convlab.scratch
+    a channels-last ``out``       <- the plugin writes an NCHW scratch buffer, transposed back after
+
+Each transpose is the shared tiled kernel :func:`convlab.kernels.tc_conv.to_channels_last` on flat
+views: NHWC -> NCHW is [A, C*D, B] -> [A, B, C*D] (batch A, channels C*D, spatial B), and back
+NCHW -> NHWC is [A, B, C*D] -> [A, C*D, B] (batch A, channels B, spatial C*D). When the op's first
+input is channels-last and no ``out`` is given, the output is allocated channels-last too
+(convlab.operands.empty_like_kind). Calls with a channels-last operand record no launch plan
+(convlab.plan): they take the full path on every call.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import numpy as np
+
+from . import operands, runtime
+from .scratch import scratch
+
+
+def _transpose(src: Any, dst: Any, shape: tuple, to_nchw: bool) -> None:
+    """dst <- src (both dense device arrays of 4-D ``shape`` (A, B, C, D), read as flat memory):
+    NHWC memory -> NCHW memory when ``to_nchw``, else NCHW -> NHWC."""
+    from .kernels.tc_conv import to_channels_last  # the shared tiled transpose (imported when needed)
+
+    a, b, c, d = shape
+    flat_src = runtime.kernel_view(runtime.flat_view(src))
+    flat_dst = runtime.kernel_view(runtime.flat_view(dst))
+    if to_nchw:
+        to_channels_last(flat_src, flat_dst, a, c * d, b, c * d)
+    else:
+        to_channels_last(flat_src, flat_dst, a, b, c * d, b)
+
+
+def to_nchw(src: Any, dst: Any) -> None:
+    """Write the channels-last device array ``src`` into the C-contiguous ``dst`` of the same shape."""
+    _transpose(src, dst, tuple(src.shape), True)
+
+
+def to_nhwc(src: Any, dst: Any) -> None:
+    """Write the C-contiguous device array ``src`` into the channels-last ``dst`` of the same shape."""
+    _transpose(src, dst, tuple(src.shape), False)
+
+
+@contextlib.contextmanager
+def _borrowed(shape: tuple, dtype: Any) -> Iterator[Any]:
+    """A C-contiguous device array of ``shape`` lent by the scratch pool (bfloat16 as its uint16
+    bits in the pool, viewed back)."""
+    bits = runtime.kernel_dtype(dtype)
+    with scratch(int(np.prod(shape)), bits) as buf:
+        view = buf.reshape(tuple(int(s) for s in shape))
+        yield view if bits == np.dtype(dtype) else view.view(np.dtype(dtype))
+
+
+@contextlib.contextmanager
+def nchw_operands(arrays: tuple, out_index: int = 3) -> Iterator[tuple]:
+    """``arrays`` (device arrays or None; ``arrays[out_index]`` is the output) with every channels-last
+    one replaced by a C-contiguous scratch copy (inputs) or buffer (the output, transposed into the
+    caller's array when the block ends without an error). Run the block on the call's stream."""
+    if not any(a is not None and operands.is_channels_last(a) for a in arrays):
+        yield arrays
+        return
+    with contextlib.ExitStack() as stack:
+        result, back = list(arrays), None
+        for i, a in enumerate(arrays):
+            if a is None or not operands.is_channels_last(a):
+                continue
+            result[i] = stack.enter_context(_borrowed(a.shape, a.dtype))
+            if i == out_index:
+                back = (result[i], a)
+            else:
+                to_nchw(a, result[i])
+        yield tuple(result)
+        if back is not None:
+            to_nhwc(*back)
+
+
+def copy_host_into(dev: Any, host: np.ndarray) -> None:
+    """``runtime.copy_into(dev, host)`` for a C-contiguous or channels-last 4-D ``dev``."""
+    if operands.is_channels_last(dev):
+        nhwc = np.ascontiguousarray(host.transpose(0, 2, 3, 1))
+        runtime.copy_into(runtime.flat_view(dev), nhwc.reshape(-1))
+    else:
+        runtime.copy_into(dev, host)

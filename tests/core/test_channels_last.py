@@ -1,0 +1,145 @@
+"""Channels-last device operands (convlab.layouts): each op matches the float64 reference with any mix
+of C-contiguous and channels-last operands, gives channels-last outputs for a channels-last first
+input, writes a channels-last ``out``; the transposes round-trip; other strided layouts are refused;
+channels-last calls store no launch plan.
+
+Channels-last Numba arrays are NHWC-contiguous device arrays viewed as NCHW with NHWC strides
+(``runtime.view_at``), as torch's ``memory_format=torch.channels_last`` lays tensors out.
+"""
+import itertools
+
+import numpy as np
+import pytest
+
+import convlab
+from convlab import layouts, operands, plan, reference, runtime
+from convlab.measure import rel_error, tolerance
+
+EPS = np.finfo(np.float32).eps
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def channels_last(host):
+    """A device array holding ``host`` (N, C, H, W) in NHWC memory, viewed as NCHW."""
+    n, c, h, w = host.shape
+    item = host.dtype.itemsize
+    nhwc = runtime.to_device(np.ascontiguousarray(host.transpose(0, 2, 3, 1)))
+    return runtime.view_at(nhwc, 0, host.shape, (h * w * c * item, item, w * c * item, c * item), host.dtype)
+
+
+def on_device(host, last):
+    return channels_last(host) if last else runtime.to_device(host)
+
+
+@pytest.fixture(autouse=True)
+def fresh_plans():
+    plan.clear()
+    yield
+    plan.clear()
+
+
+# op: (operand shapes a, b; extra positional args; options); grouped, strided, padded, odd sizes
+OPS = {
+    "conv2d": ((2, 4, 5, 6), (6, 2, 3, 2), (), {"stride": (2, 1), "padding": (1, 0), "groups": 2}),
+    "conv2d_backward_data": ((2, 6, 3, 5), (6, 2, 3, 2), ((2, 4, 5, 6),),
+                             {"stride": (2, 1), "padding": (1, 0), "groups": 2}),
+    "conv2d_backward_weight": ((2, 4, 5, 6), (2, 6, 3, 5), ((6, 2, 3, 2),),
+                               {"stride": (2, 1), "padding": (1, 0), "groups": 2}),
+    "conv_transpose2d": ((2, 4, 3, 4), (4, 3, 3, 2), (), {"stride": 2, "padding": 1, "dilation": (1, 2)}),
+}
+
+
+def _check(op, args, kwargs, a, b, got):
+    prob = convlab.problem_for(op, a, b, *args, **kwargs)
+    want = reference.solve(prob, a.astype(np.float64), b.astype(np.float64))
+    assert rel_error(got, want) <= tolerance(prob, EPS)
+
+
+@pytest.mark.parametrize("lasts", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_op_with_channels_last_operands(op, lasts):
+    ashape, bshape, args, kwargs = OPS[op]
+    a, b = rand(*ashape, seed=1), rand(*bshape, seed=2)
+    y = getattr(convlab, op)(on_device(a, lasts[0]), on_device(b, lasts[1]), *args, **kwargs)
+    assert operands.is_channels_last(y) == lasts[0]  # the first input's layout
+    _check(op, args, kwargs, a, b, y.copy_to_host())
+    assert not plan._plans  # channels-last calls are not planned
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_out_channels_last_is_written(op):
+    ashape, bshape, args, kwargs = OPS[op]
+    a, b = rand(*ashape, seed=3), rand(*bshape, seed=4)
+    shape = convlab.problem_for(op, a, b, *args, **kwargs).operand_shapes[2]
+    out = channels_last(np.full(shape, np.nan, np.float32))
+    got = getattr(convlab, op)(runtime.to_device(a), runtime.to_device(b), *args, out=out, **kwargs)
+    assert got is out and operands.is_channels_last(out)
+    _check(op, args, kwargs, a, b, out.copy_to_host())
+
+
+def test_bias_with_channels_last_input():
+    x, w, bias = rand(1, 3, 4, 5, seed=5), rand(4, 3, 3, 3, seed=6), rand(4, seed=7)
+    y = convlab.conv2d(channels_last(x), runtime.to_device(w), runtime.to_device(bias), padding=1)
+    want = convlab.conv2d(x, w, bias, padding=1)
+    assert operands.is_channels_last(y)
+    assert rel_error(y.copy_to_host(), want) <= 4 * EPS
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (1, 7, 1, 9), (3, 2, 6, 1)])
+def test_transposes_round_trip(shape):
+    host = rand(*shape, seed=8)
+    src = channels_last(host)
+    nchw = runtime.full(shape, np.nan, np.float32)
+    layouts.to_nchw(src, nchw)
+    assert np.array_equal(nchw.copy_to_host(), host)
+    back = channels_last(np.full(shape, np.nan, np.float32))
+    layouts.to_nhwc(nchw, back)
+    assert np.array_equal(runtime.flat_view(back).copy_to_host(), host.transpose(0, 2, 3, 1).reshape(-1))
+
+
+def test_detection():
+    assert operands.is_channels_last(channels_last(rand(2, 3, 4, 5)))
+    for shape in [(2, 1, 4, 5), (2, 3, 1, 1)]:  # both layouts at once: C-contiguous wins
+        assert not operands.is_channels_last(channels_last(rand(*shape)))
+    assert not operands.is_channels_last(runtime.to_device(rand(2, 3, 4, 5)))
+    assert not operands.is_channels_last(runtime.to_device(rand(2, 3, 4)))
+
+
+@pytest.mark.parametrize("name", ["x", "weight", "out"])
+def test_other_strided_layouts_are_refused(name):
+    x, w = runtime.to_device(rand(1, 2, 5, 5)), runtime.to_device(rand(3, 2, 3, 3))
+    args = {"x": x, "weight": w, "out": None}
+    shape = {"x": (1, 2, 5, 5), "weight": (3, 2, 3, 3), "out": (1, 3, 3, 3)}[name]
+    n, c, h, w_ = shape
+    wide = runtime.to_device(rand(n, c, h, 2 * w_))[:, :, :, ::2]  # every other column: neither layout
+    assert not wide.is_c_contiguous() and not operands.is_channels_last(wide)
+    args[name] = wide
+    with pytest.raises(ValueError, match=f"{name} is a non-contiguous device array.*channels-last"):
+        convlab.conv2d(args["x"], args["weight"], out=args["out"])
+
+
+def test_contiguous_calls_still_plan_and_channels_last_do_not():
+    x, w = rand(1, 2, 5, 5, seed=9), rand(3, 2, 3, 3, seed=10)
+    for _ in range(2):
+        convlab.conv2d(channels_last(x), runtime.to_device(w))
+    assert not plan._plans
+    for _ in range(2):
+        y = convlab.conv2d(runtime.to_device(x), runtime.to_device(w))
+    assert len(plan._plans) == 1 and y.is_c_contiguous()
+    y = convlab.conv2d(channels_last(x), runtime.to_device(w))  # same shapes, other strides: full path
+    assert operands.is_channels_last(y) and len(plan._plans) == 1
+    assert rel_error(y.copy_to_host(), convlab.conv2d(x, w)) <= 4 * EPS
+
+
+def test_every_layout_mix_of_conv2d():
+    """x, weight and out each C-contiguous or channels-last (out None when the first is absent)."""
+    x, w = rand(1, 3, 4, 4, seed=11), rand(2, 3, 3, 3, seed=12)
+    want = convlab.conv2d(x, w, padding=1)
+    for lx, lw, lo in itertools.product([False, True], repeat=3):
+        out = on_device(np.full((1, 2, 4, 4), np.nan, np.float32), lo)
+        got = convlab.conv2d(on_device(x, lx), on_device(w, lw), padding=1, out=out)
+        assert got is out and operands.is_channels_last(out) == lo
+        assert rel_error(out.copy_to_host(), want) <= 4 * EPS

@@ -57,3 +57,50 @@ def test_compile_converted_model_matches_eager():
     x = torch.randn(2, 3, 16, 16, device="cuda")
     compiled = torch.compile(model, fullgraph=True)  # inductor
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+
+@pytest.mark.parametrize("op", ["conv2d", "conv2d_backward_data", "conv2d_backward_weight",
+                                "conv_transpose2d"])
+def test_channels_last_tensors_ops(op):
+    """convlab's ops on channels-last CUDA tensors: the output is channels-last (the first input's
+    layout) and matches the same call on C-contiguous tensors; a channels-last ``out`` is written."""
+    import convlab
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x, w, dy, wt = (torch.randn(s, device="cuda", generator=g)
+                    for s in [(2, 8, 9, 7), (6, 4, 3, 3), (2, 6, 5, 4), (6, 2, 3, 3)])
+    args = {"conv2d": (x, w), "conv2d_backward_data": (dy, w, x.shape),
+            "conv2d_backward_weight": (x, dy, w.shape), "conv_transpose2d": (dy, wt)}[op]
+    options = {"stride": 2, "padding": 1, "groups": 2}
+    want = getattr(convlab, op)(*args, **options)
+    last = [a.to(memory_format=torch.channels_last) if torch.is_tensor(a) else a for a in args]
+    got = getattr(convlab, op)(*last, **options)
+    assert got.is_contiguous(memory_format=torch.channels_last) and not got.is_contiguous()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    out = torch.full_like(want, float("nan")).to(memory_format=torch.channels_last)
+    assert getattr(convlab, op)(*args, out=out, **options) is out
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_channels_last_model_trains_channels_last():
+    """A channels-last converted model (weights and input) gets channels-last outputs and torch's
+    gradients, eager and under torch.compile (the fakes claim channels-last outputs too)."""
+    import copy
+
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, stride=2, padding=1), torch.nn.ReLU(),
+                                    torch.nn.ConvTranspose2d(16, 8, 4, stride=2, padding=1)).cuda()
+    model = ct.convert(copy.deepcopy(reference)).to(memory_format=torch.channels_last)
+    x = torch.randn(4, 8, 12, 10, device="cuda").to(memory_format=torch.channels_last).requires_grad_()
+    y, want = model(x), reference(x)
+    assert y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
+    torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-4)
+    gy = torch.randn_like(y)
+    got = torch.autograd.grad(y, (x, *model.parameters()), gy)
+    exp = torch.autograd.grad(want, (x, *reference.parameters()), gy)
+    for a, b in zip(got, exp):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
+    yc = torch.compile(model, fullgraph=True)(x)
+    assert yc.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(yc, y, rtol=1e-4, atol=1e-4)

@@ -143,3 +143,22 @@ def test_every_layout_mix_of_conv2d():
         got = convlab.conv2d(on_device(x, lx), on_device(w, lw), padding=1, out=out)
         assert got is out and operands.is_channels_last(out) == lo
         assert rel_error(out.copy_to_host(), want) <= 4 * EPS
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16"])
+def test_dtypes(dtype):
+    """The transposes move any element type (bfloat16 as its uint16 bits): the same bits as the
+    C-contiguous call."""
+    if dtype == "bfloat16":
+        dtype = pytest.importorskip("ml_dtypes").bfloat16
+    x, w = rand(1, 3, 4, 5, seed=13).astype(dtype), rand(2, 3, 3, 3, seed=14).astype(dtype)
+    y = convlab.conv2d(channels_last(x), runtime.to_device(w), padding=1)
+    assert operands.is_channels_last(y) and y.dtype == np.dtype(dtype)
+    assert np.array_equal(runtime.to_host(y), convlab.conv2d(x, w, padding=1))
+
+
+def test_empty_batch_zeroes_a_channels_last_out():
+    out = channels_last(np.full((2, 3, 3, 3), np.nan, np.float32))
+    x, dy = runtime.to_device(rand(0, 3, 4, 5)), runtime.to_device(rand(0, 2, 4, 5))
+    got = convlab.conv2d_backward_weight(x, dy, (2, 3, 3, 3), padding=1, out=out)
+    assert got is out and not np.any(out.copy_to_host())

@@ -10,10 +10,13 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import convlab
 from convlab import layouts, operands, plan, reference, runtime
-from convlab.measure import rel_error, tolerance
+from convlab.measure import random_operands, rel_error, tolerance
+from convlab.testing import call_op, problems
 
 EPS = np.finfo(np.float32).eps
 
@@ -162,3 +165,21 @@ def test_empty_batch_zeroes_a_channels_last_out():
     x, dy = runtime.to_device(rand(0, 3, 4, 5)), runtime.to_device(rand(0, 2, 4, 5))
     got = convlab.conv2d_backward_weight(x, dy, (2, 3, 3, 3), padding=1, out=out)
     assert got is out and not np.any(out.copy_to_host())
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from(["forward", "dgrad", "wgrad"]).flatmap(problems),
+       st.booleans(), st.booleans(), st.sampled_from([None, False, True]), st.integers(0, 2**31))
+def test_any_problem_any_layouts(prob, last_a, last_b, last_out, seed):
+    """A drawn problem (grouped, strided, dilated, padded, odd sizes, bias) with each operand
+    C-contiguous or channels-last, and ``out`` absent, C-contiguous or channels-last (NaN-poisoned)."""
+    a, b, bias = random_operands(prob, np.random.default_rng(seed))
+    poisoned = np.full(prob.operand_shapes[2], np.nan, prob.dtype)
+    out = None if last_out is None else on_device(poisoned, last_out)
+    got = call_op(prob, on_device(a, last_a), on_device(b, last_b),
+                  None if bias is None else runtime.to_device(bias), out=out)
+    assert out is None or got is out
+    expect_last = last_a if out is None else last_out
+    assert operands.is_channels_last(got) == (expect_last and not got.is_c_contiguous())
+    assert rel_error(got.copy_to_host(), reference.solve(prob, a, b, bias)) <= tolerance(
+        prob, np.finfo(prob.dtype).eps)

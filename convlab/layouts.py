@@ -4,8 +4,9 @@ Rule: a 4-D device operand (x, grad_out, weight, out) of shape (A, B, C, D) is a
 C-contiguous, or exactly channels-last: element strides (B*C*D, 1, D*B, B), i.e. NHWC memory viewed
 as NCHW (torch's ``memory_format=torch.channels_last``; detected by
 :func:`convlab.operands.is_channels_last`, C-contiguous wins when both match). Any other layout is
-refused before any launch. A plugin declares the layouts its ``run`` takes (``Plugin.layouts``); no
-built-in plugin takes ``"nhwc"`` yet, so :func:`nchw_operands` hands it NCHW copies:
+refused before any launch. A plugin declares the layouts its ``run`` takes (``Plugin.layouts``); one
+that takes ``"nhwc"`` gets channels-last operands as they are. No built-in plugin does yet, so
+:func:`operands_for` hands them NCHW copies:
 
     each channels-last input      -> transposed into an NCHW buffer lent by convlab.scratch
     a channels-last ``out``       <- the plugin writes an NCHW scratch buffer, transposed back after
@@ -63,11 +64,13 @@ def _borrowed(shape: tuple, dtype: Any) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def nchw_operands(arrays: tuple, out_index: int = 3) -> Iterator[tuple]:
-    """``arrays`` (device arrays or None; ``arrays[out_index]`` is the output) with every channels-last
-    one replaced by a C-contiguous scratch copy (inputs) or buffer (the output, transposed into the
-    caller's array when the block ends without an error). Run the block on the call's stream."""
-    if not any(a is not None and operands.is_channels_last(a) for a in arrays):
+def operands_for(taken: frozenset, arrays: tuple, out_index: int = 3) -> Iterator[tuple]:
+    """``arrays`` (device arrays or None; ``arrays[out_index]`` is the output) as a plugin whose
+    ``layouts`` are ``taken`` runs on them: as they are when it takes ``"nhwc"`` or none is
+    channels-last, else with every channels-last one replaced by a C-contiguous scratch copy (inputs)
+    or buffer (the output, transposed into the caller's array when the block ends without an
+    error). Run the block on the call's stream."""
+    if "nhwc" in taken or not any(a is not None and operands.is_channels_last(a) for a in arrays):
         yield arrays
         return
     with contextlib.ExitStack() as stack:

@@ -39,12 +39,14 @@ def _to_device(obj: Any, name: str) -> Any:
 
 
 def _run_with_fallback(prob: Problem, candidate: Any, algorithm: Any, limit: int, *arrays: Any) -> Any:
-    """Run the candidate; under ``"auto"`` a plugin whose kernel raises is excluded (with a warning
+    """Run the candidate (on NCHW copies of channels-last operands unless it takes "nhwc":
+    convlab.layouts); under ``"auto"`` a plugin whose kernel raises is excluded (with a warning
     naming it) and the next choice runs instead. A forced plugin's error propagates. Returns the
     candidate that ran."""
     while True:
         try:
-            candidate.plugin.run(prob, candidate.config, *arrays, workspace_limit=limit)
+            with layouts.operands_for(candidate.plugin.layouts, arrays) as taken:
+                candidate.plugin.run(prob, candidate.config, *taken, workspace_limit=limit)
             return candidate
         except Exception as exc:
             if not (isinstance(algorithm, str) and algorithm == "auto"):
@@ -149,8 +151,7 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
                   and not launch.is_recording() and plan.keepable(candidate, prob, limit))
         with launch.using_stream(st), (launch.recording(spans) if record else
                                        contextlib.nullcontext()) as recorded:
-            with layouts.nchw_operands(arrays) as nchw:  # channels-last operands: NCHW copies
-                ran = _run_with_fallback(prob, candidate, algorithm, limit, *nchw)
+            ran = _run_with_fallback(prob, candidate, algorithm, limit, *arrays)
         if record and ran is candidate:
             auto = isinstance(algorithm, str) and algorithm == "auto"
             plan.store(key, plan.Plan(ran, recorded, plan.host_state(), out_shape, prob.dtype,

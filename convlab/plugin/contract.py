@@ -15,7 +15,8 @@ was timed), ``deterministic`` (same bits on every run), ``description``, ``compi
 kernels are specialised on the layer's sizes, so every new shape compiles: the conformance suite draws a
 quarter of the profile's examples for it on a GPU, where each compile costs seconds), ``layouts`` (the
 memory layouts of the 4-D operands ``run`` takes: ``"nchw"``, C-contiguous; ``"nhwc"``, channels-last
-strides. No built-in plugin takes ``"nhwc"`` yet: convlab.layouts hands them NCHW copies).
+strides, handed over as they are; a plugin without it gets NCHW copies: convlab.layouts). No built-in
+plugin takes ``"nhwc"`` yet.
 """
 from __future__ import annotations
 

@@ -183,3 +183,25 @@ def test_any_problem_any_layouts(prob, last_a, last_b, last_out, seed):
     assert operands.is_channels_last(got) == (expect_last and not got.is_c_contiguous())
     assert rel_error(got.copy_to_host(), reference.solve(prob, a, b, bias)) <= tolerance(
         prob, np.finfo(prob.dtype).eps)
+
+
+def test_a_plugin_taking_nhwc_gets_channels_last_operands_as_they_are():
+    """(Built-in plugins take "nchw" only: the tests above would fail if they got channels-last ones.)"""
+    seen = []
+
+    class TakesNhwc(convlab.Algorithm):
+        name = "_test_nhwc"
+        ops = frozenset({"forward"})
+        layouts = frozenset({"nchw", "nhwc"})
+
+        def run(self, problem, config, a, b, bias, out, workspace_limit=None):
+            seen.append([operands.is_channels_last(v) for v in (a, b, out)])
+            runtime.flat_view(out).copy_to_device(np.zeros(out.size, out.dtype))
+
+    convlab.register(TakesNhwc)
+    try:
+        x = channels_last(rand(1, 2, 5, 5))
+        convlab.conv2d(x, runtime.to_device(rand(3, 2, 3, 3)), algorithm="_test_nhwc")
+    finally:
+        convlab.unregister("_test_nhwc")
+    assert seen == [[True, False, True]]

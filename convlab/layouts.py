@@ -70,13 +70,14 @@ def operands_for(taken: frozenset, arrays: tuple, out_index: int = 3) -> Iterato
     channels-last, else with every channels-last one replaced by a C-contiguous scratch copy (inputs)
     or buffer (the output, transposed into the caller's array when the block ends without an
     error). Run the block on the call's stream."""
-    if "nhwc" in taken or not any(a is not None and operands.is_channels_last(a) for a in arrays):
+    nhwc = [a is not None and operands.is_channels_last(a) for a in arrays]
+    if "nhwc" in taken or not any(nhwc):
         yield arrays
         return
     with contextlib.ExitStack() as stack:
         result, back = list(arrays), None
         for i, a in enumerate(arrays):
-            if a is None or not operands.is_channels_last(a):
+            if not nhwc[i]:
                 continue
             result[i] = stack.enter_context(_borrowed(a.shape, a.dtype))
             if i == out_index:

@@ -82,6 +82,8 @@ def _parse_flag(value: Any, name: str = "deterministic") -> bool:
 
 #: Default scratch-memory limit per call: 256 MiB, or ``CONVLAB_WORKSPACE_LIMIT`` if set.
 DEFAULT_WORKSPACE_LIMIT = _from_env("CONVLAB_WORKSPACE_LIMIT", parse_bytes, 256 * 2**20)
+
+
 def _parse_tune_configs(value: str) -> int | None:
     if value.strip().lower() in ("", "all"):
         return None

@@ -87,7 +87,7 @@ def family(task: Task) -> tuple[str, str, str]:
     return task.suite, task.entry.label, task.problem.op
 
 
-def spread(items: list[Any], key: Callable[[Any], Any] = lambda item: family(item)) -> list[Any]:
+def spread(items: list[Any], key: Callable[[Any], Any] = family) -> list[Any]:
     """``items`` reordered round-robin over their families (first appearance order): every family's
     first task, then every family's second, ... Workers take tasks in submission order, so two workers
     start on different layers or ops instead of compiling the same kernels side by side; a family's

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from convlab import ops
+from convlab.operands import is_channels_last
 from convlab.plugin import registry
 from convlab.problem import conv_output_size
 
@@ -33,7 +34,7 @@ from convlab.problem import conv_output_size
 def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
     """``t`` as convlab's ops take it: C-contiguous or channels-last tensors as they are (a
     channels-last model gets channels-last outputs), any other layout copied to C-contiguous."""
-    if t is None or t.is_contiguous() or t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+    if t is None or t.is_contiguous() or is_channels_last(t):
         return t
     return t.contiguous()
 
@@ -42,8 +43,7 @@ def empty_output(first: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """An empty tensor shaped like the op's output in the layout the op gives it: channels-last when
     the first operand is a channels-last CUDA tensor (convlab.layouts; CPU tensors give C-contiguous
     results), else C-contiguous (the fake implementations of convlab.torch._library)."""
-    channels_last = (first.is_cuda and first.dim() == 4 and not first.is_contiguous()
-                     and first.is_contiguous(memory_format=torch.channels_last))
+    channels_last = first.is_cuda and is_channels_last(first)
     return torch.empty(tuple(shape), dtype=first.dtype, device=first.device,
                        memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 

@@ -3,8 +3,9 @@
 A sweep is a list of :class:`Task` (suite, shape, op, dtype and float32 precision), one Dask task each::
 
     tasks = expand(suites, ops, dtypes, limit)                 # in suite order, already-done ones dropped
-    for task in spread(tasks):  client.submit(fn, spec(task), resources={"GPU": 1}, retries=RETRIES)
-    for future in as_completed(futures, timeout=timeout):                      # progress bar over the whole sweep
+    for task in spread(tasks):        # one in flight per GPU worker; the next when one finishes
+        client.submit(fn, spec(task), resources={"GPU": 1}, retries=RETRIES)
+    for future in as_completed(...):                          # progress bar over the whole sweep
         on_done(task, future.result())                        # the caller merges / journals the result
 
 ``fn`` runs on a worker inside :func:`applied`: the client's key policy, deterministic mode, float32
@@ -81,22 +82,38 @@ def expand(suites: Iterable[Any], ops: Iterable[str] = OPS, dtypes: Iterable[str
     return tasks
 
 
-def family(task: Task) -> tuple[str, str, str]:
-    """The kernels a task compiles depend mostly on its layer and op: the float32 kernels serve
-    float32, TF32-allowed float32 and (through ``widen``) float16/bfloat16 tasks of the same layer."""
-    return task.suite, task.entry.label, task.problem.op
+#: Sweep order of the dtype tokens: float32 first, because its (FMA) kernels are the ones the other
+#: tokens of the same layer and op reuse (TF32-allowed float32 times them too, float16/bfloat16 through
+#: ``widen``); each token's tensor-core kernels are shared by every layer of that op.
+TOKEN_ORDER = ("float32", HIGH, "float16", "bfloat16", "float64")
 
 
-def spread(items: list[Any], key: Callable[[Any], Any] = family) -> list[Any]:
-    """``items`` reordered round-robin over their families (first appearance order): every family's
-    first task, then every family's second, ... Workers take tasks in submission order, so two workers
-    start on different layers or ops instead of compiling the same kernels side by side; a family's
-    later dtypes come when its kernels are already on disk. Same items, stable within a family."""
+def compile_group(task: Task) -> tuple[int, int]:
+    """The kernels a task compiles first depend on its dtype token and op: (token rank, op rank)."""
+    return TOKEN_ORDER.index(task.dtype), OPS.index(task.problem.op)
+
+
+def spread(items: list[Any], key: Callable[[Any], Any] = compile_group) -> list[Any]:
+    """``items`` reordered round-robin over their groups, groups in sorted ``key`` order: every group's
+    first item, then every group's second, ... Same items, stable within a group.
+
+    With the default key, tasks that run side by side (the next ones in this order) compile different
+    kernels: consecutive tasks differ in op or dtype token, a layer's float32 task runs three places
+    before its TF32 one (six and nine before its float16 and bfloat16 ones) and so has put its kernels
+    in the kernel disk cache when they start, and a group's second layer comes a whole round after its
+    first. :func:`run_tasks` keeps this order on the cluster."""
     groups: dict[Any, list[Any]] = {}
     for item in items:
         groups.setdefault(key(item), []).append(item)
-    rounds = max((len(g) for g in groups.values()), default=0)
-    return [g[i] for i in range(rounds) for g in groups.values() if i < len(g)]
+    ordered = [groups[k] for k in sorted(groups)]
+    rounds = max((len(g) for g in ordered), default=0)
+    return [g[i] for i in range(rounds) for g in ordered if i < len(g)]
+
+
+def gpu_workers(client: Any) -> int:
+    """How many workers of ``client``'s cluster offer a GPU (at least 1)."""
+    workers = client.scheduler_info(n_workers=-1).get("workers", {})
+    return max(1, sum(1 for w in workers.values() if (w.get("resources") or {}).get("GPU")))
 
 
 def client_settings(workspace_limit: int | None, cache_dir: str | None) -> dict[str, Any]:
@@ -128,21 +145,37 @@ def applied(spec: dict[str, Any], precision: str) -> Iterator[None]:
 def run_tasks(client: Any, fn: Callable[[dict], dict], specs: list[tuple[Task, dict]],
               on_done: Callable[[Task, dict], None], *, progress: bool = True, unit: str = "task",
               timeout: float | None = None) -> list[tuple[Task, str]]:
-    """Submit ``fn(spec)`` per task (one GPU each; in :func:`spread` order) and call ``on_done`` as each
-    finishes, under a progress bar; returns the (task, error) of the tasks that failed. Interrupted: the pending tasks are
-    cancelled (what finished was already handed to ``on_done``). ``timeout``: seconds for the whole sweep,
-    then TimeoutError."""
+    """Run ``fn(spec)`` per task (one GPU each) in :func:`spread` order and call ``on_done`` as each
+    finishes, under a progress bar over the whole sweep; returns the (task, error) of the tasks that failed.
+
+    The client hands out the order itself: one task per GPU worker is in flight, and the next one is
+    submitted when one finishes (Dask's scheduler assigns tasks with resource restrictions to workers at
+    once and runs them in no order we can rely on; measured on 2 GPUs, two workers then compiled the same
+    kernels side by side). Interrupted: the tasks in flight are cancelled (what finished was already
+    handed to ``on_done``). ``timeout``: seconds for the whole sweep, then TimeoutError."""
     from dask.distributed import as_completed
     from tqdm import tqdm
 
-    futures = {client.submit(fn, spec, resources={"GPU": 1}, retries=RETRIES, pure=False): task
-               for task, spec in spread(specs, key=lambda pair: family(pair[0]))}
+    pending = list(reversed(spread(specs, key=lambda pair: compile_group(pair[0]))))
+    futures: dict[Any, Task] = {}
+    done_so_far = as_completed(timeout=timeout)
+
+    def submit_next() -> None:
+        task, spec = pending.pop()
+        future = client.submit(fn, spec, resources={"GPU": 1}, retries=RETRIES, pure=False)
+        futures[future] = task
+        done_so_far.add(future)
+
     failed: list[tuple[Task, str]] = []
     try:
-        with tqdm(total=len(futures), disable=None if progress else True, unit=unit,
+        with tqdm(total=len(pending), disable=None if progress else True, unit=unit,
                   dynamic_ncols=True) as bar:
-            for future in as_completed(futures, timeout=timeout):
-                task = futures[future]
+            for _ in range(min(gpu_workers(client), len(pending))):
+                submit_next()
+            for future in done_so_far:
+                task = futures.pop(future)
+                while pending and len(futures) < gpu_workers(client):
+                    submit_next()
                 try:
                     value = future.result()
                 except Exception as exc:  # the task raised RETRIES + 1 times, or killed its workers

@@ -11,7 +11,7 @@ from convlab.autotune.cache import TuningCache
 from convlab.bench.suite import load_suite
 from convlab.cli import parser as cli
 from convlab.sweep import expand, parse_dtypes
-from convlab.sweep.core import family, spread
+from convlab.sweep.core import compile_group, spread
 from convlab.sweep.bench import Journal
 
 
@@ -71,13 +71,19 @@ def test_import_convlab_does_not_import_dask():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
-def test_spread_starts_every_layer_and_op_before_any_second_dtype():
-    tasks = expand([load_suite("tiny")], ("forward", "dgrad"), ("float32", "float16", "float32+high"), 2)
+def test_spread_runs_float32_first_and_side_by_side_tasks_compile_different_kernels():
+    tokens = ("float16", "float32+high", "float32", "bfloat16")
+    tasks = expand([load_suite("tiny")], ("forward", "dgrad", "wgrad"), tokens, 2)
     order = spread(tasks)
     assert sorted(t.id for t in order) == sorted(t.id for t in tasks)  # the same tasks, each once
-    families = list(dict.fromkeys(family(t) for t in tasks))
-    assert len(families) >= 3
-    assert [family(t) for t in order[:len(families)]] == families  # one task of each family first
-    for f in families:  # a family keeps its own (dtype) order
-        assert [t.id for t in order if family(t) == f] == [t.id for t in tasks if family(t) == f]
+    groups = sorted({compile_group(t) for t in tasks})
+    assert len(groups) == 12 and [compile_group(t) for t in order[:12]] == groups  # one of each group first
+    assert [t.dtype for t in order[:3]] == ["float32"] * 3 and [t.dtype for t in order[3:6]] == ["float32+high"] * 3
+    assert all(compile_group(a) != compile_group(b) for a, b in zip(order, order[1:]))  # neighbours differ
+    for t in order:  # a layer's float32 task comes before its other dtypes of the same op
+        if t.dtype != "float32":
+            first = next(i for i, u in enumerate(order) if u.entry is t.entry and u.problem.op == t.problem.op)
+            assert order[first].dtype == "float32" and first < order.index(t)
+    for g in groups:  # a group keeps its own (layer) order
+        assert [t.id for t in order if compile_group(t) == g] == [t.id for t in tasks if compile_group(t) == g]
     assert spread([]) == []

@@ -26,6 +26,8 @@
 #   resnet50b8 convlab bench: ResNet-50 at batch 8, implicit_gemm, kernel vs public op (R8_ARGS)
 #   burnig     convlab bench: Burn suites, implicit_gemm only (the refactor's speed check against session 2)
 #   burnop     convlab bench: Burn, BURNOP_PLUGINS (implicit_gemm,im2col,col2im): kernel vs public-op time
+#   netbench   convlab bench through the public op: NET_SUITES (mobilenetv2 resnext50 efficientnet_b0),
+#              NET_PLUGINS first configs (implicit_gemm,depthwise), NET_S seconds per suite (240)
 #   DW_NETS    depthwise step's networks (default mobilenetv2)
 #   TEST_PROFILE  hypothesis profile of the tests (convlab-gpu: 60 examples a property); TEST_PATHS: a subset;
 #              TEST_N: pytest-xdist workers (8)
@@ -97,6 +99,12 @@ has tcgemm && probe tcgemm 240 python3 benchmarks/tc_gemm_bench.py --out "$W/ben
 has diag && probe igemm_diag 90 python3 tools/igemm_launch_diag.py
 has burnig && bench burn_igemm 150 ${BURNIG_SUITES:---suite burn --suite burn_b4} --no-auto --plugins implicit_gemm --repeat 15 --warmup 3 --max-seconds 0.6
 has burnop && bench burn_op ${BURNOP_S:-200} --suite burn --no-auto --plugins ${BURNOP_PLUGINS:-implicit_gemm,im2col,col2im} --repeat 10 --warmup 2 --max-seconds 0.4
+if has netbench; then  # NET_SUITES (built-in names) through the public op, NET_PLUGINS first configs, NET_S s per suite
+  for s in ${NET_SUITES:-mobilenetv2 resnext50 efficientnet_b0}; do
+    bench "net_$s" "${NET_S:-240}" --suite "$s" --no-auto --plugins "${NET_PLUGINS:-implicit_gemm,depthwise}" \
+      --repeat 10 --warmup 2 --max-seconds 0.3
+  done
+fi
 has tcconv && probe tcconv ${TCCONV_S:-240} python3 benchmarks/tc_conv_bench.py ${TC_ARGS:---quick} --out "$W/bench/tc_conv.json"
 has depthwise && probe depthwise ${DW_S:-240} python3 benchmarks/depthwise_bench.py --nets ${DW_NETS:-mobilenetv2} --configs ${DW_CONFIGS:-3} --out "$W/bench/depthwise.json"
 has igemmcov && probe igemmcov ${COV_S:-150} python3 benchmarks/igemm_coverage_bench.py --configs ${COV_CONFIGS:-2} --out "$W/bench/igemm_coverage.json"

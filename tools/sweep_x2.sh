@@ -13,11 +13,15 @@
 #            disk cache). warm: a first 2-worker pass fills a kernel cache that both timed runs copy, then
 #            each times with an empty tuning cache (costs one more sweep).
 #   TIMEOUT  420   seconds per run (a run cut short is recorded as such)
+#   RUNS     "single dual"   the timed runs of this call; one of them alone when each needs a call of its
+#            own (a fresh machine each, cold alike): the archive keeps that run's cache and wall time, and
+#            tools/sweep_compare.py compares the two archives afterwards
 # Results: $OUT/sweep_x2.json (walls, ratio, pick comparison), $OUT/sweep_x2.tgz (logs, caches).
 set -u
 OUT="${OUT:-gpu-out}"; W=/tmp/convlab-sweep-x2
 SUITES="${SUITES:-resnet50 burn}"; LIMIT="${LIMIT:-4}"; OPS="${OPS:-forward,dgrad,wgrad}"
 DTYPES="${DTYPES:-float32,float16,bfloat16,float32+high}"; MODE="${MODE:-cold}"; TIMEOUT="${TIMEOUT:-420}"
+RUNS="${RUNS:-single dual}"
 rm -rf "$W"; mkdir -p "$OUT" "$W"
 [ -n "${CONVLAB_INSTALLED:-}" ] ||
   python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
@@ -41,9 +45,15 @@ run() { # name workers -> prints wall seconds
   python3 -c "print(round($t1 - $t0, 2))"
 }
 [ "$MODE" = warm ] && echo "warm-up (2 workers): $(run warm 2) s"
-ws=$(run single 1); echo "single GPU (--workers 1): $ws s; $(tail -3 "$W/single.log" | head -2 | tr '\n' ' ')"
-wd=$(run dual 2); echo "two GPUs (--workers 2): $wd s; $(tail -3 "$W/dual.log" | head -2 | tr '\n' ' ')"
-cut=(); for name in single dual; do grep -q "^rc=124$" "$W/$name.log" && cut+=("$name"); done  # timed out
-python3 tools/sweep_compare.py --single "$W/single" --dual "$W/dual" --wall-single "$ws" --wall-dual "$wd" \
-  --note "$note" --cut "${cut[@]}" -o "$OUT/sweep_x2.json"
-tar -czf "$OUT/sweep_x2.tgz" -C "$W" --exclude=kernels .
+walls=()
+for name in $RUNS; do
+  n=1; [ "$name" = dual ] && n=2
+  wall=$(run "$name" "$n"); walls+=("--wall-$name" "$wall"); echo "$name" > "$W/$name.wall"; echo "$wall" >> "$W/$name.wall"
+  echo "$name (--workers $n): $wall s; $(tail -3 "$W/$name.log" | head -2 | tr '\n' ' ')"
+done
+cut=(); for name in $RUNS; do grep -q "^rc=124$" "$W/$name.log" && cut+=("$name"); done  # timed out
+if [ "$RUNS" = "single dual" ]; then
+  python3 tools/sweep_compare.py --single "$W/single" --dual "$W/dual" "${walls[@]}" \
+    --note "$note" --cut "${cut[@]}" -o "$OUT/sweep_x2.json"
+fi
+tar -czf "$OUT/sweep_x2${RUNS// /_}.tgz" -C "$W" --exclude=kernels .

@@ -12,7 +12,8 @@ that every split is a dense, k-contiguous matrix for :func:`convlab.kernels.tc_g
     Bt[z, (c, r, s), jj] = x[n, c, p*sh - ph + r*dh, ...]      (im2col's taps, 0 in the padding)
     with n = z*ipb + i, jj = i*PQp + pq
 
-    for z < splits:  part[z] = A[z] @ Bt[z]^T        (fp32, or straight into dw when splits == 1)
+    part[z] = A[z] @ Bt[z]^T for every z < splits    (one launch, grid z; fp32, or straight into dw
+                                                     when splits == 1)
     dw = sum_partials(part) in split order           (deterministic), rounded to the input type
 
 Workspace: the two unfolded operands (N*PQp*(K + CRS) elements) and, when split, the fp32 partials.
@@ -91,11 +92,9 @@ def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x
             tc_gemm.launcher(itype, cfg, a.reshape(pr.k, lz), bt.reshape(crs, lz), out)()
             return
         kc = pr.k * crs
-        for z in range(splits):
-            tc_gemm.launcher(itype, cfg, a[z * pr.k * lz:(z + 1) * pr.k * lz].reshape(pr.k, lz),
-                             bt[z * crs * lz:(z + 1) * crs * lz].reshape(crs, lz),
-                             f32[z * kc:(z + 1) * kc].reshape(pr.k, crs))()
-        part = f32[:splits * kc]
+        part = f32[:splits * kc]  # every split's GEMM in one launch (grid z), side by side
+        tc_gemm.batched_launcher(itype, cfg, a.reshape(splits, pr.k, lz), bt.reshape(splits, crs, lz),
+                                 part.reshape(splits, pr.k, crs))()
         if not half:
             sum_partials(part, out.reshape(-1), splits)
             return

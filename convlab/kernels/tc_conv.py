@@ -121,22 +121,24 @@ def _transpose_kernel(dtype: str, tile: int, rows: int) -> Callable:
     reversed: (j // flip) * flip + flip - 1 - j % flip (dgrad's spatially flipped filter)."""
     stype, shape = np.dtype(dtype), (tile, tile + 1)  # +1: column reads hit distinct banks
 
-    def transpose(src, dst, ci, hw, cp, flip):
+    def transpose(src, dst, ci, hw, cp, flip):  # uint32 index math (launcher: sizes < 2**32)
         buf = cuda.shared.array(shape, stype)
-        b = cuda.blockIdx.z
-        j0 = cuda.blockIdx.x * tile
-        i0 = cuda.blockIdx.y * tile
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        j = j0 + tx
-        js = j if flip <= 1 else j - j % flip + flip - 1 - j % flip
+        b = U(cuda.blockIdx.z)
+        j0 = U(U(cuda.blockIdx.x) * tile)
+        i0 = U(U(cuda.blockIdx.y) * tile)
+        tx, ty = U(cuda.threadIdx.x), U(cuda.threadIdx.y)
+        j = U(j0 + tx)
+        js = j if flip <= 1 else U(U(U(j - U(j % flip)) + U(flip - 1)) - U(j % flip))
+        src0 = U(U(b * ci) * hw)
         for e in range(0, tile, rows):
-            i = i0 + ty + e
-            buf[ty + e, tx] = src[(b * ci + i) * hw + js] if i < ci and j < hw else 0
+            i = U(U(i0 + ty) + e)
+            buf[ty + e, tx] = src[U(src0 + U(U(i * hw) + js))] if i < ci and j < hw else 0
         cuda.syncthreads()
+        dst0 = U(U(b * hw) * cp)
         for e in range(0, tile, rows):
-            j, i = j0 + ty + e, i0 + tx
-            if j < hw and i < cp:
-                dst[(b * hw + j) * cp + i] = buf[tx, ty + e]
+            jj, i = U(U(j0 + ty) + e), U(i0 + tx)
+            if jj < hw and i < cp:
+                dst[U(dst0 + U(U(jj * cp) + i))] = buf[tx, ty + e]
 
     return runtime.jit(transpose)
 
@@ -149,6 +151,9 @@ def to_channels_last(src: Any, dst: Any, batch: int, channels: int, spatial: int
     the forward filter (KCRS -> KRSC: batch K, spatial R*S) and dgrad's filter (KCRS -> flipped CRSK:
     batch 1, channels K, spatial C*R*S, flip R*S)."""
     tile, rows = TILE_SIM if runtime.SIMULATOR else TILE_GPU
+    if max(batch * channels, batch * padded) * spatial >= 2**32:
+        raise ValueError(f"to_channels_last takes fewer than 2**32 elements a side, got batch {batch}, "
+                         f"channels {channels} (padded {padded}), spatial {spatial}")
     grid = ((spatial + tile - 1) // tile, (padded + tile - 1) // tile, batch)
     _transpose_kernel(np.dtype(src.dtype).name, tile, rows)[grid, (tile, rows)](
-        src, dst, np.int64(channels), np.int64(spatial), np.int64(padded), np.int64(flip))
+        src, dst, U(channels), U(spatial), U(padded), U(flip))

@@ -50,6 +50,17 @@ class DenseA:
         return f"aok{e} and kok", f"U(ag{e} + kk)"
 
 
+class BatchedA(DenseA):
+    """A[z, M, K] flat, Bt[z, N, K] and C[z, M, N] flat too: grid z = the batch (one matrix each)."""
+
+    params = "A, Bt, C, M, N, K, sA, sB, sC"
+    b_offset = "U(bz * sB)"
+
+    def rows(self, w: Callable, e: int, m: str) -> None:
+        w(f"aok{e} = {m} < M")
+        w(f"ag{e} = U(U(bz * sA) + U({m} * K)) if aok{e} else U(0)")
+
+
 class DenseStore:
     """C[row, col] = value, converted to the output kind."""
 
@@ -63,7 +74,19 @@ class DenseStore:
         return f"C[row, {col}] = " + self.convert.format(value)
 
 
-def _source(cfg: TcConfig, itype: str, out: str) -> str:
+class BatchedStore(DenseStore):
+    """C[z, row, col] of a flat C, matrices sC elements apart."""
+
+    def row(self, w: Callable, d: int) -> None:
+        w("cb = U(U(bz * sC) + U(row * N))", d)
+
+    def put(self, col: str, value: str) -> str:
+        return f"C[U(cb + {col})] = " + self.convert.format(value)
+
+
+def _source(cfg: TcConfig, itype: str, out: str, batched: bool = False) -> str:
+    if batched:
+        return pipeline_source(cfg, itype, BatchedA(), BatchedStore(out), "gemm")
     return pipeline_source(cfg, itype, DenseA(), DenseStore(out), "gemm")
 
 
@@ -79,21 +102,22 @@ def _out_kind(itype: str, out_dtype: Any) -> str:
 
 
 @functools.cache
-def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32") -> Callable:
+def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched: bool = False) -> Callable:
     """The kernel (A, Bt, C, M, N, K) for one input type, config and output dtype (cached).
 
     A [M, K], Bt [N, K], C [M, N] C-contiguous device arrays; M, N, K uint32. Grid (ceil(N/BN),
-    ceil(M/BM)), ``cfg.threads`` threads per block.
+    ceil(M/BM)), ``cfg.threads`` threads per block. ``batched``: (A, Bt, C, M, N, K, sA, sB, sC) on flat
+    arrays, matrix z at z * sA, z * sB, z * sC; grid z = the batch.
     """
     cfg = TcConfig(*cfg).validate(itype)
     out = _out_kind(itype, out_dtype)
-    filename = f"<convlab.kernels.tc_gemm {itype} {cfg.name} {out}>"
-    return compile_kernel(_source(cfg, itype, out), "gemm", filename, cfg, itype)
+    filename = f"<convlab.kernels.tc_gemm {itype} {cfg.name} {out}{' batched' if batched else ''}>"
+    return compile_kernel(_source(cfg, itype, out, batched), "gemm", filename, cfg, itype)
 
 
-def kernel_source(itype: str, cfg: TcConfig, out_dtype: str = "float32") -> str:
+def kernel_source(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched: bool = False) -> str:
     """The generated source of one kernel (for reading and debugging)."""
-    return _source(TcConfig(*cfg).validate(itype), itype, _out_kind(itype, out_dtype))
+    return _source(TcConfig(*cfg).validate(itype), itype, _out_kind(itype, out_dtype), batched)
 
 
 def to_storage(itype: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,4 +161,19 @@ def launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any) -> Callable[[],
     kernel = make_tc_gemm(itype, cfg, np.dtype(C.dtype).name)
     args = (A, Bt, C, U(M), U(N), U(K))
     configured = configure(kernel, cfg, itype, args, M, N)
+    return lambda: configured(*args)
+
+
+def batched_launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any) -> Callable[[], None]:
+    """One launch of ``Z`` GEMMs C[z] = A[z] @ Bt[z]^T: A [Z, M, K], Bt [Z, N, K], C [Z, M, N]
+    C-contiguous device arrays (grid z = Z: a split-K's splits side by side, not one launch each)."""
+    cfg = TcConfig(*cfg).validate(itype)
+    (Z, M, K), N = A.shape, Bt.shape[1]
+    if tuple(Bt.shape) != (Z, N, K) or tuple(C.shape) != (Z, M, N):
+        raise ValueError(f"A [Z, M, K], Bt [Z, N, K] and C [Z, M, N] must agree, got {tuple(A.shape)}, "
+                         f"{tuple(Bt.shape)} and {tuple(C.shape)}")
+    kernel = make_tc_gemm(itype, cfg, np.dtype(C.dtype).name, batched=True)
+    args = (A.reshape(Z * M * K), Bt.reshape(Z * N * K), C.reshape(Z * M * N), U(M), U(N), U(K),
+            U(M * K), U(N * K), U(M * N))
+    configured = configure(kernel, cfg, itype, args, M, N, Z)
     return lambda: configured(*args)

@@ -96,7 +96,9 @@ class ALoader(Protocol):
     """Where the A chunks come from. ``params``: the kernel's parameters (A first, then Bt, C ...);
     ``rows(w, e, m)``: lines defining copy e's row state (m: the expression of its global row);
     ``ktile(w, d)``: lines run once per k tile (k0 and kk = k0 + this thread's chunk start known);
-    ``chunk(e)``: (in-bounds expression, flat element offset expression) of copy e's chunk."""
+    ``chunk(e)``: (in-bounds expression, flat element offset expression) of copy e's chunk.
+    Optional ``b_offset``: a batched kernel (grid z = batch, ``bz`` its index): the expression added
+    to every Bt offset (e.g. ``U(bz * sB)``); the loader and the store add their own."""
 
     params: str
 
@@ -138,6 +140,9 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     w(f"wn0 = U(U(warp % {BN // WN}) * {WN})")
     w(f"m0 = U(U(cuda.blockIdx.y) * {BM})")
     w(f"n0 = U(U(cuda.blockIdx.x) * {BN})")
+    b_offset = getattr(loader, "b_offset", None)  # a batched loader: grid z = batch, Bt's offset per z
+    if b_offset is not None:
+        w("bz = U(cuda.blockIdx.z)")
     w(f"ktiles = U(U(K + {BK - 1}) // {BK})")
     w(f"cc = U(tid % {CH})  # this thread's chunk of a row (global), and its copies' rows:")
     w(f"ck = U(cc * {EPC})")
@@ -150,7 +155,8 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
                 loader.rows(w, e, f"U(m0 + ar{e})")
             else:
                 w(f"bok{e} = U(n0 + br{e}) < N")
-                w(f"bg{e} = U(U(n0 + br{e}) * K) if bok{e} else U(0)")
+                base = f"U(U(n0 + br{e}) * K)" if b_offset is None else f"U(U(U(n0 + br{e}) * K) + {b_offset})"
+                w(f"bg{e} = {base} if bok{e} else U(0)")
     # ldmatrix addresses: A rows wm0 + lane % 16, chunk 2kk + lane // 16; B rows wn0 + lane % 8 +
     # 8 (lane // 16), chunk 2kk + (lane // 8) % 2; the swizzle of both is that of lane % 8.
     w(f"sw = U(U(U(lane % 8) // {per}) % {CH})")
@@ -247,13 +253,15 @@ def compile_kernel(source: str, name: str, filename: str, cfg: TcConfig, itype: 
     return runtime.jit(fastmath=False)(compile_source(source, filename, namespace)[name])
 
 
-def configure(kernel: Callable, cfg: TcConfig, itype: str, args: tuple, m: int, n: int) -> Callable:
-    """``kernel[grid, block, 0, dynamic shared]`` for an M x N output, raising the kernel's dynamic
-    shared-memory limit first when the config needs more than 48 KiB."""
+def configure(kernel: Callable, cfg: TcConfig, itype: str, args: tuple, m: int, n: int,
+              batch: int = 1) -> Callable:
+    """``kernel[grid, block, 0, dynamic shared]`` for ``batch`` M x N outputs (grid z: a batched
+    loader's ``bz``), raising the kernel's dynamic shared-memory limit first when the config needs more
+    than 48 KiB."""
     dyn = cfg.shared_bytes(itype) if cfg.uses_dynamic(itype) else 0
     if dyn > STATIC_LIMIT:
         _allow_dynamic_shared(kernel, args, dyn)
-    return kernel[((n + cfg.BN - 1) // cfg.BN, (m + cfg.BM - 1) // cfg.BM), cfg.threads, 0, dyn]
+    return kernel[((n + cfg.BN - 1) // cfg.BN, (m + cfg.BM - 1) // cfg.BM, batch), cfg.threads, 0, dyn]
 
 
 def _allow_dynamic_shared(kernel: Any, args: tuple, nbytes: int) -> None:

@@ -43,7 +43,7 @@ MAGIC, FORMAT = b"CVLKC", 1
 _HEADER = struct.Struct("<5sHQ32sH")  # magic, format, payload bytes, sha256(payload), entry-name bytes
 _memo: dict[tuple, tuple[Any, Any]] = {}  # (id(dispatcher), argtypes) -> (dispatcher, kernel)
 stats = {"compiled": 0, "loaded": 0, "in_process": 0}  # kernels by where they came from
-compiled_names: list[str] = []  # qualified names of the kernels this process compiled (diagnostics)
+compiled_names: list[str] = []  # "qualname(argtypes)@key" of each kernel this process compiled (diagnostics)
 
 
 def enabled() -> bool:
@@ -242,10 +242,10 @@ def _load_or_compile(dispatcher: Any, argtypes: tuple) -> CompiledKernel:
             log.info("kernel cache: %s loaded from disk (%s)", name, key[:12])
             stats["loaded"] += 1
             return CompiledKernel(function.handle, argtypes, (module, function))
-        log.info("kernel cache: compiling %s for %s", name, ", ".join(map(str, argtypes)))
+        log.info("kernel cache: compiling %s for %s (%s)", name, ", ".join(map(str, argtypes)), key[:12])
         overload = dispatcher.compile(argtypes)
         stats["compiled"] += 1
-        compiled_names.append(name)
+        compiled_names.append(f"{name}({', '.join(map(str, argtypes))})@{key[:12]}")
     else:
         stats["in_process"] += 1
     library = overload._codelibrary

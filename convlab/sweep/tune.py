@@ -30,10 +30,11 @@ from .core import Task, applied, client_settings, run_tasks
 
 def tune_task(spec: dict[str, Any]) -> dict[str, Any]:
     """Run on a worker: tune one problem under the client's settings (see the module docstring)."""
-    from convlab import autotune
+    from convlab import autotune, kernel_cache
     from convlab.autotune import tuner
 
     info = worker_info()
+    compiled_before, loaded_before = len(kernel_cache.compiled_names), kernel_cache.stats["loaded"]
     with applied(spec, spec["precision"]):
         known = spec["known"].get(info["cache_file"])
         if known is not None and tuner.stored(spec["key"]) is None:
@@ -47,9 +48,11 @@ def tune_task(spec: dict[str, Any]) -> dict[str, Any]:
         except ValueError as exc:  # no plugin runs this problem (e.g. a dtype without a wgrad kernel)
             return {**where, "source": "unsupported", "reason": str(exc)}
         entry = tuner.stored(result.key) if result.source == "tuned" else None
+    kernels = {"compiled": kernel_cache.compiled_names[compiled_before:],  # with CONVLAB_KERNEL_CACHE=1
+               "loaded": kernel_cache.stats["loaded"] - loaded_before}
     return {**where, "key": result.key, "winner": result.winner_label, "source": result.source,
             "tuning_s": result.tuning_s, "reason": result.reason, "timed": autotune.stats()["timed"] - before,
-            "entry": entry}
+            "entry": entry, "kernels": kernels}
 
 
 def sweep_tune(client: Any, tasks: list[Task], *, workspace_limit: int | None = None, force: bool = False,
@@ -81,8 +84,11 @@ def sweep_tune(client: Any, tasks: list[Task], *, workspace_limit: int | None = 
             name = answer["cache_file"]
             caches.setdefault(name, TuningCache(Path(folder) / name)).merge({answer["key"]: answer["entry"]})
         if echo is not None:
+            kernels = answer.get("kernels") or {}
+            made = f", kernels compiled {len(kernels['compiled'])} loaded {kernels['loaded']}" \
+                if kernels.get("compiled") or kernels.get("loaded") else ""
             echo(f"{task.entry.label:<28} {task.problem.op:<6} {task.dtype:<12} -> {answer['winner']} "
-                 f"({answer['source']}, {answer['tuning_s']:.3g} s, {answer['worker']})"
+                 f"({answer['source']}, {answer['tuning_s']:.3g} s, {answer['worker']}{made})"
                  + ("" if answer["winner"] else f": {answer['reason']}"))
 
     failed = run_tasks(client, tune_task, specs, done, progress=progress, unit="problem",

@@ -3,7 +3,8 @@
 A sweep is a list of :class:`Task` (suite, shape, op, dtype and float32 precision), one Dask task each::
 
     tasks = expand(suites, ops, dtypes, limit)                 # in suite order, already-done ones dropped
-    for task in spread(tasks):        # one in flight per GPU worker; the next when one finishes
+    for task in spread(tasks):        # one in flight per GPU worker; the next when one finishes,
+                                      # skipping (for now) tasks that compile what a running one does
         client.submit(fn, spec(task), resources={"GPU": 1}, retries=RETRIES)
     for future in as_completed(...):                          # progress bar over the whole sweep
         on_done(task, future.result())                        # the caller merges / journals the result
@@ -110,6 +111,26 @@ def spread(items: list[Any], key: Callable[[Any], Any] = compile_group) -> list[
     return [g[i] for i in range(rounds) for g in ordered if i < len(g)]
 
 
+def compile_keys(task: Task) -> set[tuple]:
+    """What a task compiles first: its layer and op's kernels (float32's FMA kernels serve every dtype
+    token of that layer and op) and its dtype token and op's (one token's tensor-core kernels serve
+    every layer)."""
+    op = task.problem.op
+    return {("layer", task.suite, task.entry.label, op), ("dtype", task.dtype, op)}
+
+
+def next_index(pending: list[Task], running: list[Task], warm: set[tuple] = frozenset()) -> int | None:
+    """The first of ``pending`` (in sweep order) that shares no :func:`compile_keys` with a running task,
+    keys in ``warm`` (a task of theirs has finished: their kernels are on disk) aside. None when each
+    pending task shares one and something runs: waiting for that task is shorter than compiling its
+    kernels a second time (it began earlier), and afterwards they come from the kernel disk cache."""
+    busy = set().union(*(compile_keys(r) for r in running)) - set(warm)
+    for i, task in enumerate(pending):
+        if not compile_keys(task) & busy:
+            return i
+    return None if running and pending else (0 if pending else None)
+
+
 def gpu_workers(client: Any) -> int:
     """How many workers of ``client``'s cluster offer a GPU (at least 1)."""
     workers = client.scheduler_info(n_workers=-1).get("workers", {})
@@ -148,34 +169,39 @@ def run_tasks(client: Any, fn: Callable[[dict], dict], specs: list[tuple[Task, d
     """Run ``fn(spec)`` per task (one GPU each) in :func:`spread` order and call ``on_done`` as each
     finishes, under a progress bar over the whole sweep; returns the (task, error) of the tasks that failed.
 
-    The client hands out the order itself: one task per GPU worker is in flight, and the next one is
-    submitted when one finishes (Dask's scheduler assigns tasks with resource restrictions to workers at
-    once and runs them in no order we can rely on; measured on 2 GPUs, two workers then compiled the same
-    kernels side by side). Interrupted: the tasks in flight are cancelled (what finished was already
+    The client hands out the order itself: one task per GPU worker is in flight, and when one finishes
+    the next is the first pending task that compiles nothing a running one does (:func:`next_index`) (Dask's scheduler
+    assigns tasks with resource restrictions to workers at once and runs them in no order we can rely
+    on; measured on 2 GPUs, two workers then compiled the same kernels side by side, and in order but
+    without this rule a layer's TF32 task still compiled its float32 kernels beside the float32 task). Interrupted: the tasks in flight are cancelled (what finished was already
     handed to ``on_done``). ``timeout``: seconds for the whole sweep, then TimeoutError."""
     from dask.distributed import as_completed
     from tqdm import tqdm
 
-    pending = list(reversed(spread(specs, key=lambda pair: compile_group(pair[0]))))
+    pending = spread(specs, key=lambda pair: compile_group(pair[0]))
     futures: dict[Any, Task] = {}
+    warm: set[tuple] = set()  # compile keys of finished tasks
     done_so_far = as_completed(timeout=timeout)
 
-    def submit_next() -> None:
-        task, spec = pending.pop()
-        future = client.submit(fn, spec, resources={"GPU": 1}, retries=RETRIES, pure=False)
-        futures[future] = task
-        done_so_far.add(future)
+    def submit_more() -> None:  # up to one task per GPU worker, none compiling what a running one does
+        while pending and len(futures) < gpu_workers(client):
+            i = next_index([task for task, _ in pending], list(futures.values()), warm)
+            if i is None:
+                return
+            task, spec = pending.pop(i)
+            future = client.submit(fn, spec, resources={"GPU": 1}, retries=RETRIES, pure=False)
+            futures[future] = task
+            done_so_far.add(future)
 
     failed: list[tuple[Task, str]] = []
     try:
         with tqdm(total=len(pending), disable=None if progress else True, unit=unit,
                   dynamic_ncols=True) as bar:
-            for _ in range(min(gpu_workers(client), len(pending))):
-                submit_next()
+            submit_more()
             for future in done_so_far:
                 task = futures.pop(future)
-                while pending and len(futures) < gpu_workers(client):
-                    submit_next()
+                warm |= compile_keys(task)
+                submit_more()
                 try:
                     value = future.result()
                 except Exception as exc:  # the task raised RETRIES + 1 times, or killed its workers

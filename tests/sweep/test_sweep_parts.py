@@ -11,7 +11,7 @@ from convlab.autotune.cache import TuningCache
 from convlab.bench.suite import load_suite
 from convlab.cli import parser as cli
 from convlab.sweep import expand, parse_dtypes
-from convlab.sweep.core import compile_group, spread
+from convlab.sweep.core import compile_group, compile_keys, next_index, spread
 from convlab.sweep.bench import Journal
 
 
@@ -87,3 +87,21 @@ def test_spread_runs_float32_first_and_side_by_side_tasks_compile_different_kern
     for g in groups:  # a group keeps its own (layer) order
         assert [t.id for t in order if compile_group(t) == g] == [t.id for t in tasks if compile_group(t) == g]
     assert spread([]) == []
+
+
+def test_next_task_skips_what_a_running_task_compiles_and_waits_when_all_would():
+    tasks = expand([load_suite("tiny")], ("forward", "dgrad"), ("float32", "float32+high"), 2)
+    t = {(x.entry.label, x.problem.op, x.dtype): x for x in tasks}
+    (l1, l2), f32, high = list(dict.fromkeys(x.entry.label for x in tasks)), "float32", "float32+high"
+    shared = lambda a, b: compile_keys(t[a]) & compile_keys(t[b])  # noqa: E731
+    assert shared((l1, "forward", f32), (l1, "forward", high))  # the same layer's float32 kernels
+    assert shared((l1, "forward", high), (l2, "forward", high))  # the same token's kernels
+    assert not shared((l1, "forward", f32), (l1, "dgrad", f32))  # another op
+    assert not shared((l1, "forward", f32), (l2, "forward", high))
+    running = [t[l1, "forward", f32]]
+    pending = [t[l1, "forward", high], t[l2, "forward", f32], t[l2, "dgrad", high]]
+    assert next_index(pending, running) == 2  # the first that shares nothing
+    assert next_index(pending[:2], running) is None  # all would: wait for it
+    assert next_index(pending[:2], []) == 0 and next_index([], []) is None  # nothing runs: go on
+    warm = {("dtype", f32, "forward")}  # a float32 forward task has finished: its kernels are on disk
+    assert next_index(pending[:2], running, warm) == 1

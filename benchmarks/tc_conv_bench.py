@@ -9,7 +9,8 @@
 
 Self-test (``tc_conv_selftest.py`` beside this file): every op x dtype on a few shapes, the plugin's
 output against the host float64 reference, through ``plugin.run`` and the public ``convlab.conv2d``.
-Benchmark: operands are torch tensors on the GPU (bf16 handed to the plugin as uint16 bits); the
+Benchmark: operands are torch tensors on the GPU (bf16 handed to the plugin as uint16 bits; the public op
+also on channels-last tensors, ``op_cl_ms``, against channels-last cuDNN); the
 plugin's first config (what "auto" would try first; one compile per config, 5-25 s each), its output
 checked against cuDNN in float64, then CUDA-event medians of 20 runs after warm-up, against cuDNN in the
 same dtype and math mode (TF32: ``torch.backends.cudnn.allow_tf32 = True``; fp16/bf16 in NCHW and in
@@ -90,6 +91,8 @@ def bench_one(torch, plugin, entry, pr, rows: list) -> None:
         row["ours_ms"] = _events_ms(ours)
         row.update(_parts_ms(pr, ours, (a, b, bias, out)))
         row["op_ms"] = _events_ms(_public_op(convlab, pr, ta, tb, tbias, tout))
+        cl = lambda t: t.contiguous(memory_format=torch.channels_last)  # noqa: E731
+        row["op_cl_ms"] = _events_ms(_public_op(convlab, pr, cl(ta), cl(tb), tbias, cl(tout)))  # NHWC tensors
         row.update(_resources(pr, config))
         torch.backends.cudnn.allow_tf32 = pr.dtype == "float32"
         with torch.no_grad():
@@ -101,6 +104,7 @@ def bench_one(torch, plugin, entry, pr, rows: list) -> None:
         best = min(v for k, v in row.items() if k.startswith("cudnn") and v)
         row["cudnn_over_ours"] = best / row["ours_ms"]  # plugin.run with Numba's launches
         row["cudnn_over_op"] = best / row["op_ms"]  # the user's path: the public op on torch tensors
+        row["cudnn_cl_over_op_cl"] = row.get("cudnn_cl_ms", row["cudnn_ms"]) / row["op_cl_ms"]  # both NHWC
     except Exception as exc:
         row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:400])
     finally:
@@ -167,10 +171,11 @@ def bench(args, plugin, rows: list) -> None:
 
 
 def summary(rows: list) -> None:
-    """Geometric means of cuDNN (the faster layout) / ours: through the public op (the user's path)
-    and through plugin.run (Numba's launches), and the shapes where the public op is faster."""
-    log("\n| op | dtype | shapes | geomean cuDNN/ours, public op | plugin.run | op faster on |")
-    log("|---|---|---|---|---|---|")
+    """Geometric means of cuDNN (the faster layout) / ours: through the public op (the user's path),
+    the same with channels-last tensors on both sides, and through plugin.run (Numba's launches); and
+    the shapes where the public op is faster."""
+    log("\n| op | dtype | shapes | geomean cuDNN/ours, public op | both channels-last | plugin.run | op faster on |")
+    log("|---|---|---|---|---|---|---|")
     groups: dict = {}
     for r in rows:
         if r.get("part") == "bench" and r.get("cudnn_over_op"):
@@ -178,8 +183,8 @@ def summary(rows: list) -> None:
     gm = lambda rs, key: math.exp(sum(math.log(r[key]) for r in rs) / len(rs))  # noqa: E731
     for (op, dtype), rs in sorted(groups.items()):
         faster = [r["shape"] for r in rs if r["cudnn_over_op"] > 1]
-        log(f"| {op} | {dtype} | {len(rs)} | {gm(rs, 'cudnn_over_op'):.3f} | {gm(rs, 'cudnn_over_ours'):.3f} "
-            f"| {', '.join(faster) or '-'} |")
+        log(f"| {op} | {dtype} | {len(rs)} | {gm(rs, 'cudnn_over_op'):.3f} | {gm(rs, 'cudnn_cl_over_op_cl'):.3f} "
+            f"| {gm(rs, 'cudnn_over_ours'):.3f} | {', '.join(faster) or '-'} |")
     bad = [r for r in rows if r.get("status") not in ("ok", "declined")]
     log(f"\n{len(rows)} rows, {len(bad)} not ok: " + "; ".join(
         f"{r.get('op')} {r.get('dtype', '')} {r.get('shape', r.get('problem', ''))}: {r.get('status')} "

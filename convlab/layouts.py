@@ -5,7 +5,7 @@ C-contiguous, or exactly channels-last: element strides (B*C*D, 1, D*B, B), i.e.
 as NCHW (torch's ``memory_format=torch.channels_last``; detected by
 :func:`convlab.operands.is_channels_last`, C-contiguous wins when both match). Any other layout is
 refused before any launch. A plugin declares the layouts its ``run`` takes (``Plugin.layouts``); one
-that takes ``"nhwc"`` gets channels-last operands as they are. No built-in plugin does yet, so
+that takes ``"nhwc"`` (``tensor_core``) gets channels-last operands as they are; for the others
 :func:`operands_for` hands them NCHW copies:
 
     each channels-last input      -> transposed into an NCHW buffer lent by convlab.scratch
@@ -87,6 +87,16 @@ def operands_for(taken: frozenset, arrays: tuple, out_index: int = 3) -> Iterato
         yield tuple(result)
         if back is not None:
             to_nhwc(*back)
+
+
+def channels_last_copy(host: np.ndarray) -> Any:
+    """A new device array holding the 4-D ``host`` (N, C, H, W) in NHWC memory, viewed as NCHW with
+    channels-last strides (what torch's ``memory_format=torch.channels_last`` gives)."""
+    n, c, h, w = host.shape
+    item = np.dtype(host.dtype).itemsize
+    nhwc = runtime.to_device(np.ascontiguousarray(host.transpose(0, 2, 3, 1)))
+    return runtime.view_at(nhwc, 0, tuple(host.shape), (h * w * c * item, item, w * c * item, c * item),
+                           host.dtype)
 
 
 def copy_host_into(dev: Any, host: np.ndarray) -> None:

@@ -13,8 +13,13 @@ NHWC gather of :mod:`convlab.kernels.tc_conv`: 16-byte ``cp.async`` chunks of 8 
 channels, so the NHWC / KRSC copies pad the gathered channel count with zeros up to a multiple of 8 (4)
 (C = 3 becomes 8: more reduction work, still on tensor cores); zero-fill for padding and remainders.
 wgrad (:mod:`.wgrad`) unfolds dy and x into dense split-major operands and runs the tensor-core GEMM
-per image group, the fp32 partials summed in order. Not done here: groups > 1 and strided dgrad (the
-``widen`` plugin runs those in fp32), split-K of forward / dgrad.
+per image group (one launch, grid z), the fp32 partials summed in order. Not done here: groups > 1 and
+strided dgrad (the ``widen`` plugin runs those in fp32), split-K of forward / dgrad.
+
+Layouts (``layouts = {"nchw", "nhwc"}``): a channels-last (NHWC-memory) input is read as it is when its
+channel count needs no padding (a multiple of 8, or 4 for TF32), and so is a channels-last forward filter
+(KRSC memory); a channels-last output is written NHWC by the epilogue. Other channels-last operands (an
+unaligned channel count, dgrad's filter, every wgrad operand) are copied to NCHW scratch first.
 
 Applicability: compute capability 8.0 or newer (any on the simulator), groups == 1, float32 only under
 precision "high", stride 1 for dgrad, every tensor below 2**31 elements.
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import math
 
-from convlab import Algorithm, Config, Problem, Verdict, register, runtime
+from convlab import Algorithm, Config, Problem, Verdict, layouts, operands, register, runtime
 from convlab.kernels import tc_conv
 from convlab.kernels.splitk import MAX_INDEX, sm_count
 from convlab.kernels.tc_pipeline import TcConfig
@@ -34,6 +39,7 @@ from convlab.settings import get_float32_precision
 from . import wgrad
 
 ITYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
+NCHW = frozenset({"nchw"})  # what operands_for copies channels-last operands into
 ALIGN = {"float16": 8, "bfloat16": 8, "float32": 4}  # channels per 16-byte chunk
 #: GPU configs (static shared memory <= 48 KiB: few configs, each compiles in 5-25 s on the H200)
 GPU_TILES = {16: [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 32, 3),
@@ -77,6 +83,7 @@ class TensorCore(Algorithm):
     dtypes = frozenset({"float16", "bfloat16", "float32"})
     priority = 30
     deterministic = True
+    layouts = frozenset({"nchw", "nhwc"})
     description = ("tensor-core implicit GEMM (fp16/bf16; TF32 for float32 under precision 'high'): "
                    "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
                    "dgrad stride 1; wgrad on unfolded operands with split-K")
@@ -149,24 +156,41 @@ class TensorCore(Algorithm):
         return []
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
-        store = runtime.kernel_dtype(np_dtype(problem.dtype))
-        a, b, out = runtime.kernel_view(a), runtime.kernel_view(b), runtime.kernel_view(out)
-        bias = None if bias is None else runtime.kernel_view(bias)
-        if problem.op == "wgrad":
-            wgrad.run_wgrad(problem, tc_config(config), ITYPE[problem.dtype], store, ALIGN[problem.dtype],
-                            a, b, out)
+        """a, b, out: 4-D device arrays, C-contiguous or channels-last (``layouts``), bias 1-D or None."""
+        if problem.op == "wgrad":  # the unfold reads NCHW: channels-last operands are copied first
+            with layouts.operands_for(NCHW, (a, b, bias, out)) as (a, b, bias, out):
+                wgrad.run_wgrad(problem, tc_config(config), ITYPE[problem.dtype],
+                                runtime.kernel_dtype(np_dtype(problem.dtype)), ALIGN[problem.dtype],
+                                *(runtime.kernel_view(t) for t in (a, b, out)))
             return
         geo = _gathered(problem)
         n, c, h, w, k, r, s = (geo[key] for key in "nchwkrs")
         cp = _padded(c, problem.dtype)
-        nx, nw = n * h * w * cp, k * r * s * cp
-        with scratch(nx + nw, store) as buf:
-            xh, wt = buf[:nx], buf[nx:nx + nw]
-            tc_conv.to_channels_last(a.reshape(-1), xh, n, c, h * w, cp)
-            if problem.op == "forward":  # wt[k, r, s, c] = w[k, c, r, s]
-                tc_conv.to_channels_last(b.reshape(-1), wt, k, c, r * s, cp)
+        # channels-last operands the kernel reads as they are: the gathered input (NHWC) and the forward
+        # filter (KRSC), when no channel padding is needed; the output in either layout
+        x_as_is = operands.is_channels_last(a) and cp == c
+        w_as_is = problem.op == "forward" and operands.is_channels_last(b) and cp == c
+        nhwc_out = operands.is_channels_last(out)
+        copy_x, copy_w = (a,) if operands.is_channels_last(a) and not x_as_is else (), \
+            (b,) if operands.is_channels_last(b) and not w_as_is else ()
+        store = runtime.kernel_dtype(np_dtype(problem.dtype))
+        nx, nw = (0 if x_as_is else n * h * w * cp), (0 if w_as_is else k * r * s * cp)
+        with layouts.operands_for(NCHW, copy_x, out_index=None) as nchw_x, \
+                layouts.operands_for(NCHW, copy_w, out_index=None) as nchw_w, \
+                scratch(max(nx + nw, 1), store) as buf:
+            src_x, src_w = (nchw_x or (a,))[0], (nchw_w or (b,))[0]
+            flat = lambda t: runtime.kernel_view(runtime.flat_view(t))  # noqa: E731  (memory order)
+            xh = flat(a) if x_as_is else buf[:nx]
+            wt = flat(b) if w_as_is else buf[nx:nx + nw]
+            if not x_as_is:  # NCHW -> NHWC, channels zero-padded to cp
+                tc_conv.to_channels_last(flat(src_x), xh, n, c, h * w, cp)
+            if w_as_is:
+                pass
+            elif problem.op == "forward":  # wt[k, r, s, c] = w[k, c, r, s]
+                tc_conv.to_channels_last(flat(src_w), wt, k, c, r * s, cp)
             else:  # wt[c', r, s, k'] = w[k', c', R-1-r, S-1-s] (c' = output channel, k' = gathered)
-                tc_conv.to_channels_last(b.reshape(-1), wt, 1, c, k * r * s, cp, flip=r * s)
+                tc_conv.to_channels_last(flat(src_w), wt, 1, c, k * r * s, cp, flip=r * s)
             geo["c"] = cp
-            tc_conv.conv_launcher(ITYPE[problem.dtype], tc_config(config), xh, wt, out.reshape(-1),
-                                  bias, **geo)()
+            tc_conv.conv_launcher(ITYPE[problem.dtype], tc_config(config), xh, wt, flat(out),
+                                  None if bias is None else runtime.kernel_view(bias), nhwc_out=nhwc_out,
+                                  **geo)()

@@ -11,7 +11,8 @@ multiple of 8 (4): every chunk start kk has one (r, s) and c = kk % C, so the wh
 Per copy row the kernel keeps (n*H*W*C, p*sh + phn, q*sw + pwn) in padded coordinates (uint32, never
 negative: ph = max(padding, 0) and phn = max(-padding, 0), so negative padding works too, which dgrad
 needs); a row is inside when ph <= h' < H + ph. Per k tile it derives (r*dh, s*dw, c) of its chunk once.
-The epilogue writes y[n, k, pq] at (n*K + k)*P*Q + pq, adding bias[k] in fp32 before converting.
+The epilogue writes y[n, k, pq] at (n*K + k)*P*Q + pq (NCHW), or at row*K + k (NHWC, channels-last
+outputs: the GEMM's row-major C), adding bias[k] in fp32 before converting.
 
 :func:`to_channels_last` is every layout change (channels zero-padded up to a multiple of the chunk): the
 input's NCHW -> NHWC, the filter's KCRS -> KRSC and dgrad's KCRS -> spatially flipped CRSK, each one
@@ -75,32 +76,50 @@ class NchwStore:
         return f"Y[U(yb + U({col} * PQ))] = " + self.convert.format(value)
 
 
-@functools.cache
-def make_tc_conv(itype: str, cfg: TcConfig, bias: bool) -> Callable:
-    """The kernel (X, Bt, Y, bias, M, N, K, geometry...) of one input type, config and bias flag.
+class NhwcStore(NchwStore):
+    """y[row, col] (flat NHWC: row = (n, p, q), col = output channel) = value (+ bias[col])."""
 
-    X: NHWC input, flat; Bt: [K_out, R*S*C] weights, flat; Y: NCHW output, flat, in the input type
-    (bf16 as uint16 bits); bias: [K_out] (a 1-element dummy when ``bias`` is False).
+    def row(self, w: Callable, d: int) -> None:
+        w("yb = U(row * N)", d)
+
+    def put(self, col: str, value: str) -> str:
+        if self.bias:
+            value = f"{value} + {self.bias.format(col)}"
+        return f"Y[U(yb + {col})] = " + self.convert.format(value)
+
+
+def _store(itype: str, bias: bool, nhwc_out: bool) -> NchwStore:
+    return (NhwcStore if nhwc_out else NchwStore)(itype, bias)
+
+
+@functools.cache
+def make_tc_conv(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool = False) -> Callable:
+    """The kernel (X, Bt, Y, bias, M, N, K, geometry...) of one input type, config, bias flag and output
+    layout.
+
+    X: NHWC input, flat; Bt: [K_out, R*S*C] weights, flat; Y: NCHW output (NHWC with ``nhwc_out``), flat,
+    in the input type (bf16 as uint16 bits); bias: [K_out] (a 1-element dummy when ``bias`` is False).
     """
     cfg = TcConfig(*cfg).validate(itype)
-    source = pipeline_source(cfg, itype, GatherA(), NchwStore(itype, bias), "conv")
-    filename = f"<convlab.kernels.tc_conv {itype} {cfg.name} bias={bias}>"
+    source = pipeline_source(cfg, itype, GatherA(), _store(itype, bias, nhwc_out), "conv")
+    filename = f"<convlab.kernels.tc_conv {itype} {cfg.name} bias={bias} nhwc_out={nhwc_out}>"
     return compile_kernel(source, "conv", filename, cfg, itype)
 
 
-def kernel_source(itype: str, cfg: TcConfig, bias: bool = False) -> str:
+def kernel_source(itype: str, cfg: TcConfig, bias: bool = False, nhwc_out: bool = False) -> str:
     """The generated source of one kernel (for reading and debugging)."""
-    return pipeline_source(TcConfig(*cfg).validate(itype), itype, GatherA(), NchwStore(itype, bias), "conv")
+    return pipeline_source(TcConfig(*cfg).validate(itype), itype, GatherA(), _store(itype, bias, nhwc_out),
+                           "conv")
 
 
 def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any, *, n: int, c: int,
                   h: int, w: int, k: int, r: int, s: int, p: int, q: int, stride: tuple, padding: tuple,
-                  dilation: tuple) -> Callable[[], None]:
+                  dilation: tuple, nhwc_out: bool = False) -> Callable[[], None]:
     """A no-argument launch of the forward kernel on flat device arrays: xh [n*h*w*c] NHWC, wt
-    [k*r*s*c] KRSC, y [n*k*p*q] NCHW, bias [k] or None (all in the storage type of ``itype``);
-    ``padding`` entries may be negative."""
+    [k*r*s*c] KRSC, y [n*k*p*q] NCHW (NHWC with ``nhwc_out``), bias [k] or None (all in the storage type
+    of ``itype``); ``padding`` entries may be negative."""
     cfg = TcConfig(*cfg)
-    kernel = make_tc_conv(itype, cfg, bias is not None)
+    kernel = make_tc_conv(itype, cfg, bias is not None, nhwc_out)
     m, kk = n * p * q, r * s * c
     args = (xh, wt, y, wt if bias is None else bias, U(m), U(k), U(kk), U(c), U(h), U(w), U(s), U(q),
             U(p * q), U(h * w * c), U(stride[0]), U(stride[1]), U(max(padding[0], 0)),

@@ -15,8 +15,8 @@ was timed), ``deterministic`` (same bits on every run), ``description``, ``compi
 kernels are specialised on the layer's sizes, so every new shape compiles: the conformance suite draws a
 quarter of the profile's examples for it on a GPU, where each compile costs seconds), ``layouts`` (the
 memory layouts of the 4-D operands ``run`` takes: ``"nchw"``, C-contiguous; ``"nhwc"``, channels-last
-strides, handed over as they are; a plugin without it gets NCHW copies: convlab.layouts). No built-in
-plugin takes ``"nhwc"`` yet.
+strides, handed over as they are, and checked by ``check_channels_last_operands``; a plugin without it
+gets NCHW copies: convlab.layouts). ``tensor_core`` takes ``"nhwc"``.
 """
 from __future__ import annotations
 

@@ -88,10 +88,12 @@ def examples_for(plugin: Algorithm, simulator: bool = runtime.SIMULATOR) -> int 
 def applicable_checks(plugin: Algorithm | str) -> list[tuple[str, str]]:
     """The (op, check name) pairs that apply to ``plugin``, from what it declares: every op in
     ``plugin.ops`` x every check, less ``check_deterministic`` for a plugin declaring
-    ``deterministic = False``."""
+    ``deterministic = False`` and ``check_channels_last_operands`` for one whose ``layouts`` lack
+    ``"nhwc"``."""
     plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
     return [(op, name) for op in sorted(plugin.ops) for name in CHECKS
-            if plugin.deterministic or name != "check_deterministic"]
+            if (plugin.deterministic or name != "check_deterministic")
+            and ("nhwc" in plugin.layouts or name != "check_channels_last_operands")]
 
 
 def parametrize_with_checks(plugins: Iterable[Algorithm | str] | None = None, **run_options):

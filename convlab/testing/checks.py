@@ -14,7 +14,7 @@ from .. import ops, reference, runtime
 from ..plugin import registry
 from ..measure import random_operands, rel_error, to_device, tolerance
 from ..plugin.contract import Algorithm
-from ..problem import Problem, conv_output_size
+from ..problem import Problem, conv_output_size, np_dtype
 from ..settings import get_workspace_limit
 
 
@@ -82,6 +82,35 @@ def check_deterministic(plugin: Algorithm, problem: Problem, rng: np.random.Gene
     assert np.array_equal(first, second), f"{plugin.name} gave different bits on two identical runs"
 
 
+def check_channels_last_operands(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
+    """A plugin declaring ``"nhwc"`` in ``layouts`` gets 4-D operands with channels-last strides as they
+    are (NHWC memory viewed as NCHW): each of a random mix of a, b and out in that layout (at least one),
+    the output NaN-poisoned, agrees with the float64 reference (read back in NCHW order)."""
+    if "nhwc" not in plugin.layouts:
+        return
+    config = _accepted(plugin, problem)
+    if config is None:
+        return
+    from ..layouts import channels_last_copy
+
+    host = random_operands(problem, rng)
+    shapes = problem.operand_shapes
+    lasts = [bool(rng.integers(2)) and len(shapes[i]) == 4 for i in range(3)]
+    if not any(lasts):
+        lasts[int(rng.integers(3))] = True
+    a, b = (channels_last_copy(h) if last else to_device(h)[0] for h, last in zip(host[:2], lasts))
+    bias = None if host[2] is None else to_device(host[2])[0]
+    poison = np.full(shapes[2], np.nan, np_dtype(problem.dtype))
+    out = channels_last_copy(poison) if lasts[2] else runtime.to_device(poison)
+    plugin.run(problem, config, a, b, bias, out, workspace_limit=get_workspace_limit())
+    got = runtime.to_host(out)  # in NCHW index order whatever the memory layout
+    err = rel_error(got, reference.solve(problem, *host))
+    tol = tolerance(problem, plugin.compute_eps(problem.dtype))
+    layout = ", ".join(f"{n} {'channels-last' if last else 'NCHW'}" for n, last in zip("abo", lasts))
+    assert err <= tol, (f"{plugin.name}[{config.name}] on {problem.describe()} with {layout}: relative "
+                        f"error {err:.3g} > tolerance {tol:.3g}")
+
+
 def check_declines_with_reason(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
     """A declining verdict carries a non-empty one-line reason; an accepting one fits the workspace."""
     verdict = registry.verdict(plugin, problem)
@@ -142,7 +171,7 @@ def call_op(problem: Problem, a: Any, b: Any, bias: Any = None, **kw: Any) -> An
 Check = Callable[[Algorithm, Problem, np.random.Generator], None]
 CHECKS: dict[str, Check] = {f.__name__: f for f in (
     check_matches_reference, check_output_fully_written, check_inputs_unmodified, check_deterministic,
-    check_declines_with_reason, check_declined_never_launched)}
+    check_channels_last_operands, check_declines_with_reason, check_declined_never_launched)}
 #: checks that only make sense on problems the plugin accepts (the others take any problem)
 NEEDS_ACCEPTED = {"check_matches_reference", "check_output_fully_written", "check_inputs_unmodified",
-                  "check_deterministic"}
+                  "check_deterministic", "check_channels_last_operands"}

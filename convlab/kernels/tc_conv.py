@@ -64,6 +64,9 @@ class GatherA:
 class NchwStore:
     """y[n, col, pq] (flat NCHW) = value (+ bias[col]), converted to the output type."""
 
+    #: the flat offset of (row, col) from the row's ``yb``
+    step = "U(yb + U({} * PQ))"
+
     def __init__(self, itype: str, bias: bool) -> None:
         self.convert, self.bias = OUT_CONVERT[OUT_OF[itype]], BIAS_OF[itype] if bias else None
 
@@ -73,19 +76,16 @@ class NchwStore:
     def put(self, col: str, value: str) -> str:
         if self.bias:
             value = f"{value} + {self.bias.format(col)}"
-        return f"Y[U(yb + U({col} * PQ))] = " + self.convert.format(value)
+        return f"Y[{self.step.format(col)}] = " + self.convert.format(value)
 
 
 class NhwcStore(NchwStore):
     """y[row, col] (flat NHWC: row = (n, p, q), col = output channel) = value (+ bias[col])."""
 
+    step = "U(yb + {})"
+
     def row(self, w: Callable, d: int) -> None:
         w("yb = U(row * N)", d)
-
-    def put(self, col: str, value: str) -> str:
-        if self.bias:
-            value = f"{value} + {self.bias.format(col)}"
-        return f"Y[U(yb + {col})] = " + self.convert.format(value)
 
 
 def _store(itype: str, bias: bool, nhwc_out: bool) -> NchwStore:

@@ -174,7 +174,8 @@ def summary(rows: list) -> None:
     """Geometric means of cuDNN (the faster layout) / ours: through the public op (the user's path),
     the same with channels-last tensors on both sides, and through plugin.run (Numba's launches); and
     the shapes where the public op is faster."""
-    log("\n| op | dtype | shapes | geomean cuDNN/ours, public op | both channels-last | plugin.run | op faster on |")
+    log("\n| op | dtype | shapes | geomean cuDNN/ours, public op | both channels-last | plugin.run "
+        "| op faster on |")
     log("|---|---|---|---|---|---|---|")
     groups: dict = {}
     for r in rows:
@@ -183,8 +184,9 @@ def summary(rows: list) -> None:
     gm = lambda rs, key: math.exp(sum(math.log(r[key]) for r in rs) / len(rs))  # noqa: E731
     for (op, dtype), rs in sorted(groups.items()):
         faster = [r["shape"] for r in rs if r["cudnn_over_op"] > 1]
-        log(f"| {op} | {dtype} | {len(rs)} | {gm(rs, 'cudnn_over_op'):.3f} | {gm(rs, 'cudnn_cl_over_op_cl'):.3f} "
-            f"| {gm(rs, 'cudnn_over_ours'):.3f} | {', '.join(faster) or '-'} |")
+        keys = ("cudnn_over_op", "cudnn_cl_over_op_cl", "cudnn_over_ours")
+        means = " | ".join(f"{gm(rs, key):.3f}" for key in keys)
+        log(f"| {op} | {dtype} | {len(rs)} | {means} | {', '.join(faster) or '-'} |")
     bad = [r for r in rows if r.get("status") not in ("ok", "declined")]
     log(f"\n{len(rows)} rows, {len(bad)} not ok: " + "; ".join(
         f"{r.get('op')} {r.get('dtype', '')} {r.get('shape', r.get('problem', ''))}: {r.get('status')} "

@@ -155,7 +155,9 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
                 loader.rows(w, e, f"U(m0 + ar{e})")
             else:
                 w(f"bok{e} = U(n0 + br{e}) < N")
-                base = f"U(U(n0 + br{e}) * K)" if b_offset is None else f"U(U(U(n0 + br{e}) * K) + {b_offset})"
+                base = f"U(U(n0 + br{e}) * K)"
+                if b_offset is not None:
+                    base = f"U({base} + {b_offset})"
                 w(f"bg{e} = {base} if bok{e} else U(0)")
     # ldmatrix addresses: A rows wm0 + lane % 16, chunk 2kk + lane // 16; B rows wn0 + lane % 8 +
     # 8 (lane // 16), chunk 2kk + (lane // 8) % 2; the swizzle of both is that of lane % 8.

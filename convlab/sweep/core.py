@@ -170,11 +170,12 @@ def run_tasks(client: Any, fn: Callable[[dict], dict], specs: list[tuple[Task, d
     finishes, under a progress bar over the whole sweep; returns the (task, error) of the tasks that failed.
 
     The client hands out the order itself: one task per GPU worker is in flight, and when one finishes
-    the next is the first pending task that compiles nothing a running one does (:func:`next_index`) (Dask's scheduler
-    assigns tasks with resource restrictions to workers at once and runs them in no order we can rely
-    on; measured on 2 GPUs, two workers then compiled the same kernels side by side, and in order but
-    without this rule a layer's TF32 task still compiled its float32 kernels beside the float32 task). Interrupted: the tasks in flight are cancelled (what finished was already
-    handed to ``on_done``). ``timeout``: seconds for the whole sweep, then TimeoutError."""
+    the next is the first pending task that compiles nothing a running one does (:func:`next_index`).
+    Dask's scheduler assigns tasks with resource restrictions to workers at once and runs them in no
+    order we can rely on: measured on 2 GPUs, two workers then compiled the same kernels side by side;
+    and in order but without the rule, a layer's TF32 task compiled its float32 kernels beside the
+    float32 task. Interrupted: the tasks in flight are cancelled (what finished was already handed to
+    ``on_done``). ``timeout``: seconds for the whole sweep, then TimeoutError."""
     from dask.distributed import as_completed
     from tqdm import tqdm
 

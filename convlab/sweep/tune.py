@@ -48,7 +48,8 @@ def tune_task(spec: dict[str, Any]) -> dict[str, Any]:
         except ValueError as exc:  # no plugin runs this problem (e.g. a dtype without a wgrad kernel)
             return {**where, "source": "unsupported", "reason": str(exc)}
         entry = tuner.stored(result.key) if result.source == "tuned" else None
-    kernels = {"compiled": kernel_cache.compiled_names[compiled_before:],  # with CONVLAB_KERNEL_CACHE=1
+    # the kernels this task compiled (named with CONVLAB_KERNEL_CACHE=1) and loaded from disk
+    kernels = {"compiled": kernel_cache.compiled_names[compiled_before:],
                "loaded": kernel_cache.stats["loaded"] - loaded_before}
     return {**where, "key": result.key, "winner": result.winner_label, "source": result.source,
             "tuning_s": result.tuning_s, "reason": result.reason, "timed": autotune.stats()["timed"] - before,

@@ -127,12 +127,14 @@ def _samples(plugin: Algorithm, op: str):
 def check_plugin(plugin: Algorithm | str, *, ops: Iterable[str] | None = None,
                  checks: Iterable[str] | None = None, max_examples: int | None = None,
                  shrink: bool = True) -> dict[str, str]:
-    """Run every check on every op of ``plugin``; returns ``{"check op": "ok (N examples)" | "FAIL: ..."}``
-    and raises AssertionError at the end if any failed."""
+    """Run every applicable check (:func:`applicable_checks`; or ``checks``) on every op of ``plugin``;
+    returns ``{"check op": "ok (N examples)" | "FAIL: ..."}`` and raises AssertionError at the end if any
+    failed."""
     plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
     report: dict[str, str] = {}
+    applicable = applicable_checks(plugin)
     for op in sorted(plugin.ops if ops is None else ops):
-        for name in CHECKS if checks is None else checks:
+        for name in [n for o, n in applicable if o == op] if checks is None else checks:
             try:
                 count = run_check(name, plugin, op, max_examples, shrink)
                 report[f"{name} {op}"] = f"ok ({count} examples)"

@@ -125,7 +125,8 @@ def test_installed_package_goes_through_the_conformance_suite(installed, tmp_pat
         else:
             outcome[case.get("name")] = "skipped" if case.find("skipped") is not None else "passed"
     good = {k: v for k, v in outcome.items() if "example_pointwise-forward-" in k}
-    assert len(good) == len(convlab.testing.CHECKS), outcome
+    applicable = [n for n in convlab.testing.CHECKS if n != "check_channels_last_operands"]  # NCHW plugin
+    assert len(good) == len(applicable), outcome
     assert set(good.values()) == {"passed"}, good
     for name in ("example_faulty_kernel", "example_faulty_predicate"):
         assert any(name in k and v != "passed" for k, v in outcome.items()), (name, outcome)

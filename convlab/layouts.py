@@ -15,8 +15,8 @@ Each transpose is the shared tiled kernel :func:`convlab.kernels.tc_conv.to_chan
 views: NHWC -> NCHW is [A, C*D, B] -> [A, B, C*D] (batch A, channels C*D, spatial B), and back
 NCHW -> NHWC is [A, B, C*D] -> [A, C*D, B] (batch A, channels B, spatial C*D). When the op's first
 input is channels-last and no ``out`` is given, the output is allocated channels-last too
-(convlab.operands.empty_like_kind). Calls with a channels-last operand record no launch plan
-(convlab.plan): they take the full path on every call.
+(convlab.operands.empty_like_kind). Calls with channels-last operands are planned like others
+(convlab.plan): the strides are part of the key, and the copies are recorded with the plugin's launches.
 """
 from __future__ import annotations
 

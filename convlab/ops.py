@@ -7,7 +7,7 @@ tensor from torch's allocator out; any ``__cuda_array_interface__``
 object (CuPy) is used in place, no copy. Calls with device operands replay a launch plan after the
 first call of their signature (convlab.plan); streams follow convlab.operands' rules. 4-D device
 operands may be C-contiguous or channels-last (convlab.layouts: a channels-last first input gives a
-channels-last output; such calls are not planned).
+channels-last output; such calls are planned too).
 """
 from __future__ import annotations
 
@@ -120,7 +120,6 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
     views = {name: _to_device(value, name)  # before "auto" may tune; a view, no copy: ValueError when
              for name, value in (*inputs.items(), ("bias", bias), ("out", out))  # another layout
              if value is not None and not isinstance(value, np.ndarray)}
-    channels_last = any(operands.is_channels_last(v) for v in views.values())
 
     def device(value: Any, name: str) -> Any:  # each operand converted once (numpy: copied here)
         return views[name] if name in views else _to_device(value, name)
@@ -128,7 +127,9 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
     st = operands.resolve_stream(stream, (*inputs.values(), bias, out))
     host = all(isinstance(v, np.ndarray) for v in inputs.values())
     first, first_name = next(iter(inputs.values())), next(iter(inputs))
-    if out is None and prob.n > 0 and first_name in views and operands.is_channels_last(views[first_name]):
+    channels_last_out = (out is None and prob.n > 0 and first_name in views
+                         and operands.is_channels_last(views[first_name]))
+    if channels_last_out:
         out = operands.empty_like_kind(first, out_shape, prob.dtype, st, channels_last=True)
     elif out is None and operands.is_torch(first) and prob.n > 0:
         out = operands.empty_like_kind(first, out_shape, prob.dtype, st)  # the caller's allocator
@@ -146,7 +147,7 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
                 operands.empty_like_kind(None, out_shape, prob.dtype, st))  # pooled: no cuMemAlloc
         arrays = (a, b, dbias, dout)
         spans = [None if v is None else operands.pointer(v) for v in arrays]
-        record = (key is not None and not channels_last and plan.replayable(candidate)
+        record = (key is not None and plan.replayable(candidate)
                   and not plan.aliased(spans)
                   and not launch.is_recording() and plan.keepable(candidate, prob, limit))
         with launch.using_stream(st), (launch.recording(spans) if record else
@@ -155,7 +156,8 @@ def _execute(prob: Problem, inputs: dict[str, Any], bias: Any, out: Any, algorit
         if record and ran is candidate:
             auto = isinstance(algorithm, str) and algorithm == "auto"
             plan.store(key, plan.Plan(ran, recorded, plan.host_state(), out_shape, prob.dtype,
-                                      plan.decision_of(prob, limit) if auto else None, key[1]))
+                                      plan.decision_of(prob, limit) if auto else None, key[1],
+                                      channels_last_out))
         result = runtime.to_host(dout) if host or isinstance(out, np.ndarray) else None
     if isinstance(out, np.ndarray):
         out[...] = result

@@ -14,8 +14,10 @@ workspace-limit setting or its remembered ``"auto"`` decision for this problem (
 :func:`host_state`, :func:`decision_of`). Every such change bumps
 :func:`convlab.settings.generation`; a lookup compares one integer and re-checks the plan only when
 the generation moved. Calls whose ``out`` overlaps an input are not replayed (the full path runs).
-Calls with a channels-last operand (convlab.layouts) are not planned: they take the full path
-every call. A plugin whose ``run`` does host work each call sets
+Calls with channels-last operands are planned like any other (the strides are part of the key): the
+recording holds the layout copies of a plugin that takes only NCHW (convlab.layouts) on buffers the
+plan owns, and a new output is allocated channels-last when the first input is. A plugin whose
+``run`` does host work each call sets
 ``replayable = False``; its calls are never planned. Plans with aliased operands are not made.
 
 Bounds: at most ``MAX_PLANS`` plans and ``MAX_HELD_BYTES`` bytes of device memory held by their
@@ -53,8 +55,9 @@ class Plan:
 
     def __init__(self, candidate: Any, launches: Sequence[launch.Launch], state: tuple,
                  out_shape: tuple, dtype: str, decision: tuple | None = None,
-                 signatures: Sequence[Any] = ()) -> None:
+                 signatures: Sequence[Any] = (), channels_last_out: bool = False) -> None:
         self.candidate, self.out_shape, self.dtype, self.decision = candidate, out_shape, dtype, decision
+        self.channels_last_out = channels_last_out  # a new output is allocated channels-last
         self.launches = list(launches)
         self.state = state
         self.generation = settings.generation()
@@ -70,6 +73,8 @@ class Plan:
             self._empty = torch.empty
             self._out_args = (self.out_shape,)
             self._out_kwargs = {"dtype": getattr(torch, dtype), "device": torch.device("cuda", self.torch_device)}
+            if channels_last_out:
+                self._out_kwargs["memory_format"] = torch.channels_last
             self._raw_stream = _operands.raw_stream_getter()
 
     def replay(self, operands: Sequence[Any], bases: Sequence[int], stream: Any) -> None:
@@ -97,7 +102,8 @@ class Plan:
             if torch_call:
                 result = self._empty(*self._out_args, **self._out_kwargs)
             else:
-                result = _operands.empty_like_kind(a, self.out_shape, self.dtype, st)
+                result = _operands.empty_like_kind(a, self.out_shape, self.dtype, st,
+                                                   channels_last=self.channels_last_out)
             ptr = _operands.data_pointer
             bases = [ptr(a), ptr(b), 0 if bias is None else ptr(bias), ptr(result)]
         if self.thin:

@@ -195,8 +195,11 @@ def strides_of(dev: Any) -> tuple[int, ...]:
 def view_at(base: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
     """A device-array view into ``base``'s memory at byte ``offset`` with ``shape`` / byte ``strides``."""
     dtype = np.dtype(dtype)
-    if SIMULATOR:
-        raw = base._ary.reshape(-1).view(np.uint8)[offset:]
+    if SIMULATOR:  # the base's memory in address order (a channels-last base is not C-contiguous)
+        ary = base._ary
+        mem = np.lib.stride_tricks.as_strided(ary, (int(ary.size),), (ary.dtype.itemsize,)) if ary.size \
+            else ary.reshape(-1)
+        raw = mem.view(np.uint8)[offset:]
         flat = np.ndarray((raw.size // dtype.itemsize,), dtype, buffer=raw) if raw.size else raw
         view = np.lib.stride_tricks.as_strided(flat, shape, strides)
         return cuda.devicearray.FakeCUDAArray(view)

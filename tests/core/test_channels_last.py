@@ -1,7 +1,8 @@
 """Channels-last device operands (convlab.layouts): each op matches the float64 reference with any mix
 of C-contiguous and channels-last operands, gives channels-last outputs for a channels-last first
 input, writes a channels-last ``out``; the transposes round-trip; other strided layouts are refused;
-channels-last calls store no launch plan.
+channels-last calls are planned (a plan per layout) and replay with new operands; tensor_core takes
+channels-last operands with no layout copy.
 
 Channels-last Numba arrays are NHWC-contiguous device arrays viewed as NCHW with NHWC strides
 (``runtime.view_at``), as torch's ``memory_format=torch.channels_last`` lays tensors out.
@@ -16,6 +17,8 @@ from hypothesis import strategies as st
 import convlab
 from convlab import layouts, operands, plan, reference, runtime
 from convlab.measure import random_operands, rel_error, tolerance
+from convlab.plugin import registry
+from convlab.problem import np_dtype
 from convlab.testing import call_op, problems
 
 EPS = np.finfo(np.float32).eps
@@ -64,7 +67,10 @@ def test_op_with_channels_last_operands(op, lasts):
     y = getattr(convlab, op)(on_device(a, lasts[0]), on_device(b, lasts[1]), *args, **kwargs)
     assert operands.is_channels_last(y) == lasts[0]  # the first input's layout
     _check(op, args, kwargs, a, b, y.copy_to_host())
-    assert not plan._plans  # channels-last calls are not planned
+    a2, b2 = rand(*ashape, seed=3), rand(*bshape, seed=4)  # the same signature again: a planned call
+    y2 = getattr(convlab, op)(on_device(a2, lasts[0]), on_device(b2, lasts[1]), *args, **kwargs)
+    assert len(plan._plans) == 1 and operands.is_channels_last(y2) == lasts[0]
+    _check(op, args, kwargs, a2, b2, y2.copy_to_host())
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -119,17 +125,39 @@ def test_other_strided_layouts_are_refused(name):
         convlab.conv2d(args["x"], args["weight"], out=args["out"])
 
 
-def test_contiguous_calls_still_plan_and_channels_last_do_not():
+def test_each_layout_has_its_own_plan_and_replays_with_new_operands():
     x, w = rand(1, 2, 5, 5, seed=9), rand(3, 2, 3, 3, seed=10)
-    for _ in range(2):
-        convlab.conv2d(channels_last(x), runtime.to_device(w))
-    assert not plan._plans
     for _ in range(2):
         y = convlab.conv2d(runtime.to_device(x), runtime.to_device(w))
     assert len(plan._plans) == 1 and y.is_c_contiguous()
-    y = convlab.conv2d(channels_last(x), runtime.to_device(w))  # same shapes, other strides: full path
-    assert operands.is_channels_last(y) and len(plan._plans) == 1
+    y = convlab.conv2d(channels_last(x), runtime.to_device(w))  # same shapes, other strides: a new plan
+    assert operands.is_channels_last(y) and len(plan._plans) == 2
     assert rel_error(y.copy_to_host(), convlab.conv2d(x, w)) <= 4 * EPS
+    built = plan._stats["built"]
+    for seed in (20, 21):  # replays: a new channels-last output each call, the new operands' values
+        x2 = rand(1, 2, 5, 5, seed=seed)
+        y2 = convlab.conv2d(channels_last(x2), runtime.to_device(w))
+        assert operands.is_channels_last(y2) and y2 is not y
+        assert rel_error(y2.copy_to_host(), convlab.conv2d(x2, w)) <= 4 * EPS
+    assert len(plan._plans) == 2 and plan._stats["built"] == built
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tensor_core_takes_channels_last_as_they_are_and_replays(dtype):
+    """The plugin declaring "nhwc" reads an aligned NHWC input and KRSC filter and writes an NHWC output
+    with no layout copy, planned like an NCHW call."""
+    prob = convlab.make_problem("forward", 2, 8, 5, 6, 16, 3, 3, padding=1, dtype=dtype)
+    ws = rand(16, 8, 3, 3, seed=31).astype(np_dtype(dtype))
+    for seed in (32, 33):  # recorded, then replayed
+        xs = rand(2, 8, 5, 6, seed=seed).astype(np_dtype(dtype))
+        y = convlab.conv2d(channels_last(xs), channels_last(ws), padding=1, algorithm="tensor_core")
+        assert operands.is_channels_last(y)
+        want = reference.solve(prob, xs.astype(np.float64), ws.astype(np.float64))
+        got = runtime.to_host(y).astype(np.float64)
+        assert rel_error(got, want) <= tolerance(prob, registry.get("tensor_core").compute_eps(dtype))
+    (recorded,) = plan._plans.values()
+    names = [getattr(rec.dispatcher, "__name__", "?") for rec in recorded.launches]
+    assert names == ["conv"], names  # the conv kernel alone: no layout copy
 
 
 def test_every_layout_mix_of_conv2d():

@@ -64,12 +64,12 @@ def _borrowed(shape: tuple, dtype: Any) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def operands_for(taken: frozenset, arrays: tuple, out_index: int = 3) -> Iterator[tuple]:
-    """``arrays`` (device arrays or None; ``arrays[out_index]`` is the output) as a plugin whose
-    ``layouts`` are ``taken`` runs on them: as they are when it takes ``"nhwc"`` or none is
-    channels-last, else with every channels-last one replaced by a C-contiguous scratch copy (inputs)
-    or buffer (the output, transposed into the caller's array when the block ends without an
-    error). Run the block on the call's stream."""
+def operands_for(taken: frozenset, arrays: tuple, out_index: int | None = 3) -> Iterator[tuple]:
+    """``arrays`` (device arrays or None; ``arrays[out_index]`` is the output; ``out_index`` None: no
+    output) as a plugin whose ``layouts`` are ``taken`` runs on them: as they are when it takes
+    ``"nhwc"`` or none is channels-last, else with every channels-last one replaced by a C-contiguous
+    scratch copy (inputs) or buffer (the output, transposed into the caller's array when the block
+    ends without an error). Run the block on the call's stream."""
     nhwc = [a is not None and operands.is_channels_last(a) for a in arrays]
     if "nhwc" in taken or not any(nhwc):
         yield arrays
@@ -92,11 +92,8 @@ def operands_for(taken: frozenset, arrays: tuple, out_index: int = 3) -> Iterato
 def channels_last_copy(host: np.ndarray) -> Any:
     """A new device array holding the 4-D ``host`` (N, C, H, W) in NHWC memory, viewed as NCHW with
     channels-last strides (what torch's ``memory_format=torch.channels_last`` gives)."""
-    n, c, h, w = host.shape
-    item = np.dtype(host.dtype).itemsize
     nhwc = runtime.to_device(np.ascontiguousarray(host.transpose(0, 2, 3, 1)))
-    return runtime.view_at(nhwc, 0, tuple(host.shape), (h * w * c * item, item, w * c * item, c * item),
-                           host.dtype)
+    return operands.channels_last_view(nhwc, host.shape, host.dtype)
 
 
 def copy_host_into(dev: Any, host: np.ndarray) -> None:

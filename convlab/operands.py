@@ -103,6 +103,14 @@ def is_channels_last(obj: Any) -> bool:
     return matches((h * w * c, 1, w * c, c)) and not matches((c * h * w, h * w, w, 1))
 
 
+def channels_last_view(base: Any, shape: tuple, dtype: Any) -> Any:
+    """The dense device array ``base`` (N*C*H*W elements, NHWC memory) viewed as (N, C, H, W) with
+    channels-last strides (torch's ``memory_format=torch.channels_last``)."""
+    n, c, h, w = (int(s) for s in shape)
+    item = np.dtype(dtype).itemsize
+    return runtime.view_at(base, 0, (n, c, h, w), (h * w * c * item, item, w * c * item, c * item), dtype)
+
+
 def pointer(obj: Any) -> tuple[int, int]:
     """(device pointer, bytes) of a device operand (torch tensor or Numba device array)."""
     if is_torch(obj):
@@ -186,11 +194,7 @@ def empty_like_kind(like: Any, shape: tuple, dtype: str, stream: Any = 0, *,
                                memory_format=torch.channels_last)
         return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
     if channels_last:
-        n, c, h, w = (int(s) for s in shape)
-        item = np.dtype(dtype).itemsize
-        base = runtime.empty((max(n * c * h * w, 1),), dtype)
-        return runtime.view_at(base, 0, (n, c, h, w), (h * w * c * item, item, w * c * item, c * item),
-                               dtype)
+        return channels_last_view(runtime.empty((max(int(np.prod(shape)), 1),), dtype), shape, dtype)
     from .launch import stream_handle
     from .scratch import output
 

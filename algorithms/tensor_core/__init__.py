@@ -168,11 +168,12 @@ class TensorCore(Algorithm):
         cp = _padded(c, problem.dtype)
         # channels-last operands the kernel reads as they are: the gathered input (NHWC) and the forward
         # filter (KRSC), when no channel padding is needed; the output in either layout
-        x_as_is = operands.is_channels_last(a) and cp == c
-        w_as_is = problem.op == "forward" and operands.is_channels_last(b) and cp == c
+        a_last, b_last = operands.is_channels_last(a), operands.is_channels_last(b)
+        x_as_is = a_last and cp == c
+        w_as_is = b_last and cp == c and problem.op == "forward"
         nhwc_out = operands.is_channels_last(out)
-        copy_x, copy_w = (a,) if operands.is_channels_last(a) and not x_as_is else (), \
-            (b,) if operands.is_channels_last(b) and not w_as_is else ()
+        copy_x = (a,) if a_last and not x_as_is else ()  # to NCHW scratch first (operands_for)
+        copy_w = (b,) if b_last and not w_as_is else ()
         store = runtime.kernel_dtype(np_dtype(problem.dtype))
         nx, nw = (0 if x_as_is else n * h * w * cp), (0 if w_as_is else k * r * s * cp)
         with layouts.operands_for(NCHW, copy_x, out_index=None) as nchw_x, \

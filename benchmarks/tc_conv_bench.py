@@ -6,6 +6,7 @@
                                                                          # (batch 32), fwd, dgrad, wgrad,
                                                                          # fp16 / bf16 / TF32
         [--suites burn,resnet50] [--dtypes float16,bfloat16,float32] [--ops forward,dgrad,wgrad]  # subsets
+        [--shapes 16x512x512,...] [--all-configs]   # entries whose label has one of these; every config
 
 Self-test (``tc_conv_selftest.py`` beside this file): every op x dtype on a few shapes, the plugin's
 output against the host float64 reference, through ``plugin.run`` and the public ``convlab.conv2d``.
@@ -58,7 +59,7 @@ def _as_numba(torch, t):
     return runtime.as_device_array(t)
 
 
-def bench_one(torch, plugin, entry, pr, rows: list) -> None:
+def bench_one(torch, plugin, entry, pr, rows: list, config_index: int = 0) -> None:
     tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[pr.dtype]
     row = {"part": "bench", "shape": entry.label, "op": pr.op, "dtype": "tf32" if pr.dtype == "float32"
            else pr.dtype}
@@ -67,7 +68,9 @@ def bench_one(torch, plugin, entry, pr, rows: list) -> None:
         if not verdict:
             row.update(status="declined", error=verdict.reason)
             return
-        row["workspace_mib"] = round(plugin.workspace_bytes(pr, plugin.configs(pr)[0], LIMIT) / 2**20, 1)
+        config = plugin.configs(pr)[config_index]
+        row["config"] = config.name
+        row["workspace_mib"] = round(plugin.workspace_bytes(pr, config, LIMIT) / 2**20, 1)
         a_shape, b_shape, out_shape = pr.operand_shapes
         g = torch.Generator(device="cuda").manual_seed(0)
         ta = torch.randn(a_shape, device="cuda", generator=g).to(tdt)
@@ -75,8 +78,6 @@ def bench_one(torch, plugin, entry, pr, rows: list) -> None:
         tbias = torch.randn(pr.bias_shape, device="cuda", generator=g).to(tdt) if pr.bias else None
         tout = torch.full(out_shape, float("nan"), device="cuda", dtype=tdt)
         a, b, bias, out = (_as_numba(torch, t) for t in (ta, tb, tbias, tout))
-        config = plugin.configs(pr)[0]
-        row["config"] = config.name
         t0 = time.perf_counter()
         ours = lambda: plugin.run(pr, config, a, b, bias, out, workspace_limit=LIMIT)  # noqa: E731
         ours()
@@ -90,9 +91,10 @@ def bench_one(torch, plugin, entry, pr, rows: list) -> None:
         row["status"] = "ok" if row["rel_err"] <= row["tolerance"] else "WRONG"
         row["ours_ms"] = _events_ms(ours)
         row.update(_parts_ms(pr, ours, (a, b, bias, out)))
-        row["op_ms"] = _events_ms(_public_op(convlab, pr, ta, tb, tbias, tout))
+        row["op_ms"] = _events_ms(_public_op(convlab, pr, ta, tb, tbias, tout, config))
         cl = lambda t: t.contiguous(memory_format=torch.channels_last)  # noqa: E731
-        row["op_cl_ms"] = _events_ms(_public_op(convlab, pr, cl(ta), cl(tb), tbias, cl(tout)))  # NHWC tensors
+        row["op_cl_ms"] = _events_ms(_public_op(convlab, pr, cl(ta), cl(tb), tbias, cl(tout),  # NHWC tensors
+                                                config))
         row.update(_resources(pr, config))
         torch.backends.cudnn.allow_tf32 = pr.dtype == "float32"
         with torch.no_grad():
@@ -113,10 +115,11 @@ def bench_one(torch, plugin, entry, pr, rows: list) -> None:
         log({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
 
 
-def _public_op(convlab, pr, ta, tb, tbias, tout):
-    """The public op on the torch tensors, forced to the tensor-core plugin (plans, thin launches)."""
+def _public_op(convlab, pr, ta, tb, tbias, tout, config):
+    """The public op on the torch tensors, forced to the tensor-core plugin and ``config`` (plans, thin
+    launches)."""
     opts = dict(stride=pr.stride, padding=pr.padding, dilation=pr.dilation, groups=pr.groups,
-                algorithm="tensor_core", out=tout, workspace_limit=LIMIT)
+                algorithm=("tensor_core", config.name), out=tout, workspace_limit=LIMIT)
     if pr.op == "forward":
         return lambda: convlab.conv2d(ta, tb, tbias, **opts)
     if pr.op == "wgrad":
@@ -166,8 +169,13 @@ def bench(args, plugin, rows: list) -> None:
         suite = load_suite(suite_name)
         for dtype in dtypes:
             for entry, base in suite.problems(ops):
+                if args.shapes and not any(part in entry.label for part in args.shapes.split(",")):
+                    continue
                 with convlab.float32_precision("high"):
-                    bench_one(torch, plugin, entry, base.replace(dtype=dtype), rows)
+                    pr = base.replace(dtype=dtype)
+                    count = len(plugin.configs(pr)) if args.all_configs else 1
+                    for index in range(count):
+                        bench_one(torch, plugin, entry, pr, rows, index)
 
 
 def summary(rows: list) -> None:
@@ -177,10 +185,15 @@ def summary(rows: list) -> None:
     log("\n| op | dtype | shapes | geomean cuDNN/ours, public op | both channels-last | plugin.run "
         "| op faster on |")
     log("|---|---|---|---|---|---|---|")
-    groups: dict = {}
+    best: dict = {}  # per shape, op and dtype the config the tuner would keep (fastest public op)
     for r in rows:
-        if r.get("part") == "bench" and r.get("cudnn_over_op"):
-            groups.setdefault((r["op"], r["dtype"]), []).append(r)
+        key = (r.get("shape"), r.get("op"), r.get("dtype"))
+        if r.get("part") == "bench" and r.get("cudnn_over_op") and \
+                r["cudnn_over_op"] > best.get(key, {}).get("cudnn_over_op", 0):
+            best[key] = r
+    groups: dict = {}
+    for r in best.values():
+        groups.setdefault((r["op"], r["dtype"]), []).append(r)
     gm = lambda rs, key: math.exp(sum(math.log(r[key]) for r in rs) / len(rs))  # noqa: E731
     for (op, dtype), rs in sorted(groups.items()):
         faster = [r["shape"] for r in rs if r["cudnn_over_op"] > 1]
@@ -200,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suites", default="burn,resnet50", help="comma-separated suite names")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="float16,bfloat16,float32 (TF32)")
     parser.add_argument("--ops", default="forward,dgrad,wgrad", help="forward,dgrad,wgrad")
+    parser.add_argument("--shapes", help="only suite entries whose label contains one of these (comma list)")
+    parser.add_argument("--all-configs", action="store_true",
+                        help="every config of the plugin (the summary keeps each shape's fastest)")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args(argv)
     log(runtime.device_name(), runtime.compute_capability(), runtime.versions())

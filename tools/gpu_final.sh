@@ -19,6 +19,7 @@
 #   depthwise  benchmarks/depthwise_bench.py: depthwise layers of MobileNetV2 / EfficientNet-B0 vs cuDNN
 #   diag       tools/igemm_launch_diag.py: implicit_gemm run as is / Numba launch / fixed workspace
 #   tcconv     benchmarks/tc_conv_bench.py (TC_ARGS, default --quick): the tensor-core conv plugin vs cuDNN
+#   transpose  benchmarks/transpose_bench.py: the shared layout-copy kernel per tile, as bandwidth
 #   igemmcov   benchmarks/igemm_coverage_bench.py: grouped, odd-channel and strided-dgrad layers
 #   torchwrap  benchmarks/torch_wrapper_bench.py: per-call cost of convlab.torch (eager, custom op) vs F.conv2d
 #   training   python -m convlab.examples.train_cnn (TRAIN_ARGS): the same CNN on cuDNN and on convlab, seeds
@@ -106,6 +107,7 @@ if has netbench; then  # NET_SUITES (built-in names) through the public op, NET_
   done
 fi
 has tcconv && probe tcconv ${TCCONV_S:-240} python3 benchmarks/tc_conv_bench.py ${TC_ARGS:---quick} --out "$W/bench/tc_conv.json"
+has transpose && probe transpose ${TRANSPOSE_S:-120} python3 benchmarks/transpose_bench.py --out "$W/bench/transpose.json"
 has depthwise && probe depthwise ${DW_S:-240} python3 benchmarks/depthwise_bench.py --nets ${DW_NETS:-mobilenetv2} --configs ${DW_CONFIGS:-3} --out "$W/bench/depthwise.json"
 has igemmcov && probe igemmcov ${COV_S:-150} python3 benchmarks/igemm_coverage_bench.py --configs ${COV_CONFIGS:-2} --out "$W/bench/igemm_coverage.json"
 el "done"

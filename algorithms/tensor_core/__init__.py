@@ -46,7 +46,13 @@ GPU_TILES = {16: [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 3
                   TcConfig(64, 64, 32, 32, 32, 4)],
              32: [TcConfig(128, 128, 16, 64, 64, 3), TcConfig(128, 64, 16, 64, 32, 3),
                   TcConfig(64, 64, 16, 32, 32, 4)]}
+#: narrow tiles, offered when the GEMM's N (output channels; dgrad: input channels) is at most 32, where a
+#: 64-wide tile would multiply by zeros: the seed's 16-channel layers, MobileNet's 16/24/32-channel ones
+GPU_NARROW = {16: [TcConfig(128, 16, 32, 32, 16, 3), TcConfig(128, 32, 32, 32, 32, 3)],
+              32: [TcConfig(128, 16, 16, 32, 16, 3), TcConfig(128, 32, 16, 32, 32, 3)]}
 SIM_TILES = {16: [TcConfig(32, 32, 16, 16, 32, 2)], 32: [TcConfig(32, 32, 8, 16, 32, 2)]}
+#: the simulator's narrow tile (instead of SIM_TILES when N <= 16): fewer B chunks than threads
+SIM_NARROW = {16: [TcConfig(32, 16, 16, 16, 16, 2)], 32: [TcConfig(32, 16, 8, 16, 16, 2)]}
 
 
 def _config(t: TcConfig) -> Config:
@@ -119,7 +125,11 @@ class TensorCore(Algorithm):
         blocks = lambda t: math.ceil(m / t.BM) * math.ceil(n / t.BN)  # noqa: E731
         # first the tile that wastes the least of N (output channels), then the one that fills the
         # most SMs (up to all of them), then the biggest (the tuner times them all)
-        tiles = sorted((SIM_TILES if runtime.SIMULATOR else GPU_TILES)[bits],
+        if runtime.SIMULATOR:
+            tiles = (SIM_NARROW if n <= 16 else SIM_TILES)[bits]
+        else:  # narrow tiles for N <= 32; no 128-wide tile for N <= 64 (half of it would be zeros)
+            tiles = [t for t in GPU_TILES[bits] if t.BN <= 64 or n > 64] + (GPU_NARROW[bits] if n <= 32 else [])
+        tiles = sorted(tiles,
                        key=lambda t: (math.ceil(n / t.BN) * t.BN, -min(blocks(t), sm_count()), -t.BM * t.BN))
         return [_config(t) for t in tiles]
 

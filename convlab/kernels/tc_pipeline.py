@@ -84,8 +84,10 @@ class TcConfig(NamedTuple):
         if self.BK * size not in (32, 64, 128) or self.BK % kstep:
             raise ValueError(f"config {self.name}: BK * {size} bytes must be 32, 64 or 128")
         ch = self.BK * size // 16
-        if (self.BM * ch) % self.threads or (self.BN * ch) % self.threads or self.threads > 1024:
-            raise ValueError(f"config {self.name}: {self.threads} threads must divide the tiles' chunks")
+        if any((rows * ch) % self.threads and self.threads % (rows * ch) for rows in (self.BM, self.BN)) \
+                or self.threads > 1024:
+            raise ValueError(f"config {self.name}: {self.threads} threads must divide each tile's chunks "
+                             f"(BM, BN x {ch}) or be a multiple of them")
         if self.STAGES < 2 or self.shared_bytes(itype) > DYNAMIC_LIMIT:
             raise ValueError(f"config {self.name}: needs 2+ stages and <= 227 KiB shared memory for "
                              f"{itype} ({self.shared_bytes(itype)} bytes)")
@@ -146,8 +148,11 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     w(f"ktiles = U(U(K + {BK - 1}) // {BK})")
     w(f"cc = U(tid % {CH})  # this thread's chunk of a row (global), and its copies' rows:")
     w(f"ck = U(cc * {EPC})")
+    # copies per thread of each operand's k tile: rows * CH chunks over T threads; a tile of fewer
+    # chunks than threads (a narrow BN) is copied by threads tid < rows * CH (guarded in ``issue``)
+    copies = {op: max(1, rows * CH // T) for op, rows in (("a", BM), ("b", BN))}
     for op, rows in (("a", BM), ("b", BN)):
-        for e in range(rows * CH // T):
+        for e in range(copies[op]):
             w(f"{op}r{e} = U(U(tid // {CH}) + {e * T // CH})")
             w(f"{op}s{e} = U(U(U({op}r{e} * {BK}) + U(U(cc ^ U(U({op}r{e} // {per}) % {CH})) * {EPC}))"
               f" + {B0 if op == 'b' else 0})")
@@ -176,15 +181,23 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
         w("kk = U(k0 + ck)", d)
         w("kok = kk < K", d)
         loader.ktile(w, d)
-        for e in range(BM * CH // T):
+        da = d
+        if BM * CH < T:
+            w(f"if tid < {BM * CH}:", d)
+            da = d + 1
+        for e in range(copies["a"]):
             ok, off = loader.chunk(e)
-            w(f"ok = {ok}", d)
+            w(f"ok = {ok}", da)
             w(f"cp_async16(As, U(U(ls * {BM * BK}) + as{e}), {loader.params.split(',')[0]}, "
-              f"{off} if ok else U(0), 16 if ok else 0)", d)
-        for e in range(BN * CH // T):
-            w(f"ok = bok{e} and kok", d)
+              f"{off} if ok else U(0), 16 if ok else 0)", da)
+        db = d
+        if BN * CH < T:
+            w(f"if tid < {BN * CH}:", d)
+            db = d + 1
+        for e in range(copies["b"]):
+            w(f"ok = bok{e} and kok", db)
             w(f"cp_async16(Bs, U(U(ls * {BN * BK}) + bs{e}), Bt, U(bg{e} + kk) if ok else U(0), "
-              "16 if ok else 0)", d)
+              "16 if ok else 0)", db)
 
     w("kl = U(0)")
     for s in range(S - 1):

@@ -51,6 +51,19 @@ def test_tf32_only_under_high_precision():
     assert convlab.get_float32_precision() == "highest"
 
 
+@pytest.mark.parametrize("op,dtype", [("forward", "float16"), ("dgrad", "bfloat16"), ("forward", "float32")])
+def test_narrow_tile_for_few_output_channels(op, dtype):
+    """GEMM N <= 16 (the seed's 16-channel layers) runs a 16-wide tile whose B tile has fewer chunks
+    than the block has threads (only threads tid < BN * chunks copy)."""
+    problem = make_problem(op, 2, 16, 6, 5, 16, 3, 3, padding=1, dtype=dtype, bias=True)
+    with convlab.float32_precision("high"):
+        assert TC.configs(problem)[0]["BN"] == 16
+        err, tol = _run(problem, seed=3)
+    assert err <= tol, (err, tol)
+    cfg = tensor_core.SIM_NARROW[16][0]
+    assert f"if tid < {cfg.BN * cfg.BK * 2 // 16}:" in tc_conv.kernel_source("f16", cfg)
+
+
 @pytest.mark.parametrize("change,reason", [
     (dict(groups=2), "groups == 1"),
     (dict(op="dgrad", stride=2), "stride 1"),

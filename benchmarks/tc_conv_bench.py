@@ -14,8 +14,8 @@ Benchmark: operands are torch tensors on the GPU (bf16 handed to the plugin as u
 also on channels-last tensors, ``op_cl_ms``, against channels-last cuDNN); the
 plugin's first config (what "auto" would try first; one compile per config, 5-25 s each), its output
 checked against cuDNN in float64, then CUDA-event medians of 20 runs after warm-up, against cuDNN in the
-same dtype and math mode (TF32: ``torch.backends.cudnn.allow_tf32 = True``; fp16/bf16 in NCHW and in
-channels_last). Summary: geometric means of cuDNN (its faster layout) / ours per op and dtype, through
+same dtype and math mode (TF32: ``torch.backends.cudnn.allow_tf32 = True``), in NCHW and in
+channels_last. Summary: geometric means of cuDNN (its faster layout) / ours per op and dtype, through
 the public op (the user's path) and through plugin.run (above 1: ours is faster), and the shapes where
 the public op is faster. Every measurement is in its own try/except: failures become rows.
 """
@@ -99,10 +99,9 @@ def bench_one(torch, plugin, entry, pr, rows: list, config_index: int = 0) -> No
         torch.backends.cudnn.allow_tf32 = pr.dtype == "float32"
         with torch.no_grad():
             row["cudnn_ms"] = _events_ms(torch_call(torch, pr, ta, tb, tbias, False))
-            if pr.dtype != "float32":  # channels_last
-                cl = [None if t is None or t.dim() != 4 else t.contiguous(memory_format=torch.channels_last)
-                      for t in (ta, tb)]
-                row["cudnn_cl_ms"] = _events_ms(torch_call(torch, pr, cl[0], cl[1], tbias, False))
+            cl = [None if t is None or t.dim() != 4 else t.contiguous(memory_format=torch.channels_last)
+                  for t in (ta, tb)]  # channels_last (TF32 too)
+            row["cudnn_cl_ms"] = _events_ms(torch_call(torch, pr, cl[0], cl[1], tbias, False))
         best = min(v for k, v in row.items() if k.startswith("cudnn") and v)
         row["cudnn_over_ours"] = best / row["ours_ms"]  # plugin.run with Numba's launches
         row["cudnn_over_op"] = best / row["op_ms"]  # the user's path: the public op on torch tensors

@@ -130,7 +130,9 @@ def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any
 
 
 # ---- layout changes -------------------------------------------------------------------------------
-TILE_GPU, TILE_SIM = (32, 8), (8, 4)  # (tile edge, thread rows) of to_channels_last
+#: (tile edge, thread rows) of to_channels_last; on the H200 (32, 4) beat (32, 8), (32, 16), (64, 4 / 8)
+#: and (16, 16) on every copy of benchmarks/transpose_bench.py or tied (results/h200/session7/call1)
+TILE_GPU, TILE_SIM = (32, 4), (8, 4)
 
 
 @functools.cache
@@ -174,5 +176,8 @@ def to_channels_last(src: Any, dst: Any, batch: int, channels: int, spatial: int
         raise ValueError(f"to_channels_last takes fewer than 2**32 elements a side, got batch {batch}, "
                          f"channels {channels} (padded {padded}), spatial {spatial}")
     grid = ((spatial + tile - 1) // tile, (padded + tile - 1) // tile, batch)
+    if grid[1] > 65535 or grid[2] > 65535:
+        raise ValueError(f"to_channels_last takes at most {65535 * tile} channels and 65535 batches (the "
+                         f"grid's y and z limits), got batch {batch}, padded channels {padded}")
     _transpose_kernel(np.dtype(src.dtype).name, tile, rows)[grid, (tile, rows)](
         src, dst, U(channels), U(spatial), U(padded), U(flip))

@@ -140,8 +140,12 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     w("warp = U(tid // 32)")
     w(f"wm0 = U(U(warp // {BN // WN}) * {WM})")
     w(f"wn0 = U(U(warp % {BN // WN}) * {WN})")
-    w(f"m0 = U(U(cuda.blockIdx.y) * {BM})")
-    w(f"n0 = U(U(cuda.blockIdx.x) * {BN})")
+    # output tiles along blockIdx.x, N tiles fastest (neighbouring blocks share A rows in L2); one
+    # grid dimension of up to 2**31 - 1 blocks (grid y stops at 65535: 4M rows of 64)
+    w(f"nblk = U(U(N + {BN - 1}) // {BN})")
+    w("bid = U(cuda.blockIdx.x)")
+    w(f"m0 = U(U(bid // nblk) * {BM})")
+    w(f"n0 = U(U(bid % nblk) * {BN})")
     b_offset = getattr(loader, "b_offset", None)  # a batched loader: grid z = batch, Bt's offset per z
     if b_offset is not None:
         w("bz = U(cuda.blockIdx.z)")
@@ -276,7 +280,11 @@ def configure(kernel: Callable, cfg: TcConfig, itype: str, args: tuple, m: int, 
     dyn = cfg.shared_bytes(itype) if cfg.uses_dynamic(itype) else 0
     if dyn > STATIC_LIMIT:
         _allow_dynamic_shared(kernel, args, dyn)
-    return kernel[((n + cfg.BN - 1) // cfg.BN, (m + cfg.BM - 1) // cfg.BM, batch), cfg.threads, 0, dyn]
+    tiles = ((n + cfg.BN - 1) // cfg.BN) * ((m + cfg.BM - 1) // cfg.BM)
+    if tiles >= 2**31 or batch > 65535:
+        raise ValueError(f"{m} x {n} outputs in {cfg.BM} x {cfg.BN} tiles ({tiles}) and batch {batch} exceed "
+                         "the grid's limits (2**31 - 1 blocks along x, 65535 along z)")
+    return kernel[(tiles, 1, batch), cfg.threads, 0, dyn]
 
 
 def _allow_dynamic_shared(kernel: Any, args: tuple, nbytes: int) -> None:

@@ -82,3 +82,19 @@ def test_tc_gemm_gpu_configs(itype):
     for cfg in tc_gemm.CONFIGS[itype]:
         got, want = _run(itype, 300, 260, 136, cfg=cfg)
         assert _rel(got, want) < (2e-3 if itype == "tf32" else 1e-6), cfg.name
+
+
+def test_configure_folds_output_tiles_into_grid_x_and_names_its_limits():
+    """Output tiles go along blockIdx.x (up to 2**31 - 1; grid y stops at 65535, which a 4M-row dgrad
+    in 64-row tiles passes); beyond the grid's limits, a ValueError before any launch."""
+    from convlab.kernels.tc_pipeline import TcConfig, configure
+    cfg = TcConfig(64, 64, 32, 32, 32, 3)
+
+    class Kernel:
+        def __getitem__(self, launch):
+            return launch
+
+    grid, threads, _, _ = configure(Kernel(), cfg, "f16", (), 16 * 512 * 512, 16)
+    assert grid == (65536, 1, 1) and threads == cfg.threads
+    with pytest.raises(ValueError, match="grid"):
+        configure(Kernel(), cfg, "f16", (), 2**40, 64)

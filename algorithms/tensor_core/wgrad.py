@@ -16,7 +16,13 @@ that every split is a dense, k-contiguous matrix for :func:`convlab.kernels.tc_g
                                                      when splits == 1)
     dw = sum_partials(part) in split order           (deterministic), rounded to the input type
 
-Workspace: the two unfolded operands (N*PQp*(K + CRS) elements) and, when split, the fp32 partials.
+Operands read as they are (no unfold): with one image per split (splits == N) and P*Q a whole number
+of chunks (PQp == P*Q), A[z] = dy[z] is the NCHW gradient itself, [K, P*Q] row-major; and for a 1x1
+filter with stride 1 and no padding, Bt[z] = x[z] too ([C, H*W], H*W == P*Q). Both also need a 16-byte
+aligned start (``cp.async``); otherwise they are unfolded as above.
+
+Workspace: the two unfolded operands (N*PQp*(K + CRS) elements; an upper bound when one is read as it
+is) and, when split, the fp32 partials.
 """
 from __future__ import annotations
 
@@ -71,22 +77,41 @@ def _dy_as_image(pr: Problem) -> Problem:
     return make_problem("forward", pr.n, pr.k, pr.p, pr.q, 1, 1, 1, dtype=pr.dtype)
 
 
+def as_is(pr: Problem, splits: int, align: int) -> tuple[bool, bool]:
+    """Whether dy (the GEMM's A) and x (its Bt) are already the split-major operands (module doc),
+    leaving their pointers' alignment aside."""
+    dense = splits == pr.n and pr.p * pr.q % align == 0
+    one_by_one = (pr.r, pr.s, pr.stride, pr.padding) == (1, 1, (1, 1), (0, 0))
+    return dense, dense and one_by_one
+
+
+def _aligned(arr) -> bool:
+    return runtime.device_pointer(arr) % 16 == 0
+
+
 def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x, dy, dw) -> None:
-    """dw [K, C, R, S] from x [N, C, H, W] and dy [N, K, P, Q] (device arrays in the storage type)."""
+    """dw [K, C, R, S] from x [N, C, H, W] and dy [N, K, P, Q] (device arrays in the storage type,
+    C-contiguous)."""
     crs, pqp = pr.c * pr.r * pr.s, padded(pr.p * pr.q, align)
     splits = splits_of(pr, cfg, align)
     ipb = pr.n // splits
     lz = ipb * pqp  # reduction length of one split
     half = itype != "tf32"
-    n_store, n_f32 = workspace_elements(pr, cfg, align, half)
+    dy_as_is, x_as_is = as_is(pr, splits, align)
+    dy_as_is, x_as_is = dy_as_is and _aligned(dy), x_as_is and _aligned(x)
+    n_a, n_bt = (0 if dy_as_is else splits * pr.k * lz), (0 if x_as_is else splits * crs * lz)
+    _, n_f32 = workspace_elements(pr, cfg, align, half)
     # the unfold moves bits: 16-bit types as uint16 (a float16 zero constant is invalid NVVM IR)
     bits = np.uint16 if np.dtype(store).itemsize == 2 else store
-    with scratch(n_store, store) as buf, scratch(max(n_f32, 1), np.float32) as f32:
-        a, bt = buf[:splits * pr.k * lz], buf[splits * pr.k * lz:n_store]
-        unfold_into(_dy_as_image(pr), dy.view(bits), a.view(bits), 0, pr.n, pq_out=pqp,
-                    images_per_block=ipb, strides=(pr.k * lz, pqp, lz), dtype=np.dtype(bits).name)
-        unfold_into(pr, x.view(bits), bt.view(bits), 0, pr.n, pq_out=pqp, images_per_block=ipb,
-                    strides=(crs * lz, pqp, lz), dtype=np.dtype(bits).name)
+    with scratch(max(n_a + n_bt, 1), store) as buf, scratch(max(n_f32, 1), np.float32) as f32:
+        a = dy.reshape(dy.size) if dy_as_is else buf[:n_a]
+        bt = x.reshape(x.size) if x_as_is else buf[n_a:n_a + n_bt]
+        if not dy_as_is:
+            unfold_into(_dy_as_image(pr), dy.view(bits), a.view(bits), 0, pr.n, pq_out=pqp,
+                        images_per_block=ipb, strides=(pr.k * lz, pqp, lz), dtype=np.dtype(bits).name)
+        if not x_as_is:
+            unfold_into(pr, x.view(bits), bt.view(bits), 0, pr.n, pq_out=pqp, images_per_block=ipb,
+                        strides=(crs * lz, pqp, lz), dtype=np.dtype(bits).name)
         out = dw.reshape(pr.k, crs)
         if splits == 1:
             tc_gemm.launcher(itype, cfg, a.reshape(pr.k, lz), bt.reshape(crs, lz), out)()

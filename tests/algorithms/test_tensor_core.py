@@ -126,3 +126,19 @@ def test_to_channels_last_pads_channels():
     want = np.zeros((3, 19, 8), np.float16)
     want[..., :5] = src.transpose(0, 2, 1)
     np.testing.assert_array_equal(dst.copy_to_host().reshape(3, 19, 8), want)
+
+
+@pytest.mark.parametrize("r,padding,unfolds", [(1, 0, 0), (3, 1, 1)])
+def test_wgrad_reads_dy_and_1x1_x_as_they_are(monkeypatch, r, padding, unfolds):
+    """One image per split and P*Q a multiple of the chunk: dy is the GEMM's A as it is, and for a 1x1
+    filter x is its Bt (no unfold); a 3x3 filter still unfolds x."""
+    from convlab.algorithms.tensor_core import wgrad
+    problem = make_problem("wgrad", 2, 8, 4, 4, 16, r, r, padding=padding, dtype="float16")
+    cfg = tensor_core.tc_config(TC.configs(problem)[0])
+    assert wgrad.splits_of(problem, cfg, 8) == 2 and wgrad.as_is(problem, 2, 8) == (True, r == 1)
+    calls = []
+    real = wgrad.unfold_into
+    monkeypatch.setattr(wgrad, "unfold_into", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    err, tol = _run(problem, seed=4)
+    assert err <= tol, (err, tol)
+    assert len(calls) == unfolds

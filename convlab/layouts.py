@@ -11,7 +11,7 @@ that takes ``"nhwc"`` (``tensor_core``) gets channels-last operands as they are;
     each channels-last input      -> transposed into an NCHW buffer lent by convlab.scratch
     a channels-last ``out``       <- the plugin writes an NCHW scratch buffer, transposed back after
 
-Each transpose is the shared tiled kernel :func:`convlab.kernels.tc_conv.to_channels_last` on flat
+Each transpose is the shared tiled kernel :func:`convlab.kernels.transpose.to_channels_last` on flat
 views: NHWC -> NCHW is [A, C*D, B] -> [A, B, C*D] (batch A, channels C*D, spatial B), and back
 NCHW -> NHWC is [A, B, C*D] -> [A, C*D, B] (batch A, channels B, spatial C*D). When the op's first
 input is channels-last and no ``out`` is given, the output is allocated channels-last too
@@ -32,7 +32,7 @@ from .scratch import scratch
 def _transpose(src: Any, dst: Any, shape: tuple, to_nchw: bool) -> None:
     """dst <- src (both dense device arrays of 4-D ``shape`` (A, B, C, D), read as flat memory):
     NHWC memory -> NCHW memory when ``to_nchw``, else NCHW -> NHWC."""
-    from .kernels.tc_conv import to_channels_last  # the shared tiled transpose (imported when needed)
+    from .kernels.transpose import to_channels_last  # the shared tiled transpose (imported when needed)
 
     a, b, c, d = shape
     flat_src = runtime.kernel_view(runtime.flat_view(src))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 from convlab import Algorithm, Config, Problem, Verdict, layouts, operands, register, runtime
-from convlab.kernels import tc_conv
+from convlab.kernels import tc_conv, transpose
 from convlab.kernels.splitk import MAX_INDEX, sm_count
 from convlab.kernels.tc_pipeline import TcConfig
 from convlab.problem import np_dtype, unit_roundoff
@@ -194,13 +194,13 @@ class TensorCore(Algorithm):
             xh = flat(a) if x_as_is else buf[:nx]
             wt = flat(b) if w_as_is else buf[nx:nx + nw]
             if not x_as_is:  # NCHW -> NHWC, channels zero-padded to cp
-                tc_conv.to_channels_last(flat(src_x), xh, n, c, h * w, cp)
+                transpose.to_channels_last(flat(src_x), xh, n, c, h * w, cp)
             if w_as_is:
                 pass
             elif problem.op == "forward":  # wt[k, r, s, c] = w[k, c, r, s]
-                tc_conv.to_channels_last(flat(src_w), wt, k, c, r * s, cp)
+                transpose.to_channels_last(flat(src_w), wt, k, c, r * s, cp)
             else:  # wt[c', r, s, k'] = w[k', c', R-1-r, S-1-s] (c' = output channel, k' = gathered)
-                tc_conv.to_channels_last(flat(src_w), wt, 1, c, k * r * s, cp, flip=r * s)
+                transpose.to_channels_last(flat(src_w), wt, 1, c, k * r * s, cp, flip=r * s)
             geo["c"] = cp
             tc_conv.conv_launcher(ITYPE[problem.dtype], tc_config(config), xh, wt, flat(out),
                                   None if bias is None else runtime.kernel_view(bias), nhwc_out=nhwc_out,

@@ -14,21 +14,16 @@ needs); a row is inside when ph <= h' < H + ph. Per k tile it derives (r*dh, s*d
 The epilogue writes y[n, k, pq] at (n*K + k)*P*Q + pq (NCHW), or at row*K + k (NHWC, channels-last
 outputs: the GEMM's row-major C), adding bias[k] in fp32 before converting.
 
-:func:`to_channels_last` is every layout change (channels zero-padded up to a multiple of the chunk): the
-input's NCHW -> NHWC, the filter's KCRS -> KRSC and dgrad's KCRS -> spatially flipped CRSK, each one
-tiled transpose through shared memory, coalesced on both sides.
+:func:`convlab.kernels.transpose.to_channels_last` makes the NHWC / KRSC operands (channels zero-padded
+up to a multiple of the chunk).
 """
 from __future__ import annotations
 
 import functools
 from typing import Any, Callable
 
-import numpy as np
-
-from convlab import runtime
 from convlab.kernels.intrinsics import u32 as U
 from convlab.kernels.tc_pipeline import OUT_CONVERT, TcConfig, compile_kernel, configure, pipeline_source
-from convlab.runtime import cuda
 
 #: itype -> the output kind of the pipeline (outputs in the input type) and the bias load
 OUT_OF = {"f16": "in", "bf16": "bf16", "tf32": "f32"}
@@ -127,57 +122,3 @@ def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any
             U(dilation[1]))
     configured = configure(kernel, cfg, itype, args, m, k)
     return lambda: configured(*args)
-
-
-# ---- layout changes -------------------------------------------------------------------------------
-#: (tile edge, thread rows) of to_channels_last; on the H200 (32, 4) beat (32, 8), (32, 16), (64, 4 / 8)
-#: and (16, 16) on every copy of benchmarks/transpose_bench.py or tied (results/h200/session7/call1)
-TILE_GPU, TILE_SIM = (32, 4), (8, 4)
-
-
-@functools.cache
-def _transpose_kernel(dtype: str, tile: int, rows: int) -> Callable:
-    """dst[b, j, i] = src[b, i, j'] (i < ci, else 0) over [B, ci, hw] -> [B, hw, cp], one tile x tile
-    block; j' = j, or with ``flip`` > 1 the index j with its position inside each run of ``flip``
-    reversed: (j // flip) * flip + flip - 1 - j % flip (dgrad's spatially flipped filter)."""
-    stype, shape = np.dtype(dtype), (tile, tile + 1)  # +1: column reads hit distinct banks
-
-    def transpose(src, dst, ci, hw, cp, flip):  # uint32 index math (launcher: sizes < 2**32)
-        buf = cuda.shared.array(shape, stype)
-        b = U(cuda.blockIdx.z)
-        j0 = U(U(cuda.blockIdx.x) * tile)
-        i0 = U(U(cuda.blockIdx.y) * tile)
-        tx, ty = U(cuda.threadIdx.x), U(cuda.threadIdx.y)
-        j = U(j0 + tx)
-        js = j if flip <= 1 else U(U(U(j - U(j % flip)) + U(flip - 1)) - U(j % flip))
-        src0 = U(U(b * ci) * hw)
-        for e in range(0, tile, rows):
-            i = U(U(i0 + ty) + e)
-            buf[ty + e, tx] = src[U(src0 + U(U(i * hw) + js))] if i < ci and j < hw else 0
-        cuda.syncthreads()
-        dst0 = U(U(b * hw) * cp)
-        for e in range(0, tile, rows):
-            jj, i = U(U(j0 + ty) + e), U(i0 + tx)
-            if jj < hw and i < cp:
-                dst[U(dst0 + U(U(jj * cp) + i))] = buf[tx, ty + e]
-
-    return runtime.jit(transpose)
-
-
-def to_channels_last(src: Any, dst: Any, batch: int, channels: int, spatial: int, padded: int,
-                     flip: int = 0) -> None:
-    """dst [batch, spatial, padded] (flat) <- src [batch, channels, spatial] (flat), channels >= the
-    source's zero-filled; ``flip`` > 1 reverses the spatial index inside each run of ``flip`` (see
-    :func:`_transpose_kernel`). Any element type (bf16 as uint16). Used for the input (NCHW -> NHWC),
-    the forward filter (KCRS -> KRSC: batch K, spatial R*S) and dgrad's filter (KCRS -> flipped CRSK:
-    batch 1, channels K, spatial C*R*S, flip R*S)."""
-    tile, rows = TILE_SIM if runtime.SIMULATOR else TILE_GPU
-    if max(batch * channels, batch * padded) * spatial >= 2**32:
-        raise ValueError(f"to_channels_last takes fewer than 2**32 elements a side, got batch {batch}, "
-                         f"channels {channels} (padded {padded}), spatial {spatial}")
-    grid = ((spatial + tile - 1) // tile, (padded + tile - 1) // tile, batch)
-    if grid[1] > 65535 or grid[2] > 65535:
-        raise ValueError(f"to_channels_last takes at most {65535 * tile} channels and 65535 batches (the "
-                         f"grid's y and z limits), got batch {batch}, padded channels {padded}")
-    _transpose_kernel(np.dtype(src.dtype).name, tile, rows)[grid, (tile, rows)](
-        src, dst, U(channels), U(spatial), U(padded), U(flip))

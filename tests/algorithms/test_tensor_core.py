@@ -10,7 +10,7 @@ import pytest
 import convlab
 from convlab import reference, runtime
 from convlab.algorithms import tensor_core
-from convlab.kernels import tc_conv
+from convlab.kernels import tc_conv, transpose
 from convlab.measure import random_operands, rel_error, tolerance
 from convlab.plugin import registry
 from convlab.problem import make_problem
@@ -80,7 +80,7 @@ def test_transpose_flips_and_pads_dgrad_filter():
     src = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)  # [k', c', r, s]
     dst = runtime.full((3 * 2 * 2 * 4,), -1, np.float32)
     # dgrad's weights: dst[c', r, s, k'] = src[k', c', 1-r, 1-s], k' padded from 2 to 4
-    tc_conv.to_channels_last(runtime.to_device(src.reshape(-1)), dst, 1, 2, 3 * 2 * 2, 4, flip=4)
+    transpose.to_channels_last(runtime.to_device(src.reshape(-1)), dst, 1, 2, 3 * 2 * 2, 4, flip=4)
     want = np.zeros((3, 2, 2, 4), np.float32)
     want[..., :2] = src[:, :, ::-1, ::-1].transpose(1, 2, 3, 0)
     np.testing.assert_array_equal(dst.copy_to_host().reshape(3, 2, 2, 4), want)
@@ -117,15 +117,6 @@ def test_public_ops_in_half_precision(dtype):
     assert "direct" in explained and "supports dtypes" in explained
     dx = convlab.conv_transpose2d(x, w, padding=1)
     assert dx.dtype == np.dtype(dtype) and dx.shape == (1, 8, 5, 5)
-
-
-def test_to_channels_last_pads_channels():
-    src = np.random.default_rng(1).standard_normal((3, 5, 19)).astype(np.float16)  # [B, C, HW]
-    dst = runtime.full((3 * 19 * 8,), np.nan, np.float16)
-    tc_conv.to_channels_last(runtime.to_device(src.reshape(-1)), dst, 3, 5, 19, 8)
-    want = np.zeros((3, 19, 8), np.float16)
-    want[..., :5] = src.transpose(0, 2, 1)
-    np.testing.assert_array_equal(dst.copy_to_host().reshape(3, 19, 8), want)
 
 
 @pytest.mark.parametrize("r,padding,unfolds", [(1, 0, 0), (3, 1, 1)])

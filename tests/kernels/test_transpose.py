@@ -1,0 +1,49 @@
+"""convlab.kernels.transpose: the layout copy, element kernel and 16-bit pairs kernel, against numpy."""
+import numpy as np
+import pytest
+
+from convlab import runtime
+from convlab.kernels import transpose
+
+
+def _copy(src: np.ndarray, padded: int, flip: int = 0) -> np.ndarray:
+    batch, channels, spatial = src.shape
+    dst = runtime.full((batch * spatial * padded,), np.nan if src.dtype.kind == "f" else 7, src.dtype)
+    transpose.to_channels_last(runtime.to_device(src.reshape(-1)), dst, batch, channels, spatial, padded,
+                               flip=flip)
+    return dst.copy_to_host().reshape(batch, spatial, padded)
+
+
+def _want(src: np.ndarray, padded: int) -> np.ndarray:
+    want = np.zeros((src.shape[0], src.shape[2], padded), src.dtype)
+    want[..., :src.shape[1]] = src.transpose(0, 2, 1)
+    return want
+
+
+@pytest.mark.parametrize("dtype,shape,padded,pairs", [
+    ("float16", (2, 5, 18), 8, True),     # odd channels padded, several tiles each way
+    ("uint16", (1, 12, 10), 12, True),    # bf16 bits
+    ("float16", (2, 5, 9), 8, False),     # odd spatial: the element kernel
+    ("float32", (2, 3, 10), 4, False),    # 32-bit: the element kernel
+])
+def test_copy_pads_channels_with_zeros(monkeypatch, dtype, shape, padded, pairs):
+    used = []
+    real = transpose._pairs_kernel
+    monkeypatch.setattr(transpose, "_pairs_kernel", lambda *a: used.append(a) or real(*a))
+    src = (np.random.default_rng(1).standard_normal(shape) * 100).astype(dtype)
+    np.testing.assert_array_equal(_copy(src, padded), _want(src, padded))
+    assert bool(used) == pairs
+
+
+def test_flipped_copy_takes_the_element_kernel(monkeypatch):
+    monkeypatch.setattr(transpose, "_pairs_kernel", None)  # would raise if called
+    src = np.arange(2 * 3 * 4, dtype=np.float16).reshape(1, 2, 12)
+    got = _copy(src, 2, flip=4)
+    runs = src.reshape(1, 2, 3, 4)[..., ::-1].reshape(1, 2, 12)
+    np.testing.assert_array_equal(got, _want(runs, 2))
+
+
+def test_grid_limits_are_named():
+    a = runtime.full((4,), 0, np.float32)
+    with pytest.raises(ValueError, match="65535 batches"):
+        transpose.to_channels_last(a, a, 70000, 1, 1, 1)

@@ -77,7 +77,8 @@ cases = {
                                  (f32_4, f32_4, i32_1, f32_1, f32_4, f32_1)),
     "igemm wgrad 128x128x8/8x8": (wgrad_kernel(128, 128, 8, 8).py_func,
                                   (f32_4, f32_4, i32_1, f32_4, f32_1)),
-    "sum_partials f32": (sum_splits.py_func, (f32_1, f32_1, uint32, uint32, uint32)),
+    "sum_partials f32": (sum_splits.py_func, (f32_1, f32_1, uint32, uint32, uint32)
+                         + ((f32_1, uint32, uint32) if sum_splits.py_func.__code__.co_argcount == 8 else ())),
 }
 try:  # the general variants (groups, ragged K, strided-dgrad phases), where the checkout has them
     cases["igemm dgrad general 128x64x8/8x8"] = (gather_kernel(128, 64, 8, 8, 8, False, True).py_func,

@@ -14,7 +14,14 @@ channels, so the NHWC / KRSC copies pad the gathered channel count with zeros up
 (C = 3 becomes 8: more reduction work, still on tensor cores); zero-fill for padding and remainders.
 wgrad (:mod:`.wgrad`) unfolds dy and x into dense split-major operands and runs the tensor-core GEMM
 per image group (one launch, grid z), the fp32 partials summed in order. Not done here: groups > 1 and
-strided dgrad (the ``widen`` plugin runs those in fp32), split-K of forward / dgrad.
+strided dgrad (the ``widen`` plugin runs those in fp32).
+
+Split-K (forward and dgrad, :func:`split_k`): when the output tiles fill fewer than twice the SMs and
+the reduction is long, block z of the one launch (grid z) runs k tiles [z*tps, (z+1)*tps) into fp32
+partials in the output's layout (NCHW or NHWC), then ``convlab.kernels.splitk.sum_partials`` adds them
+in split order (deterministic) and the bias once, straight into a float32 output, or into an fp32 total
+that ``convlab.kernels.convert.narrow`` rounds to fp16 / bf16 (the bias widened to fp32 first). The
+split count depends on the problem and the config only.
 
 Layouts (``layouts = {"nchw", "nhwc"}``): a channels-last (NHWC-memory) input is read as it is when its
 channel count needs no padding (a multiple of 8, or 4 for TF32), and so is a channels-last forward filter
@@ -28,9 +35,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from convlab import Algorithm, Config, Problem, Verdict, layouts, operands, register, runtime
-from convlab.kernels import tc_conv, transpose
-from convlab.kernels.splitk import MAX_INDEX, sm_count
+from convlab.kernels import convert, tc_conv, transpose
+from convlab.kernels.splitk import MAX_INDEX, sm_count, sum_partials
 from convlab.kernels.tc_pipeline import TcConfig
 from convlab.problem import np_dtype, unit_roundoff
 from convlab.scratch import scratch
@@ -53,6 +62,7 @@ GPU_NARROW = {16: [TcConfig(128, 16, 32, 32, 16, 3), TcConfig(128, 32, 32, 32, 3
 SIM_TILES = {16: [TcConfig(32, 32, 16, 16, 32, 2)], 32: [TcConfig(32, 32, 8, 16, 32, 2)]}
 #: the simulator's narrow tile (instead of SIM_TILES when N <= 16): fewer B chunks than threads
 SIM_NARROW = {16: [TcConfig(32, 16, 16, 16, 16, 2)], 32: [TcConfig(32, 16, 8, 16, 16, 2)]}
+HALF = frozenset({"float16", "bfloat16"})  # dtypes with an fp32 total (convert's kinds)
 
 
 def _config(t: TcConfig) -> Config:
@@ -80,6 +90,32 @@ def _gathered(problem: Problem) -> dict:
                 stride=(1, 1), padding=pad, dilation=pr.dilation)
 
 
+def split_k(problem: Problem, cfg: TcConfig) -> tuple[int, int]:
+    """(splits, k tiles per split) of a forward / dgrad: as many splits as fill twice the SMs with
+    blocks when the output tiles alone do not, each at least wgrad.MIN_KTILES k tiles long (1 on the
+    simulator), the partials within 32-bit indexing; (1, all k tiles) when not split."""
+    geo = _gathered(problem)
+    m, n = geo["n"] * geo["p"] * geo["q"], geo["k"]
+    ktiles = math.ceil(geo["r"] * geo["s"] * _padded(geo["c"], problem.dtype) / cfg.BK)
+    tiles = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN)
+    splits = min(math.ceil(2 * sm_count() / tiles), ktiles // wgrad.MIN_KTILES, MAX_INDEX // (m * n))
+    if splits < 2:
+        return 1, ktiles
+    tps = math.ceil(ktiles / splits)
+    return math.ceil(ktiles / tps), tps
+
+
+def _split_f32(problem: Problem, splits: int) -> int:
+    """float32 elements of the split-K workspace: the partials, for fp16 / bf16 also the fp32 total
+    and the widened bias."""
+    if splits == 1:
+        return 0
+    geo = _gathered(problem)
+    mn = geo["n"] * geo["p"] * geo["q"] * geo["k"]
+    half = problem.dtype in HALF
+    return splits * mn + (mn + (geo["k"] if problem.bias else 0) if half else 0)
+
+
 @register
 class TensorCore(Algorithm):
     """Implicit GEMM on tensor cores (mma.sync m16n8k16 / m16n8k8), cp.async multi-stage pipeline."""
@@ -92,7 +128,8 @@ class TensorCore(Algorithm):
     layouts = frozenset({"nchw", "nhwc"})
     description = ("tensor-core implicit GEMM (fp16/bf16; TF32 for float32 under precision 'high'): "
                    "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
-                   "dgrad stride 1; wgrad on unfolded operands with split-K")
+                   "dgrad stride 1; split-K (fp32 partials summed in order) where tiles are few; wgrad "
+                   "on unfolded operands with split-K")
 
     def check(self, problem: Problem) -> Verdict:
         if problem.dtype == "float32" and get_float32_precision() != "high":
@@ -134,15 +171,18 @@ class TensorCore(Algorithm):
         return [_config(t) for t in tiles]
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
-        """The NHWC copy of x (forward) or dy (dgrad) and the reordered weights, channels padded;
-        wgrad: the unfolded operands and the split-K partials."""
+        """The NHWC copy of x (forward) or dy (dgrad) and the reordered weights, channels padded, and
+        the split-K fp32 partials (:func:`_split_f32`); wgrad: the unfolded operands and the split-K
+        partials."""
         if problem.op == "wgrad":
             n_store, n_f32 = wgrad.workspace_elements(problem, tc_config(config), ALIGN[problem.dtype],
                                                       problem.dtype != "float32")
             return n_store * problem.itemsize + 4 * n_f32
         geo = _gathered(problem)
         cp = _padded(geo["c"], problem.dtype)
-        return (geo["n"] * geo["h"] * geo["w"] + geo["k"] * geo["r"] * geo["s"]) * cp * problem.itemsize
+        f32 = _split_f32(problem, split_k(problem, tc_config(config))[0])
+        return (geo["n"] * geo["h"] * geo["w"] + geo["k"] * geo["r"] * geo["s"]) * cp * problem.itemsize \
+            + 4 * f32
 
     def compute_eps(self, dtype: str) -> float:
         """TF32 inputs keep 10 mantissa bits (2**-10); fp16/bf16 products are exact in the fp32
@@ -151,14 +191,17 @@ class TensorCore(Algorithm):
 
     def sample_problems(self, op: str) -> list[Problem]:
         from convlab.problem import make_problem
+        # on the simulator (2 "SMs") the first two of forward and dgrad run split-K, the third not
         if op == "forward":
             return [make_problem("forward", 2, 8, 5, 6, 16, 3, 3, padding=1, dtype="float16", bias=True),
                     make_problem("forward", 1, 3, 7, 7, 24, 3, 2, stride=2, dilation=(1, 2),
-                                 padding=(1, 0), dtype="bfloat16")]
+                                 padding=(1, 0), dtype="bfloat16"),
+                    make_problem("forward", 2, 8, 8, 8, 8, 3, 3, padding=1, dtype="bfloat16", bias=True)]
         if op == "dgrad":
             return [make_problem("dgrad", 2, 16, 5, 5, 8, 3, 3, padding=1, dtype="float16"),
                     make_problem("dgrad", 1, 8, 6, 5, 16, 2, 3, dilation=(2, 1), padding=(2, 0),
-                                 dtype="bfloat16", bias=True)]
+                                 dtype="bfloat16", bias=True),
+                    make_problem("dgrad", 2, 8, 8, 8, 8, 3, 3, padding=1, dtype="float16", bias=True)]
         if op == "wgrad":
             return [make_problem("wgrad", 3, 8, 6, 5, 16, 3, 3, padding=1, dtype="float16"),
                     make_problem("wgrad", 2, 5, 7, 6, 12, 2, 3, stride=2, dilation=(2, 1), padding=(1, 0),
@@ -201,7 +244,26 @@ class TensorCore(Algorithm):
                 transpose.to_channels_last(flat(src_w), wt, k, c, r * s, cp)
             else:  # wt[c', r, s, k'] = w[k', c', R-1-r, S-1-s] (c' = output channel, k' = gathered)
                 transpose.to_channels_last(flat(src_w), wt, 1, c, k * r * s, cp, flip=r * s)
-            geo["c"] = cp
-            tc_conv.conv_launcher(ITYPE[problem.dtype], tc_config(config), xh, wt, flat(out),
-                                  None if bias is None else runtime.kernel_view(bias), nhwc_out=nhwc_out,
-                                  **geo)()
+            _conv(problem, tc_config(config), xh, wt, flat(out),
+                  None if bias is None else runtime.kernel_view(bias), nhwc_out, geo)
+
+
+def _conv(problem: Problem, cfg: TcConfig, xh, wt, y, bias, nhwc_out: bool, geo: dict) -> None:
+    """The convolution kernel on the NHWC / KRSC operands into y (flat, NCHW or NHWC memory order):
+    one launch, or with split-K the partials' launch, their sum (+ bias) and the rounding."""
+    itype, (splits, tps) = ITYPE[problem.dtype], split_k(problem, cfg)
+    geo = dict(geo, c=_padded(geo["c"], problem.dtype))
+    if splits == 1:
+        tc_conv.conv_launcher(itype, cfg, xh, wt, y, bias, nhwc_out=nhwc_out, **geo)()
+        return
+    mn, half = y.size, problem.dtype in HALF
+    with scratch(_split_f32(problem, splits), np.float32) as f32:
+        part = f32[:splits * mn]
+        tc_conv.conv_launcher(itype, cfg, xh, wt, part, None, nhwc_out=nhwc_out, tps=tps, **geo)()
+        total, b32 = (f32[splits * mn:(splits + 1) * mn], f32[(splits + 1) * mn:]) if half else (y, bias)
+        if half and bias is not None:
+            convert.widen(bias, b32, problem.dtype)
+        sum_partials(part, total, splits, bias=None if bias is None else b32,
+                     inner=1 if nhwc_out else geo["p"] * geo["q"])
+        if half:
+            convert.narrow(total, y, problem.dtype)

@@ -6,11 +6,13 @@ so the bits never depend on scheduling:
 
     split_plan(tiles, K, ...)     -> (splits, chunk): how far to split, within a workspace limit
     sum_partials(part, out, S)    out[i] (+)= part[0][i] + part[1][i] + ... + part[S-1][i]  (a kernel)
+                                  (+ bias[(i // inner) % channels]: a per-channel bias of an NCHW
+                                  (inner = H*W) or NHWC (inner = 1) output, added after the sum)
 
-``sum_partials`` is the second pass of the direct and im2col backward-weight kernels and of the tiled
-GEMM's ``ksplit``; the implicit GEMM sums in the same launch (its last block per tile) with the same
-order. :func:`sm_count` is the device's SM count, queried once (2 on the simulator, so that small
-test problems split).
+``sum_partials`` is the second pass of the direct and im2col backward-weight kernels, of the tiled
+GEMM's ``ksplit`` and of the tensor-core convolution's split-K (forward, dgrad, wgrad); the implicit
+GEMM sums in the same launch (its last block per tile) with the same order. :func:`sm_count` is the
+device's SM count, queried once (2 on the simulator, so that small test problems split).
 """
 from __future__ import annotations
 
@@ -70,8 +72,9 @@ def flat(arr: Any, name: str) -> Any:
 
 
 @runtime.jit
-def sum_splits(part, out, splits, size, accumulate):
-    """out[i] (+)= sum_{s < splits} part[s * size + i], summed in order s = 0, 1, ... (deterministic)."""
+def sum_splits(part, out, splits, size, accumulate, bias, inner, channels):
+    """out[i] (+)= sum_{s < splits} part[s * size + i], summed in order s = 0, 1, ... (deterministic),
+    then + bias[(i // inner) % channels] when channels > 0, then + out[i] when accumulating."""
     i = u32(cuda.grid(1))
     if i < size:
         acc = part[i]
@@ -79,25 +82,35 @@ def sum_splits(part, out, splits, size, accumulate):
         while s < splits:
             acc += part[u32(u32(s * size) + i)]
             s = u32(s + 1)
+        if channels > 0:
+            acc += bias[u32(u32(i // inner) % channels)]
         if accumulate:
             acc += out[i]
         out[i] = acc
 
 
-def sum_partials(part: Any, out: Any, splits: int, *, accumulate: bool = False) -> None:
-    """out (+)= sum over s < splits of part[s] (in order s = 0, 1, ...: deterministic).
+def sum_partials(part: Any, out: Any, splits: int, *, accumulate: bool = False, bias: Any = None,
+                 inner: int = 1) -> None:
+    """out (+)= sum over s < splits of part[s] (in order s = 0, 1, ...: deterministic) (+ bias).
 
     ``part`` holds ``splits`` consecutive blocks of ``out.size`` elements (any C-contiguous shapes,
-    e.g. (splits, *out.shape)), of out's dtype. Launches on the default stream; does not synchronise.
+    e.g. (splits, *out.shape)), of out's dtype. ``bias``: None, or a 1-D device array of out's dtype
+    added once per element after the sum, channel (i // inner) % bias.size for flat index i (an NCHW
+    output: inner = H*W; NHWC: inner = 1); with ``accumulate`` out's old value is added last.
+    Launches on the default stream; does not synchronise.
     """
     dpart, dout = flat(part, "part"), flat(out, "out")
-    if dpart.dtype != dout.dtype:
-        raise TypeError(f"part has dtype {dpart.dtype}, out has {dout.dtype}")
+    dbias = dout if bias is None else flat(bias, "bias")
+    if dpart.dtype != dout.dtype or dbias.dtype != dout.dtype:
+        raise TypeError(f"part has dtype {dpart.dtype}, out has {dout.dtype}, bias {dbias.dtype}")
     if isinstance(splits, bool) or splits < 1 or dpart.size < splits * dout.size or dpart.size >= _U32:
         raise ValueError(f"part ({dpart.size} elements) must hold splits={splits} >= 1 blocks of "
                          f"{dout.size} elements, within 32-bit indexing")
+    if bias is not None and (dbias.size < 1 or not 1 <= inner < _U32):
+        raise ValueError(f"bias must be non-empty and inner >= 1, got {dbias.size} elements, inner {inner}")
     if dout.size == 0:
         return
     threads = 64 if runtime.SIMULATOR else 256
-    sum_splits[math.ceil(dout.size / threads), threads](dpart, dout, u32(splits), u32(dout.size),
-                                                         u32(bool(accumulate)))
+    sum_splits[math.ceil(dout.size / threads), threads](
+        dpart, dout, u32(splits), u32(dout.size), u32(bool(accumulate)), dbias, u32(inner),
+        u32(0 if bias is None else dbias.size))

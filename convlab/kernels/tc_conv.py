@@ -12,7 +12,10 @@ Per copy row the kernel keeps (n*H*W*C, p*sh + phn, q*sw + pwn) in padded coordi
 negative: ph = max(padding, 0) and phn = max(-padding, 0), so negative padding works too, which dgrad
 needs); a row is inside when ph <= h' < H + ph. Per k tile it derives (r*dh, s*dw, c) of its chunk once.
 The epilogue writes y[n, k, pq] at (n*K + k)*P*Q + pq (NCHW), or at row*K + k (NHWC, channels-last
-outputs: the GEMM's row-major C), adding bias[k] in fp32 before converting.
+outputs: the GEMM's row-major C), adding bias[k] in fp32 before converting. Split-K (``tps`` > 0, grid
+z = split): block z reduces k tiles [z*tps, (z+1)*tps) only and writes fp32 partials, no bias, at split z
+of a [splits] x (y's layout) workspace; the caller sums them in order (``splitk.sum_partials``, which
+also adds the bias) and rounds to the input type.
 
 :func:`convlab.kernels.transpose.to_channels_last` makes the NHWC / KRSC operands (channels zero-padded
 up to a multiple of the chunk).
@@ -32,9 +35,14 @@ PARAMS = "X, Bt, Y, bias, M, N, K, Cin, H, W, S, Q, PQ, HWC, sh, sw, ph, pw, phn
 
 
 class GatherA:
-    """A[m, kk] = xh[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] from an NHWC input (see module doc)."""
+    """A[m, kk] = xh[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] from an NHWC input (see module doc);
+    with ``split``, split-K: parameter ``tps`` (k tiles per split, grid z = split)."""
 
     params = PARAMS
+
+    def __init__(self, split: bool = False) -> None:
+        if split:
+            self.params, self.k_split = PARAMS + ", tps", "tps"
 
     def rows(self, w: Callable, e: int, m: str) -> None:
         w(f"aok{e} = {m} < M")
@@ -57,16 +65,21 @@ class GatherA:
 
 
 class NchwStore:
-    """y[n, col, pq] (flat NCHW) = value (+ bias[col]), converted to the output type."""
+    """y[n, col, pq] (flat NCHW) = value (+ bias[col]), converted to the output type; with ``partial``
+    (split-K) the fp32 value unchanged at part[z] (z = blockIdx.z, each part M*N elements, no bias)."""
 
     #: the flat offset of (row, col) from the row's ``yb``
     step = "U(yb + U({} * PQ))"
+    base = "yb = U(U(U(row // PQ) * U(N * PQ)) + U(row % PQ))"
 
-    def __init__(self, itype: str, bias: bool) -> None:
-        self.convert, self.bias = OUT_CONVERT[OUT_OF[itype]], BIAS_OF[itype] if bias else None
+    def __init__(self, itype: str, bias: bool, partial: bool = False) -> None:
+        self.convert = "{}" if partial else OUT_CONVERT[OUT_OF[itype]]
+        self.bias, self.partial = None if partial or not bias else BIAS_OF[itype], partial
 
     def row(self, w: Callable, d: int) -> None:
-        w("yb = U(U(U(row // PQ) * U(N * PQ)) + U(row % PQ))", d)
+        w(self.base, d)
+        if self.partial:
+            w("yb = U(yb + U(U(cuda.blockIdx.z) * U(M * N)))", d)
 
     def put(self, col: str, value: str) -> str:
         if self.bias:
@@ -78,47 +91,59 @@ class NhwcStore(NchwStore):
     """y[row, col] (flat NHWC: row = (n, p, q), col = output channel) = value (+ bias[col])."""
 
     step = "U(yb + {})"
-
-    def row(self, w: Callable, d: int) -> None:
-        w("yb = U(row * N)", d)
+    base = "yb = U(row * N)"
 
 
-def _store(itype: str, bias: bool, nhwc_out: bool) -> NchwStore:
-    return (NhwcStore if nhwc_out else NchwStore)(itype, bias)
+def _source(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool, split: bool) -> str:
+    if split and bias:
+        raise ValueError("split-K kernels write fp32 partials without bias (added after the sum)")
+    store = (NhwcStore if nhwc_out else NchwStore)(itype, bias, split)
+    return pipeline_source(TcConfig(*cfg).validate(itype), itype, GatherA(split), store, "conv")
 
 
 @functools.cache
-def make_tc_conv(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool = False) -> Callable:
-    """The kernel (X, Bt, Y, bias, M, N, K, geometry...) of one input type, config, bias flag and output
-    layout.
+def make_tc_conv(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool = False,
+                 split: bool = False) -> Callable:
+    """The kernel (X, Bt, Y, bias, M, N, K, geometry... [, tps]) of one input type, config, bias flag,
+    output layout and split-K flag.
 
     X: NHWC input, flat; Bt: [K_out, R*S*C] weights, flat; Y: NCHW output (NHWC with ``nhwc_out``), flat,
     in the input type (bf16 as uint16 bits); bias: [K_out] (a 1-element dummy when ``bias`` is False).
+    ``split``: grid z = split, k tiles [z*tps, (z+1)*tps) each, Y float32 [splits, y's layout] partials.
     """
     cfg = TcConfig(*cfg).validate(itype)
-    source = pipeline_source(cfg, itype, GatherA(), _store(itype, bias, nhwc_out), "conv")
-    filename = f"<convlab.kernels.tc_conv {itype} {cfg.name} bias={bias} nhwc_out={nhwc_out}>"
-    return compile_kernel(source, "conv", filename, cfg, itype)
+    filename = f"<convlab.kernels.tc_conv {itype} {cfg.name} bias={bias} nhwc_out={nhwc_out}" + \
+        (" split>" if split else ">")
+    return compile_kernel(_source(itype, cfg, bias, nhwc_out, split), "conv", filename, cfg, itype)
 
 
-def kernel_source(itype: str, cfg: TcConfig, bias: bool = False, nhwc_out: bool = False) -> str:
+def kernel_source(itype: str, cfg: TcConfig, bias: bool = False, nhwc_out: bool = False,
+                  split: bool = False) -> str:
     """The generated source of one kernel (for reading and debugging)."""
-    return pipeline_source(TcConfig(*cfg).validate(itype), itype, GatherA(), _store(itype, bias, nhwc_out),
-                           "conv")
+    return _source(itype, cfg, bias, nhwc_out, split)
 
 
 def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any, *, n: int, c: int,
                   h: int, w: int, k: int, r: int, s: int, p: int, q: int, stride: tuple, padding: tuple,
-                  dilation: tuple, nhwc_out: bool = False) -> Callable[[], None]:
+                  dilation: tuple, nhwc_out: bool = False, tps: int = 0) -> Callable[[], None]:
     """A no-argument launch of the forward kernel on flat device arrays: xh [n*h*w*c] NHWC, wt
     [k*r*s*c] KRSC, y [n*k*p*q] NCHW (NHWC with ``nhwc_out``), bias [k] or None (all in the storage type
-    of ``itype``); ``padding`` entries may be negative."""
+    of ``itype``); ``padding`` entries may be negative. ``tps`` > 0: split-K, tps k tiles (of BK) per
+    split, y float32 [splits * n*k*p*q] (split-major partials in y's layout, for
+    :func:`convlab.kernels.splitk.sum_partials`), bias None."""
     cfg = TcConfig(*cfg)
-    kernel = make_tc_conv(itype, cfg, bias is not None, nhwc_out)
+    kernel = make_tc_conv(itype, cfg, bias is not None, nhwc_out, tps > 0)
     m, kk = n * p * q, r * s * c
+    splits = split_count(kk, cfg.BK, tps) if tps > 0 else 1
     args = (xh, wt, y, wt if bias is None else bias, U(m), U(k), U(kk), U(c), U(h), U(w), U(s), U(q),
             U(p * q), U(h * w * c), U(stride[0]), U(stride[1]), U(max(padding[0], 0)),
             U(max(padding[1], 0)), U(max(-padding[0], 0)), U(max(-padding[1], 0)), U(dilation[0]),
-            U(dilation[1]))
-    configured = configure(kernel, cfg, itype, args, m, k)
+            U(dilation[1])) + ((U(tps),) if tps > 0 else ())
+    configured = configure(kernel, cfg, itype, args, m, k, splits)
     return lambda: configured(*args)
+
+
+def split_count(kk: int, bk: int, tps: int) -> int:
+    """Splits of a reduction of ``kk`` elements cut into runs of ``tps`` k tiles of ``bk``."""
+    ktiles = -(-kk // bk)
+    return max(1, -(-ktiles // tps))

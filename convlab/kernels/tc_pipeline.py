@@ -15,7 +15,9 @@ WM x WN tile of (WM/16) x (WN/8) mma tiles; S = STAGES shared buffers of A (BM x
 
 Where A's 16-byte chunks come from and where C goes are the two hooks: an :class:`ALoader` (a dense
 row-major A, or the convolution's gather from an NHWC tensor) and a :class:`Store` (a dense C, or
-the convolution's NCHW output with bias). Bt is always dense [N, K] (k-contiguous).
+the convolution's NCHW output with bias). Bt is always dense [N, K] (k-contiguous). Two optional
+loader attributes use grid z: ``b_offset`` (a batch of GEMMs) or ``k_split`` (split-K: block z runs
+only its range of k tiles, the store writing partial z; the caller sums the partials).
 
 Shared rows are BK elements = CH 16-byte chunks (CH = 2, 4 or 8), unpadded; chunk c of row r is stored
 at chunk c ^ ((r // (8 // CH)) % CH), an XOR swizzle that makes the 8 row reads of one ldmatrix (and the
@@ -100,7 +102,10 @@ class ALoader(Protocol):
     ``ktile(w, d)``: lines run once per k tile (k0 and kk = k0 + this thread's chunk start known);
     ``chunk(e)``: (in-bounds expression, flat element offset expression) of copy e's chunk.
     Optional ``b_offset``: a batched kernel (grid z = batch, ``bz`` its index): the expression added
-    to every Bt offset (e.g. ``U(bz * sB)``); the loader and the store add their own."""
+    to every Bt offset (e.g. ``U(bz * sB)``); the loader and the store add their own.
+    Optional ``k_split``: split-K (grid z = split; not with ``b_offset``): the name of the kernel
+    parameter tps (k tiles per split); block z runs k tiles [z*tps, min((z+1)*tps, ktiles)) only and
+    the store writes split z's partial (its ``row`` reads ``cuda.blockIdx.z``)."""
 
     params: str
 
@@ -150,6 +155,14 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     if b_offset is not None:
         w("bz = U(cuda.blockIdx.z)")
     w(f"ktiles = U(U(K + {BK - 1}) // {BK})")
+    k_split = getattr(loader, "k_split", None)  # split-K: grid z = split, k tiles [kb, ktiles)
+    if k_split is not None:
+        if b_offset is not None:
+            raise ValueError("a loader cannot be both batched (b_offset) and split-K (k_split): grid z")
+        w(f"kb = U(U(cuda.blockIdx.z) * {k_split})  # split-K: this block's first k tile and its end")
+        w(f"ke = U(kb + {k_split})")
+        w("ktiles = ke if ke < ktiles else ktiles")
+    k_first = "U(0)" if k_split is None else "kb"
     w(f"cc = U(tid % {CH})  # this thread's chunk of a row (global), and its copies' rows:")
     w(f"ck = U(cc * {EPC})")
     # copies per thread of each operand's k tile: rows * CH chunks over T threads; a tile of fewer
@@ -203,7 +216,7 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
             w(f"cp_async16(Bs, U(U(ls * {BN * BK}) + bs{e}), Bt, U(bg{e} + kk) if ok else U(0), "
               "16 if ok else 0)", db)
 
-    w("kl = U(0)")
+    w(f"kl = {k_first}")
     for s in range(S - 1):
         w(f"ls = U({s})")
         w("if kl < ktiles:")
@@ -212,7 +225,7 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
         w("kl = U(kl + 1)")
     w(f"ls = U({S - 1})")
     w("cs = U(0)")
-    w("kt = U(0)")
+    w(f"kt = {k_first}")
     w("while kt < ktiles:")
     w("wait()", 2)
     w("cuda.syncthreads()", 2)

@@ -2,31 +2,37 @@
 
 The conformance suite (tests/plugin/test_conformance.py) runs every check on it; these tests pin the
 cases it might not draw: negative effective padding in dgrad, TF32 under "high", channel padding, the
-layout permutation, the predicate's reasons and the public ops with float16 / bfloat16 arrays.
+layout permutation, the predicate's reasons, the public ops with float16 / bfloat16 arrays and split-K
+of forward / dgrad (every dtype, bias, NCHW and NHWC outputs).
 """
 import numpy as np
 import pytest
 
 import convlab
-from convlab import reference, runtime
+from convlab import layouts, reference, runtime
 from convlab.algorithms import tensor_core
 from convlab.kernels import tc_conv, transpose
 from convlab.measure import random_operands, rel_error, tolerance
 from convlab.plugin import registry
-from convlab.problem import make_problem
+from convlab.problem import make_problem, np_dtype, unit_roundoff
 
 ml_dtypes = pytest.importorskip("ml_dtypes")  # a core dependency; bfloat16 arrays
 
 TC = registry.get("tensor_core")
 
 
-def _run(problem, seed=0):
+def _run(problem, seed=0, nhwc_out=False, outputs=None):
+    """(relative error, tolerance) of one run on random operands into a NaN-poisoned output (NCHW or
+    channels-last); ``outputs`` (a list) collects (host output, host bias or None)."""
     host = random_operands(problem, np.random.default_rng(seed))
     dev = [None if v is None else runtime.to_device(v) for v in host]
-    out = runtime.full(problem.operand_shapes[2], np.nan, problem.dtype)
+    nan = np.full(problem.operand_shapes[2], np.nan, np_dtype(problem.dtype))
+    out = layouts.channels_last_copy(nan) if nhwc_out else runtime.to_device(nan)
     TC.run(problem, TC.configs(problem)[0], *dev, out, workspace_limit=2**28)
-    got = out.copy_to_host()
+    got = runtime.to_host(out)
     assert got.dtype == np.dtype(problem.dtype)
+    if outputs is not None:
+        outputs.append((got.astype(np.float64), None if host[2] is None else host[2].astype(np.float64)))
     return rel_error(got, reference.solve(problem, *host)), tolerance(problem, TC.compute_eps(problem.dtype))
 
 
@@ -34,17 +40,25 @@ def _run(problem, seed=0):
     make_problem("dgrad", 1, 8, 4, 5, 8, 1, 3, padding=(1, 2), dtype="float16"),  # padding' = -1, 0
     make_problem("forward", 2, 5, 6, 5, 12, 2, 2, padding=1, stride=(2, 1), dtype="bfloat16", bias=True),
 ], ids=lambda p: p.describe())
-def test_half_precision_cases(problem):
+@pytest.mark.parametrize("split", [True, False], ids=["split", "one"])
+def test_half_precision_cases(problem, split, monkeypatch):
+    if not split:  # the one-pass kernel (bias and rounding in its epilogue), as large layers run it
+        monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES", 10**6)
+    assert (tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]))[0] > 1) == split
     err, tol = _run(problem)
     assert err <= tol, (err, tol)
 
 
-def test_tf32_only_under_high_precision():
+@pytest.mark.parametrize("split", [True, False], ids=["split", "one"])
+def test_tf32_only_under_high_precision(split, monkeypatch):
+    if not split:
+        monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES", 10**6)
     problem = make_problem("forward", 1, 4, 5, 5, 8, 3, 3, padding=1, dtype="float32", bias=True)
     verdict = TC.applicable(problem)
     assert not verdict and "set_float32_precision('high')" in verdict.reason
     with convlab.float32_precision("high"):
         assert TC.applicable(problem)
+        assert (tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]))[0] > 1) == split
         err, tol = _run(problem)
         assert err <= tol, (err, tol)
         assert err > 1e-6  # the inputs really were rounded to TF32
@@ -87,17 +101,69 @@ def test_transpose_flips_and_pads_dgrad_filter():
 
 
 def test_workspace_counts_padded_channels():
-    problem = make_problem("forward", 2, 3, 6, 6, 16, 3, 3, dtype="float16")
+    problem = make_problem("forward", 2, 3, 6, 6, 16, 1, 1, dtype="float16")  # one k tile: no split
     config = TC.configs(problem)[0]
-    assert TC.workspace_bytes(problem, config, 2**30) == (2 * 6 * 6 + 16 * 3 * 3) * 8 * 2
+    assert tensor_core.split_k(problem, tensor_core.tc_config(config)) == (1, 1)
+    assert TC.workspace_bytes(problem, config, 2**30) == (2 * 6 * 6 + 16) * 8 * 2
     assert "workspace" in TC.applicable(problem, config, workspace_limit=100).reason
+
+
+SPLIT = {"forward": dict(op="forward", n=1, c=12, h=4, w=5, k=6, r=3, s=3, padding=1),  # C padded (fp16)
+         "dgrad": dict(op="dgrad", n=1, c=8, h=5, w=4, k=16, r=3, s=3, padding=(1, 2), dilation=(1, 2))}
+
+
+@pytest.mark.parametrize("nhwc_out", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("op", ["forward", "dgrad"])
+def test_split_k_matches_reference(op, dtype, nhwc_out):
+    """Few output tiles, a long reduction: the fp32 partials of 3-4 splits, summed in order, the bias
+    added once, rounded to the input type; NCHW or channels-last output. Without, then with bias (the
+    same x and w): each near the reference, and their difference the bias up to the output rounding
+    (the reference's tolerance for TF32 would let a doubled bias pass)."""
+    outputs = []
+    with convlab.float32_precision("high"):  # TF32 for float32
+        for bias in (False, True):
+            problem = make_problem(**SPLIT[op], dtype=dtype, bias=bias)
+            splits, tps = tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]))
+            assert splits >= 3 and tps >= 1
+            err, tol = _run(problem, nhwc_out=nhwc_out, outputs=outputs)
+            assert err <= tol, (bias, err, tol)
+    (y0, _), (y1, b) = outputs
+    diff = y1 - y0 - b.reshape(1, -1, 1, 1)
+    ulp = 2.0 * unit_roundoff(dtype) * (np.abs(y0) + np.abs(y1))  # fp32 sums alike; each rounded once
+    assert np.all(np.abs(diff) <= ulp), np.max(np.abs(diff) - ulp)
+
+
+def test_split_k_plan_and_workspace(monkeypatch):
+    """The brief's layer (batch 16, 512x7x7, w512x3x3, fp16) on 132 SMs with 64x64 tiles: 104 blocks,
+    144 k tiles of 32 -> 3 splits of 48; the workspace counts the partials and the fp32 total (and the
+    widened bias); enough output tiles -> no split."""
+    monkeypatch.setattr(tensor_core, "sm_count", lambda: 132)
+    monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES", 8)
+    problem = make_problem("forward", 16, 512, 7, 7, 512, 3, 3, padding=1, dtype="float16", bias=True)
+    cfg = tensor_core.TcConfig(64, 64, 32, 32, 32, 4)
+    assert tensor_core.split_k(problem, cfg) == (3, 48)
+    assert tensor_core.split_k(problem, tensor_core.TcConfig(128, 128, 32, 64, 64, 3)) == (10, 15)
+    mn = 16 * 7 * 7 * 512
+    base = (16 * 7 * 7 + 512 * 9) * 512 * 2
+    config = tensor_core._config(cfg)
+    assert TC.workspace_bytes(problem, config, 2**30) == base + 4 * (3 * mn + mn + 512)
+    big = make_problem("forward", 64, 512, 14, 14, 512, 3, 3, padding=1, dtype="float16")
+    assert tensor_core.split_k(big, cfg) == (1, 144)
+    short = make_problem("forward", 16, 16, 7, 7, 512, 3, 3, padding=1, dtype="float16")
+    assert tensor_core.split_k(short, cfg) == (1, 5)  # 5 k tiles: under MIN_KTILES per split
 
 
 def test_kernel_source_gathers_and_stores_nchw():
     cfg = tensor_core.SIM_TILES[16][0]
     src = tc_conv.kernel_source("bf16", cfg, bias=True)
     assert "cp_async16(As" in src and "bf16_to_f32(bias[col])" in src and "f32_to_bf16(" in src
-    assert "Y[U(yb + U(col * PQ))]" in src
+    assert "Y[U(yb + U(col * PQ))]" in src and "blockIdx.z" not in src and "kl = U(0)" in src
+    split = tc_conv.kernel_source("bf16", cfg, split=True)  # fp32 partials: no bias, no conversion
+    assert "dw, tps):" in split and "kl = kb" in split and "kt = kb" in split
+    assert "U(U(cuda.blockIdx.z) * U(M * N))" in split and "f32_to_bf16(" not in split
+    with pytest.raises(ValueError, match="bias"):
+        tc_conv.kernel_source("bf16", cfg, bias=True, split=True)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])

@@ -36,6 +36,22 @@ def test_sum_partials_is_the_ordered_sum_bit_for_bit(dtype):
     assert np.linalg.norm(results[0] - exact) <= 8 * np.finfo(dtype).eps * np.linalg.norm(np.abs(part).sum(0))
 
 
+@pytest.mark.parametrize("inner", [1, 6])  # NHWC (channel fastest), NCHW (channel stride H*W = 6)
+def test_sum_partials_adds_a_channel_bias_once_after_the_sum(inner):
+    rng = np.random.default_rng(12)
+    splits, size, channels = 3, 2 * 5 * 6, 5
+    part = rng.standard_normal((splits, size)).astype(np.float32)
+    bias = (rng.standard_normal(channels) * 100).astype(np.float32)
+    want = part[0] + part[1] + part[2] + bias[(np.arange(size) // inner) % channels]
+    out = runtime.full((size,), np.nan, np.float32)
+    sum_partials(runtime.to_device(part), out, splits, bias=runtime.to_device(bias), inner=inner)
+    np.testing.assert_array_equal(out.copy_to_host(), want)
+    with pytest.raises(TypeError, match="bias"):
+        sum_partials(runtime.to_device(part), out, splits, bias=runtime.to_device(bias.astype(np.float64)))
+    with pytest.raises(ValueError, match="inner"):
+        sum_partials(runtime.to_device(part), out, splits, bias=runtime.to_device(bias), inner=0)
+
+
 def test_sum_partials_rejects_bad_arguments():
     part = runtime.to_device(np.zeros((2, 4), np.float32))
     with pytest.raises(TypeError, match="dtype"):

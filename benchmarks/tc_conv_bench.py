@@ -146,11 +146,13 @@ def _parts_ms(pr, run, operands) -> dict:
 
 def _resources(pr, config) -> dict:
     """Registers and local memory (spills) per thread of the GEMM kernel, from Numba's dispatcher."""
-    from convlab.algorithms.tensor_core import ITYPE, tc_config
+    from convlab.algorithms.tensor_core import ITYPE, split_k, tc_config
     from convlab.kernels import tc_conv
     if pr.op == "wgrad":
         return {}  # the tensor-core GEMM of tc_gemm (see tc_gemm_bench for its registers)
-    kernel = tc_conv.make_tc_conv(ITYPE[pr.dtype], tc_config(config), pr.bias).dispatcher
+    split = split_k(pr, tc_config(config))[0] > 1  # split-K: the partials' kernel (bias after the sum)
+    kernel = tc_conv.make_tc_conv(ITYPE[pr.dtype], tc_config(config), pr.bias and not split, False,
+                                  split).dispatcher
     if not kernel.overloads:  # launched from the disk kernel cache: Numba compiled nothing to ask
         return {}
     regs, local = kernel.get_regs_per_thread(), kernel.get_local_mem_per_thread()

@@ -21,10 +21,10 @@ from convlab.problem import np_dtype
 DTYPES = ("float32", "float16", "bfloat16", "tf32")  # tf32: float32 under precision "high"
 SHAPES = [  # (n, c, h, w, k, r, s, stride, padding, dilation, groups, bias)
     (2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, True),      # GEMM-aligned: every plugin applies
+    (2, 128, 6, 6, 32, 3, 3, 1, 1, 1, 1, True),     # few output tiles, long reduction: split-K
     (1, 6, 9, 7, 4, 3, 2, 2, (1, 0), (1, 2), 2, True),  # grouped, strided, dilated, odd sizes
     (2, 32, 4, 4, 16, 1, 1, 1, 0, 1, 1, False),     # 1x1 shortcut paths
     (8, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, False),     # batch 8: tensor_core's wgrad splits the images
-    (2, 128, 6, 6, 32, 3, 3, 1, 1, 1, 1, True),     # few output tiles, long reduction: split-K
 ]
 
 

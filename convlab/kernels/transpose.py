@@ -38,8 +38,10 @@ from convlab.runtime import cuda
 #: (64, 4 / 8) and (16, 16) on every copy of benchmarks/transpose_bench.py or tied
 #: (results/h200/session7/call1)
 TILE_GPU, TILE_SIM = (32, 4), (8, 4)
-#: (tile edge in elements, thread rows) of the pairs kernel (tile / 2 threads across)
-PAIRS_GPU, PAIRS_SIM = (64, 8), (8, 4)
+#: (tile edge in elements, thread rows) of the pairs kernel (tile / 2 threads across): on the H200 a
+#: 32-wide tile where the copy has at most 32 (padded) channels, a 64-wide one for more (each the
+#: fastest or within 6% of it on benchmarks/transpose_bench.py, results/h200/session7/call2)
+PAIRS_NARROW_GPU, PAIRS_GPU, PAIRS_SIM = (32, 8), (64, 4), (8, 4)
 
 
 @functools.cache
@@ -118,8 +120,10 @@ def to_channels_last(src: Any, dst: Any, batch: int, channels: int, spatial: int
                          f"channels {channels} (padded {padded}), spatial {spatial}")
     pairs = flip <= 1 and spatial % 2 == 0 and padded % 2 == 0
     src32, dst32 = (_as_pairs(src), _as_pairs(dst)) if pairs else (None, None)
-    tile, rows = ((PAIRS_SIM if runtime.SIMULATOR else PAIRS_GPU) if src32 is not None and dst32 is not None
-                  else (TILE_SIM if runtime.SIMULATOR else TILE_GPU))
+    if src32 is None or dst32 is None:
+        tile, rows = TILE_SIM if runtime.SIMULATOR else TILE_GPU
+    else:
+        tile, rows = PAIRS_SIM if runtime.SIMULATOR else PAIRS_NARROW_GPU if padded <= 32 else PAIRS_GPU
     grid = ((spatial + tile - 1) // tile, (padded + tile - 1) // tile, batch)
     if grid[1] > 65535 or grid[2] > 65535:
         raise ValueError(f"to_channels_last takes at most {65535 * tile} channels and 65535 batches (the "

@@ -21,6 +21,13 @@ ml_dtypes = pytest.importorskip("ml_dtypes")  # a core dependency; bfloat16 arra
 TC = registry.get("tensor_core")
 
 
+@pytest.fixture(autouse=True)
+def _split_like_the_simulator(monkeypatch):
+    """Split-K plans as on the simulator (MIN_KTILES 1), so that these tiny problems split the same way
+    on a GPU (8 k tiles a split there); a test that wants another value sets its own."""
+    monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES", 1)
+
+
 def _run(problem, seed=0, nhwc_out=False, outputs=None):
     """(relative error, tolerance) of one run on random operands into a NaN-poisoned output (NCHW or
     channels-last); ``outputs`` (a list) collects (host output, host bias or None)."""
@@ -190,7 +197,7 @@ def test_wgrad_reads_dy_and_1x1_x_as_they_are(monkeypatch, r, padding, unfolds):
     """One image per split and P*Q a multiple of the chunk: dy is the GEMM's A as it is, and for a 1x1
     filter x is its Bt (no unfold); a 3x3 filter still unfolds x."""
     from convlab.algorithms.tensor_core import wgrad
-    problem = make_problem("wgrad", 2, 8, 4, 4, 16, r, r, padding=padding, dtype="float16")
+    problem = make_problem("wgrad", 2, 8, 8, 8, 16, r, r, padding=padding, dtype="float16")
     cfg = tensor_core.tc_config(TC.configs(problem)[0])
     assert wgrad.splits_of(problem, cfg, 8) == 2 and wgrad.as_is(problem, 2, 8) == (True, r == 1)
     calls = []

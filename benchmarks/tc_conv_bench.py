@@ -39,6 +39,7 @@ from convlab.plugin import registry
 
 from tc_conv_selftest import DTYPES, log, selftest  # beside this file (run as a script)
 
+OUT_PATH = None  # --out, written after every row
 LIMIT = 2**31  # workspace limit of the benchmark (the NHWC copies: 268 MiB for the seed shape in TF32)
 
 
@@ -112,6 +113,8 @@ def bench_one(torch, plugin, entry, pr, rows: list, config_index: int = 0) -> No
         torch.backends.cudnn.allow_tf32 = False
         rows.append(row)
         log({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+        if OUT_PATH:  # after every row: a run cut by its time limit keeps what it measured
+            _write(rows, OUT_PATH)
 
 
 def _public_op(convlab, pr, ta, tb, tbias, tout, config):
@@ -207,6 +210,14 @@ def summary(rows: list) -> None:
         f"{r.get('error', '')}" for r in bad))
 
 
+def _write(rows: list, path: str) -> None:
+    """The rows as JSON, written whole to a temporary file and renamed (never a half-written file)."""
+    import os
+    with open(path + ".tmp", "w") as f:
+        json.dump(rows, f, indent=1, default=str)
+    os.replace(path + ".tmp", path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--selftest", action="store_true", help="correctness only")
@@ -219,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="every config of the plugin (the summary keeps each shape's fastest)")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args(argv)
+    global OUT_PATH
+    OUT_PATH = args.out
     log(runtime.device_name(), runtime.compute_capability(), runtime.versions())
     plugin = registry.get("tensor_core")
     rows: list = []
@@ -232,8 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         summary(rows)
         log(f"total {time.perf_counter() - t0:.0f} s")
         if args.out:
-            with open(args.out, "w") as f:
-                json.dump(rows, f, indent=1, default=str)
+            _write(rows, args.out)
     return 0 if all(r.get("status") in ("ok", "declined") for r in rows) else 1
 
 

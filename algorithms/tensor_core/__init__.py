@@ -90,15 +90,23 @@ def _gathered(problem: Problem) -> dict:
                 stride=(1, 1), padding=pad, dilation=pr.dilation)
 
 
+#: reduction elements a split keeps at least (1 on the simulator, so that its tiny problems split): on
+#: the H200 (results/h200/session7/call3, splits of 256+) the sum and rounding passes cost 10-40 us,
+#: which splits of a 512- to 1152-long reduction (ResNet-50's c3 / c5 1x1 and c3 3x3 layers) mostly
+#: lost, while those of 2048 and longer (c4 / c5 3x3, Burn's deep layers) gained, up to 2x
+MIN_SPLIT_K = 1 if runtime.SIMULATOR else 1024
+
+
 def split_k(problem: Problem, cfg: TcConfig) -> tuple[int, int]:
     """(splits, k tiles per split) of a forward / dgrad: as many splits as fill twice the SMs with
-    blocks when the output tiles alone do not, each at least wgrad.MIN_KTILES k tiles long (1 on the
-    simulator), the partials within 32-bit indexing; (1, all k tiles) when not split."""
+    blocks when the output tiles alone do not, each at least MIN_SPLIT_K reduction elements long, the
+    partials within 32-bit indexing; (1, all k tiles) when not split."""
     geo = _gathered(problem)
     m, n = geo["n"] * geo["p"] * geo["q"], geo["k"]
     ktiles = math.ceil(geo["r"] * geo["s"] * _padded(geo["c"], problem.dtype) / cfg.BK)
     tiles = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN)
-    splits = min(math.ceil(2 * sm_count() / tiles), ktiles // wgrad.MIN_KTILES, MAX_INDEX // (m * n))
+    per_split = max(1, math.ceil(MIN_SPLIT_K / cfg.BK))
+    splits = min(math.ceil(2 * sm_count() / tiles), ktiles // per_split, MAX_INDEX // (m * n))
     if splits < 2:
         return 1, ktiles
     tps = math.ceil(ktiles / splits)

@@ -23,8 +23,9 @@ TC = registry.get("tensor_core")
 
 @pytest.fixture(autouse=True)
 def _split_like_the_simulator(monkeypatch):
-    """Split-K plans as on the simulator (MIN_KTILES 1), so that these tiny problems split the same way
-    on a GPU (8 k tiles a split there); a test that wants another value sets its own."""
+    """Split-K plans as on the simulator (MIN_SPLIT_K 1, wgrad's MIN_KTILES 1), so that these tiny
+    problems split the same way on a GPU; a test that wants another value sets its own."""
+    monkeypatch.setattr(tensor_core, "MIN_SPLIT_K", 1)
     monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES", 1)
 
 
@@ -44,13 +45,14 @@ def _run(problem, seed=0, nhwc_out=False, outputs=None):
 
 
 @pytest.mark.parametrize("problem", [
-    make_problem("dgrad", 1, 8, 4, 5, 8, 1, 3, padding=(1, 2), dtype="float16"),  # padding' = -1, 0
-    make_problem("forward", 2, 5, 6, 5, 12, 2, 2, padding=1, stride=(2, 1), dtype="bfloat16", bias=True),
+    # reductions of 3 k tiles on a GPU too (BK 32 there): padding' = -1, 0; 20 channels padded to 24
+    make_problem("dgrad", 1, 8, 4, 5, 32, 1, 3, padding=(1, 2), dtype="float16"),
+    make_problem("forward", 2, 20, 6, 5, 12, 2, 2, padding=1, stride=(2, 1), dtype="bfloat16", bias=True),
 ], ids=lambda p: p.describe())
 @pytest.mark.parametrize("split", [True, False], ids=["split", "one"])
 def test_half_precision_cases(problem, split, monkeypatch):
     if not split:  # the one-pass kernel (bias and rounding in its epilogue), as large layers run it
-        monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES", 10**6)
+        monkeypatch.setattr(tensor_core, "MIN_SPLIT_K", 10**9)
     assert (tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]))[0] > 1) == split
     err, tol = _run(problem)
     assert err <= tol, (err, tol)
@@ -59,7 +61,7 @@ def test_half_precision_cases(problem, split, monkeypatch):
 @pytest.mark.parametrize("split", [True, False], ids=["split", "one"])
 def test_tf32_only_under_high_precision(split, monkeypatch):
     if not split:
-        monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES", 10**6)
+        monkeypatch.setattr(tensor_core, "MIN_SPLIT_K", 10**9)
     problem = make_problem("forward", 1, 4, 5, 5, 8, 3, 3, padding=1, dtype="float32", bias=True)
     verdict = TC.applicable(problem)
     assert not verdict and "set_float32_precision('high')" in verdict.reason
@@ -142,23 +144,24 @@ def test_split_k_matches_reference(op, dtype, nhwc_out):
 
 
 def test_split_k_plan_and_workspace(monkeypatch):
-    """The brief's layer (batch 16, 512x7x7, w512x3x3, fp16) on 132 SMs with 64x64 tiles: 104 blocks,
-    144 k tiles of 32 -> 3 splits of 48; the workspace counts the partials and the fp32 total (and the
-    widened bias); enough output tiles -> no split."""
+    """Burn's layer (batch 16, 512x7x7, w512x3x3, fp16) on 132 SMs with 64x64 tiles: 104 blocks,
+    144 k tiles of 32 -> 3 splits of 48 (each at least 1024 long: 32 k tiles); the workspace counts the
+    partials and the fp32 total (and the widened bias); enough output tiles, or too short a reduction
+    -> no split."""
     monkeypatch.setattr(tensor_core, "sm_count", lambda: 132)
-    monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES", 8)
+    monkeypatch.setattr(tensor_core, "MIN_SPLIT_K", 1024)
     problem = make_problem("forward", 16, 512, 7, 7, 512, 3, 3, padding=1, dtype="float16", bias=True)
     cfg = tensor_core.TcConfig(64, 64, 32, 32, 32, 4)
     assert tensor_core.split_k(problem, cfg) == (3, 48)
-    assert tensor_core.split_k(problem, tensor_core.TcConfig(128, 128, 32, 64, 64, 3)) == (10, 15)
+    assert tensor_core.split_k(problem, tensor_core.TcConfig(128, 128, 32, 64, 64, 3)) == (4, 36)
     mn = 16 * 7 * 7 * 512
     base = (16 * 7 * 7 + 512 * 9) * 512 * 2
     config = tensor_core._config(cfg)
     assert TC.workspace_bytes(problem, config, 2**30) == base + 4 * (3 * mn + mn + 512)
     big = make_problem("forward", 64, 512, 14, 14, 512, 3, 3, padding=1, dtype="float16")
     assert tensor_core.split_k(big, cfg) == (1, 144)
-    short = make_problem("forward", 16, 16, 7, 7, 512, 3, 3, padding=1, dtype="float16")
-    assert tensor_core.split_k(short, cfg) == (1, 5)  # 5 k tiles: under MIN_KTILES per split
+    short = make_problem("forward", 16, 128, 7, 7, 512, 3, 3, padding=1, dtype="float16")
+    assert tensor_core.split_k(short, cfg) == (1, 36)  # 1152 long: under MIN_SPLIT_K per split
 
 
 def test_kernel_source_gathers_and_stores_nchw():

@@ -19,8 +19,7 @@ strided dgrad (the ``widen`` plugin runs those in fp32).
 Split-K (forward and dgrad, :func:`split_k`): when the output tiles fill fewer than twice the SMs and
 the reduction is long, block z of the one launch (grid z) runs k tiles [z*tps, (z+1)*tps) into fp32
 partials in the output's layout (NCHW or NHWC), then ``convlab.kernels.splitk.sum_partials`` adds them
-in split order (deterministic) and the bias once, straight into a float32 output, or into an fp32 total
-that ``convlab.kernels.convert.narrow`` rounds to fp16 / bf16 (the bias widened to fp32 first). The
+in split order (deterministic) and the bias once, in one pass that also rounds to fp16 / bf16. The
 split count depends on the problem and the config only.
 
 Layouts (``layouts = {"nchw", "nhwc"}``): a channels-last (NHWC-memory) input is read as it is when its
@@ -38,7 +37,7 @@ import math
 import numpy as np
 
 from convlab import Algorithm, Config, Problem, Verdict, layouts, operands, register, runtime
-from convlab.kernels import convert, tc_conv, transpose
+from convlab.kernels import tc_conv, transpose
 from convlab.kernels.splitk import MAX_INDEX, sm_count, sum_partials
 from convlab.kernels.tc_pipeline import TcConfig
 from convlab.problem import np_dtype, unit_roundoff
@@ -62,7 +61,7 @@ GPU_NARROW = {16: [TcConfig(128, 16, 32, 32, 16, 3), TcConfig(128, 32, 32, 32, 3
 SIM_TILES = {16: [TcConfig(32, 32, 16, 16, 32, 2)], 32: [TcConfig(32, 32, 8, 16, 32, 2)]}
 #: the simulator's narrow tile (instead of SIM_TILES when N <= 16): fewer B chunks than threads
 SIM_NARROW = {16: [TcConfig(32, 16, 16, 16, 16, 2)], 32: [TcConfig(32, 16, 8, 16, 16, 2)]}
-HALF = frozenset({"float16", "bfloat16"})  # dtypes with an fp32 total (convert's kinds)
+HALF = frozenset({"float16", "bfloat16"})  # dtypes whose split-K sum rounds as it stores
 
 
 def _config(t: TcConfig) -> Config:
@@ -114,14 +113,11 @@ def split_k(problem: Problem, cfg: TcConfig) -> tuple[int, int]:
 
 
 def _split_f32(problem: Problem, splits: int) -> int:
-    """float32 elements of the split-K workspace: the partials, for fp16 / bf16 also the fp32 total
-    and the widened bias."""
+    """float32 elements of the split-K workspace: the partials (0 when not split)."""
     if splits == 1:
         return 0
     geo = _gathered(problem)
-    mn = geo["n"] * geo["p"] * geo["q"] * geo["k"]
-    half = problem.dtype in HALF
-    return splits * mn + (mn + (geo["k"] if problem.bias else 0) if half else 0)
+    return splits * geo["n"] * geo["p"] * geo["q"] * geo["k"]
 
 
 @register
@@ -183,8 +179,7 @@ class TensorCore(Algorithm):
         the split-K fp32 partials (:func:`_split_f32`); wgrad: the unfolded operands and the split-K
         partials."""
         if problem.op == "wgrad":
-            n_store, n_f32 = wgrad.workspace_elements(problem, tc_config(config), ALIGN[problem.dtype],
-                                                      problem.dtype != "float32")
+            n_store, n_f32 = wgrad.workspace_elements(problem, tc_config(config), ALIGN[problem.dtype])
             return n_store * problem.itemsize + 4 * n_f32
         geo = _gathered(problem)
         cp = _padded(geo["c"], problem.dtype)
@@ -264,14 +259,7 @@ def _conv(problem: Problem, cfg: TcConfig, xh, wt, y, bias, nhwc_out: bool, geo:
     if splits == 1:
         tc_conv.conv_launcher(itype, cfg, xh, wt, y, bias, nhwc_out=nhwc_out, **geo)()
         return
-    mn, half = y.size, problem.dtype in HALF
-    with scratch(_split_f32(problem, splits), np.float32) as f32:
-        part = f32[:splits * mn]
+    with scratch(_split_f32(problem, splits), np.float32) as part:
         tc_conv.conv_launcher(itype, cfg, xh, wt, part, None, nhwc_out=nhwc_out, tps=tps, **geo)()
-        total, b32 = (f32[splits * mn:(splits + 1) * mn], f32[(splits + 1) * mn:]) if half else (y, bias)
-        if half and bias is not None:
-            convert.widen(bias, b32, problem.dtype)
-        sum_partials(part, total, splits, bias=None if bias is None else b32,
-                     inner=1 if nhwc_out else geo["p"] * geo["q"])
-        if half:
-            convert.narrow(total, y, problem.dtype)
+        sum_partials(part, y, splits, bias=bias, inner=1 if nhwc_out else geo["p"] * geo["q"],
+                     out_kind=problem.dtype if problem.dtype in HALF else None)

@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from convlab import Problem, runtime
-from convlab.kernels import convert, tc_gemm
+from convlab.kernels import tc_gemm
 from convlab.kernels.splitk import sm_count, sum_partials
 from convlab.kernels.tc_pipeline import TcConfig
 from convlab.problem import make_problem
@@ -63,11 +63,11 @@ def splits_of(pr: Problem, cfg: TcConfig, align: int) -> int:
     return best
 
 
-def workspace_elements(pr: Problem, cfg: TcConfig, align: int, half: bool) -> tuple[int, int]:
+def workspace_elements(pr: Problem, cfg: TcConfig, align: int) -> tuple[int, int]:
     """(elements in the storage type, float32 elements) the run lends from the scratch pool."""
     crs, kc = pr.c * pr.r * pr.s, pr.k * pr.c * pr.r * pr.s
     splits = splits_of(pr, cfg, align)
-    f32 = 0 if splits == 1 else splits * kc + (kc if half else 0)
+    f32 = 0 if splits == 1 else splits * kc
     return pr.n * padded(pr.p * pr.q, align) * (pr.k + crs), f32
 
 
@@ -100,7 +100,7 @@ def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x
     dy_as_is, x_as_is = as_is(pr, splits, align)
     dy_as_is, x_as_is = dy_as_is and _aligned(dy), x_as_is and _aligned(x)
     n_a, n_bt = (0 if dy_as_is else splits * pr.k * lz), (0 if x_as_is else splits * crs * lz)
-    _, n_f32 = workspace_elements(pr, cfg, align, half)
+    _, n_f32 = workspace_elements(pr, cfg, align)
     # the unfold moves bits: 16-bit types as uint16 (a float16 zero constant is invalid NVVM IR)
     bits = np.uint16 if np.dtype(store).itemsize == 2 else store
     with scratch(max(n_a + n_bt, 1), store) as buf, scratch(max(n_f32, 1), np.float32) as f32:
@@ -120,9 +120,5 @@ def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x
         part = f32[:splits * kc]  # every split's GEMM in one launch (grid z), side by side
         tc_gemm.batched_launcher(itype, cfg, a.reshape(splits, pr.k, lz), bt.reshape(splits, crs, lz),
                                  part.reshape(splits, pr.k, crs))()
-        if not half:
-            sum_partials(part, out.reshape(-1), splits)
-            return
-        total = f32[splits * kc:(splits + 1) * kc]
-        sum_partials(part, total, splits)
-        convert.narrow(total, out.reshape(-1), "bfloat16" if itype == "bf16" else "float16")
+        sum_partials(part, out.reshape(-1), splits,
+                     out_kind=("bfloat16" if itype == "bf16" else "float16") if half else None)

@@ -52,6 +52,29 @@ def test_sum_partials_adds_a_channel_bias_once_after_the_sum(inner):
         sum_partials(runtime.to_device(part), out, splits, bias=runtime.to_device(bias), inner=0)
 
 
+@pytest.mark.parametrize("out_kind", ["float16", "bfloat16"])
+def test_sum_partials_rounds_into_a_half_output_in_one_pass(out_kind):
+    """float32 partials into an fp16 / bf16 (uint16 bits) out: the ordered float32 sum plus the bias
+    (widened from out's type), rounded to nearest even as it is stored, as convert.narrow rounds."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    half = np.float16 if out_kind == "float16" else ml_dtypes.bfloat16
+    rng = np.random.default_rng(13)
+    splits, size, channels, inner = 3, 2 * 4 * 6, 4, 6
+    part = rng.standard_normal((splits, size)).astype(np.float32)
+    bias = rng.standard_normal(channels).astype(half)
+    total = part[0] + part[1] + part[2] + bias.astype(np.float32)[(np.arange(size) // inner) % channels]
+    want = total.astype(half)  # numpy / ml_dtypes: round to nearest even
+    bits = np.uint16 if out_kind == "bfloat16" else np.float16
+    out = runtime.full((size,), 0, bits)
+    sum_partials(runtime.to_device(part), out, splits, bias=runtime.to_device(bias.view(bits)), inner=inner,
+                 out_kind=out_kind)
+    np.testing.assert_array_equal(out.copy_to_host().view(half), want)
+    with pytest.raises(ValueError, match="accumulate"):
+        sum_partials(runtime.to_device(part), out, splits, accumulate=True, out_kind=out_kind)
+    with pytest.raises(TypeError, match="out_kind"):
+        sum_partials(runtime.to_device(part), runtime.full((size,), 0, np.float32), splits, out_kind=out_kind)
+
+
 def test_sum_partials_rejects_bad_arguments():
     part = runtime.to_device(np.zeros((2, 4), np.float32))
     with pytest.raises(TypeError, match="dtype"):

@@ -61,6 +61,10 @@ GPU_NARROW = {16: [TcConfig(128, 16, 32, 32, 16, 3), TcConfig(128, 32, 32, 32, 3
 SIM_TILES = {16: [TcConfig(32, 32, 16, 16, 32, 2)], 32: [TcConfig(32, 32, 8, 16, 32, 2)]}
 #: the simulator's narrow tile (instead of SIM_TILES when N <= 16): fewer B chunks than threads
 SIM_NARROW = {16: [TcConfig(32, 16, 16, 16, 16, 2)], 32: [TcConfig(32, 16, 8, 16, 16, 2)]}
+#: 16-row tiles for a wgrad GEMM of M = K <= 16 output channels (the seed's layer: a 128-row tile is
+#: 7/8 zeros), GPU and simulator (fewer A chunks than threads)
+GPU_SHORT = {16: [TcConfig(16, 64, 32, 16, 32, 3)], 32: [TcConfig(16, 64, 16, 16, 32, 3)]}
+SIM_SHORT = {16: [TcConfig(16, 32, 16, 16, 16, 2)], 32: [TcConfig(16, 32, 8, 16, 16, 2)]}
 HALF = frozenset({"float16", "bfloat16"})  # dtypes whose split-K sum rounds as it stores
 
 
@@ -166,12 +170,16 @@ class TensorCore(Algorithm):
         blocks = lambda t: math.ceil(m / t.BM) * math.ceil(n / t.BN)  # noqa: E731
         # first the tile that wastes the least of N (output channels), then the one that fills the
         # most SMs (up to all of them), then the biggest (the tuner times them all)
+        short = problem.op == "wgrad" and m <= 16  # wgrad: M = output channels
         if runtime.SIMULATOR:
-            tiles = (SIM_NARROW if n <= 16 else SIM_TILES)[bits]
+            tiles = (SIM_SHORT if short else SIM_NARROW if n <= 16 else SIM_TILES)[bits]
         else:  # narrow tiles for N <= 32; no 128-wide tile for N <= 64 (half of it would be zeros)
-            tiles = [t for t in GPU_TILES[bits] if t.BN <= 64 or n > 64] + (GPU_NARROW[bits] if n <= 32 else [])
-        tiles = sorted(tiles,
-                       key=lambda t: (math.ceil(n / t.BN) * t.BN, -min(blocks(t), sm_count()), -t.BM * t.BN))
+            tiles = [t for t in GPU_TILES[bits] if t.BN <= 64 or n > 64] + (GPU_NARROW[bits] if n <= 32 else []) \
+                + (GPU_SHORT[bits] if short else [])
+        # a short wgrad GEMM: the least padded M x N area first
+        area = (lambda t: math.ceil(m / t.BM) * t.BM) if short else (lambda t: 1)  # noqa: E731
+        tiles = sorted(tiles, key=lambda t: (area(t) * math.ceil(n / t.BN) * t.BN, -min(blocks(t), sm_count()),
+                                             -t.BM * t.BN))
         return [_config(t) for t in tiles]
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:

@@ -16,6 +16,11 @@ that every split is a dense, k-contiguous matrix for :func:`convlab.kernels.tc_g
                                                      when splits == 1)
     dw = sum_partials(part) in split order           (deterministic), rounded to the input type
 
+When the image groups' tiles still leave SMs idle (few output channels: M = K = 16 in the seed's
+layer), each group's reduction is also cut in ``parts`` slices (:func:`plan`, tc_gemm's parted GEMM:
+grid z = splits * parts, part[z * parts + p] the product over slice p), PQp padded further when the
+slices need it; the sum then runs over splits * parts partials.
+
 Operands read as they are (no unfold): with one image per split (splits == N) and P*Q a whole number
 of chunks (PQp == P*Q), A[z] = dy[z] is the NCHW gradient itself, [K, P*Q] row-major; and for a 1x1
 filter with stride 1 and no padding, Bt[z] = x[z] too ([C, H*W], H*W == P*Q). Both also need a 16-byte
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,7 +57,12 @@ def padded(length: int, align: int) -> int:
 
 def splits_of(pr: Problem, cfg: TcConfig, align: int) -> int:
     """How many image groups: enough blocks to fill the SMs twice, each split at least MIN_KTILES k
-    tiles long, and a divisor of N (equal groups keep every split's operands dense)."""
+    tiles long, and a divisor of N (equal groups keep every split's operands dense). A 1x1 stride-1
+    unpadded filter whose P*Q is in whole chunks takes one image per split (dy and x then are the
+    operands as they are, no unfold) when its fp32 partials (N*K*C) are no larger than the copies
+    they replace (N*P*Q*(K + C) half elements: ResNet-50's 28x28 1x1 layers)."""
+    if as_is(pr, pr.n, align)[1] and 2 * pr.k * pr.c <= pr.p * pr.q * (pr.k + pr.c):
+        return pr.n
     m, n = pr.k, pr.c * pr.r * pr.s
     blocks = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN)
     want = max(1, math.ceil(2 * sm_count() / blocks))
@@ -63,12 +74,38 @@ def splits_of(pr: Problem, cfg: TcConfig, align: int) -> int:
     return best
 
 
+class Plan(NamedTuple):
+    """splits image groups, each reduction cut in parts slices, images pqp long (zeros past P*Q)."""
+
+    splits: int
+    parts: int
+    pqp: int
+
+
+def plan(pr: Problem, cfg: TcConfig, align: int) -> Plan:
+    """The image groups (:func:`splits_of`), and when their tiles still leave SMs idle (few output
+    channels, a long reduction: the seed's 16-channel layer) slices of each group's reduction, at least
+    MIN_KTILES k tiles each and a whole number of chunks: a divisor of the chunk count near the wanted
+    number, else every image padded up to a multiple of parts chunks."""
+    splits = splits_of(pr, cfg, align)
+    pqp = padded(pr.p * pr.q, align)
+    lz = pr.n // splits * pqp
+    blocks = math.ceil(pr.k / cfg.BM) * math.ceil(pr.c * pr.r * pr.s / cfg.BN) * splits
+    parts = max(1, min(math.ceil(2 * sm_count() / blocks), lz // (MIN_KTILES * cfg.BK)))
+    if parts > 1 and (lz // align) % parts:
+        divisor = max(d for d in range(1, parts + 1) if (lz // align) % d == 0)
+        if divisor > 1 and 2 * divisor >= parts:
+            parts = divisor
+        else:
+            pqp = padded(pr.p * pr.q, align * parts)
+    return Plan(splits, parts, pqp)
+
+
 def workspace_elements(pr: Problem, cfg: TcConfig, align: int) -> tuple[int, int]:
     """(elements in the storage type, float32 elements) the run lends from the scratch pool."""
     crs, kc = pr.c * pr.r * pr.s, pr.k * pr.c * pr.r * pr.s
-    splits = splits_of(pr, cfg, align)
-    f32 = 0 if splits == 1 else splits * kc
-    return pr.n * padded(pr.p * pr.q, align) * (pr.k + crs), f32
+    splits, parts, pqp = plan(pr, cfg, align)
+    return pr.n * pqp * (pr.k + crs), (0 if splits * parts == 1 else splits * parts * kc)
 
 
 @functools.lru_cache(maxsize=256)
@@ -77,10 +114,12 @@ def _dy_as_image(pr: Problem) -> Problem:
     return make_problem("forward", pr.n, pr.k, pr.p, pr.q, 1, 1, 1, dtype=pr.dtype)
 
 
-def as_is(pr: Problem, splits: int, align: int) -> tuple[bool, bool]:
-    """Whether dy (the GEMM's A) and x (its Bt) are already the split-major operands (module doc),
+def as_is(pr: Problem, splits: int, align: int, pqp: int | None = None) -> tuple[bool, bool]:
+    """Whether dy (the GEMM's A) and x (its Bt) are already the split-major operands (module doc) of a
+    plan with ``splits`` image groups and images ``pqp`` long (default: P*Q rounded up to whole chunks),
     leaving their pointers' alignment aside."""
-    dense = splits == pr.n and pr.p * pr.q % align == 0
+    pqp = padded(pr.p * pr.q, align) if pqp is None else pqp
+    dense = splits == pr.n and pqp == pr.p * pr.q
     one_by_one = (pr.r, pr.s, pr.stride, pr.padding) == (1, 1, (1, 1), (0, 0))
     return dense, dense and one_by_one
 
@@ -92,12 +131,12 @@ def _aligned(arr) -> bool:
 def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x, dy, dw) -> None:
     """dw [K, C, R, S] from x [N, C, H, W] and dy [N, K, P, Q] (device arrays in the storage type,
     C-contiguous)."""
-    crs, pqp = pr.c * pr.r * pr.s, padded(pr.p * pr.q, align)
-    splits = splits_of(pr, cfg, align)
+    crs = pr.c * pr.r * pr.s
+    splits, parts, pqp = plan(pr, cfg, align)
     ipb = pr.n // splits
     lz = ipb * pqp  # reduction length of one split
     half = itype != "tf32"
-    dy_as_is, x_as_is = as_is(pr, splits, align)
+    dy_as_is, x_as_is = as_is(pr, splits, align, pqp)
     dy_as_is, x_as_is = dy_as_is and _aligned(dy), x_as_is and _aligned(x)
     n_a, n_bt = (0 if dy_as_is else splits * pr.k * lz), (0 if x_as_is else splits * crs * lz)
     _, n_f32 = workspace_elements(pr, cfg, align)
@@ -113,12 +152,15 @@ def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x
             unfold_into(pr, x.view(bits), bt.view(bits), 0, pr.n, pq_out=pqp, images_per_block=ipb,
                         strides=(crs * lz, pqp, lz), dtype=np.dtype(bits).name)
         out = dw.reshape(pr.k, crs)
-        if splits == 1:
+        if splits * parts == 1:
             tc_gemm.launcher(itype, cfg, a.reshape(pr.k, lz), bt.reshape(crs, lz), out)()
             return
         kc = pr.k * crs
-        part = f32[:splits * kc]  # every split's GEMM in one launch (grid z), side by side
-        tc_gemm.batched_launcher(itype, cfg, a.reshape(splits, pr.k, lz), bt.reshape(splits, crs, lz),
-                                 part.reshape(splits, pr.k, crs))()
-        sum_partials(part, out.reshape(-1), splits,
+        part = f32[:splits * parts * kc]  # every split's (and slice's) GEMM in one launch, side by side
+        a3, bt3 = a.reshape(splits, pr.k, lz), bt.reshape(splits, crs, lz)
+        if parts == 1:
+            tc_gemm.batched_launcher(itype, cfg, a3, bt3, part.reshape(splits, pr.k, crs))()
+        else:
+            tc_gemm.parted_launcher(itype, cfg, a3, bt3, part.reshape(splits * parts, pr.k, crs), parts)()
+        sum_partials(part, out.reshape(-1), splits * parts,
                      out_kind=("bfloat16" if itype == "bf16" else "float16") if half else None)

@@ -61,6 +61,20 @@ class BatchedA(DenseA):
         w(f"ag{e} = U(U(bz * sA) + U({m} * K)) if aok{e} else U(0)")
 
 
+class PartedA(BatchedA):
+    """A batch of GEMMs whose reductions are cut in ``parts`` slices of K: block z runs slice z % parts
+    of matrix z // parts, A[z // parts][:, (z % parts)*K : +K] and the same slice of Bt (rows ``ld``
+    long), into C[z] (grid z = batch * parts: a split-K inside each matrix of a batch)."""
+
+    params = "A, Bt, C, M, N, K, sA, sB, sC, ld, parts"
+    b_offset = "U(U(U(bz // parts) * sB) + U(U(bz % parts) * K))"
+    b_stride = "ld"
+
+    def rows(self, w: Callable, e: int, m: str) -> None:
+        w(f"aok{e} = {m} < M")
+        w(f"ag{e} = U(U(U(U(bz // parts) * sA) + U(U(bz % parts) * K)) + U({m} * ld)) if aok{e} else U(0)")
+
+
 class DenseStore:
     """C[row, col] = value, converted to the output kind."""
 
@@ -84,7 +98,9 @@ class BatchedStore(DenseStore):
         return f"C[U(cb + {col})] = " + self.convert.format(value)
 
 
-def _source(cfg: TcConfig, itype: str, out: str, batched: bool = False) -> str:
+def _source(cfg: TcConfig, itype: str, out: str, batched: bool = False, parted: bool = False) -> str:
+    if parted:
+        return pipeline_source(cfg, itype, PartedA(), BatchedStore(out), "gemm")
     if batched:
         return pipeline_source(cfg, itype, BatchedA(), BatchedStore(out), "gemm")
     return pipeline_source(cfg, itype, DenseA(), DenseStore(out), "gemm")
@@ -102,17 +118,20 @@ def _out_kind(itype: str, out_dtype: Any) -> str:
 
 
 @functools.cache
-def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched: bool = False) -> Callable:
+def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched: bool = False,
+                 parted: bool = False) -> Callable:
     """The kernel (A, Bt, C, M, N, K) for one input type, config and output dtype (cached).
 
     A [M, K], Bt [N, K], C [M, N] C-contiguous device arrays; M, N, K uint32. Grid (ceil(N/BN),
     ceil(M/BM)), ``cfg.threads`` threads per block. ``batched``: (A, Bt, C, M, N, K, sA, sB, sC) on flat
-    arrays, matrix z at z * sA, z * sB, z * sC; grid z = the batch.
+    arrays, matrix z at z * sA, z * sB, z * sC; grid z = the batch. ``parted``: (..., sC, ld, parts),
+    :class:`PartedA`'s slices of rows ``ld`` long.
     """
     cfg = TcConfig(*cfg).validate(itype)
     out = _out_kind(itype, out_dtype)
-    filename = f"<convlab.kernels.tc_gemm {itype} {cfg.name} {out}{' batched' if batched else ''}>"
-    return compile_kernel(_source(cfg, itype, out, batched), "gemm", filename, cfg, itype)
+    kind = " parted" if parted else " batched" if batched else ""
+    filename = f"<convlab.kernels.tc_gemm {itype} {cfg.name} {out}{kind}>"
+    return compile_kernel(_source(cfg, itype, out, batched, parted), "gemm", filename, cfg, itype)
 
 
 def kernel_source(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched: bool = False) -> str:
@@ -176,4 +195,22 @@ def batched_launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any) -> Call
     args = (A.reshape(Z * M * K), Bt.reshape(Z * N * K), C.reshape(Z * M * N), U(M), U(N), U(K),
             U(M * K), U(N * K), U(M * N))
     configured = configure(kernel, cfg, itype, args, M, N, Z)
+    return lambda: configured(*args)
+
+
+def parted_launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any, parts: int) -> Callable[[], None]:
+    """One launch of Z GEMMs, each reduction cut in ``parts`` slices: C[z * parts + p] = A[z][:, sl] @
+    Bt[z][:, sl]^T, sl = slice p of L / parts; A [Z, M, L], Bt [Z, N, L], C [Z * parts, M, N]
+    C-contiguous device arrays, L / parts a whole number of 16-byte chunks (the caller sums C over z, p)."""
+    cfg = TcConfig(*cfg).validate(itype)
+    (Z, M, L), N = A.shape, Bt.shape[1]
+    epc = 16 // ITYPES[itype][1]
+    if tuple(Bt.shape) != (Z, N, L) or tuple(C.shape) != (Z * parts, M, N) or L % (parts * epc):
+        raise ValueError(f"A [Z, M, L], Bt [Z, N, L] and C [Z * parts, M, N] must agree and L split in "
+                         f"{parts} parts of whole {epc}-element chunks, got {tuple(A.shape)}, "
+                         f"{tuple(Bt.shape)}, {tuple(C.shape)}")
+    kernel = make_tc_gemm(itype, cfg, np.dtype(C.dtype).name, parted=True)
+    args = (A.reshape(Z * M * L), Bt.reshape(Z * N * L), C.reshape(Z * parts * M * N), U(M), U(N),
+            U(L // parts), U(M * L), U(N * L), U(M * N), U(L), U(parts))
+    configured = configure(kernel, cfg, itype, args, M, N, Z * parts)
     return lambda: configured(*args)

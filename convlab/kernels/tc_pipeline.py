@@ -103,6 +103,8 @@ class ALoader(Protocol):
     ``chunk(e)``: (in-bounds expression, flat element offset expression) of copy e's chunk.
     Optional ``b_offset``: a batched kernel (grid z = batch, ``bz`` its index): the expression added
     to every Bt offset (e.g. ``U(bz * sB)``); the loader and the store add their own.
+    Optional ``b_stride``: the name of Bt's row length when it is not K (a batched loader that runs
+    a slice of each row: tc_gemm's parted GEMM).
     Optional ``k_split``: split-K (grid z = split; not with ``b_offset``): the name of the kernel
     parameter tps (k tiles per split); block z runs k tiles [z*tps, min((z+1)*tps, ktiles)) only and
     the store writes split z's partial (its ``row`` reads ``cuda.blockIdx.z``)."""
@@ -177,7 +179,7 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
                 loader.rows(w, e, f"U(m0 + ar{e})")
             else:
                 w(f"bok{e} = U(n0 + br{e}) < N")
-                base = f"U(U(n0 + br{e}) * K)"
+                base = f"U(U(n0 + br{e}) * {getattr(loader, 'b_stride', 'K')})"
                 if b_offset is not None:
                     base = f"U({base} + {b_offset})"
                 w(f"bg{e} = {base} if bok{e} else U(0)")

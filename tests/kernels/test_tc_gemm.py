@@ -64,6 +64,28 @@ def test_batched_gemm_runs_every_matrix_in_one_launch(itype):
         tc_gemm.batched_launcher(itype, cfg, cuda.to_device(A), cuda.to_device(Bt[:2]), C)
 
 
+@pytest.mark.parametrize("itype", ["f16", "tf32"])
+def test_parted_gemm_slices_each_reduction(itype):
+    """grid z = batch * parts: block z runs slice z % parts of matrix z // parts (rows L long, the
+    slice K = L / parts); the slices' products add up to each matrix's product and differ from it."""
+    z, parts, m, n, length = 2, 3, 20, 24, 48  # slices of 16: two fp16 chunks, four tf32 ones
+    rng = np.random.default_rng(7)
+    A, A64 = tc_gemm.to_storage(itype, rng.standard_normal((z, m, length)))
+    Bt, B64 = tc_gemm.to_storage(itype, rng.standard_normal((z, n, length)))
+    C = cuda.to_device(np.full((z * parts, m, n), np.nan, np.float32))
+    cfg = tc_gemm.SIM_CONFIG[itype] if runtime.SIMULATOR else tc_gemm.CONFIGS[itype][0]
+    tc_gemm.parted_launcher(itype, cfg, cuda.to_device(A), cuda.to_device(Bt), C, parts)()
+    got = C.copy_to_host().reshape(z, parts, m, n)
+    sl = length // parts
+    for i in range(z):
+        for p in range(parts):
+            want = A64[i, :, p * sl:(p + 1) * sl] @ B64[i, :, p * sl:(p + 1) * sl].T
+            assert _rel(got[i, p], want) < (2e-3 if itype == "tf32" else 1e-6), (i, p)
+        assert _rel(got[i].sum(0), A64[i] @ B64[i].T) < (2e-3 if itype == "tf32" else 1e-6)
+    with pytest.raises(ValueError, match="parts"):
+        tc_gemm.parted_launcher(itype, cfg, cuda.to_device(A), cuda.to_device(Bt), C, 5)
+
+
 def test_tc_gemm_configs_validate():
     for itype, configs in tc_gemm.CONFIGS.items():
         for cfg in configs:

@@ -16,8 +16,12 @@ wgrad (:mod:`.wgrad`) unfolds dy and x into dense split-major operands and runs 
 per image group (one launch, grid z), the fp32 partials summed in order. Not done here: groups > 1 and
 strided dgrad (the ``widen`` plugin runs those in fp32).
 
+Configs (the tuner times them all; the first wastes the least): 128x128 / 128x64 / 64x64 tiles, plus
+16- and 32-wide ones when the GEMM's N is at most 32 (the seed's 16-channel layers) and a 16-row one for
+a wgrad of at most 16 output channels (its M).
+
 Split-K (forward and dgrad, :func:`split_k`): when the output tiles fill fewer than twice the SMs and
-the reduction is long, block z of the one launch (grid z) runs k tiles [z*tps, (z+1)*tps) into fp32
+each split keeps at least MIN_SPLIT_K (1024) reduction elements, block z of the one launch (grid z) runs k tiles [z*tps, (z+1)*tps) into fp32
 partials in the output's layout (NCHW or NHWC), then ``convlab.kernels.splitk.sum_partials`` adds them
 in split order (deterministic) and the bias once, in one pass that also rounds to fp16 / bf16. The
 split count depends on the problem and the config only.

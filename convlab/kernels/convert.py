@@ -32,15 +32,24 @@ def _same(x):
     return x
 
 
+def to_f32(kind: str | None) -> Callable:
+    """The device function reading a value of ``kind`` ("float16", "bfloat16" bits, or None: already
+    float32 / the caller's own type) as float32."""
+    return mma.bf16_to_f32 if kind == "bfloat16" else _to_f32 if kind else _same
+
+
+def from_f32(kind: str | None) -> Callable:
+    """The device function turning a float32 into what a ``kind`` array stores (bf16: its bits rounded to
+    nearest even; float16 and None: the value itself, which a float16 store rounds to nearest even)."""
+    return mma.f32_to_bf16 if kind == "bfloat16" else _same
+
+
 @functools.cache
 def _kernel(kind: str, direction: str) -> Callable:
     """The conversion kernel (src, dst) of one half kind ("float16" / "bfloat16") and direction."""
     if kind not in KINDS or direction not in ("widen", "narrow"):
         raise ValueError(f"kind must be one of {KINDS} and direction widen/narrow, got {kind!r}, {direction!r}")
-    if direction == "widen":
-        conv = mma.bf16_to_f32 if kind == "bfloat16" else _to_f32
-    else:
-        conv = mma.f32_to_bf16 if kind == "bfloat16" else _same  # float16 store: round to nearest even
+    conv = to_f32(kind) if direction == "widen" else from_f32(kind)
 
     def convert(src, dst):
         i = cuda.grid(1)

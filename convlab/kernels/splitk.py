@@ -74,16 +74,6 @@ def flat(arr: Any, name: str) -> Any:
     return arr
 
 
-@runtime.jit(device=True)
-def _to_f32(x):
-    return np.float32(x)
-
-
-@runtime.jit(device=True)
-def _same(x):
-    return x
-
-
 @functools.cache
 def _sum_kernel(out_kind: str | None) -> Any:
     """``sum_splits(part, out, splits, size, accumulate, bias, inner, channels)``: out[i] (+)= sum_{s <
@@ -91,10 +81,9 @@ def _sum_kernel(out_kind: str | None) -> Any:
     channels] when channels > 0, then + out[i] when accumulating. ``out_kind`` None: out and bias in
     part's type; "float16" / "bfloat16" (uint16 bits): the float32 sum rounded to nearest even as it is
     stored (bias in out's type, widened; no accumulate), the rounding of convlab.kernels.convert."""
-    from . import mma  # the bf16 conversions shared with the tensor-core epilogue
+    from . import convert  # the conversions of convert.widen / narrow (and the tensor-core epilogue)
 
-    load = mma.bf16_to_f32 if out_kind == "bfloat16" else _to_f32 if out_kind else _same
-    store = mma.f32_to_bf16 if out_kind == "bfloat16" else _same  # float16 store: round to nearest
+    load, store = convert.to_f32(out_kind), convert.from_f32(out_kind)
 
     def sum_splits(part, out, splits, size, accumulate, bias, inner, channels):
         i = u32(cuda.grid(1))

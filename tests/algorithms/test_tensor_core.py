@@ -195,6 +195,17 @@ def test_public_ops_in_half_precision(dtype):
     assert dx.dtype == np.dtype(dtype) and dx.shape == (1, 8, 5, 5)
 
 
+def _wgrad_unfolds(monkeypatch, problem, seed: int) -> int:
+    """Run the wgrad ``problem`` (checked against the reference) and count its unfold launches."""
+    from convlab.algorithms.tensor_core import wgrad
+    calls = []
+    real = wgrad.unfold_into
+    monkeypatch.setattr(wgrad, "unfold_into", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    err, tol = _run(problem, seed=seed)
+    assert err <= tol, (err, tol)
+    return len(calls)
+
+
 @pytest.mark.parametrize("r,padding,unfolds", [(1, 0, 0), (3, 1, 1)])
 def test_wgrad_reads_dy_and_1x1_x_as_they_are(monkeypatch, r, padding, unfolds):
     """One image per split and P*Q a multiple of the chunk: dy is the GEMM's A as it is, and for a 1x1
@@ -203,12 +214,7 @@ def test_wgrad_reads_dy_and_1x1_x_as_they_are(monkeypatch, r, padding, unfolds):
     problem = make_problem("wgrad", 2, 8, 8, 8, 16, r, r, padding=padding, dtype="float16")
     cfg = tensor_core.tc_config(TC.configs(problem)[0])
     assert wgrad.splits_of(problem, cfg, 8) == 2 and wgrad.as_is(problem, 2, 8) == (True, r == 1)
-    calls = []
-    real = wgrad.unfold_into
-    monkeypatch.setattr(wgrad, "unfold_into", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
-    err, tol = _run(problem, seed=4)
-    assert err <= tol, (err, tol)
-    assert len(calls) == unfolds
+    assert _wgrad_unfolds(monkeypatch, problem, seed=4) == unfolds
 
 
 @pytest.mark.parametrize("shape,padded,unfolds", [
@@ -226,10 +232,5 @@ def test_wgrad_cuts_a_short_gemm_reduction_in_slices(monkeypatch, shape, padded,
     splits, parts, pqp = wgrad.plan(problem, cfg, 8)
     assert splits == 1 and parts > 1 and pqp % (8 * parts) == 0
     assert (pqp > wgrad.padded(problem.p * problem.q, 8)) == padded
-    calls = []
-    real = wgrad.unfold_into
-    monkeypatch.setattr(wgrad, "unfold_into", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
-    err, tol = _run(problem, seed=6)
-    assert err <= tol, (err, tol)
-    assert len(calls) == unfolds
+    assert _wgrad_unfolds(monkeypatch, problem, seed=6) == unfolds
 

@@ -122,8 +122,8 @@ def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched:
                  parted: bool = False) -> Callable:
     """The kernel (A, Bt, C, M, N, K) for one input type, config and output dtype (cached).
 
-    A [M, K], Bt [N, K], C [M, N] C-contiguous device arrays; M, N, K uint32. Grid (ceil(N/BN),
-    ceil(M/BM)), ``cfg.threads`` threads per block. ``batched``: (A, Bt, C, M, N, K, sA, sB, sC) on flat
+    A [M, K], Bt [N, K], C [M, N] C-contiguous device arrays; M, N, K uint32. Grid
+    (ceil(M/BM) * ceil(N/BN), 1, batch) (tc_pipeline.configure), ``cfg.threads`` threads per block. ``batched``: (A, Bt, C, M, N, K, sA, sB, sC) on flat
     arrays, matrix z at z * sA, z * sB, z * sC; grid z = the batch. ``parted``: (..., sC, ld, parts),
     :class:`PartedA`'s slices of rows ``ld`` long.
     """

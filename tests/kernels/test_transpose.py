@@ -47,3 +47,16 @@ def test_grid_limits_are_named():
     a = runtime.full((4,), 0, np.float32)
     with pytest.raises(ValueError, match="65535 batches"):
         transpose.to_channels_last(a, a, 70000, 1, 1, 1)
+
+
+def test_a_view_off_4_byte_alignment_takes_the_element_kernel(monkeypatch):
+    """A 16-bit view starting at an odd element is not 4-byte aligned: uint32 pairs would be misaligned
+    loads on a GPU, so the element kernel copies it."""
+    monkeypatch.setattr(transpose, "_pairs_kernel", None)  # would raise if called
+    base = (np.random.default_rng(2).standard_normal(1 + 2 * 4 * 6) * 10).astype(np.float16)
+    dev = runtime.to_device(base)[1:]
+    assert runtime.device_pointer(dev) % 4 == 2
+    dst = runtime.full((2 * 6 * 4,), np.nan, np.float16)
+    transpose.to_channels_last(dev, dst, 2, 4, 6, 4)
+    want = _want(base[1:].reshape(2, 4, 6), 4)
+    np.testing.assert_array_equal(dst.copy_to_host().reshape(2, 6, 4), want)

@@ -21,8 +21,8 @@ Configs (the tuner times them all; the first wastes the least): 128x128 / 128x64
 a wgrad of at most 16 output channels (its M).
 
 Split-K (forward and dgrad, :func:`split_k`): when the output tiles fill fewer than twice the SMs and
-each split keeps at least MIN_SPLIT_K (1024) reduction elements, block z of the one launch (grid z) runs k tiles [z*tps, (z+1)*tps) into fp32
-partials in the output's layout (NCHW or NHWC), then ``convlab.kernels.splitk.sum_partials`` adds them
+each split keeps at least MIN_SPLIT_K (1024) reduction elements, block z of the one launch (grid z)
+runs k tiles [z*tps, (z+1)*tps) into fp32 partials in the output's layout (NCHW or NHWC), then ``convlab.kernels.splitk.sum_partials`` adds them
 in split order (deterministic) and the bias once, in one pass that also rounds to fp16 / bf16. The
 split count depends on the problem and the config only.
 
@@ -41,7 +41,7 @@ import math
 import numpy as np
 
 from convlab import Algorithm, Config, Problem, Verdict, layouts, operands, register, runtime
-from convlab.kernels import tc_conv, transpose
+from convlab.kernels import convert, tc_conv, transpose
 from convlab.kernels.splitk import MAX_INDEX, sm_count, sum_partials
 from convlab.kernels.tc_pipeline import TcConfig
 from convlab.problem import np_dtype, unit_roundoff
@@ -69,7 +69,6 @@ SIM_NARROW = {16: [TcConfig(32, 16, 16, 16, 16, 2)], 32: [TcConfig(32, 16, 8, 16
 #: 7/8 zeros), GPU and simulator (fewer A chunks than threads)
 GPU_SHORT = {16: [TcConfig(16, 64, 32, 16, 32, 3)], 32: [TcConfig(16, 64, 16, 16, 32, 3)]}
 SIM_SHORT = {16: [TcConfig(16, 32, 16, 16, 16, 2)], 32: [TcConfig(16, 32, 8, 16, 16, 2)]}
-HALF = frozenset({"float16", "bfloat16"})  # dtypes whose split-K sum rounds as it stores
 
 
 def _config(t: TcConfig) -> Config:
@@ -274,4 +273,4 @@ def _conv(problem: Problem, cfg: TcConfig, xh, wt, y, bias, nhwc_out: bool, geo:
     with scratch(_split_f32(problem, splits), np.float32) as part:
         tc_conv.conv_launcher(itype, cfg, xh, wt, part, None, nhwc_out=nhwc_out, tps=tps, **geo)()
         sum_partials(part, y, splits, bias=bias, inner=1 if nhwc_out else geo["p"] * geo["q"],
-                     out_kind=problem.dtype if problem.dtype in HALF else None)
+                     out_kind=convert.half_kind(problem.dtype))

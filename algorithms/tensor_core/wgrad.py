@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 from convlab import Problem, runtime
-from convlab.kernels import tc_gemm
+from convlab.kernels import convert, tc_gemm
 from convlab.kernels.splitk import sm_count, sum_partials
 from convlab.kernels.tc_pipeline import TcConfig
 from convlab.problem import make_problem
@@ -81,6 +81,11 @@ class Plan(NamedTuple):
     parts: int
     pqp: int
 
+    def partial_elements(self, pr: Problem) -> int:
+        """float32 elements of the partials (0: one GEMM straight into dw)."""
+        partials = self.splits * self.parts
+        return 0 if partials == 1 else partials * pr.k * pr.c * pr.r * pr.s
+
 
 def plan(pr: Problem, cfg: TcConfig, align: int) -> Plan:
     """The image groups (:func:`splits_of`), and when their tiles still leave SMs idle (few output
@@ -103,9 +108,8 @@ def plan(pr: Problem, cfg: TcConfig, align: int) -> Plan:
 
 def workspace_elements(pr: Problem, cfg: TcConfig, align: int) -> tuple[int, int]:
     """(elements in the storage type, float32 elements) the run lends from the scratch pool."""
-    crs, kc = pr.c * pr.r * pr.s, pr.k * pr.c * pr.r * pr.s
-    splits, parts, pqp = plan(pr, cfg, align)
-    return pr.n * pqp * (pr.k + crs), (0 if splits * parts == 1 else splits * parts * kc)
+    p = plan(pr, cfg, align)
+    return pr.n * p.pqp * (pr.k + pr.c * pr.r * pr.s), p.partial_elements(pr)
 
 
 @functools.lru_cache(maxsize=256)
@@ -132,14 +136,14 @@ def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x
     """dw [K, C, R, S] from x [N, C, H, W] and dy [N, K, P, Q] (device arrays in the storage type,
     C-contiguous)."""
     crs = pr.c * pr.r * pr.s
-    splits, parts, pqp = plan(pr, cfg, align)
+    the_plan = plan(pr, cfg, align)
+    splits, parts, pqp = the_plan
     ipb = pr.n // splits
     lz = ipb * pqp  # reduction length of one split
-    half = itype != "tf32"
     dy_as_is, x_as_is = as_is(pr, splits, align, pqp)
     dy_as_is, x_as_is = dy_as_is and _aligned(dy), x_as_is and _aligned(x)
     n_a, n_bt = (0 if dy_as_is else splits * pr.k * lz), (0 if x_as_is else splits * crs * lz)
-    _, n_f32 = workspace_elements(pr, cfg, align)
+    n_f32 = the_plan.partial_elements(pr)
     # the unfold moves bits: 16-bit types as uint16 (a float16 zero constant is invalid NVVM IR)
     bits = np.uint16 if np.dtype(store).itemsize == 2 else store
     with scratch(max(n_a + n_bt, 1), store) as buf, scratch(max(n_f32, 1), np.float32) as f32:
@@ -155,12 +159,10 @@ def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x
         if splits * parts == 1:
             tc_gemm.launcher(itype, cfg, a.reshape(pr.k, lz), bt.reshape(crs, lz), out)()
             return
-        kc = pr.k * crs
-        part = f32[:splits * parts * kc]  # every split's (and slice's) GEMM in one launch, side by side
+        part = f32[:n_f32]  # every split's (and slice's) GEMM in one launch, side by side
         a3, bt3 = a.reshape(splits, pr.k, lz), bt.reshape(splits, crs, lz)
         if parts == 1:
             tc_gemm.batched_launcher(itype, cfg, a3, bt3, part.reshape(splits, pr.k, crs))()
         else:
             tc_gemm.parted_launcher(itype, cfg, a3, bt3, part.reshape(splits * parts, pr.k, crs), parts)()
-        sum_partials(part, out.reshape(-1), splits * parts,
-                     out_kind=("bfloat16" if itype == "bf16" else "float16") if half else None)
+        sum_partials(part, out.reshape(-1), splits * parts, out_kind=convert.half_kind(pr.dtype))

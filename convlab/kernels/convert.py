@@ -32,6 +32,11 @@ def _same(x):
     return x
 
 
+def half_kind(dtype: str) -> str | None:
+    """``dtype`` when it is one of the half kinds (float16, bfloat16), else None (float32 and wider)."""
+    return dtype if dtype in KINDS else None
+
+
 def to_f32(kind: str | None) -> Callable:
     """The device function reading a value of ``kind`` ("float16", "bfloat16" bits, or None: already
     float32 / the caller's own type) as float32."""

@@ -52,6 +52,24 @@ def _events_ms(fn) -> float:
     return statistics.median(times)
 
 
+def _b2b_ms(fn, inner: int = 10, repeat: int = 10) -> float:
+    """Median ms per call of ``inner`` back-to-back calls between two CUDA events (no synchronisation in
+    between, so host work overlaps the device's: a stream of layers), ``repeat`` samples."""
+    for _ in range(3):
+        fn()
+    runtime.synchronize()
+    samples = []
+    for _ in range(repeat):
+        start, stop = runtime.event(), runtime.event()
+        start.record()
+        for _ in range(inner):
+            fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) / inner)
+    return statistics.median(samples)
+
+
 def _as_numba(torch, t):
     if t is None:
         return None
@@ -93,6 +111,7 @@ def bench_one(torch, plugin, entry, pr, rows: list, config_index: int = 0) -> No
         row["ours_ms"] = _events_ms(ours)
         row.update(_parts_ms(pr, ours, (a, b, bias, out)))
         row["op_ms"] = _events_ms(_public_op(convlab, pr, ta, tb, tbias, tout, config))
+        row["op_b2b_ms"] = _b2b_ms(_public_op(convlab, pr, ta, tb, tbias, tout, config))
         cl = lambda t: t.contiguous(memory_format=torch.channels_last)  # noqa: E731
         row["op_cl_ms"] = _events_ms(_public_op(convlab, pr, cl(ta), cl(tb), tbias, cl(tout),  # NHWC tensors
                                                 config))
@@ -100,13 +119,16 @@ def bench_one(torch, plugin, entry, pr, rows: list, config_index: int = 0) -> No
         torch.backends.cudnn.allow_tf32 = pr.dtype == "float32"
         with torch.no_grad():
             row["cudnn_ms"] = _events_ms(torch_call(torch, pr, ta, tb, tbias, False))
+            row["cudnn_b2b_ms"] = _b2b_ms(torch_call(torch, pr, ta, tb, tbias, False))
             cl = [None if t is None or t.dim() != 4 else t.contiguous(memory_format=torch.channels_last)
                   for t in (ta, tb)]  # channels_last (TF32 too)
             row["cudnn_cl_ms"] = _events_ms(torch_call(torch, pr, cl[0], cl[1], tbias, False))
-        best = min(v for k, v in row.items() if k.startswith("cudnn") and v)
+        best = min(row[k] for k in ("cudnn_ms", "cudnn_cl_ms") if row.get(k))
         row["cudnn_over_ours"] = best / row["ours_ms"]  # plugin.run with Numba's launches
         row["cudnn_over_op"] = best / row["op_ms"]  # the user's path: the public op on torch tensors
+        row["cudnn_nchw_over_op"] = row["cudnn_ms"] / row["op_ms"]  # both NCHW
         row["cudnn_cl_over_op_cl"] = row.get("cudnn_cl_ms", row["cudnn_ms"]) / row["op_cl_ms"]  # both NHWC
+        row["cudnn_over_op_b2b"] = row["cudnn_b2b_ms"] / row["op_b2b_ms"]  # NCHW, calls back to back
     except Exception as exc:
         row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:400])
     finally:
@@ -186,9 +208,9 @@ def summary(rows: list) -> None:
     """Geometric means of cuDNN (the faster layout) / ours: through the public op (the user's path),
     the same with channels-last tensors on both sides, and through plugin.run (Numba's launches); and
     the shapes where the public op is faster."""
-    log("\n| op | dtype | shapes | geomean cuDNN/ours, public op | both channels-last | plugin.run "
-        "| op faster on |")
-    log("|---|---|---|---|---|---|---|")
+    log("\n| op | dtype | shapes | geomean cuDNN/ours, public op (cuDNN's faster layout) | both NCHW "
+        "| both NCHW, back to back | both channels-last | plugin.run | op faster on |")
+    log("|---|---|---|---|---|---|---|---|---|")
     best: dict = {}  # per shape, op and dtype the config the tuner would keep (fastest public op)
     for r in rows:
         key = (r.get("shape"), r.get("op"), r.get("dtype"))
@@ -201,8 +223,9 @@ def summary(rows: list) -> None:
     gm = lambda rs, key: math.exp(sum(math.log(r[key]) for r in rs) / len(rs))  # noqa: E731
     for (op, dtype), rs in sorted(groups.items()):
         faster = [r["shape"] for r in rs if r["cudnn_over_op"] > 1]
-        keys = ("cudnn_over_op", "cudnn_cl_over_op_cl", "cudnn_over_ours")
-        means = " | ".join(f"{gm(rs, key):.3f}" for key in keys)
+        keys = ("cudnn_over_op", "cudnn_nchw_over_op", "cudnn_over_op_b2b", "cudnn_cl_over_op_cl",
+                "cudnn_over_ours")
+        means = " | ".join(f"{gm(rs, key):.3f}" if all(r.get(key) for r in rs) else "-" for key in keys)
         log(f"| {op} | {dtype} | {len(rs)} | {means} | {', '.join(faster) or '-'} |")
     bad = [r for r in rows if r.get("status") not in ("ok", "declined")]
     log(f"\n{len(rows)} rows, {len(bad)} not ok: " + "; ".join(

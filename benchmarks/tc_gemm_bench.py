@@ -113,17 +113,20 @@ def bench(torch, itype: str, cfgs, m: int, n: int, k: int, args, result: dict) -
     except Exception as exc:
         rows.append({"itype": itype, "config": "cublas", "error": repr(exc)})
     cublas_ms = rows[-1].get("ms")
-    for cfg in cfgs:
+    rounds = args.tf32_round if itype == "tf32" else ["add"]
+    for cfg, rnd in ((cfg, rnd) for cfg in cfgs for rnd in rounds):
         row = {"itype": itype, "config": cfg.name}
+        if itype == "tf32":
+            row["tf32_round"] = rnd
         try:
             c = torch.full((m, n), float("nan"), device="cuda")
             t0 = time.perf_counter()
-            run = tc_gemm.launcher(itype, cfg, a_nb, bt_nb, cuda.as_cuda_array(c))
+            run = tc_gemm.launcher(itype, cfg, a_nb, bt_nb, cuda.as_cuda_array(c), tf32_round=rnd)
             run()
             cuda.synchronize()
             row["compile_s"] = time.perf_counter() - t0
             row["rel_err"] = _rel_err(torch, c, a, bt)
-            row.update(_resources(tc_gemm.make_tc_gemm(itype, cfg)))
+            row.update(_resources(tc_gemm.make_tc_gemm(itype, cfg, tf32_round=rnd)))
             row["ms"] = _median_ms(run, args.warmup, args.repeat, args.inner)
             row["tflops"] = flops / row["ms"] / 1e9
             if cublas_ms:
@@ -144,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="input types to time (none: only the selftest)")
     parser.add_argument("--configs", type=int, nargs="*", default=None,
                         help="indices into tc_gemm.CONFIGS[itype] to time (default: all)")
+    parser.add_argument("--tf32-round", nargs="+", default=["add"], choices=["add", "cvt"],
+                        help="TF32 rounding of the fragments (tc_pipeline.TF32_ROUND) to time, each")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--inner", type=int, default=5)
@@ -179,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'regs':>5} {'local':>5} {'compile s':>9}")
     for r in result.get("timings", []):
         fmt = lambda key, spec: format(r[key], spec) if isinstance(r.get(key), (int, float)) else "-"  # noqa
-        print(f"{r['itype']:6} {r.get('config', '-'):24} {fmt('ms', '8.3f')} {fmt('tflops', '8.1f')} "
+        name = f"{r.get('config', '-')} {r.get('tf32_round', '')}"
+        print(f"{r['itype']:6} {name:24} {fmt('ms', '8.3f')} {fmt('tflops', '8.1f')} "
               f"{fmt('vs_cublas', '9.2f')} {fmt('rel_err', '9.1e')} {fmt('regs_per_thread', '5d')} "
               f"{fmt('local_mem_per_thread', '5d')} {fmt('compile_s', '9.1f')}"
               + (f"  ERROR {r['error']}" if "error" in r else ""))

@@ -28,7 +28,7 @@ split count depends on the problem and the config only.
 
 Layouts (``layouts = {"nchw", "nhwc"}``): a channels-last (NHWC-memory) input is read as it is when its
 channel count needs no padding (a multiple of 8, or 4 for TF32), and so is a channels-last forward filter
-(KRSC memory); a channels-last output is written NHWC by the epilogue. Other channels-last operands (an
+(KRSC memory) and a 1x1 forward filter in either layout (KCRS = KRSC); a channels-last output is written NHWC by the epilogue. Other channels-last operands (an
 unaligned channel count, dgrad's filter, every wgrad operand) are copied to NCHW scratch first.
 
 Applicability: compute capability 8.0 or newer (any on the simulator), groups == 1, float32 only under
@@ -233,11 +233,13 @@ class TensorCore(Algorithm):
         geo = _gathered(problem)
         n, c, h, w, k, r, s = (geo[key] for key in "nchwkrs")
         cp = _padded(c, problem.dtype)
-        # channels-last operands the kernel reads as they are: the gathered input (NHWC) and the forward
-        # filter (KRSC), when no channel padding is needed; the output in either layout
+        # operands the kernel reads as they are: a channels-last gathered input (NHWC) and forward filter
+        # (KRSC; a 1x1 filter in either layout), when no channel padding is needed; the output in either
+        # layout
         a_last, b_last = operands.is_channels_last(a), operands.is_channels_last(b)
         x_as_is = a_last and cp == c
-        w_as_is = b_last and cp == c and problem.op == "forward"
+        # a 1x1 filter's KCRS memory is already KRSC
+        w_as_is = problem.op == "forward" and cp == c and (b_last or r * s == 1)
         nhwc_out = operands.is_channels_last(out)
         copy_x = (a,) if a_last and not x_as_is else ()  # to NCHW scratch first (operands_for)
         copy_w = (b,) if b_last and not w_as_is else ()

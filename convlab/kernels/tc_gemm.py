@@ -28,7 +28,7 @@ CONFIGS = {"f16": [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 
                    TcConfig(128, 128, 64, 64, 64, 3)],
            "tf32": [TcConfig(128, 128, 16, 64, 64, 3), TcConfig(128, 64, 16, 64, 32, 4),
                     TcConfig(64, 128, 16, 32, 64, 4), TcConfig(128, 128, 32, 64, 64, 3),
-                    TcConfig(128, 256, 16, 64, 64, 4)]}
+                    TcConfig(128, 256, 16, 64, 64, 4), TcConfig(128, 128, 32, 64, 64, 4)]}
 CONFIGS["bf16"] = CONFIGS["f16"]
 SIM_CONFIG = {"f16": TcConfig(32, 32, 16, 16, 32, 3), "bf16": TcConfig(32, 32, 16, 16, 32, 2),
               "tf32": TcConfig(32, 32, 8, 16, 32, 3)}
@@ -98,12 +98,11 @@ class BatchedStore(DenseStore):
         return f"C[U(cb + {col})] = " + self.convert.format(value)
 
 
-def _source(cfg: TcConfig, itype: str, out: str, batched: bool = False, parted: bool = False) -> str:
-    if parted:
-        return pipeline_source(cfg, itype, PartedA(), BatchedStore(out), "gemm")
-    if batched:
-        return pipeline_source(cfg, itype, BatchedA(), BatchedStore(out), "gemm")
-    return pipeline_source(cfg, itype, DenseA(), DenseStore(out), "gemm")
+def _source(cfg: TcConfig, itype: str, out: str, batched: bool = False, parted: bool = False,
+            tf32_round: str = "add") -> str:
+    loader, store = (PartedA(), BatchedStore(out)) if parted else (BatchedA(), BatchedStore(out)) if batched \
+        else (DenseA(), DenseStore(out))
+    return pipeline_source(cfg, itype, loader, store, "gemm", tf32_round)
 
 
 def _out_kind(itype: str, out_dtype: Any) -> str:
@@ -119,19 +118,21 @@ def _out_kind(itype: str, out_dtype: Any) -> str:
 
 @functools.cache
 def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched: bool = False,
-                 parted: bool = False) -> Callable:
+                 parted: bool = False, tf32_round: str = "add") -> Callable:
     """The kernel (A, Bt, C, M, N, K) for one input type, config and output dtype (cached).
 
     A [M, K], Bt [N, K], C [M, N] C-contiguous device arrays; M, N, K uint32. Grid
     (ceil(M/BM) * ceil(N/BN), 1, batch) (tc_pipeline.configure), ``cfg.threads`` threads per block. ``batched``: (A, Bt, C, M, N, K, sA, sB, sC) on flat
     arrays, matrix z at z * sA, z * sB, z * sC; grid z = the batch. ``parted``: (..., sC, ld, parts),
-    :class:`PartedA`'s slices of rows ``ld`` long.
+    :class:`PartedA`'s slices of rows ``ld`` long. ``tf32_round``: tc_pipeline.TF32_ROUND's key.
     """
     cfg = TcConfig(*cfg).validate(itype)
     out = _out_kind(itype, out_dtype)
     kind = " parted" if parted else " batched" if batched else ""
-    filename = f"<convlab.kernels.tc_gemm {itype} {cfg.name} {out}{kind}>"
-    return compile_kernel(_source(cfg, itype, out, batched, parted), "gemm", filename, cfg, itype)
+    filename = f"<convlab.kernels.tc_gemm {itype} {cfg.name} {out}{kind}" + \
+        (f" tf32 {tf32_round}>" if itype == "tf32" else ">")
+    return compile_kernel(_source(cfg, itype, out, batched, parted, tf32_round), "gemm", filename, cfg,
+                          itype)
 
 
 def kernel_source(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched: bool = False) -> str:
@@ -173,11 +174,12 @@ def tc_matmul(itype: str, A: Any, Bt: Any, C: Any, cfg: TcConfig | None = None) 
     return C
 
 
-def launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any) -> Callable[[], None]:
+def launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any,
+             tf32_round: str = "add") -> Callable[[], None]:
     """A no-argument function that launches the kernel on these (checked) device arrays."""
     cfg = TcConfig(*cfg).validate(itype)
     (M, K), N = A.shape, Bt.shape[0]
-    kernel = make_tc_gemm(itype, cfg, np.dtype(C.dtype).name)
+    kernel = make_tc_gemm(itype, cfg, np.dtype(C.dtype).name, tf32_round=tf32_round)
     args = (A, Bt, C, U(M), U(N), U(K))
     configured = configure(kernel, cfg, itype, args, M, N)
     return lambda: configured(*args)

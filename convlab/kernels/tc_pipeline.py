@@ -9,7 +9,7 @@ WM x WN tile of (WM/16) x (WN/8) mma tiles; S = STAGES shared buffers of A (BM x
         cp.async k tile kt+S-1 -> stage (kt+S-1) % S  (if it exists);  commit
         for each k step of the mma (16 halves or 8 tf32) in stage kt % S:
             A fragments: WM/16 ldmatrix.x4;  B fragments: WN/16 ldmatrix.x4 (two n8 tiles each)
-            (tf32: cvt.rna on every fragment register)
+            (tf32: every fragment register rounded to TF32: TF32_ROUND)
             acc[i][j] = mma(a[i], b[j], acc[i][j])
     epilogue: acc -> C (bounds-checked; converted to the output type)
 
@@ -46,6 +46,11 @@ DYNAMIC_LIMIT = 227 * 1024  # dynamic shared memory per block on sm_80 / sm_90 (
 ITYPES = {"f16": (np.float16, 2, 16), "bf16": (np.uint16, 2, 16), "tf32": (np.float32, 4, 8)}
 #: itype -> (shared/storage dtype, bytes per element, k of one mma)
 OUT_CONVERT = {"f32": "{}", "in": "{}", "bf16": "f32_to_bf16({})"}  # output kind -> store conversion
+#: how fp32 fragment registers become TF32 (both round to nearest, ties away from zero, for finite values):
+#: "add" adds half a TF32 ulp (0x1000) to the bits, the mma ignoring the low 13 mantissa bits (one integer
+#: add, CUTLASS's round_half_ulp_truncate); "cvt" is ``cvt.rna.tf32.f32``. They differ only on NaNs whose
+#: top 10 mantissa bits are all set (the add carries them into the sign: -0). Default "add".
+TF32_ROUND = {"add": "U({} + U(4096))", "cvt": "to_tf32({})"}
 
 
 class TcConfig(NamedTuple):
@@ -124,8 +129,11 @@ class Store(Protocol):
     def put(self, col: str, value: str) -> str: ...
 
 
-def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name: str) -> str:
-    """Source of the kernel ``name(<loader.params>)`` for one config (M, N, K among the params)."""
+def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name: str,
+                    tf32_round: str = "add") -> str:
+    """Source of the kernel ``name(<loader.params>)`` for one config (M, N, K among the params);
+    ``tf32_round``: a key of TF32_ROUND."""
+    rnd = TF32_ROUND[tf32_round].format
     BM, BN, BK, WM, WN, S = cfg[:6]
     T = cfg.threads
     size, kstep = ITYPES[itype][1], ITYPES[itype][2]
@@ -247,9 +255,9 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
         if itype == "tf32":
             for i in range(MI):
                 w(", ".join(f"a{i}_{r}" for r in range(4)) + " = "
-                  + ", ".join(f"to_tf32(a{i}_{r})" for r in range(4)), 2)
+                  + ", ".join(rnd(f"a{i}_{r}") for r in range(4)), 2)
             for j in range(NI):
-                w(f"b{j}_0, b{j}_1 = to_tf32(b{j}_0), to_tf32(b{j}_1)", 2)
+                w(f"b{j}_0, b{j}_1 = {rnd(f'b{j}_0')}, {rnd(f'b{j}_1')}", 2)
         for i in range(MI):
             for j in range(NI):
                 acc = ", ".join(f"c{i}_{j}_{r}" for r in range(4))

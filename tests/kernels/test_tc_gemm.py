@@ -120,3 +120,27 @@ def test_configure_folds_output_tiles_into_grid_x_and_names_its_limits():
     assert grid == (65536, 1, 1) and threads == cfg.threads
     with pytest.raises(ValueError, match="grid"):
         configure(Kernel(), cfg, "f16", (), 2**40, 64)
+
+
+def test_tf32_rounding_by_add_equals_cvt_rna():
+    """TF32_ROUND "add" (bits + half a TF32 ulp, the mma truncating) and "cvt" (cvt.rna.tf32.f32) give the
+    same bits on finite inputs: round to nearest, ties away from zero. Inputs sit on the tie and just
+    beside it, so a truncation (no rounding) or ties-to-even would differ."""
+    rng = np.random.default_rng(11)
+    m, n, k = 32, 32, 16
+    base = rng.standard_normal((m + n, k)).astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+    nudge = rng.choice(np.array([0x0FFF, 0x1000, 0x1001, 0x1FFF], np.uint32), size=base.shape)
+    vals = (base | nudge).view(np.float32)  # low 13 bits: below, at, above the tie; just under 1 ulp
+    A, Bt = vals[:m], vals[m:]
+    cfg = tc_gemm.SIM_CONFIG["tf32"] if runtime.SIMULATOR else tc_gemm.CONFIGS["tf32"][0]
+    got = {}
+    for rnd in ("add", "cvt"):
+        C = cuda.to_device(np.full((m, n), np.nan, np.float32))
+        tc_gemm.launcher("tf32", cfg, cuda.to_device(A), cuda.to_device(Bt), C, tf32_round=rnd)()
+        got[rnd] = C.copy_to_host()
+    assert np.array_equal(got["add"], got["cvt"])
+    rna = lambda x: ((x.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)  # noqa
+    want = rna(A).astype(np.float64) @ rna(Bt).astype(np.float64).T
+    trunc = (A.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64) @ \
+        (Bt.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64).T
+    assert _rel(got["add"], want) < 1e-6 < _rel(trunc, want)

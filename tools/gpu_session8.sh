@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One device call of session 8: the steps named in STEPS (space-separated, in order), each under its
+# own time limit, results under $OUT. Usage (device tool, carry .whl):
+#   source .whl/use-wheels.sh && STEPS="gemm conv" bash tools/gpu_session8.sh
+# Steps:
+#   gemm   tc_gemm_bench at 4096^3: GEMM_ITYPES (tf32 f16), GEMM_CONFIGS (indices), both TF32 roundings
+#   conv   tc_conv_bench, one run per dtype of CONV_DTYPES on CONV_SUITES, CONV_OPS (CONV_S s a run)
+#   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile), TESTS_S s
+#   san    compute-sanitizer memcheck then racecheck on tools/sanitize_cases.py tensor_core, SAN_S s each
+#   nb     notebooks/run_all.py --only 01 (the precision figure), NB_S s
+set -u
+OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
+export CONVLAB_KERNEL_CACHE=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/nvidia-smi.txt"
+t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+for step in ${STEPS:-gemm conv}; do
+  case $step in
+  gemm)
+    timeout "${GEMM_S:-200}" python3 benchmarks/tc_gemm_bench.py --itypes ${GEMM_ITYPES:-tf32 f16} \
+      --configs ${GEMM_CONFIGS:-0 3 5} --tf32-round add cvt --out "$OUT/tc_gemm.json" > "$OUT/tc_gemm.log" 2>&1
+    el "gemm rc=$?"; grep -A30 "^itype" "$OUT/tc_gemm.log" | head -20 ;;
+  conv)
+    for dt in ${CONV_DTYPES:-float16}; do
+      timeout "${CONV_S:-300}" python3 benchmarks/tc_conv_bench.py --suites "${CONV_SUITES:-burn,resnet50}" \
+        --dtypes "$dt" --ops "${CONV_OPS:-forward,dgrad,wgrad}" ${CONV_ARGS:-} --out "$OUT/tc_conv_$dt.json" \
+        > "$OUT/tc_conv_$dt.log" 2>&1
+      el "tc_conv_bench $dt rc=$?"; grep -A8 "^| op" "$OUT/tc_conv_$dt.log"; tail -n 2 "$OUT/tc_conv_$dt.log"
+    done ;;
+  tests)
+    CONVLAB_HYPOTHESIS_PROFILE=convlab-gpu timeout "${TESTS_S:-240}" python3 -m pytest -n 8 -q -p no:benchmark \
+      ${TEST_PATHS:-tests} > "$OUT/tests.log" 2>&1
+    el "tests rc=$?"; grep -E "FAILED|ERROR" "$OUT/tests.log" | head -20; tail -n 3 "$OUT/tests.log" ;;
+  san)
+    for tool in memcheck racecheck; do
+      timeout "${SAN_S:-120}" compute-sanitizer --tool $tool --report-api-errors no --print-limit 0 \
+        python3 tools/sanitize_cases.py tensor_core > "$OUT/$tool.log" 2>&1
+      el "$tool rc=$?"; grep -E "ERROR SUMMARY|hazard|runs" "$OUT/$tool.log" | tail -n 3
+    done ;;
+  nb)
+    timeout "${NB_S:-240}" python3 notebooks/run_all.py "$OUT/notebooks" --only 01 > "$OUT/notebooks.log" 2>&1
+    el "notebook rc=$?"; tail -n 5 "$OUT/notebooks.log" ;;
+  *) echo "unknown step $step" ;;
+  esac
+done
+el "done"

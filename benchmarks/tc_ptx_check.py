@@ -68,7 +68,8 @@ def ptxas_info(ptxas: str, ptx: str) -> dict:
 def check(itype: str, cfg: tc_gemm.TcConfig, dump: str | None, ptxas: str | None = None,
           out: str = "float32") -> dict:
     arr = types.Array(STORE[itype], 2, "C")
-    sig = (arr, arr, types.Array(getattr(types, out), 2, "C"), types.uint32, types.uint32, types.uint32)
+    sig = (arr, arr, types.Array(getattr(types, out), 1, "C"), types.uint32, types.uint32, types.uint32,
+           types.boolean)
     t0 = time.perf_counter()
     ptx, _ = cuda.compile_ptx(tc_gemm.make_tc_gemm(itype, cfg, out).py_func, sig, cc=(9, 0))
     row = {"kernel": f"tc_gemm {itype} {cfg.name} -> {out}", "compile_s": round(time.perf_counter() - t0, 1),
@@ -87,8 +88,6 @@ def _judge(row: dict, ptx: str, itype: str, ptxas: str | None) -> None:
     """row["ok"]: the tensor-core instructions are there, no local memory, and (with ptxas) it assembles
     without spills."""
     need = {"mma.sync", "ldmatrix", "cp.async", "wait_group", "commit_group"}
-    if itype == "tf32":
-        need.add("cvt.rna.tf32")
     row["ok"] = all(row[k] > 0 for k in need) and row["local"] == 0
     if ptxas:
         row.update(ptxas_info(ptxas, ptx))
@@ -99,7 +98,7 @@ def check_conv(itype: str, cfg: tc_gemm.TcConfig, bias: bool, dump: str | None,
                ptxas: str | None = None) -> dict:
     """The tensor_core plugin's implicit-GEMM kernel (convlab.kernels.tc_conv) for one config."""
     arr = types.Array(STORE[itype], 1, "C")
-    sig = (arr, arr, arr, arr) + (types.uint32,) * (len(tc_conv.PARAMS.split(",")) - 4)
+    sig = (arr, arr, arr, arr) + (types.uint32,) * (len(tc_conv.PARAMS.split(",")) - 4) + (types.boolean,)
     t0 = time.perf_counter()
     ptx, _ = cuda.compile_ptx(tc_conv.make_tc_conv(itype, cfg, bias).py_func, sig, cc=(9, 0))
     row = {"kernel": f"tc_conv {itype} {cfg.name} bias={bias}",

@@ -3,7 +3,7 @@
 # own time limit, results under $OUT. Usage (device tool, carry .whl):
 #   source .whl/use-wheels.sh && STEPS="gemm conv" bash tools/gpu_session8.sh
 # Steps:
-#   gemm   tc_gemm_bench at 4096^3: GEMM_ITYPES (tf32 f16), GEMM_CONFIGS (indices), both TF32 roundings
+#   gemm   tc_gemm_bench at 4096^3: GEMM_ITYPES (tf32 f16), GEMM_CONFIGS (indices), GEMM_ROUND (add cvt)
 #   conv   tc_conv_bench, one run per dtype of CONV_DTYPES on CONV_SUITES, CONV_OPS (CONV_S s a run)
 #   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile), TESTS_S s
 #   san    compute-sanitizer memcheck then racecheck on tools/sanitize_cases.py tensor_core, SAN_S s each
@@ -18,7 +18,7 @@ for step in ${STEPS:-gemm conv}; do
   case $step in
   gemm)
     timeout "${GEMM_S:-200}" python3 benchmarks/tc_gemm_bench.py --itypes ${GEMM_ITYPES:-tf32 f16} \
-      --configs ${GEMM_CONFIGS:-0 3 5} --tf32-round add cvt --out "$OUT/tc_gemm.json" > "$OUT/tc_gemm.log" 2>&1
+      --configs ${GEMM_CONFIGS:-0 3 5} --tf32-round ${GEMM_ROUND:-add} --out "$OUT/tc_gemm.json" > "$OUT/tc_gemm.log" 2>&1
     el "gemm rc=$?"; grep -A30 "^itype" "$OUT/tc_gemm.log" | head -20 ;;
   conv)
     for dt in ${CONV_DTYPES:-float16}; do

@@ -5,6 +5,9 @@
     vector_load(n)     ``load(arr, i) -> (arr[i], ..., arr[i + n - 1])`` as one vector load
                        (``ld.shared.v4.f32`` for n = 4 fp32), n = 2 or 4, any float dtype
     load_cg(arr, i)    arr[i] read through L2 only (``ld.global.cg``): data written by other blocks
+    copy16(dst, di, src, si)   16 bytes from src[si:] to dst[di:] as one vector load and one vector
+                       store (``ld.v4.u32`` / ``st.v4.u32``; e.g. a staged epilogue tile in shared memory
+                       to global memory): 1-D arrays of one dtype, both element offsets 16-byte aligned
     SHARED_ALIGN       the ``alignment=`` of shared arrays read with vector loads (None on the
                        simulator, which rejects the argument)
 
@@ -64,6 +67,43 @@ def vector_load(width: int) -> Callable:
 
     return load
 
+
+def _make_copy16() -> Callable:
+    if runtime.SIMULATOR:
+        def copy16(dst, di, src, si):
+            for u in range(16 // src.dtype.itemsize):
+                dst[di + u] = src[si + u]
+        return copy16
+    from llvmlite import ir
+    from numba import types
+
+    @cuda.extending.intrinsic
+    def copy16(typingctx, dst, di, src, si):
+        if not all(isinstance(a, types.Array) and a.ndim == 1 for a in (dst, src)) or dst.dtype != src.dtype \
+                or not all(isinstance(i, types.Integer) for i in (di, si)):
+            return None
+        sig = types.void(dst, di, src, si)
+
+        def codegen(context, builder, signature, args):
+            vec_t = ir.VectorType(ir.IntType(32), 4)
+            ptrs = []
+            for ary_i, idx_i in ((0, 1), (2, 3)):
+                aryty, idxty = signature.args[ary_i], signature.args[idx_i]
+                ary = context.make_array(aryty)(context, builder, args[ary_i])
+                idx = args[idx_i]
+                if idx.type.width < 64:
+                    idx = (builder.sext if idxty.signed else builder.zext)(idx, ir.IntType(64))
+                ptr = builder.gep(ary.data, [idx])
+                ptrs.append(builder.bitcast(ptr, vec_t.as_pointer(ptr.type.addrspace)))
+            builder.store(builder.load(ptrs[1], align=16), ptrs[0], align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return copy16
+
+
+copy16 = _make_copy16()
 
 if runtime.SIMULATOR:
     def load_cg(arr, i):

@@ -25,8 +25,10 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+import numpy as np
+
 from convlab.kernels.intrinsics import u32 as U
-from convlab.kernels.tc_pipeline import OUT_CONVERT, TcConfig, compile_kernel, configure, pipeline_source
+from convlab.kernels.tc_pipeline import OUT_CONVERT, TcConfig, compile_kernel, configure, pipeline_source, vector_ok
 
 #: itype -> the output kind of the pipeline (outputs in the input type) and the bias load
 OUT_OF = {"f16": "in", "bf16": "bf16", "tf32": "f32"}
@@ -66,8 +68,10 @@ class GatherA:
 
 class NchwStore:
     """y[n, col, pq] (flat NCHW) = value (+ bias[col]), converted to the output type; with ``partial``
-    (split-K) the fp32 value unchanged at part[z] (z = blockIdx.z, each part M*N elements, no bias)."""
+    (split-K) the fp32 value unchanged at part[z] (z = blockIdx.z, each part M*N elements, no bias).
+    Contiguous along the GEMM's rows (pixels of one image)."""
 
+    contig, array = "m", "Y"
     #: the flat offset of (row, col) from the row's ``yb``
     step = "U(yb + U({} * PQ))"
     base = "yb = U(U(U(row // PQ) * U(N * PQ)) + U(row % PQ))"
@@ -75,21 +79,26 @@ class NchwStore:
     def __init__(self, itype: str, bias: bool, partial: bool = False) -> None:
         self.convert = "{}" if partial else OUT_CONVERT[OUT_OF[itype]]
         self.bias, self.partial = None if partial or not bias else BIAS_OF[itype], partial
+        self.dtype = np.float32 if partial else {"f16": np.float16, "bf16": np.uint16, "tf32": np.float32}[itype]
 
     def row(self, w: Callable, d: int) -> None:
         w(self.base, d)
         if self.partial:
             w("yb = U(yb + U(U(cuda.blockIdx.z) * U(M * N)))", d)
 
-    def put(self, col: str, value: str) -> str:
+    def addr(self, col: str) -> str:
+        return self.step.format(col)
+
+    def value(self, col: str, v: str) -> str:
         if self.bias:
-            value = f"{value} + {self.bias.format(col)}"
-        return f"Y[{self.step.format(col)}] = " + self.convert.format(value)
+            v = f"{v} + {self.bias.format(col)}"
+        return self.convert.format(v)
 
 
 class NhwcStore(NchwStore):
     """y[row, col] (flat NHWC: row = (n, p, q), col = output channel) = value (+ bias[col])."""
 
+    contig = "n"
     step = "U(yb + {})"
     base = "yb = U(row * N)"
 
@@ -139,8 +148,10 @@ def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any
             U(p * q), U(h * w * c), U(stride[0]), U(stride[1]), U(max(padding[0], 0)),
             U(max(padding[1], 0)), U(max(-padding[0], 0)), U(max(-padding[1], 0)), U(dilation[0]),
             U(dilation[1])) + ((U(tps),) if tps > 0 else ())
-    configured = configure(kernel, cfg, itype, args, m, k, splits)
-    return lambda: configured(*args)
+    vec = vector_ok(y, k) if nhwc_out else vector_ok(y, p * q)
+    configured = configure(kernel, cfg, itype, args + (vec,), m, k, splits, out_dtype=y.dtype,
+                           contig="n" if nhwc_out else "m")
+    return lambda: configured(*args, vec)
 
 
 def split_count(kk: int, bk: int, tps: int) -> int:

@@ -20,7 +20,7 @@ import numpy as np
 from convlab import runtime
 from convlab.kernels.intrinsics import u32 as U
 from convlab.kernels.tc_pipeline import (ITYPES, OUT_CONVERT, TcConfig, compile_kernel, configure,
-                                         pipeline_source)
+                                         pipeline_source, vector_ok)
 
 #: configs for the GPU (the first three static, 48 KiB or less); the simulator uses SIM_CONFIG.
 CONFIGS = {"f16": [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 32, 4),
@@ -76,16 +76,22 @@ class PartedA(BatchedA):
 
 
 class DenseStore:
-    """C[row, col] = value, converted to the output kind."""
+    """C[row, col] (row-major, flat) = value, converted to the output kind."""
 
-    def __init__(self, out: str) -> None:
+    contig, array = "n", "C"
+
+    def __init__(self, out: str, itype: str) -> None:
         self.convert = OUT_CONVERT[out]
+        self.dtype = {"f32": np.float32, "bf16": np.uint16, "in": ITYPES[itype][0]}[out]
 
     def row(self, w: Callable, d: int) -> None:
-        pass
+        w("cb = U(row * N)", d)
 
-    def put(self, col: str, value: str) -> str:
-        return f"C[row, {col}] = " + self.convert.format(value)
+    def addr(self, col: str) -> str:
+        return f"U(cb + {col})"
+
+    def value(self, col: str, v: str) -> str:
+        return self.convert.format(v)
 
 
 class BatchedStore(DenseStore):
@@ -94,14 +100,11 @@ class BatchedStore(DenseStore):
     def row(self, w: Callable, d: int) -> None:
         w("cb = U(U(bz * sC) + U(row * N))", d)
 
-    def put(self, col: str, value: str) -> str:
-        return f"C[U(cb + {col})] = " + self.convert.format(value)
-
 
 def _source(cfg: TcConfig, itype: str, out: str, batched: bool = False, parted: bool = False,
             tf32_round: str = "add") -> str:
-    loader, store = (PartedA(), BatchedStore(out)) if parted else (BatchedA(), BatchedStore(out)) if batched \
-        else (DenseA(), DenseStore(out))
+    loader, store = (PartedA(), BatchedStore(out, itype)) if parted else \
+        (BatchedA(), BatchedStore(out, itype)) if batched else (DenseA(), DenseStore(out, itype))
     return pipeline_source(cfg, itype, loader, store, "gemm", tf32_round)
 
 
@@ -121,9 +124,10 @@ def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched:
                  parted: bool = False, tf32_round: str = "add") -> Callable:
     """The kernel (A, Bt, C, M, N, K) for one input type, config and output dtype (cached).
 
-    A [M, K], Bt [N, K], C [M, N] C-contiguous device arrays; M, N, K uint32. Grid
-    (ceil(M/BM) * ceil(N/BN), 1, batch) (tc_pipeline.configure), ``cfg.threads`` threads per block. ``batched``: (A, Bt, C, M, N, K, sA, sB, sC) on flat
-    arrays, matrix z at z * sA, z * sB, z * sC; grid z = the batch. ``parted``: (..., sC, ld, parts),
+    A [M, K], Bt [N, K], C [M * N] (flat) C-contiguous device arrays; M, N, K uint32; then ``vec``
+    (tc_pipeline.vector_ok of C). Grid
+    (ceil(M/BM) * ceil(N/BN), 1, batch) (tc_pipeline.configure), ``cfg.threads`` threads per block. ``batched``: (A, Bt, C, M, N, K, sA, sB, sC, vec) on flat
+    arrays, matrix z at z * sA, z * sB, z * sC; grid z = the batch. ``parted``: (..., sC, ld, parts, vec),
     :class:`PartedA`'s slices of rows ``ld`` long. ``tf32_round``: tc_pipeline.TF32_ROUND's key.
     """
     cfg = TcConfig(*cfg).validate(itype)
@@ -180,8 +184,9 @@ def launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any,
     cfg = TcConfig(*cfg).validate(itype)
     (M, K), N = A.shape, Bt.shape[0]
     kernel = make_tc_gemm(itype, cfg, np.dtype(C.dtype).name, tf32_round=tf32_round)
-    args = (A, Bt, C, U(M), U(N), U(K))
-    configured = configure(kernel, cfg, itype, args, M, N)
+    C = C.reshape(M * N)
+    args = (A, Bt, C, U(M), U(N), U(K), vector_ok(C, N))
+    configured = configure(kernel, cfg, itype, args, M, N, out_dtype=C.dtype, contig="n")
     return lambda: configured(*args)
 
 
@@ -194,9 +199,10 @@ def batched_launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any) -> Call
         raise ValueError(f"A [Z, M, K], Bt [Z, N, K] and C [Z, M, N] must agree, got {tuple(A.shape)}, "
                          f"{tuple(Bt.shape)} and {tuple(C.shape)}")
     kernel = make_tc_gemm(itype, cfg, np.dtype(C.dtype).name, batched=True)
-    args = (A.reshape(Z * M * K), Bt.reshape(Z * N * K), C.reshape(Z * M * N), U(M), U(N), U(K),
-            U(M * K), U(N * K), U(M * N))
-    configured = configure(kernel, cfg, itype, args, M, N, Z)
+    C = C.reshape(Z * M * N)
+    args = (A.reshape(Z * M * K), Bt.reshape(Z * N * K), C, U(M), U(N), U(K), U(M * K), U(N * K), U(M * N),
+            vector_ok(C, N, M * N))
+    configured = configure(kernel, cfg, itype, args, M, N, Z, out_dtype=C.dtype, contig="n")
     return lambda: configured(*args)
 
 
@@ -212,7 +218,8 @@ def parted_launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any, parts: i
                          f"{parts} parts of whole {epc}-element chunks, got {tuple(A.shape)}, "
                          f"{tuple(Bt.shape)}, {tuple(C.shape)}")
     kernel = make_tc_gemm(itype, cfg, np.dtype(C.dtype).name, parted=True)
-    args = (A.reshape(Z * M * L), Bt.reshape(Z * N * L), C.reshape(Z * parts * M * N), U(M), U(N),
-            U(L // parts), U(M * L), U(N * L), U(M * N), U(L), U(parts))
-    configured = configure(kernel, cfg, itype, args, M, N, Z * parts)
+    C = C.reshape(Z * parts * M * N)
+    args = (A.reshape(Z * M * L), Bt.reshape(Z * N * L), C, U(M), U(N), U(L // parts), U(M * L), U(N * L),
+            U(M * N), U(L), U(parts), vector_ok(C, N, M * N))
+    configured = configure(kernel, cfg, itype, args, M, N, Z * parts, out_dtype=C.dtype, contig="n")
     return lambda: configured(*args)

@@ -11,22 +11,26 @@ WM x WN tile of (WM/16) x (WN/8) mma tiles; S = STAGES shared buffers of A (BM x
             A fragments: WM/16 ldmatrix.x4;  B fragments: WN/16 ldmatrix.x4 (two n8 tiles each)
             (tf32: every fragment register rounded to TF32: TF32_ROUND)
             acc[i][j] = mma(a[i], b[j], acc[i][j])
-    epilogue: acc -> C (bounds-checked; converted to the output type)
+    epilogue (staged): wait_group(0); __syncthreads()
+        acc (+ bias, converted to the output type) -> Cs, the C tile in shared memory, laid out along the
+            output's contiguous dimension (rows padded by 16 bytes); __syncthreads()
+        Cs -> C: 16-byte vectors (``vec``: aligned, whole runs), else element by element, consecutive
+            threads on consecutive addresses either way (bounds-checked)
 
 Where A's 16-byte chunks come from and where C goes are the two hooks: an :class:`ALoader` (a dense
 row-major A, or the convolution's gather from an NHWC tensor) and a :class:`Store` (a dense C, or
-the convolution's NCHW output with bias). Bt is always dense [N, K] (k-contiguous). Two optional
+the convolution's NCHW or NHWC output with bias). Bt is always dense [N, K] (k-contiguous). Two optional
 loader attributes use grid z: ``b_offset`` (a batch of GEMMs) or ``k_split`` (split-K: block z runs
 only its range of k tiles, the store writing partial z; the caller sums the partials).
 
 Shared rows are BK elements = CH 16-byte chunks (CH = 2, 4 or 8), unpadded; chunk c of row r is stored
 at chunk c ^ ((r // (8 // CH)) % CH), an XOR swizzle that makes the 8 row reads of one ldmatrix (and the
 cp.async writes) hit distinct banks. 16-byte ``cp.async`` per thread: thread tid copies chunk tid % CH of
-rows tid // CH + e * (threads / CH); a chunk outside the operand is zero-filled (src_bytes = 0). Static
-shared memory up to 48 KiB; above that (or with ``dynamic=True``) one dynamic shared array holds A's
-stages then B's, and the launcher raises the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-first (numba-cuda#94: no public API). Accumulators and fragments are scalars so they stay in registers;
-index math is uint32.
+rows tid // CH + e * (threads / CH); a chunk outside the operand is zero-filled (src_bytes = 0). One
+dynamic shared array holds A's stages then B's, and after the loop the staged C tile (in one pass, or
+one per row of warps when the tile is larger than the stages: :func:`epilogue_plan`); over 48 KiB the
+launcher raises the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first (numba-cuda#94: no
+public API). Accumulators and fragments are scalars so they stay in registers; index math is uint32.
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ from numba.np.numpy_support import from_dtype as numba_from_dtype
 
 from convlab import runtime
 from convlab.kernels import mma
+from convlab.kernels.intrinsics import copy16
 from convlab.kernels.intrinsics import u32 as U
 from convlab.kernels.source import compile_source
 from convlab.runtime import cuda
@@ -62,7 +67,7 @@ class TcConfig(NamedTuple):
     WM: int
     WN: int
     STAGES: int = 3
-    dynamic: bool = False  # dynamic shared memory even when 48 KiB of static would do
+    dynamic: bool = False  # a distinct config name only (every kernel uses one dynamic shared array)
 
     @property
     def threads(self) -> int:
@@ -75,9 +80,6 @@ class TcConfig(NamedTuple):
     def name(self) -> str:
         return f"{self.BM}x{self.BN}x{self.BK}/{self.WM}x{self.WN}/s{self.STAGES}" + \
             ("/dyn" if self.dynamic else "")
-
-    def uses_dynamic(self, itype: str) -> bool:
-        return self.dynamic or self.shared_bytes(itype) > STATIC_LIMIT
 
     def validate(self, itype: str) -> "TcConfig":
         """Raise ValueError unless this config compiles for ``itype``."""
@@ -122,16 +124,49 @@ class ALoader(Protocol):
 
 
 class Store(Protocol):
-    """Where C goes: ``row(w, d)`` lines after ``row`` (global, < M) is known; ``put(col, value)`` the
-    statement storing the float32 expression ``value`` at (row, col)."""
+    """Where C goes. ``contig``: the GEMM dimension contiguous in memory ("n": row-major C, NHWC; "m":
+    NCHW, whose pixels are the rows); ``dtype``: the output's numpy dtype (its staging type too);
+    ``array``: the output parameter's name (a flat array); ``row(w, d)``: lines run once ``row``
+    (global, < M) is known; ``addr(col)``: the flat offset of (row, col) after them; ``value(col, v)``:
+    the stored expression for the float32 accumulator ``v`` of column ``col`` (< N; bias, conversion)."""
+
+    contig: str
+    dtype: Any
+    array: str
 
     def row(self, w: Callable, d: int) -> None: ...
-    def put(self, col: str, value: str) -> str: ...
+    def addr(self, col: str) -> str: ...
+    def value(self, col: str, v: str) -> str: ...
+
+
+def epilogue_plan(cfg: TcConfig, itype: str, out_dtype: Any, contig: str) -> tuple[int, int, int]:
+    """(passes, staged rows per pass, leading dimension) of the staged epilogue: the block's C tile (BM x
+    BN, in the output type) goes through shared memory, ``contig``-major with rows padded by 16 bytes
+    (conflict-free fragment writes), in one pass when it fits the main loop's shared memory (or 48 KiB),
+    else one pass per row of warps."""
+    size = np.dtype(out_dtype).itemsize
+    pad = 16 // size
+    warps_m = cfg.BM // cfg.WM
+    for passes in (1, warps_m):
+        rows = cfg.BM // passes
+        ld = rows + pad if contig == "m" else cfg.BN + pad
+        elems = cfg.BN * ld if contig == "m" else rows * ld
+        if elems * size <= max(cfg.shared_bytes(itype), STATIC_LIMIT) or passes == warps_m:
+            return passes, rows, ld
+    raise AssertionError("unreachable")
+
+
+def dynamic_bytes(cfg: TcConfig, itype: str, out_dtype: Any, contig: str) -> int:
+    """Dynamic shared memory of one block: the main loop's stages or the staged C tile, the larger."""
+    passes, rows, ld = epilogue_plan(cfg, itype, out_dtype, contig)
+    staged = (cfg.BN if contig == "m" else rows) * ld * np.dtype(out_dtype).itemsize
+    return max(cfg.shared_bytes(itype), staged)
 
 
 def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name: str,
                     tf32_round: str = "add") -> str:
-    """Source of the kernel ``name(<loader.params>)`` for one config (M, N, K among the params);
+    """Source of the kernel ``name(<loader.params>, vec)`` for one config (M, N, K among the params;
+    ``vec``: :func:`vector_ok` of the output);
     ``tf32_round``: a key of TF32_ROUND."""
     rnd = TF32_ROUND[tf32_round].format
     BM, BN, BK, WM, WN, S = cfg[:6]
@@ -140,16 +175,13 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     EPC, CH = 16 // size, BK * size // 16  # elements per chunk, chunks per row
     per = 8 // CH  # rows sharing one swizzle value
     MI, NI = WM // 16, WN // 8
-    L = [f"def {name}({loader.params}):"]
+    L = [f"def {name}({loader.params}, vec):"]  # vec: the staged epilogue's 16-byte stores allowed
     w = lambda line, d=1: L.append("    " * d + line)  # noqa: E731
-    B0 = 0  # B's stages start at element B0 of Bs
-    if cfg.uses_dynamic(itype):
-        w("As = cuda.shared.array(0, stype, alignment=align)  # dynamic: A's stages, then B's")
-        w("Bs = As")
-        B0 = S * BM * BK
-    else:
-        w("As = cuda.shared.array(A_SMEM, stype, alignment=align)")
-        w("Bs = cuda.shared.array(B_SMEM, stype, alignment=align)")
+    # one dynamic shared array: A's stages, then B's; the staged epilogue reuses it (Cs, the output type)
+    w("As = cuda.shared.array(0, stype, alignment=align)")
+    w("Bs = As")
+    w(f"Cs = cuda.shared.array(0, {_CTYPE[np.dtype(store.dtype).name]}, alignment=align)")
+    B0 = S * BM * BK
     w("tid = U(cuda.threadIdx.x)")
     w("lane = U(tid % 32)")
     w("warp = U(tid // 32)")
@@ -264,20 +296,82 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
                 w(f"{acc} = mma(a{i}_0, a{i}_1, a{i}_2, a{i}_3, b{j}_0, b{j}_1, {acc})", 2)
     w(f"cs = U(cs + 1) if cs < {S - 1} else U(0)", 2)
     w("kt = U(kt + 1)", 2)
+    _staged_epilogue(w, cfg, itype, store)
+    return "\n".join(L) + "\n"
+
+
+_CTYPE = {"float32": "c_float32", "float16": "c_float16", "uint16": "c_uint16", "int16": "c_uint16"}
+
+
+def _staged_epilogue(w: Callable, cfg: TcConfig, itype: str, store: Store) -> None:
+    """acc -> Cs (shared, the output type, bias added) -> the output in 16-byte vectors along the
+    contiguous dimension (``vec``, a kernel parameter: the launcher's alignment verdict), or element by
+    element with consecutive threads on consecutive addresses."""
+    BN, WN = cfg.BN, cfg.WN
+    T, MI, NI = cfg.threads, cfg.WM // 16, WN // 8
+    passes, RP, LD = epilogue_plan(cfg, itype, store.dtype, store.contig)
+    EPV = 16 // np.dtype(store.dtype).itemsize
+    m_major = store.contig == "m"
+    w("wait_all()")
+    w("cuda.syncthreads()  # every warp is done with the stages: Cs may overwrite them")
     w("g = U(lane // 4)")
     w("t2 = U(U(lane % 4) * 2)")
-    for i in range(MI):
-        for h in range(2):
-            w(f"row = U(U(U(m0 + wm0) + g) + {16 * i + 8 * h})")
-            w("if row < M:")
-            store.row(w, 2)
-            for j in range(NI):
-                w(f"col = U(U(U(n0 + wn0) + t2) + {8 * j})", 2)
-                w("if col < N:", 2)
-                w(store.put("col", f"c{i}_{j}_{2 * h}"), 3)
-                w("if U(col + 1) < N:", 2)
-                w(store.put("U(col + 1)", f"c{i}_{j}_{2 * h + 1}"), 3)
-    return "\n".join(L) + "\n"
+    w("bmax = U(N - 1)")
+    vectors, per = BN * RP // EPV, (RP if m_major else BN) // EPV
+    staged = f"U(U({'cl' if m_major else 'rl'} * {LD}) + {'rl' if m_major else 'cl'})"
+    for p in range(passes):
+        d = 1
+        if passes > 1:
+            w(f"if U(warp // {BN // WN}) == {p}:")
+            d = 2
+        w(f"rw = U(U(wm0 - {p * RP}) + g)", d)
+        for j in range(NI):
+            w(f"cl = U(U(wn0 + t2) + {8 * j})", d)
+            w("c0 = U(n0 + cl)", d)
+            w("c0 = c0 if c0 < N else bmax", d)
+            w("c1 = U(c0 + 1)", d)
+            w("c1 = c1 if c1 < N else bmax", d)
+            for i in range(MI):
+                for h in range(2):
+                    rl = f"U(rw + {16 * i + 8 * h})"
+                    for u in range(2):
+                        at = f"U(U(U(cl + {u}) * {LD}) + {rl})" if m_major else f"U(U({rl} * {LD}) + U(cl + {u}))"
+                        w(f"Cs[{at}] = {store.value(f'c{u}', f'c{i}_{j}_{2 * h + u}')}", d)
+        w("cuda.syncthreads()")
+        w("if vec:")
+        w(f"for e in range({-(-vectors // T)}):", 2)
+        w(f"vi = U(tid + U(e * {T}))", 3)
+        dv = 3
+        if vectors % T:
+            w(f"if vi < {vectors}:", 3)
+            dv = 4
+        major, minor = ("cl", "rl") if m_major else ("rl", "cl")
+        w(f"{major} = U(vi // {per})", dv)
+        w(f"{minor} = U(U(vi % {per}) * {EPV})", dv)
+        _copy_out(w, dv, p * RP, store, f"copy16({store.array}, {{}}, Cs, {staged})")
+        w("else:")
+        w(f"for e in range({-(-BN * RP // T)}):", 2)
+        w(f"ei = U(tid + U(e * {T}))", 3)
+        ds = 3
+        if BN * RP % T:
+            w(f"if ei < {BN * RP}:", 3)
+            ds = 4
+        run = RP if m_major else BN
+        w(f"{major} = U(ei // {run})", ds)
+        w(f"{minor} = U(ei % {run})", ds)
+        _copy_out(w, ds, p * RP, store, f"{store.array}[{{}}] = Cs[{staged}]")
+        if p < passes - 1:
+            w("cuda.syncthreads()")
+
+
+def _copy_out(w: Callable, d: int, row0: int, store: Store, statement: str) -> None:
+    """Lines storing staged element (rl, cl) of this pass (rows from ``row0``): ``statement`` with the
+    global offset in its ``{}``, when (row, col) is inside C."""
+    w(f"row = U(U(m0 + {row0}) + rl)", d)
+    w("col = U(n0 + cl)", d)
+    w("if row < M and col < N:", d)
+    store.row(w, d + 1)
+    w(statement.format(store.addr("col")), d + 1)
 
 
 def compile_kernel(source: str, name: str, filename: str, cfg: TcConfig, itype: str,
@@ -286,21 +380,24 @@ def compile_kernel(source: str, name: str, filename: str, cfg: TcConfig, itype: 
     namespace = {"cuda": cuda, "U": U, "zero": np.float32(0), "f32": np.float32,
                  "stype": numba_from_dtype(np.dtype(ITYPES[itype][0])),
                  "align": None if runtime.SIMULATOR else 16,
-                 "A_SMEM": cfg.STAGES * cfg.BM * cfg.BK, "B_SMEM": cfg.STAGES * cfg.BN * cfg.BK,
+                 "c_float32": numba_from_dtype(np.dtype(np.float32)),
+                 "c_float16": numba_from_dtype(np.dtype(np.float16)),
+                 "c_uint16": numba_from_dtype(np.dtype(np.uint16)), "copy16": copy16,
                  "mma": {"f16": mma.mma_f16, "bf16": mma.mma_bf16, "tf32": mma.mma_tf32}[itype],
                  "ldmatrix_x4": mma.ldmatrix_x4, "to_tf32": mma.to_tf32, "f32_to_bf16": mma.f32_to_bf16,
                  "bf16_to_f32": mma.bf16_to_f32,
                  "cp_async16": mma.cp_async16, "cp_async_commit": mma.cp_async_commit,
-                 "wait": mma.cp_async_wait(cfg.STAGES - 2), **(extra or {})}
+                 "wait": mma.cp_async_wait(cfg.STAGES - 2), "wait_all": mma.cp_async_wait(0),
+                 **(extra or {})}
     return runtime.jit(fastmath=False)(compile_source(source, filename, namespace)[name])
 
 
 def configure(kernel: Callable, cfg: TcConfig, itype: str, args: tuple, m: int, n: int,
-              batch: int = 1) -> Callable:
+              batch: int = 1, *, out_dtype: Any, contig: str) -> Callable:
     """``kernel[grid, block, 0, dynamic shared]`` for ``batch`` M x N outputs (grid z: a batched
-    loader's ``bz``), raising the kernel's dynamic shared-memory limit first when the config needs more
-    than 48 KiB."""
-    dyn = cfg.shared_bytes(itype) if cfg.uses_dynamic(itype) else 0
+    loader's ``bz``) of ``out_dtype`` (its store ``contig``-major), raising the kernel's dynamic
+    shared-memory limit first when it needs more than 48 KiB."""
+    dyn = dynamic_bytes(cfg, itype, out_dtype, contig)
     if dyn > STATIC_LIMIT:
         _allow_dynamic_shared(kernel, args, dyn)
     tiles = ((n + cfg.BN - 1) // cfg.BN) * ((m + cfg.BM - 1) // cfg.BM)
@@ -308,6 +405,14 @@ def configure(kernel: Callable, cfg: TcConfig, itype: str, args: tuple, m: int, 
         raise ValueError(f"{m} x {n} outputs in {cfg.BM} x {cfg.BN} tiles ({tiles}) and batch {batch} exceed "
                          "the grid's limits (2**31 - 1 blocks along x, 65535 along z)")
     return kernel[(tiles, 1, batch), cfg.threads, 0, dyn]
+
+
+def vector_ok(out: Any, *extents: int) -> bool:
+    """Whether the staged epilogue may store ``out`` (a device array) in 16-byte vectors: its data is
+    16-byte aligned and every extent (the contiguous runs: N for a row-major C, P*Q for NCHW, a batch
+    stride) is a whole number of vectors."""
+    epv = 16 // np.dtype(out.dtype).itemsize
+    return runtime.device_pointer(out) % 16 == 0 and all(e % epv == 0 for e in extents)
 
 
 def _allow_dynamic_shared(kernel: Any, args: tuple, nbytes: int) -> None:

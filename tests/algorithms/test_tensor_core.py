@@ -167,10 +167,10 @@ def test_split_k_plan_and_workspace(monkeypatch):
 def test_kernel_source_gathers_and_stores_nchw():
     cfg = tensor_core.SIM_TILES[16][0]
     src = tc_conv.kernel_source("bf16", cfg, bias=True)
-    assert "cp_async16(As" in src and "bf16_to_f32(bias[col])" in src and "f32_to_bf16(" in src
-    assert "Y[U(yb + U(col * PQ))]" in src and "blockIdx.z" not in src and "kl = U(0)" in src
+    assert "cp_async16(As" in src and "bf16_to_f32(bias[c0])" in src and "f32_to_bf16(" in src
+    assert "copy16(Y, U(yb + U(col * PQ))" in src and "blockIdx.z" not in src and "kl = U(0)" in src
     split = tc_conv.kernel_source("bf16", cfg, split=True)  # fp32 partials: no bias, no conversion
-    assert "dw, tps):" in split and "kl = kb" in split and "kt = kb" in split
+    assert "dw, tps, vec):" in split and "kl = kb" in split and "kt = kb" in split
     assert "U(U(cuda.blockIdx.z) * U(M * N))" in split and "f32_to_bf16(" not in split
     with pytest.raises(ValueError, match="bias"):
         tc_conv.kernel_source("bf16", cfg, bias=True, split=True)

@@ -30,9 +30,10 @@ def test_tc_gemm_matches_float64(itype, shape):
 
 
 def test_tc_gemm_dynamic_shared_layout():
-    """A's and B's stages in one dynamic shared array (the layout of the configs over 48 KiB)."""
+    """A's and B's stages, then the staged C tile, in one dynamic shared array."""
     cfg = tc_gemm.TcConfig(32, 32, 16, 16, 32, 2, True)
-    assert cfg.uses_dynamic("f16") and "As = cuda.shared.array(0" in tc_gemm.kernel_source("f16", cfg)
+    src = tc_gemm.kernel_source("f16", cfg)
+    assert "As = cuda.shared.array(0" in src and "Cs = cuda.shared.array(0" in src
     got, want = _run("f16", 64, 32, 48, cfg=cfg)
     assert _rel(got, want) < 1e-6
 
@@ -116,10 +117,11 @@ def test_configure_folds_output_tiles_into_grid_x_and_names_its_limits():
         def __getitem__(self, launch):
             return launch
 
-    grid, threads, _, _ = configure(Kernel(), cfg, "f16", (), 16 * 512 * 512, 16)
-    assert grid == (65536, 1, 1) and threads == cfg.threads
+    out = dict(out_dtype=np.float16, contig="m")
+    grid, threads, _, dyn = configure(Kernel(), cfg, "f16", (), 16 * 512 * 512, 16, **out)
+    assert grid == (65536, 1, 1) and threads == cfg.threads and dyn == cfg.shared_bytes("f16")
     with pytest.raises(ValueError, match="grid"):
-        configure(Kernel(), cfg, "f16", (), 2**40, 64)
+        configure(Kernel(), cfg, "f16", (), 2**40, 64, **out)
 
 
 def test_tf32_rounding_by_add_equals_cvt_rna():
@@ -144,3 +146,35 @@ def test_tf32_rounding_by_add_equals_cvt_rna():
     trunc = (A.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64) @ \
         (Bt.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64).T
     assert _rel(got["add"], want) < 1e-6 < _rel(trunc, want)
+
+
+@pytest.mark.parametrize("n,offset,vec", [(24, 0, True), (20, 0, False), (24, 1, False)])
+def test_staged_epilogue_stores_vectors_or_elements(n, offset, vec):
+    """The C tile goes through shared memory, then out in 16-byte vectors when the output is aligned and
+    its rows are whole vectors (N = 24 fp16), else element by element (N = 20; or a view one element off
+    alignment): every element written once, right (NaN-poisoned around the view too)."""
+    from convlab.kernels.tc_pipeline import vector_ok
+    m, k = 40, 32
+    rng = np.random.default_rng(n + offset)
+    A, A64 = tc_gemm.to_storage("f16", rng.standard_normal((m, k)))
+    Bt, B64 = tc_gemm.to_storage("f16", rng.standard_normal((n, k)))
+    buf = cuda.to_device(np.full(m * n + 8, np.nan, np.float16))
+    C = buf[offset:offset + m * n].reshape(m, n)
+    assert vector_ok(C, n) == vec
+    tc_gemm.tc_matmul("f16", cuda.to_device(A), cuda.to_device(Bt), C)
+    host = buf.copy_to_host()
+    got = host[offset:offset + m * n].reshape(m, n).astype(np.float64)
+    assert np.all(np.isfinite(got)) and np.isnan(host[:offset]).all() and np.isnan(host[offset + m * n:]).all()
+    assert _rel(got, A64 @ B64.T) < 1e-3
+
+
+def test_staged_epilogue_in_passes_per_warp_row(monkeypatch):
+    """A C tile larger than the stages' shared memory is staged one row of warps at a time (here forced
+    by a zero static limit: fp32 32 x 32 outputs > two f16 stages)."""
+    from convlab.kernels import tc_pipeline
+    monkeypatch.setattr(tc_pipeline, "STATIC_LIMIT", 0)
+    cfg = tc_gemm.TcConfig(32, 32, 16, 16, 16, 2, True)  # a config no other test compiles
+    assert tc_pipeline.epilogue_plan(cfg, "f16", np.float32, "n") == (2, 16, 36)  # 2 warp rows
+    assert tc_pipeline.epilogue_plan(cfg, "f16", np.float16, "n")[0] == 1
+    got, want = _run("f16", 64, 40, 48, cfg=cfg)
+    assert np.all(np.isfinite(got)) and _rel(got, want) < 1e-6

@@ -22,14 +22,15 @@ a wgrad of at most 16 output channels (its M).
 
 Split-K (forward and dgrad, :func:`split_k`): when the output tiles fill fewer than twice the SMs and
 each split keeps at least MIN_SPLIT_K (1024) reduction elements, block z of the one launch (grid z)
-runs k tiles [z*tps, (z+1)*tps) into fp32 partials in the output's layout (NCHW or NHWC), then ``convlab.kernels.splitk.sum_partials`` adds them
-in split order (deterministic) and the bias once, in one pass that also rounds to fp16 / bf16. The
-split count depends on the problem and the config only.
+runs k tiles [z*tps, (z+1)*tps) into fp32 partials in the output's layout (NCHW or NHWC), then
+``convlab.kernels.splitk.sum_partials`` adds them in split order (deterministic) and the bias once, in
+one pass that also rounds to fp16 / bf16. The split count depends on the problem and the config only.
 
 Layouts (``layouts = {"nchw", "nhwc"}``): a channels-last (NHWC-memory) input is read as it is when its
 channel count needs no padding (a multiple of 8, or 4 for TF32), and so is a channels-last forward filter
-(KRSC memory) and a 1x1 forward filter in either layout (KCRS = KRSC); a channels-last output is written NHWC by the epilogue. Other channels-last operands (an
-unaligned channel count, dgrad's filter, every wgrad operand) are copied to NCHW scratch first.
+(KRSC memory) and a 1x1 forward filter in either layout (KCRS = KRSC); a channels-last output is written
+NHWC by the epilogue. Other channels-last operands (an unaligned channel count, dgrad's filter, every
+wgrad operand) are copied to NCHW scratch first.
 
 Applicability: compute capability 8.0 or newer (any on the simulator), groups == 1, float32 only under
 precision "high", stride 1 for dgrad, every tensor below 2**31 elements.
@@ -53,8 +54,9 @@ from . import wgrad
 ITYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
 NCHW = frozenset({"nchw"})  # what operands_for copies channels-last operands into
 ALIGN = {"float16": 8, "bfloat16": 8, "float32": 4}  # channels per 16-byte chunk
-#: GPU configs (static shared memory <= 48 KiB: few configs, each compiles in 5-25 s on the H200)
-GPU_TILES = {16: [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 32, 3),
+#: GPU configs (shared memory <= 48 KiB: few configs, each compiles in 5-25 s on the H200); the 128x64 fp16
+#: tile capped at 128 registers (4 blocks of 128 threads per SM: the staged epilogue took it to 156)
+GPU_TILES = {16: [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 32, 3, REGS=128),
                   TcConfig(64, 64, 32, 32, 32, 4)],
              32: [TcConfig(128, 128, 16, 64, 64, 3), TcConfig(128, 64, 16, 64, 32, 3),
                   TcConfig(64, 64, 16, 32, 32, 4)]}
@@ -72,12 +74,14 @@ SIM_SHORT = {16: [TcConfig(16, 32, 16, 16, 16, 2)], 32: [TcConfig(16, 32, 8, 16,
 
 
 def _config(t: TcConfig) -> Config:
-    return Config(BM=t.BM, BN=t.BN, BK=t.BK, WM=t.WM, WN=t.WN, STAGES=t.STAGES)
+    regs = {"REGS": t.REGS} if t.REGS else {}
+    return Config(BM=t.BM, BN=t.BN, BK=t.BK, WM=t.WM, WN=t.WN, STAGES=t.STAGES, **regs)
 
 
 def tc_config(config: Config) -> TcConfig:
     """The TcConfig a plugin config names."""
-    return TcConfig(config["BM"], config["BN"], config["BK"], config["WM"], config["WN"], config["STAGES"])
+    return TcConfig(config["BM"], config["BN"], config["BK"], config["WM"], config["WN"], config["STAGES"],
+                    REGS=config.get("REGS", 0))
 
 
 def _padded(channels: int, dtype: str) -> int:

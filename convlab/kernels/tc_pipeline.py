@@ -68,6 +68,7 @@ class TcConfig(NamedTuple):
     WN: int
     STAGES: int = 3
     dynamic: bool = False  # a distinct config name only (every kernel uses one dynamic shared array)
+    REGS: int = 0  # registers per thread at most (ptxas -maxrregcount; 0: the compiler's choice)
 
     @property
     def threads(self) -> int:
@@ -79,15 +80,15 @@ class TcConfig(NamedTuple):
     @property
     def name(self) -> str:
         return f"{self.BM}x{self.BN}x{self.BK}/{self.WM}x{self.WN}/s{self.STAGES}" + \
-            ("/dyn" if self.dynamic else "")
+            ("/dyn" if self.dynamic else "") + (f"/r{self.REGS}" if self.REGS else "")
 
     def validate(self, itype: str) -> "TcConfig":
         """Raise ValueError unless this config compiles for ``itype``."""
         if itype not in ITYPES:
             raise ValueError(f"itype must be one of {sorted(ITYPES)}, got {itype!r}")
         size, kstep = ITYPES[itype][1], ITYPES[itype][2]
-        if any(not isinstance(v, int) or v < 1 for v in self[:6]):
-            raise ValueError(f"config {self} must hold positive ints")
+        if any(not isinstance(v, int) or v < 1 for v in self[:6]) or self.REGS not in (0, *range(64, 256, 8)):
+            raise ValueError(f"config {self} must hold positive ints (REGS 0, or 64..248 by 8)")
         if self.WM % 16 or self.WN % 16 or self.BM % self.WM or self.BN % self.WN:
             raise ValueError(f"config {self.name}: WM, WN must be multiples of 16 dividing BM, BN")
         if self.BK * size not in (32, 64, 128) or self.BK % kstep:
@@ -317,8 +318,6 @@ def _staged_epilogue(w: Callable, cfg: TcConfig, itype: str, store: Store) -> No
     w("g = U(lane // 4)")
     w("t2 = U(U(lane % 4) * 2)")
     w("bmax = U(N - 1)")
-    vectors, per = BN * RP // EPV, (RP if m_major else BN) // EPV
-    staged = f"U(U({'cl' if m_major else 'rl'} * {LD}) + {'rl' if m_major else 'cl'})"
     for p in range(passes):
         d = 1
         if passes > 1:
@@ -339,39 +338,50 @@ def _staged_epilogue(w: Callable, cfg: TcConfig, itype: str, store: Store) -> No
                         w(f"Cs[{at}] = {store.value(f'c{u}', f'c{i}_{j}_{2 * h + u}')}", d)
         w("cuda.syncthreads()")
         w("if vec:")
-        w(f"for e in range({-(-vectors // T)}):", 2)
-        w(f"vi = U(tid + U(e * {T}))", 3)
-        dv = 3
-        if vectors % T:
-            w(f"if vi < {vectors}:", 3)
-            dv = 4
-        major, minor = ("cl", "rl") if m_major else ("rl", "cl")
-        w(f"{major} = U(vi // {per})", dv)
-        w(f"{minor} = U(U(vi % {per}) * {EPV})", dv)
-        _copy_out(w, dv, p * RP, store, f"copy16({store.array}, {{}}, Cs, {staged})")
+        _write_out(w, cfg, p * RP, RP, LD, store, EPV, f"copy16({store.array}, {{}}, Cs, {{}})")
         w("else:")
-        w(f"for e in range({-(-BN * RP // T)}):", 2)
-        w(f"ei = U(tid + U(e * {T}))", 3)
-        ds = 3
-        if BN * RP % T:
-            w(f"if ei < {BN * RP}:", 3)
-            ds = 4
-        run = RP if m_major else BN
-        w(f"{major} = U(ei // {run})", ds)
-        w(f"{minor} = U(ei % {run})", ds)
-        _copy_out(w, ds, p * RP, store, f"{store.array}[{{}}] = Cs[{staged}]")
+        _write_out(w, cfg, p * RP, RP, LD, store, 1, f"{store.array}[{{}}] = Cs[{{}}]")
         if p < passes - 1:
             w("cuda.syncthreads()")
 
 
-def _copy_out(w: Callable, d: int, row0: int, store: Store, statement: str) -> None:
-    """Lines storing staged element (rl, cl) of this pass (rows from ``row0``): ``statement`` with the
-    global offset in its ``{}``, when (row, col) is inside C."""
+def _write_out(w: Callable, cfg: TcConfig, row0: int, RP: int, LD: int, store: Store, width: int,
+               statement: str) -> None:
+    """Lines copying the staged RP x BN tile (rows from ``row0``) out in items of ``width`` elements along
+    the contiguous dimension, consecutive threads on consecutive items: ``statement`` with the global
+    offset and the staged offset in its two ``{}``; items outside C are skipped. When the rows are the
+    contiguous dimension (NCHW) and the threads a multiple of a column's items, each thread's row is
+    fixed: its global offset base (a division by P*Q) is computed once."""
+    T, BN = cfg.threads, cfg.BN
+    m_major = store.contig == "m"
+    run = (RP if m_major else BN) // width  # items along one contiguous run of the tile
+    items = BN * RP // width
+    major, minor = ("cl", "rl") if m_major else ("rl", "cl")
+    staged = f"U(U({major} * {LD}) + {minor})"
+    if m_major and T % run == 0 and items % T == 0:
+        w(f"rl = U(U(tid % {run}) * {width})", 2)
+        w(f"row = U(U(m0 + {row0}) + rl)", 2)
+        w("if row < M:", 2)
+        store.row(w, 3)
+        w(f"for e in range({items // T}):", 3)
+        w(f"cl = U(U(tid // {run}) + U(e * {T // run}))", 4)
+        w("col = U(n0 + cl)", 4)
+        w("if col < N:", 4)
+        w(statement.format(store.addr("col"), staged), 5)
+        return
+    w(f"for e in range({-(-items // T)}):", 2)
+    w(f"vi = U(tid + U(e * {T}))", 3)
+    d = 3
+    if items % T:
+        w(f"if vi < {items}:", 3)
+        d = 4
+    w(f"{major} = U(vi // {run})", d)
+    w(f"{minor} = U(U(vi % {run}) * {width})", d)
     w(f"row = U(U(m0 + {row0}) + rl)", d)
     w("col = U(n0 + cl)", d)
     w("if row < M and col < N:", d)
     store.row(w, d + 1)
-    w(statement.format(store.addr("col")), d + 1)
+    w(statement.format(store.addr("col"), staged), d + 1)
 
 
 def compile_kernel(source: str, name: str, filename: str, cfg: TcConfig, itype: str,
@@ -389,7 +399,8 @@ def compile_kernel(source: str, name: str, filename: str, cfg: TcConfig, itype: 
                  "cp_async16": mma.cp_async16, "cp_async_commit": mma.cp_async_commit,
                  "wait": mma.cp_async_wait(cfg.STAGES - 2), "wait_all": mma.cp_async_wait(0),
                  **(extra or {})}
-    return runtime.jit(fastmath=False)(compile_source(source, filename, namespace)[name])
+    regs = {"max_registers": cfg.REGS} if cfg.REGS else {}
+    return runtime.jit(fastmath=False, **regs)(compile_source(source, filename, namespace)[name])
 
 
 def configure(kernel: Callable, cfg: TcConfig, itype: str, args: tuple, m: int, n: int,

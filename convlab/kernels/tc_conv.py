@@ -8,9 +8,9 @@ pipeline (:mod:`convlab.kernels.tc_pipeline`), KRSC weights as the dense Bt, an 
 A 16-byte chunk of A is 8 halves (4 fp32) of consecutive channels of one input pixel when C is a
 multiple of 8 (4): every chunk start kk has one (r, s) and c = kk % C, so the whole chunk is one
 ``cp.async`` from xh at ((n*H + h)*W + w)*C + c, zero-filled when (h, w) falls in the padding or kk >= K.
-Per copy row the kernel keeps (n*H*W*C, p*sh + phn, q*sw + pwn) in padded coordinates (uint32, never
-negative: ph = max(padding, 0) and phn = max(-padding, 0), so negative padding works too, which dgrad
-needs); a row is inside when ph <= h' < H + ph. Per k tile it derives (r*dh, s*dw, c) of its chunk once.
+Per copy row the kernel keeps the input position of filter tap (0, 0) and its offset, mod 2**32 (ph =
+max(padding, 0) and phn = max(-padding, 0) are both non-negative parameters, so negative padding works
+too, which dgrad needs); each thread tracks its chunk's (c, s, r) incrementally (:class:`GatherA`).
 The epilogue writes y[n, k, pq] at (n*K + k)*P*Q + pq (NCHW), or at row*K + k (NHWC, channels-last
 outputs: the GEMM's row-major C), adding bias[k] in fp32 before converting. Split-K (``tps`` > 0, grid
 z = split): block z reduces k tiles [z*tps, (z+1)*tps) only and writes fp32 partials, no bias, at split z
@@ -38,7 +38,14 @@ PARAMS = "X, Bt, Y, bias, M, N, K, Cin, H, W, S, Q, PQ, HWC, sh, sw, ph, pw, phn
 
 class GatherA:
     """A[m, kk] = xh[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] from an NHWC input (see module doc);
-    with ``split``, split-K: parameter ``tps`` (k tiles per split, grid z = split)."""
+    with ``split``, split-K: parameter ``tps`` (k tiles per split, grid z = split).
+
+    Per copy row, once: the input row and column of filter tap (0, 0), ``ah`` = p*sh - pad_h and ``aw``,
+    and the offset ``ab`` of (n, ah, aw, 0), all mod 2**32 (a tap in the padding wraps to a huge
+    unsigned value, so one compare ``ah + r*dh < H`` tests both ends). Per thread, its chunk's filter
+    position (ci, s, r) starts with one division and then advances by BK per k tile without any (a
+    carry into s, then r). Per k tile: ``koff`` = ((r*dh)*W + s*dw)*C + ci, shared by the copies; per
+    copy two adds, two compares and one add for the address."""
 
     params = PARAMS
 
@@ -50,20 +57,33 @@ class GatherA:
         w(f"aok{e} = {m} < M")
         w(f"mm = {m} if aok{e} else U(0)")
         w("pq = U(mm % PQ)")
-        w(f"ab{e} = U(U(mm // PQ) * HWC)")
-        w(f"ah{e} = U(U(U(pq // Q) * sh) + phn)")
-        w(f"aw{e} = U(U(U(pq % Q) * sw) + pwn)")
+        w(f"ah{e} = U(U(U(U(pq // Q) * sh) + phn) - ph)")
+        w(f"aw{e} = U(U(U(U(pq % Q) * sw) + pwn) - pw)")
+        w(f"ab{e} = U(U(U(mm // PQ) * HWC) + U(U(U(ah{e} * W) + aw{e}) * Cin))")
+
+    def start(self, w: Callable, kk: str) -> None:
+        w(f"ci = U({kk} % Cin)  # this thread's first chunk: channel, filter column and row")
+        w(f"rs = U({kk} // Cin)")
+        w("si = U(rs % S)")
+        w("ds = U(si * dw)")
+        w("dr = U(U(rs // S) * dh)")
 
     def ktile(self, w: Callable, d: int) -> None:
-        w("rs = U(kk // Cin)", d)
-        w("ci = U(kk % Cin)", d)
-        w("dr = U(U(rs // S) * dh)", d)
-        w("ds = U(U(rs % S) * dw)", d)
+        w("koff = U(U(U(U(dr * W) + ds) * Cin) + ci)", d)
 
     def chunk(self, e: int) -> tuple[str, str]:
-        h, x = f"U(ah{e} + dr)", f"U(aw{e} + ds)"
-        return (f"aok{e} and kok and {h} >= ph and {h} < U(H + ph) and {x} >= pw and {x} < U(W + pw)",
-                f"U(U(ab{e} + U(U(U(U({h} - ph) * W) + U({x} - pw)) * Cin)) + ci)")
+        return f"aok{e} and kok and U(ah{e} + dr) < H and U(aw{e} + ds) < W", f"U(ab{e} + koff)"
+
+    def advance(self, w: Callable, d: int, bk: int) -> None:
+        w(f"ci = U(ci + {bk})  # the next k tile: carry into s, then r", d)
+        w("while ci >= Cin:", d)
+        w("ci = U(ci - Cin)", d + 1)
+        w("si = U(si + 1)", d + 1)
+        w("ds = U(ds + dw)", d + 1)
+        w("if si == S:", d + 1)
+        w("si = U(0)", d + 2)
+        w("ds = U(0)", d + 2)
+        w("dr = U(dr + dh)", d + 2)
 
 
 class NchwStore:

@@ -34,6 +34,7 @@ public API). Accumulators and fragments are scalars so they stay in registers; i
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
@@ -113,6 +114,9 @@ class ALoader(Protocol):
     to every Bt offset (e.g. ``U(bz * sB)``); the loader and the store add their own.
     Optional ``b_stride``: the name of Bt's row length when it is not K (a batched loader that runs
     a slice of each row: tc_gemm's parted GEMM).
+    Optional ``start(w, kk)`` and ``advance(w, d, bk)``: lines run once before the first k tile (kk: this
+    thread's first chunk column) and after each issued k tile (the k tiles are issued in order), for a
+    loader that tracks its position incrementally instead of dividing per k tile.
     Optional ``k_split``: split-K (grid z = split; not with ``b_offset``): the name of the kernel
     parameter tps (k tiles per split); block z runs k tiles [z*tps, min((z+1)*tps, ktiles)) only and
     the store writes split z's partial (its ``row`` reads ``cuda.blockIdx.z``)."""
@@ -258,8 +262,12 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
             w(f"ok = bok{e} and kok", db)
             w(f"cp_async16(Bs, U(U(ls * {BN * BK}) + bs{e}), Bt, U(bg{e} + kk) if ok else U(0), "
               "16 if ok else 0)", db)
+        if hasattr(loader, "advance"):
+            loader.advance(w, d, BK)
 
     w(f"kl = {k_first}")
+    if hasattr(loader, "start"):
+        loader.start(w, f"U(U(kl * {BK}) + ck)")
     for s in range(S - 1):
         w(f"ls = U({s})")
         w("if kl < ktiles:")
@@ -382,6 +390,10 @@ def _write_out(w: Callable, cfg: TcConfig, row0: int, RP: int, LD: int, store: S
     w("if row < M and col < N:", d)
     store.row(w, d + 1)
     w(statement.format(store.addr("col"), staged), d + 1)
+
+
+if runtime.SIMULATOR:  # numpy scalars warn where the uint32 index math wraps on purpose, as on the GPU
+    warnings.filterwarnings("ignore", r"overflow encountered in scalar (add|subtract|multiply)", RuntimeWarning)
 
 
 def compile_kernel(source: str, name: str, filename: str, cfg: TcConfig, itype: str,

@@ -44,10 +44,10 @@ from convlab import runtime
 from convlab.kernels import mma
 from convlab.kernels.intrinsics import copy16
 from convlab.kernels.intrinsics import u32 as U
+from convlab.kernels.tc_epilogue import CTYPE, STATIC_LIMIT, Store, dynamic_bytes, staged_epilogue
 from convlab.kernels.source import compile_source
 from convlab.runtime import cuda
 
-STATIC_LIMIT = 48 * 1024  # static shared memory per block
 DYNAMIC_LIMIT = 227 * 1024  # dynamic shared memory per block on sm_80 / sm_90 (opt-in attribute)
 ITYPES = {"f16": (np.float16, 2, 16), "bf16": (np.uint16, 2, 16), "tf32": (np.float32, 4, 8)}
 #: itype -> (shared/storage dtype, bytes per element, k of one mma)
@@ -128,46 +128,6 @@ class ALoader(Protocol):
     def chunk(self, e: int) -> tuple[str, str]: ...
 
 
-class Store(Protocol):
-    """Where C goes. ``contig``: the GEMM dimension contiguous in memory ("n": row-major C, NHWC; "m":
-    NCHW, whose pixels are the rows); ``dtype``: the output's numpy dtype (its staging type too);
-    ``array``: the output parameter's name (a flat array); ``row(w, d)``: lines run once ``row``
-    (global, < M) is known; ``addr(col)``: the flat offset of (row, col) after them; ``value(col, v)``:
-    the stored expression for the float32 accumulator ``v`` of column ``col`` (< N; bias, conversion)."""
-
-    contig: str
-    dtype: Any
-    array: str
-
-    def row(self, w: Callable, d: int) -> None: ...
-    def addr(self, col: str) -> str: ...
-    def value(self, col: str, v: str) -> str: ...
-
-
-def epilogue_plan(cfg: TcConfig, itype: str, out_dtype: Any, contig: str) -> tuple[int, int, int]:
-    """(passes, staged rows per pass, leading dimension) of the staged epilogue: the block's C tile (BM x
-    BN, in the output type) goes through shared memory, ``contig``-major with rows padded by 16 bytes
-    (conflict-free fragment writes), in one pass when it fits the main loop's shared memory (or 48 KiB),
-    else one pass per row of warps."""
-    size = np.dtype(out_dtype).itemsize
-    pad = 16 // size
-    warps_m = cfg.BM // cfg.WM
-    for passes in (1, warps_m):
-        rows = cfg.BM // passes
-        ld = rows + pad if contig == "m" else cfg.BN + pad
-        elems = cfg.BN * ld if contig == "m" else rows * ld
-        if elems * size <= max(cfg.shared_bytes(itype), STATIC_LIMIT) or passes == warps_m:
-            return passes, rows, ld
-    raise AssertionError("unreachable")
-
-
-def dynamic_bytes(cfg: TcConfig, itype: str, out_dtype: Any, contig: str) -> int:
-    """Dynamic shared memory of one block: the main loop's stages or the staged C tile, the larger."""
-    passes, rows, ld = epilogue_plan(cfg, itype, out_dtype, contig)
-    staged = (cfg.BN if contig == "m" else rows) * ld * np.dtype(out_dtype).itemsize
-    return max(cfg.shared_bytes(itype), staged)
-
-
 def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name: str,
                     tf32_round: str = "add") -> str:
     """Source of the kernel ``name(<loader.params>, vec)`` for one config (M, N, K among the params;
@@ -185,7 +145,7 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     # one dynamic shared array: A's stages, then B's; the staged epilogue reuses it (Cs, the output type)
     w("As = cuda.shared.array(0, stype, alignment=align)")
     w("Bs = As")
-    w(f"Cs = cuda.shared.array(0, {_CTYPE[np.dtype(store.dtype).name]}, alignment=align)")
+    w(f"Cs = cuda.shared.array(0, {CTYPE[np.dtype(store.dtype).name]}, alignment=align)")
     B0 = S * BM * BK
     w("tid = U(cuda.threadIdx.x)")
     w("lane = U(tid % 32)")
@@ -305,91 +265,8 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
                 w(f"{acc} = mma(a{i}_0, a{i}_1, a{i}_2, a{i}_3, b{j}_0, b{j}_1, {acc})", 2)
     w(f"cs = U(cs + 1) if cs < {S - 1} else U(0)", 2)
     w("kt = U(kt + 1)", 2)
-    _staged_epilogue(w, cfg, itype, store)
+    staged_epilogue(w, cfg, itype, store)
     return "\n".join(L) + "\n"
-
-
-_CTYPE = {"float32": "c_float32", "float16": "c_float16", "uint16": "c_uint16", "int16": "c_uint16"}
-
-
-def _staged_epilogue(w: Callable, cfg: TcConfig, itype: str, store: Store) -> None:
-    """acc -> Cs (shared, the output type, bias added) -> the output in 16-byte vectors along the
-    contiguous dimension (``vec``, a kernel parameter: the launcher's alignment verdict), or element by
-    element with consecutive threads on consecutive addresses."""
-    BN, WN = cfg.BN, cfg.WN
-    T, MI, NI = cfg.threads, cfg.WM // 16, WN // 8
-    passes, RP, LD = epilogue_plan(cfg, itype, store.dtype, store.contig)
-    EPV = 16 // np.dtype(store.dtype).itemsize
-    m_major = store.contig == "m"
-    w("wait_all()")
-    w("cuda.syncthreads()  # every warp is done with the stages: Cs may overwrite them")
-    w("g = U(lane // 4)")
-    w("t2 = U(U(lane % 4) * 2)")
-    w("bmax = U(N - 1)")
-    for p in range(passes):
-        d = 1
-        if passes > 1:
-            w(f"if U(warp // {BN // WN}) == {p}:")
-            d = 2
-        w(f"rw = U(U(wm0 - {p * RP}) + g)", d)
-        for j in range(NI):
-            w(f"cl = U(U(wn0 + t2) + {8 * j})", d)
-            w("c0 = U(n0 + cl)", d)
-            w("c0 = c0 if c0 < N else bmax", d)
-            w("c1 = U(c0 + 1)", d)
-            w("c1 = c1 if c1 < N else bmax", d)
-            for i in range(MI):
-                for h in range(2):
-                    rl = f"U(rw + {16 * i + 8 * h})"
-                    for u in range(2):
-                        at = f"U(U(U(cl + {u}) * {LD}) + {rl})" if m_major else f"U(U({rl} * {LD}) + U(cl + {u}))"
-                        w(f"Cs[{at}] = {store.value(f'c{u}', f'c{i}_{j}_{2 * h + u}')}", d)
-        w("cuda.syncthreads()")
-        w("if vec:")
-        _write_out(w, cfg, p * RP, RP, LD, store, EPV, f"copy16({store.array}, {{}}, Cs, {{}})")
-        w("else:")
-        _write_out(w, cfg, p * RP, RP, LD, store, 1, f"{store.array}[{{}}] = Cs[{{}}]")
-        if p < passes - 1:
-            w("cuda.syncthreads()")
-
-
-def _write_out(w: Callable, cfg: TcConfig, row0: int, RP: int, LD: int, store: Store, width: int,
-               statement: str) -> None:
-    """Lines copying the staged RP x BN tile (rows from ``row0``) out in items of ``width`` elements along
-    the contiguous dimension, consecutive threads on consecutive items: ``statement`` with the global
-    offset and the staged offset in its two ``{}``; items outside C are skipped. When the rows are the
-    contiguous dimension (NCHW) and the threads a multiple of a column's items, each thread's row is
-    fixed: its global offset base (a division by P*Q) is computed once."""
-    T, BN = cfg.threads, cfg.BN
-    m_major = store.contig == "m"
-    run = (RP if m_major else BN) // width  # items along one contiguous run of the tile
-    items = BN * RP // width
-    major, minor = ("cl", "rl") if m_major else ("rl", "cl")
-    staged = f"U(U({major} * {LD}) + {minor})"
-    if m_major and T % run == 0 and items % T == 0:
-        w(f"rl = U(U(tid % {run}) * {width})", 2)
-        w(f"row = U(U(m0 + {row0}) + rl)", 2)
-        w("if row < M:", 2)
-        store.row(w, 3)
-        w(f"for e in range({items // T}):", 3)
-        w(f"cl = U(U(tid // {run}) + U(e * {T // run}))", 4)
-        w("col = U(n0 + cl)", 4)
-        w("if col < N:", 4)
-        w(statement.format(store.addr("col"), staged), 5)
-        return
-    w(f"for e in range({-(-items // T)}):", 2)
-    w(f"vi = U(tid + U(e * {T}))", 3)
-    d = 3
-    if items % T:
-        w(f"if vi < {items}:", 3)
-        d = 4
-    w(f"{major} = U(vi // {run})", d)
-    w(f"{minor} = U(U(vi % {run}) * {width})", d)
-    w(f"row = U(U(m0 + {row0}) + rl)", d)
-    w("col = U(n0 + cl)", d)
-    w("if row < M and col < N:", d)
-    store.row(w, d + 1)
-    w(statement.format(store.addr("col"), staged), d + 1)
 
 
 if runtime.SIMULATOR:  # numpy scalars warn where the uint32 index math wraps on purpose, as on the GPU
@@ -428,14 +305,6 @@ def configure(kernel: Callable, cfg: TcConfig, itype: str, args: tuple, m: int, 
         raise ValueError(f"{m} x {n} outputs in {cfg.BM} x {cfg.BN} tiles ({tiles}) and batch {batch} exceed "
                          "the grid's limits (2**31 - 1 blocks along x, 65535 along z)")
     return kernel[(tiles, 1, batch), cfg.threads, 0, dyn]
-
-
-def vector_ok(out: Any, *extents: int) -> bool:
-    """Whether the staged epilogue may store ``out`` (a device array) in 16-byte vectors: its data is
-    16-byte aligned and every extent (the contiguous runs: N for a row-major C, P*Q for NCHW, a batch
-    stride) is a whole number of vectors."""
-    epv = 16 // np.dtype(out.dtype).itemsize
-    return runtime.device_pointer(out) % 16 == 0 and all(e % epv == 0 for e in extents)
 
 
 def _allow_dynamic_shared(kernel: Any, args: tuple, nbytes: int) -> None:

@@ -153,7 +153,7 @@ def test_staged_epilogue_stores_vectors_or_elements(n, offset, vec):
     """The C tile goes through shared memory, then out in 16-byte vectors when the output is aligned and
     its rows are whole vectors (N = 24 fp16), else element by element (N = 20; or a view one element off
     alignment): every element written once, right (NaN-poisoned around the view too)."""
-    from convlab.kernels.tc_pipeline import vector_ok
+    from convlab.kernels.tc_epilogue import vector_ok
     m, k = 40, 32
     rng = np.random.default_rng(n + offset)
     A, A64 = tc_gemm.to_storage("f16", rng.standard_normal((m, k)))
@@ -171,10 +171,10 @@ def test_staged_epilogue_stores_vectors_or_elements(n, offset, vec):
 def test_staged_epilogue_in_passes_per_warp_row(monkeypatch):
     """A C tile larger than the stages' shared memory is staged one row of warps at a time (here forced
     by a zero static limit: fp32 32 x 32 outputs > two f16 stages)."""
-    from convlab.kernels import tc_pipeline
-    monkeypatch.setattr(tc_pipeline, "STATIC_LIMIT", 0)
+    from convlab.kernels import tc_epilogue
+    monkeypatch.setattr(tc_epilogue, "STATIC_LIMIT", 0)
     cfg = tc_gemm.TcConfig(32, 32, 16, 16, 16, 2, True)  # a config no other test compiles
-    assert tc_pipeline.epilogue_plan(cfg, "f16", np.float32, "n") == (2, 16, 36)  # 2 warp rows
-    assert tc_pipeline.epilogue_plan(cfg, "f16", np.float16, "n")[0] == 1
+    assert tc_epilogue.epilogue_plan(cfg, "f16", np.float32, "n") == (2, 16, 36)  # 2 warp rows
+    assert tc_epilogue.epilogue_plan(cfg, "f16", np.float16, "n")[0] == 1
     got, want = _run("f16", 64, 40, 48, cfg=cfg)
     assert np.all(np.isfinite(got)) and _rel(got, want) < 1e-6

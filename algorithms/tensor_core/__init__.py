@@ -3,6 +3,7 @@ under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in 
 
     op        layout change (scratch, timed)           GEMM M      N    K (reduction)   kernel
     forward   x NCHW -> NHWC, w KCRS -> KRSC           N*P*Q       K    R*S*C           tc_conv
+              (1x1 stride 1 unpadded, 16-bit: none)    (x read as NCHW: tc_conv.NchwA)
     dgrad     dy NCHW -> NHWC, w -> flipped CRSK       N*H*W       C    R*S*K           tc_conv (stride 1)
     wgrad     dy, x unfolded split-major (wgrad.py)    K           CRS  N*P*Q           tc_gemm + split-K
 
@@ -242,21 +243,24 @@ class TensorCore(Algorithm):
         # layout
         a_last, b_last = operands.is_channels_last(a), operands.is_channels_last(b)
         x_as_is = a_last and cp == c
+        # a 1x1 stride-1 unpadded forward reads its NCHW input as it is (16-bit; tc_conv.NchwA)
+        nchw_in = problem.op == "forward" and not a_last and tc_conv.reads_nchw(
+            ITYPE[problem.dtype], a, c=c, h=h, w=w, r=r, s=s, stride=problem.stride, padding=problem.padding)
         # a 1x1 filter's KCRS memory is already KRSC
         w_as_is = problem.op == "forward" and cp == c and (b_last or r * s == 1)
         nhwc_out = operands.is_channels_last(out)
         copy_x = (a,) if a_last and not x_as_is else ()  # to NCHW scratch first (operands_for)
         copy_w = (b,) if b_last and not w_as_is else ()
         store = runtime.kernel_dtype(np_dtype(problem.dtype))
-        nx, nw = (0 if x_as_is else n * h * w * cp), (0 if w_as_is else k * r * s * cp)
+        nx, nw = (0 if x_as_is or nchw_in else n * h * w * cp), (0 if w_as_is else k * r * s * cp)
         with layouts.operands_for(NCHW, copy_x, out_index=None) as nchw_x, \
                 layouts.operands_for(NCHW, copy_w, out_index=None) as nchw_w, \
                 scratch(max(nx + nw, 1), store) as buf:
             src_x, src_w = (nchw_x or (a,))[0], (nchw_w or (b,))[0]
             flat = lambda t: runtime.kernel_view(runtime.flat_view(t))  # noqa: E731  (memory order)
-            xh = flat(a) if x_as_is else buf[:nx]
+            xh = flat(a) if x_as_is or nchw_in else buf[:nx]
             wt = flat(b) if w_as_is else buf[nx:nx + nw]
-            if not x_as_is:  # NCHW -> NHWC, channels zero-padded to cp
+            if not (x_as_is or nchw_in):  # NCHW -> NHWC, channels zero-padded to cp
                 transpose.to_channels_last(flat(src_x), xh, n, c, h * w, cp)
             if w_as_is:
                 pass
@@ -265,18 +269,20 @@ class TensorCore(Algorithm):
             else:  # wt[c', r, s, k'] = w[k', c', R-1-r, S-1-s] (c' = output channel, k' = gathered)
                 transpose.to_channels_last(flat(src_w), wt, 1, c, k * r * s, cp, flip=r * s)
             _conv(problem, tc_config(config), xh, wt, flat(out),
-                  None if bias is None else runtime.kernel_view(bias), nhwc_out, geo)
+                  None if bias is None else runtime.kernel_view(bias), nhwc_out, geo, nchw_in)
 
 
-def _conv(problem: Problem, cfg: TcConfig, xh, wt, y, bias, nhwc_out: bool, geo: dict) -> None:
+def _conv(problem: Problem, cfg: TcConfig, xh, wt, y, bias, nhwc_out: bool, geo: dict,
+          nchw_in: bool = False) -> None:
     """The convolution kernel on the NHWC / KRSC operands into y (flat, NCHW or NHWC memory order):
     one launch, or with split-K the partials' launch, their sum (+ bias) and the rounding."""
     itype, (splits, tps) = ITYPE[problem.dtype], split_k(problem, cfg)
     geo = dict(geo, c=_padded(geo["c"], problem.dtype))
     if splits == 1:
-        tc_conv.conv_launcher(itype, cfg, xh, wt, y, bias, nhwc_out=nhwc_out, **geo)()
+        tc_conv.conv_launcher(itype, cfg, xh, wt, y, bias, nhwc_out=nhwc_out, nchw_in=nchw_in, **geo)()
         return
     with scratch(_split_f32(problem, splits), np.float32) as part:
-        tc_conv.conv_launcher(itype, cfg, xh, wt, part, None, nhwc_out=nhwc_out, tps=tps, **geo)()
+        tc_conv.conv_launcher(itype, cfg, xh, wt, part, None, nhwc_out=nhwc_out, tps=tps, nchw_in=nchw_in,
+                              **geo)()
         sum_partials(part, y, splits, bias=bias, inner=1 if nhwc_out else geo["p"] * geo["q"],
                      out_kind=convert.half_kind(problem.dtype))

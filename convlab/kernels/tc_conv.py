@@ -87,6 +87,31 @@ class GatherA:
         w("dr = U(dr + dh)", d + 2)
 
 
+class NchwA:
+    """A[m, c] = x[n, c, pq] (m = n*P*Q + pq) of a 1x1, stride-1, unpadded convolution, read straight
+    from the NCHW input (no NHWC copy): A is m-contiguous (the pipeline's ``a_km``), a 16-byte chunk is 8
+    pixels of one channel, so P*Q must be a multiple of 8 and x 16-byte aligned; channels past C are
+    zero-filled (no padding needed). With ``split``, split-K as :class:`GatherA`."""
+
+    params = "X, Bt, Y, bias, M, N, K, PQ, CPQ"
+    a_km = True
+
+    def __init__(self, split: bool = False) -> None:
+        if split:
+            self.params, self.k_split = self.params + ", tps", "tps"
+
+    def km_cols(self, w: Callable, m: str) -> None:
+        w(f"amok = {m} < M")
+        w(f"mm = {m} if amok else U(0)")
+        w("ax = U(U(U(mm // PQ) * CPQ) + U(mm % PQ))  # x[n, 0, pq] of the chunk's first pixel")
+
+    def ktile(self, w: Callable, d: int) -> None:
+        pass
+
+    def km_chunk(self, e: int) -> tuple[str, str]:
+        return f"amok and U(k0 + akr{e}) < K", f"U(ax + U(U(k0 + akr{e}) * PQ))"
+
+
 class NchwStore:
     """y[n, col, pq] (flat NCHW) = value (+ bias[col]), converted to the output type; with ``partial``
     (split-K) the fp32 value unchanged at part[z] (z = blockIdx.z, each part M*N elements, no bias).
@@ -124,51 +149,67 @@ class NhwcStore(NchwStore):
     base = "yb = U(row * N)"
 
 
-def _source(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool, split: bool) -> str:
+def _source(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool, split: bool, nchw_in: bool) -> str:
     if split and bias:
         raise ValueError("split-K kernels write fp32 partials without bias (added after the sum)")
     store = (NhwcStore if nhwc_out else NchwStore)(itype, bias, split)
-    return pipeline_source(TcConfig(*cfg).validate(itype), itype, GatherA(split), store, "conv")
+    loader = NchwA(split) if nchw_in else GatherA(split)
+    return pipeline_source(TcConfig(*cfg).validate(itype), itype, loader, store, "conv")
 
 
 @functools.cache
 def make_tc_conv(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool = False,
-                 split: bool = False) -> Callable:
-    """The kernel (X, Bt, Y, bias, M, N, K, geometry... [, tps]) of one input type, config, bias flag,
-    output layout and split-K flag.
+                 split: bool = False, nchw_in: bool = False) -> Callable:
+    """The kernel (X, Bt, Y, bias, M, N, K, geometry... [, tps], vec) of one input type, config, bias
+    flag, output layout, split-K flag and input read.
 
-    X: NHWC input, flat; Bt: [K_out, R*S*C] weights, flat; Y: NCHW output (NHWC with ``nhwc_out``), flat,
-    in the input type (bf16 as uint16 bits); bias: [K_out] (a 1-element dummy when ``bias`` is False).
-    ``split``: grid z = split, k tiles [z*tps, (z+1)*tps) each, Y float32 [splits, y's layout] partials.
+    X: NHWC input, flat (``nchw_in``: the NCHW input of a 1x1 stride-1 unpadded layer, :class:`NchwA`);
+    Bt: [K_out, R*S*C] weights, flat; Y: NCHW output (NHWC with ``nhwc_out``), flat, in the input type
+    (bf16 as uint16 bits); bias: [K_out] (a 1-element dummy when ``bias`` is False). ``split``: grid z =
+    split, k tiles [z*tps, (z+1)*tps) each, Y float32 [splits, y's layout] partials.
     """
     cfg = TcConfig(*cfg).validate(itype)
     filename = f"<convlab.kernels.tc_conv {itype} {cfg.name} bias={bias} nhwc_out={nhwc_out}" + \
-        (" split>" if split else ">")
-    return compile_kernel(_source(itype, cfg, bias, nhwc_out, split), "conv", filename, cfg, itype)
+        (" split" if split else "") + (" nchw_in>" if nchw_in else ">")
+    return compile_kernel(_source(itype, cfg, bias, nhwc_out, split, nchw_in), "conv", filename, cfg, itype)
 
 
 def kernel_source(itype: str, cfg: TcConfig, bias: bool = False, nhwc_out: bool = False,
-                  split: bool = False) -> str:
+                  split: bool = False, nchw_in: bool = False) -> str:
     """The generated source of one kernel (for reading and debugging)."""
-    return _source(itype, cfg, bias, nhwc_out, split)
+    return _source(itype, cfg, bias, nhwc_out, split, nchw_in)
+
+
+def reads_nchw(itype: str, x: Any, *, c: int, h: int, w: int, r: int, s: int, stride: tuple,
+               padding: tuple) -> bool:
+    """Whether the forward kernel can read the NCHW input ``x`` (a device array) as it is
+    (:class:`NchwA`): a 16-bit type, a 1x1 filter, stride 1, no padding, H*W a multiple of 8 pixels and
+    C of 8 channels (the weights' chunks), x 16-byte aligned."""
+    return itype in ("f16", "bf16") and r == s == 1 and tuple(stride) == (1, 1) and \
+        tuple(padding) == (0, 0) and (h * w) % 8 == 0 and c % 8 == 0 and vector_ok(x)
 
 
 def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any, *, n: int, c: int,
                   h: int, w: int, k: int, r: int, s: int, p: int, q: int, stride: tuple, padding: tuple,
-                  dilation: tuple, nhwc_out: bool = False, tps: int = 0) -> Callable[[], None]:
-    """A no-argument launch of the forward kernel on flat device arrays: xh [n*h*w*c] NHWC, wt
-    [k*r*s*c] KRSC, y [n*k*p*q] NCHW (NHWC with ``nhwc_out``), bias [k] or None (all in the storage type
-    of ``itype``); ``padding`` entries may be negative. ``tps`` > 0: split-K, tps k tiles (of BK) per
-    split, y float32 [splits * n*k*p*q] (split-major partials in y's layout, for
-    :func:`convlab.kernels.splitk.sum_partials`), bias None."""
+                  dilation: tuple, nhwc_out: bool = False, tps: int = 0,
+                  nchw_in: bool = False) -> Callable[[], None]:
+    """A no-argument launch of the forward kernel on flat device arrays: xh [n*h*w*c] NHWC (``nchw_in``:
+    [n*c*h*w] NCHW, :func:`reads_nchw`), wt [k*r*s*c] KRSC, y [n*k*p*q] NCHW (NHWC with ``nhwc_out``),
+    bias [k] or None (all in the storage type of ``itype``); ``padding`` entries may be negative.
+    ``tps`` > 0: split-K, tps k tiles (of BK) per split, y float32 [splits * n*k*p*q] (split-major
+    partials in y's layout, for :func:`convlab.kernels.splitk.sum_partials`), bias None."""
     cfg = TcConfig(*cfg)
-    kernel = make_tc_conv(itype, cfg, bias is not None, nhwc_out, tps > 0)
+    kernel = make_tc_conv(itype, cfg, bias is not None, nhwc_out, tps > 0, nchw_in)
     m, kk = n * p * q, r * s * c
     splits = split_count(kk, cfg.BK, tps) if tps > 0 else 1
-    args = (xh, wt, y, wt if bias is None else bias, U(m), U(k), U(kk), U(c), U(h), U(w), U(s), U(q),
-            U(p * q), U(h * w * c), U(stride[0]), U(stride[1]), U(max(padding[0], 0)),
-            U(max(padding[1], 0)), U(max(-padding[0], 0)), U(max(-padding[1], 0)), U(dilation[0]),
-            U(dilation[1])) + ((U(tps),) if tps > 0 else ())
+    head = (xh, wt, y, wt if bias is None else bias, U(m), U(k), U(kk))
+    if nchw_in:
+        args = head + (U(p * q), U(c * p * q))
+    else:
+        args = head + (U(c), U(h), U(w), U(s), U(q), U(p * q), U(h * w * c), U(stride[0]), U(stride[1]),
+                       U(max(padding[0], 0)), U(max(padding[1], 0)), U(max(-padding[0], 0)),
+                       U(max(-padding[1], 0)), U(dilation[0]), U(dilation[1]))
+    args += (U(tps),) if tps > 0 else ()
     vec = vector_ok(y, k) if nhwc_out else vector_ok(y, p * q)
     configured = configure(kernel, cfg, itype, args + (vec,), m, k, splits, out_dtype=y.dtype,
                            contig="n" if nhwc_out else "m")

@@ -114,6 +114,10 @@ class ALoader(Protocol):
     to every Bt offset (e.g. ``U(bz * sB)``); the loader and the store add their own.
     Optional ``b_stride``: the name of Bt's row length when it is not K (a batched loader that runs
     a slice of each row: tc_gemm's parted GEMM).
+    Optional ``a_km`` (16-bit inputs): A is stored [K][M], m contiguous (a 1x1 convolution's NCHW
+    input): each thread copies chunk ``acm`` of k rows ``akr<e>`` (k0 + akr<e> global), with
+    ``km_cols(w, m)`` (lines for the thread's chunk of rows m..m+7) and ``km_chunk(e)`` (as ``chunk``)
+    in place of ``rows`` and ``chunk``; the fragments come through ``ldmatrix .trans``.
     Optional ``start(w, kk)`` and ``advance(w, d, bk)``: lines run once before the first k tile (kk: this
     thread's first chunk column) and after each issued k tile (the k tiles are issued in order), for a
     loader that tracks its position incrementally instead of dividing per k tile.
@@ -175,7 +179,19 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     # copies per thread of each operand's k tile: rows * CH chunks over T threads; a tile of fewer
     # chunks than threads (a narrow BN) is copied by threads tid < rows * CH (guarded in ``issue``)
     copies = {op: max(1, rows * CH // T) for op, rows in (("a", BM), ("b", BN))}
-    for op, rows in (("a", BM), ("b", BN)):
+    a_km = getattr(loader, "a_km", False)  # A stored [K][M] (m contiguous): its own copy rows and swizzle
+    if a_km:
+        if size != 2:
+            raise ValueError("an m-contiguous A needs ldmatrix .trans: 16-bit inputs only")
+        CHA = BM * size // 16  # chunks along a k row of A's tile
+        per_a, xor_a = max(1, 8 // CHA), min(CHA, 8)
+        copies["a"] = max(1, BK * CHA // T)
+        w(f"acm = U(tid % {CHA})  # this thread's m chunk of A's k rows, and its copies' k rows:")
+        loader.km_cols(w, f"U(m0 + U(acm * {EPC}))")
+        for e in range(copies["a"]):
+            w(f"akr{e} = U(U(tid // {CHA}) + {e * T // CHA})")
+            w(f"as{e} = U(U(akr{e} * {BM}) + U(U(acm ^ U(U(akr{e} // {per_a}) % {xor_a})) * {EPC}))")
+    for op, rows in (("b", BN),) if a_km else (("a", BM), ("b", BN)):
         for e in range(copies[op]):
             w(f"{op}r{e} = U(U(tid // {CH}) + {e * T // CH})")
             w(f"{op}s{e} = U(U(U({op}r{e} * {BK}) + U(U(cc ^ U(U({op}r{e} // {per}) % {CH})) * {EPC}))"
@@ -191,10 +207,18 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     # ldmatrix addresses: A rows wm0 + lane % 16, chunk 2kk + lane // 16; B rows wn0 + lane % 8 +
     # 8 (lane // 16), chunk 2kk + (lane // 8) % 2; the swizzle of both is that of lane % 8.
     w(f"sw = U(U(U(lane % 8) // {per}) % {CH})")
-    w(f"a_ld = U(U(wm0 + U(lane % 16)) * {BK})")
+    if a_km:  # .trans x4: lanes 0-7 / 8-15 k rows 0-7 of m chunks 0 / 1, lanes 16-31 k rows 8-15
+        w("akl = U(U(lane % 8) + U(U(lane // 16) * 8))")
+        w(f"a_ld = U(akl * {BM})")
+        w(f"swa = U(U(akl // {per_a}) % {xor_a})")
+        for i in range(MI):
+            w(f"a_m{i} = U(U(U(U(U(wm0 // 8) + {2 * i}) + U(U(lane // 8) % 2)) ^ swa) * {EPC})")
+    else:
+        w(f"a_ld = U(U(wm0 + U(lane % 16)) * {BK})")
     w(f"b_ld = U(U(U(U(wn0 + U(lane % 8)) + U(U(lane // 16) * 8)) * {BK}) + {B0})")
-    for kk in range(BK // kstep):
+    for kk in range(0 if a_km else BK // kstep):
         w(f"a_c{kk} = U(U(U({2 * kk} + U(lane // 16)) ^ sw) * {EPC})")
+    for kk in range(BK // kstep):
         w(f"b_c{kk} = U(U(U({2 * kk} + U(U(lane // 8) % 2)) ^ sw) * {EPC})")
     for i in range(MI):
         for j in range(NI):
@@ -206,11 +230,12 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
         w("kok = kk < K", d)
         loader.ktile(w, d)
         da = d
-        if BM * CH < T:
-            w(f"if tid < {BM * CH}:", d)
+        a_chunks = BK * CHA if a_km else BM * CH
+        if a_chunks < T:
+            w(f"if tid < {a_chunks}:", d)
             da = d + 1
         for e in range(copies["a"]):
-            ok, off = loader.chunk(e)
+            ok, off = loader.km_chunk(e) if a_km else loader.chunk(e)
             w(f"ok = {ok}", da)
             w(f"cp_async16(As, U(U(ls * {BM * BK}) + as{e}), {loader.params.split(',')[0]}, "
               f"{off} if ok else U(0), 16 if ok else 0)", da)
@@ -249,7 +274,11 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     w(f"b_st = U(U(cs * {BN * BK}) + b_ld)", 2)
     for kk in range(BK // kstep):
         for i in range(MI):
-            w(f"a{i}_0, a{i}_1, a{i}_2, a{i}_3 = ldmatrix_x4(As, U(a_st + {i * 16 * BK}) + a_c{kk})", 2)
+            if a_km:
+                w(f"a{i}_0, a{i}_1, a{i}_2, a{i}_3 = ldmatrix_x4_trans(As, U(U(a_st + {kk * 16 * BM}) + a_m{i}))",
+                  2)
+            else:
+                w(f"a{i}_0, a{i}_1, a{i}_2, a{i}_3 = ldmatrix_x4(As, U(a_st + {i * 16 * BK}) + a_c{kk})", 2)
         for j in range(0, NI, 2):
             w(f"b{j}_0, b{j}_1, b{j + 1}_0, b{j + 1}_1 = ldmatrix_x4(Bs, U(b_st + {j * 8 * BK}) "
               f"+ b_c{kk})", 2)
@@ -283,7 +312,8 @@ def compile_kernel(source: str, name: str, filename: str, cfg: TcConfig, itype: 
                  "c_float16": numba_from_dtype(np.dtype(np.float16)),
                  "c_uint16": numba_from_dtype(np.dtype(np.uint16)), "copy16": copy16,
                  "mma": {"f16": mma.mma_f16, "bf16": mma.mma_bf16, "tf32": mma.mma_tf32}[itype],
-                 "ldmatrix_x4": mma.ldmatrix_x4, "to_tf32": mma.to_tf32, "f32_to_bf16": mma.f32_to_bf16,
+                 "ldmatrix_x4": mma.ldmatrix_x4, "ldmatrix_x4_trans": mma.ldmatrix_x4_trans,
+                 "to_tf32": mma.to_tf32, "f32_to_bf16": mma.f32_to_bf16,
                  "bf16_to_f32": mma.bf16_to_f32,
                  "cp_async16": mma.cp_async16, "cp_async_commit": mma.cp_async_commit,
                  "wait": mma.cp_async_wait(cfg.STAGES - 2), "wait_all": mma.cp_async_wait(0),

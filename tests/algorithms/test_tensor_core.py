@@ -234,3 +234,43 @@ def test_wgrad_cuts_a_short_gemm_reduction_in_slices(monkeypatch, shape, padded,
     assert (pqp > wgrad.padded(problem.p * problem.q, 8)) == padded
     assert _wgrad_unfolds(monkeypatch, problem, seed=6) == unfolds
 
+
+
+@pytest.mark.parametrize("dtype,bias,nhwc_out,hw", [
+    ("float16", True, False, (4, 6)),    # 24 pixels: x read as NCHW (no copy), bias, NCHW out
+    ("bfloat16", False, True, (2, 4)),   # 8 pixels: NCHW read, channels-last out
+    ("float16", False, False, (3, 5)),   # 15 pixels, not whole chunks: the NHWC copy as before
+])
+def test_forward_1x1_reads_the_nchw_input_as_it_is(monkeypatch, dtype, bias, nhwc_out, hw):
+    """A 1x1 stride-1 unpadded 16-bit forward gathers A straight from the NCHW input (m-contiguous
+    chunks, ldmatrix .trans) when H*W is whole 16-byte chunks: no layout copy at all (a 1x1 filter is
+    read as it is too); otherwise x is copied to NHWC."""
+    problem = make_problem("forward", 2, 16, hw[0], hw[1], 24, 1, 1, dtype=dtype, bias=bias)
+    calls = []
+    real = transpose.to_channels_last
+    monkeypatch.setattr(transpose, "to_channels_last", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
+    err, tol = _run(problem, seed=3, nhwc_out=nhwc_out)
+    assert err <= tol, (err, tol)
+    assert len(calls) == (0 if hw[0] * hw[1] % 8 == 0 else 1)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_nchw_read_with_a_64_row_tile(split):
+    """The m-contiguous A of a 64-row tile (8 chunks per k row: the GPU tiles' swizzle, one XOR per
+    row) and split-K, against float64."""
+    from convlab.kernels.tc_pipeline import TcConfig
+    cfg = TcConfig(64, 32, 16, 32, 32, 2)
+    n, c, h, w, k = 3, 24, 4, 8, 16
+    rng = np.random.default_rng(5 + split)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float16)
+    wt = rng.standard_normal((k, c)).astype(np.float16)
+    want = np.einsum("nchw,kc->nkhw", x.astype(np.float64), wt.astype(np.float64))
+    tps = 1 if split else 0
+    splits = tc_conv.split_count(c, cfg.BK, tps) if split else 1
+    y = runtime.to_device(np.full(splits * want.size, np.nan, np.float32 if split else np.float16))
+    tc_conv.conv_launcher("f16", cfg, runtime.to_device(x.reshape(-1)), runtime.to_device(wt.reshape(-1)), y,
+                          None, n=n, c=c, h=h, w=w, k=k, r=1, s=1, p=h, q=w, stride=(1, 1), padding=(0, 0),
+                          dilation=(1, 1), tps=tps, nchw_in=True)()
+    got = runtime.to_host(y).astype(np.float64).reshape(splits, *want.shape).sum(axis=0)
+    assert np.all(np.isfinite(got)) and splits == (2 if split else 1)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3

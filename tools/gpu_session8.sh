@@ -4,9 +4,11 @@
 #   source .whl/use-wheels.sh && STEPS="gemm conv" bash tools/gpu_session8.sh
 # Steps:
 #   gemm   tc_gemm_bench at 4096^3: GEMM_ITYPES (tf32 f16), GEMM_CONFIGS (indices), GEMM_ROUND (add cvt)
+#   probe  tc_gemm_bench at PROBE_SIZE (M N K: a convolution's GEMM, default ResNet's 64x112x112 w128x3x3
+#          at batch 16), fp16, configs 0 1: the pipeline alone against the implicit GEMM's kernel
 #   conv   tc_conv_bench, one run per dtype of CONV_DTYPES on CONV_SUITES, CONV_OPS (CONV_S s a run)
 #   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile), TESTS_S s
-#   san    compute-sanitizer memcheck then racecheck on tools/sanitize_cases.py tensor_core, SAN_S s each
+#   san    compute-sanitizer SAN_TOOLS (memcheck racecheck) on tools/sanitize_cases.py tensor_core, SAN_S s each
 #   nb     notebooks/run_all.py --only 01 (the precision figure), NB_S s
 set -u
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
@@ -20,6 +22,10 @@ for step in ${STEPS:-gemm conv}; do
     timeout "${GEMM_S:-200}" python3 benchmarks/tc_gemm_bench.py --itypes ${GEMM_ITYPES:-tf32 f16} \
       --configs ${GEMM_CONFIGS:-0 3 5} --tf32-round ${GEMM_ROUND:-add} --out "$OUT/tc_gemm.json" > "$OUT/tc_gemm.log" 2>&1
     el "gemm rc=$?"; grep -A30 "^itype" "$OUT/tc_gemm.log" | head -20 ;;
+  probe)
+    timeout "${PROBE_S:-90}" python3 benchmarks/tc_gemm_bench.py --itypes f16 --configs 0 1 \
+      --size ${PROBE_SIZE:-200704 128 576} --out "$OUT/tc_gemm_probe.json" > "$OUT/tc_gemm_probe.log" 2>&1
+    el "probe rc=$?"; grep -A6 "^itype" "$OUT/tc_gemm_probe.log" ;;
   conv)
     for dt in ${CONV_DTYPES:-float16}; do
       timeout "${CONV_S:-300}" python3 benchmarks/tc_conv_bench.py --suites "${CONV_SUITES:-burn,resnet50}" \
@@ -32,7 +38,7 @@ for step in ${STEPS:-gemm conv}; do
       ${TEST_PATHS:-tests} > "$OUT/tests.log" 2>&1
     el "tests rc=$?"; grep -E "FAILED|ERROR" "$OUT/tests.log" | head -20; tail -n 3 "$OUT/tests.log" ;;
   san)
-    for tool in memcheck racecheck; do
+    for tool in ${SAN_TOOLS:-memcheck racecheck}; do
       timeout "${SAN_S:-120}" compute-sanitizer --tool $tool --report-api-errors no --print-limit 0 \
         python3 tools/sanitize_cases.py tensor_core > "$OUT/$tool.log" 2>&1
       el "$tool rc=$?"; grep -E "ERROR SUMMARY|hazard|runs" "$OUT/$tool.log" | tail -n 3

@@ -3,8 +3,8 @@ under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in 
 
     op        layout change (scratch, timed)           GEMM M      N    K (reduction)   kernel
     forward   x NCHW -> NHWC, w KCRS -> KRSC           N*P*Q       K    R*S*C           tc_conv
-              (1x1 stride 1 unpadded, 16-bit: none)    (x read as NCHW: tc_conv.NchwA)
     dgrad     dy NCHW -> NHWC, w -> flipped CRSK       N*H*W       C    R*S*K           tc_conv (stride 1)
+              (1x1 stride 1 unpadded, 16-bit: x or dy read as NCHW, no copy: tc_conv.NchwA)
     wgrad     dy, x unfolded split-major (wgrad.py)    K           CRS  N*P*Q           tc_gemm + split-K
 
 dgrad (and conv_transpose2d, its dgrad) with stride 1 is the forward convolution of dy with the
@@ -243,9 +243,9 @@ class TensorCore(Algorithm):
         # layout
         a_last, b_last = operands.is_channels_last(a), operands.is_channels_last(b)
         x_as_is = a_last and cp == c
-        # a 1x1 stride-1 unpadded forward reads its NCHW input as it is (16-bit; tc_conv.NchwA)
-        nchw_in = problem.op == "forward" and not a_last and tc_conv.reads_nchw(
-            ITYPE[problem.dtype], a, c=c, h=h, w=w, r=r, s=s, stride=problem.stride, padding=problem.padding)
+        # a 1x1 stride-1 unpadded forward (dgrad) reads its NCHW x (dy) as it is (16-bit; tc_conv.NchwA)
+        nchw_in = not a_last and tc_conv.reads_nchw(ITYPE[problem.dtype], a, c=c, h=h, w=w, r=r, s=s,
+                                                    stride=geo["stride"], padding=geo["padding"])
         # a 1x1 filter's KCRS memory is already KRSC
         w_as_is = problem.op == "forward" and cp == c and (b_last or r * s == 1)
         nhwc_out = operands.is_channels_last(out)

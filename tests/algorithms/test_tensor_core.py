@@ -236,22 +236,25 @@ def test_wgrad_cuts_a_short_gemm_reduction_in_slices(monkeypatch, shape, padded,
 
 
 
-@pytest.mark.parametrize("dtype,bias,nhwc_out,hw", [
-    ("float16", True, False, (4, 6)),    # 24 pixels: x read as NCHW (no copy), bias, NCHW out
-    ("bfloat16", False, True, (2, 4)),   # 8 pixels: NCHW read, channels-last out
-    ("float16", False, False, (3, 5)),   # 15 pixels, not whole chunks: the NHWC copy as before
+@pytest.mark.parametrize("op,dtype,bias,nhwc_out,hw", [
+    ("forward", "float16", True, False, (4, 6)),    # 24 pixels: x read as NCHW (no copy), bias
+    ("forward", "bfloat16", False, True, (2, 4)),   # 8 pixels: NCHW read, channels-last out
+    ("forward", "float16", False, False, (3, 5)),   # 15 pixels, not whole chunks: the NHWC copy
+    ("dgrad", "float16", True, False, (4, 4)),      # dy read as NCHW; the filter still transposed
+    ("dgrad", "bfloat16", False, False, (3, 3)),    # 9 pixels: dy copied
 ])
-def test_forward_1x1_reads_the_nchw_input_as_it_is(monkeypatch, dtype, bias, nhwc_out, hw):
-    """A 1x1 stride-1 unpadded 16-bit forward gathers A straight from the NCHW input (m-contiguous
-    chunks, ldmatrix .trans) when H*W is whole 16-byte chunks: no layout copy at all (a 1x1 filter is
-    read as it is too); otherwise x is copied to NHWC."""
-    problem = make_problem("forward", 2, 16, hw[0], hw[1], 24, 1, 1, dtype=dtype, bias=bias)
+def test_1x1_reads_the_nchw_input_as_it_is(monkeypatch, op, dtype, bias, nhwc_out, hw):
+    """A 1x1 stride-1 unpadded 16-bit forward (dgrad) gathers A straight from the NCHW x (dy): m-contiguous
+    chunks, ldmatrix .trans, when H*W is whole 16-byte chunks; no copy of x at all (a 1x1 forward filter
+    is read as it is too); otherwise x (dy) is copied to NHWC."""
+    problem = make_problem(op, 2, 16, hw[0], hw[1], 24, 1, 1, dtype=dtype, bias=bias)
     calls = []
     real = transpose.to_channels_last
     monkeypatch.setattr(transpose, "to_channels_last", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
     err, tol = _run(problem, seed=3, nhwc_out=nhwc_out)
     assert err <= tol, (err, tol)
-    assert len(calls) == (0 if hw[0] * hw[1] % 8 == 0 else 1)
+    copies_of_x = 0 if hw[0] * hw[1] % 8 == 0 else 1
+    assert len(calls) == copies_of_x + (op == "dgrad")  # dgrad's filter: transposed (C x K)
 
 
 @pytest.mark.parametrize("split", [False, True])

@@ -2,6 +2,9 @@
 
     compute-sanitizer --tool memcheck python3 tools/sanitize_cases.py [PLUGIN ...]   (default: every plugin)
 
+Environment: SANITIZE_DTYPES (comma list of DTYPES), SANITIZE_SHAPES (comma list of indices into SHAPES),
+SANITIZE_CONFIGS (configs per plugin and problem, default 2): a shorter run for the slow racecheck.
+
 Every registered plugin runs every op it declares on a few small problems it accepts (one
 GEMM-aligned, one grouped/strided/dilated/odd); each result is checked against the float64
 reference, so the sanitizer log and the printed errors cover the same launches.
@@ -9,6 +12,7 @@ reference, so the sanitizer log and the printed errors cover the same launches.
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 
 import numpy as np
@@ -31,7 +35,11 @@ SHAPES = [  # (n, c, h, w, k, r, s, stride, padding, dilation, groups, bias)
 def main(names: list[str]) -> int:
     failures, runs = 0, 0
     rng = np.random.default_rng(0)
-    for shape, op, dtype in itertools.product(SHAPES, ("forward", "dgrad", "wgrad"), DTYPES):
+    dtypes = os.environ.get("SANITIZE_DTYPES", ",".join(DTYPES)).split(",")
+    picks = os.environ.get("SANITIZE_SHAPES")
+    shapes = [SHAPES[int(i)] for i in picks.split(",")] if picks else SHAPES
+    per_problem = int(os.environ.get("SANITIZE_CONFIGS", "2"))
+    for shape, op, dtype in itertools.product(shapes, ("forward", "dgrad", "wgrad"), dtypes):
         n, c, h, w, k, r, s, st, pd, dl, g, bias = shape
         with convlab.float32_precision("high" if dtype == "tf32" else "highest"):
             prob = make_problem(op, n, c, h, w, k, r, s, stride=st, padding=pd, dilation=dl, groups=g,
@@ -41,7 +49,7 @@ def main(names: list[str]) -> int:
                     continue
                 if dtype == "tf32" and plugin.name != "tensor_core":
                     continue  # the float32 plugins ran under "highest"
-                for config in registry.safe_configs(plugin, prob)[:2]:
+                for config in registry.safe_configs(plugin, prob)[:per_problem]:
                     if not registry.verdict(plugin, prob, config):
                         continue
                     host = measure.random_operands(prob, rng)

@@ -10,6 +10,8 @@
 #   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile), TESTS_S s
 #   san    compute-sanitizer SAN_TOOLS (memcheck racecheck) on tools/sanitize_cases.py tensor_core, SAN_S s each
 #   nb     notebooks/run_all.py --only 01 (the precision figure), NB_S s
+#   verify side by side, VERIFY_S s each: memcheck (fp16, bf16, TF32; every sanitize_cases shape, one config),
+#          racecheck (fp16, TF32; shapes 0 1 3 4, one config) and pytest VERIFY_TESTS (convlab-gpu profile)
 set -u
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
@@ -22,6 +24,20 @@ for step in ${STEPS:-gemm conv}; do
     timeout "${GEMM_S:-200}" python3 benchmarks/tc_gemm_bench.py --itypes ${GEMM_ITYPES:-tf32 f16} \
       --configs ${GEMM_CONFIGS:-0 3 5} --tf32-round ${GEMM_ROUND:-add} --out "$OUT/tc_gemm.json" > "$OUT/tc_gemm.log" 2>&1
     el "gemm rc=$?"; grep -A30 "^itype" "$OUT/tc_gemm.log" | head -20 ;;
+  verify)
+    ( SANITIZE_DTYPES=float16,bfloat16,tf32 SANITIZE_CONFIGS=1 timeout "${VERIFY_S:-200}" compute-sanitizer \
+        --tool memcheck --report-api-errors no --print-limit 0 python3 tools/sanitize_cases.py tensor_core \
+        > "$OUT/memcheck.log" 2>&1; echo "rc=$?" >> "$OUT/memcheck.log" ) &
+    ( SANITIZE_DTYPES=float16,tf32 SANITIZE_SHAPES=0,1,3,4 SANITIZE_CONFIGS=1 timeout "${VERIFY_S:-200}" \
+        compute-sanitizer --tool racecheck --report-api-errors no --print-limit 0 python3 tools/sanitize_cases.py \
+        tensor_core > "$OUT/racecheck.log" 2>&1; echo "rc=$?" >> "$OUT/racecheck.log" ) &
+    ( CONVLAB_HYPOTHESIS_PROFILE=convlab-gpu timeout "${VERIFY_S:-200}" python3 -m pytest -n 6 -q -p no:benchmark \
+        -rfE ${VERIFY_TESTS:-tests/plugin/test_conformance.py -k tensor_core} > "$OUT/verify-tests.log" 2>&1; \
+        echo "rc=$?" >> "$OUT/verify-tests.log" ) &
+    wait
+    el "verify done"
+    for f in memcheck racecheck; do grep -E "ERROR SUMMARY|RACECHECK SUMMARY|runs,|rc=" "$OUT/$f.log" | tail -n 3; done
+    grep -E "FAILED|ERROR|passed|failed|rc=" "$OUT/verify-tests.log" | tail -n 8 ;;
   probe)
     timeout "${PROBE_S:-90}" python3 benchmarks/tc_gemm_bench.py --itypes f16 --configs 0 1 \
       --size ${PROBE_SIZE:-200704 128 576} --out "$OUT/tc_gemm_probe.json" > "$OUT/tc_gemm_probe.log" 2>&1

@@ -69,17 +69,19 @@ def from_host(array: np.ndarray) -> Any:
 
 
 def signature(obj: Any) -> tuple | None:
-    """What the checks of an op read from an array operand (kind, shape, strides, dtype, device), as
-    a hashable key; None for an absent operand; False when the operand is not a device array (numpy
-    or unknown: no launch plan)."""
+    """What the checks of an op read from an array operand (kind, shape, strides, dtype, device, and
+    whether its data is 16-byte aligned: kernels choose 16-byte loads and stores by it, and a plan's
+    replay must not reuse that choice for a misaligned view), as a hashable key; None for an absent
+    operand; False when the operand is not a device array (numpy or unknown: no launch plan)."""
     if obj is None:
         return None
     if type(obj).__module__.startswith("torch"):
         if not obj.is_cuda:
             return False
-        return ("torch", obj.shape, obj.stride(), obj.dtype, obj.get_device())
+        return ("torch", obj.shape, obj.stride(), obj.dtype, obj.get_device(), obj.data_ptr() % 16 == 0)
     if runtime.is_device_array(obj):
-        return ("numba", tuple(obj.shape), runtime.strides_of(obj), obj.dtype.str)
+        return ("numba", tuple(obj.shape), runtime.strides_of(obj), obj.dtype.str,
+                runtime.device_pointer(obj) % 16 == 0)
     return False
 
 

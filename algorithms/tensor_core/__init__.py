@@ -28,8 +28,9 @@ runs k tiles [z*tps, (z+1)*tps) into fp32 partials in the output's layout (NCHW 
 one pass that also rounds to fp16 / bf16. The split count depends on the problem and the config only.
 
 Layouts (``layouts = {"nchw", "nhwc"}``): a channels-last (NHWC-memory) input is read as it is when its
-channel count needs no padding (a multiple of 8, or 4 for TF32), and so is a channels-last forward filter
-(KRSC memory) and a 1x1 forward filter in either layout (KCRS = KRSC); a channels-last output is written
+channel count needs no padding (a multiple of 8, or 4 for TF32) and its data is 16-byte aligned, and so is a
+channels-last forward filter (KRSC memory) and a 1x1 forward filter in either layout (KCRS = KRSC); a
+channels-last output is written
 NHWC by the epilogue. Other channels-last operands (an unaligned channel count, dgrad's filter, every
 wgrad operand) are copied to NCHW scratch first.
 
@@ -242,12 +243,13 @@ class TensorCore(Algorithm):
         # (KRSC; a 1x1 filter in either layout), when no channel padding is needed; the output in either
         # layout
         a_last, b_last = operands.is_channels_last(a), operands.is_channels_last(b)
-        x_as_is = a_last and cp == c
+        aligned = lambda t: runtime.device_pointer(t) % 16 == 0  # noqa: E731  (cp.async reads 16 bytes)
+        x_as_is = a_last and cp == c and aligned(a)
         # a 1x1 stride-1 unpadded forward (dgrad) reads its NCHW x (dy) as it is (16-bit; tc_conv.NchwA)
         nchw_in = not a_last and tc_conv.reads_nchw(ITYPE[problem.dtype], a, c=c, h=h, w=w, r=r, s=s,
                                                     stride=geo["stride"], padding=geo["padding"])
         # a 1x1 filter's KCRS memory is already KRSC
-        w_as_is = problem.op == "forward" and cp == c and (b_last or r * s == 1)
+        w_as_is = problem.op == "forward" and cp == c and (b_last or r * s == 1) and aligned(b)
         nhwc_out = operands.is_channels_last(out)
         copy_x = (a,) if a_last and not x_as_is else ()  # to NCHW scratch first (operands_for)
         copy_w = (b,) if b_last and not w_as_is else ()

@@ -7,7 +7,8 @@
     load_cg(arr, i)    arr[i] read through L2 only (``ld.global.cg``): data written by other blocks
     copy16(dst, di, src, si)   16 bytes from src[si:] to dst[di:] as one vector load and one vector
                        store (``ld.v4.u32`` / ``st.v4.u32``; e.g. a staged epilogue tile in shared memory
-                       to global memory): 1-D arrays of one dtype, both element offsets 16-byte aligned
+                       to global memory): 1-D arrays of one item size, both element offsets 16-byte
+                       aligned
     SHARED_ALIGN       the ``alignment=`` of shared arrays read with vector loads (None on the
                        simulator, which rejects the argument)
 
@@ -70,17 +71,17 @@ def vector_load(width: int) -> Callable:
 
 def _make_copy16() -> Callable:
     if runtime.SIMULATOR:
-        def copy16(dst, di, src, si):
+        def copy16(dst, di, src, si):  # the bits, as the GPU's vector copy (uint16 into int16 too)
             for u in range(16 // src.dtype.itemsize):
-                dst[di + u] = src[si + u]
+                dst[di + u] = np.asarray(src[si + u]).view(dst.dtype)
         return copy16
     from llvmlite import ir
     from numba import types
 
     @cuda.extending.intrinsic
     def copy16(typingctx, dst, di, src, si):
-        if not all(isinstance(a, types.Array) and a.ndim == 1 for a in (dst, src)) or dst.dtype != src.dtype \
-                or not all(isinstance(i, types.Integer) for i in (di, si)):
+        if not all(isinstance(a, types.Array) and a.ndim == 1 for a in (dst, src)) \
+                or dst.dtype.bitwidth != src.dtype.bitwidth or not all(isinstance(i, types.Integer) for i in (di, si)):
             return None
         sig = types.void(dst, di, src, si)
 

@@ -90,8 +90,9 @@ class GatherA:
 class NchwA:
     """A[m, c] = x[n, c, pq] (m = n*P*Q + pq) of a 1x1, stride-1, unpadded convolution, read straight
     from the NCHW input (no NHWC copy): A is m-contiguous (the pipeline's ``a_km``), a 16-byte chunk is 8
-    pixels of one channel, so P*Q must be a multiple of 8 and x 16-byte aligned; channels past C are
-    zero-filled (no padding needed). With ``split``, split-K as :class:`GatherA`."""
+    pixels of one channel, so P*Q must be a multiple of 8 and x 16-byte aligned; C must be a multiple
+    of 8 too (the weights' k-contiguous chunks; k rows past C in the last k tile are zero-filled). With
+    ``split``, split-K as :class:`GatherA`."""
 
     params = "X, Bt, Y, bias, M, N, K, PQ, CPQ"
     a_km = True

@@ -3,7 +3,8 @@
     wait_group(0); __syncthreads()                # every warp is done with the main loop's stages
     for each pass (one, or one per row of warps when the C tile is larger than the stages):
         acc (+ bias, converted to the output type) -> Cs, the pass's C tile in shared memory, laid out
-            along the output's contiguous dimension, rows padded by 16 bytes (conflict-free writes)
+            along the output's contiguous dimension, rows padded by 16 bytes (conflict-free fragment writes
+            for 16-bit outputs and NCHW fp32; 2-way for a row-major fp32 tile, whose lanes write even banks)
         __syncthreads()
         Cs -> C: 16-byte vectors (``vec``, the launcher's :func:`vector_ok`: aligned, whole runs), else
             element by element; consecutive threads on consecutive addresses either way; bounds-checked
@@ -42,7 +43,7 @@ class Store(Protocol):
 def epilogue_plan(cfg: Any, itype: str, out_dtype: Any, contig: str) -> tuple[int, int, int]:
     """(passes, staged rows per pass, leading dimension) of the staged epilogue: the block's C tile (BM x
     BN, in the output type) goes through shared memory, ``contig``-major with rows padded by 16 bytes
-    (conflict-free fragment writes), in one pass when it fits the main loop's shared memory (or 48 KiB),
+    (see the module doc), in one pass when it fits the main loop's shared memory (or 48 KiB),
     else one pass per row of warps."""
     size = np.dtype(out_dtype).itemsize
     pad = 16 // size

@@ -126,7 +126,7 @@ def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched:
     """The kernel (A, Bt, C, M, N, K) for one input type, config and output dtype (cached).
 
     A [M, K], Bt [N, K], C [M * N] (flat) C-contiguous device arrays; M, N, K uint32; then ``vec``
-    (tc_pipeline.vector_ok of C). Grid (ceil(M/BM) * ceil(N/BN), 1, batch) (tc_pipeline.configure),
+    (tc_epilogue.vector_ok of C). Grid (ceil(M/BM) * ceil(N/BN), 1, batch) (tc_pipeline.configure),
     ``cfg.threads`` threads per block. ``batched``: (A, Bt, C, M, N, K, sA, sB, sC, vec) on flat arrays,
     matrix z at z * sA, z * sB, z * sC; grid z = the batch. ``parted``: (..., sC, ld, parts, vec),
     :class:`PartedA`'s slices of rows ``ld`` long. ``tf32_round``: tc_pipeline.TF32_ROUND's key.

@@ -65,6 +65,23 @@ def test_any_change_of_signature_builds_a_new_plan(change):
     assert after == (before[0] + 1, before[1]) and len(plan._plans) == 2
 
 
+def test_alignment_is_part_of_the_signature():
+    """Kernels choose 16-byte loads and stores by their operands' alignment (tensor_core's epilogue,
+    its NCHW read): a view one element off a planned operand's alignment builds a plan of its own."""
+    from convlab import operands
+    base = runtime.to_device(rand(2 * 2 * 5 * 5 + 4))
+    aligned, off = base[:100].reshape(2, 2, 5, 5), base[1:101].reshape(2, 2, 5, 5)
+    assert operands.signature(aligned) != operands.signature(off)
+    w = dev(3, 2, 3, 3)
+    convlab.conv2d(aligned, w, padding=1)
+    before = built_replayed()
+    got = runtime.to_host(convlab.conv2d(off, w, padding=1))
+    assert built_replayed() == (before[0] + 1, before[1])
+    problem = convlab.make_problem("forward", 2, 2, 5, 5, 3, 3, 3, padding=1)
+    want = reference.forward(problem, runtime.to_host(off).astype(np.float64), runtime.to_host(w).astype(np.float64))
+    assert rel_error(got, want) < 1e-5
+
+
 def test_strides_are_part_of_the_signature():
     """A non-contiguous operand of a planned shape is not replayed: it gets the full path's error."""
     convlab.conv2d(dev(1, 2, 5, 5), dev(3, 2, 3, 3))

@@ -126,13 +126,16 @@ def test_configure_folds_output_tiles_into_grid_x_and_names_its_limits():
 
 def test_tf32_rounding_by_add_equals_cvt_rna():
     """TF32_ROUND "add" (bits + half a TF32 ulp, the mma truncating) and "cvt" (cvt.rna.tf32.f32) give the
-    same bits on finite inputs: round to nearest, ties away from zero. Inputs sit on the tie and just
-    beside it, so a truncation (no rounding) or ties-to-even would differ."""
+    same bits: round to nearest, ties away from zero, inf and NaN kept (CUDA's NaN 0x7FFFFFFF, which a
+    bare add would turn into -0). Inputs sit on the tie and just beside it, so a truncation (no
+    rounding) or ties-to-even would differ."""
     rng = np.random.default_rng(11)
     m, n, k = 32, 32, 16
     base = rng.standard_normal((m + n, k)).astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
     nudge = rng.choice(np.array([0x0FFF, 0x1000, 0x1001, 0x1FFF], np.uint32), size=base.shape)
     vals = (base | nudge).view(np.float32)  # low 13 bits: below, at, above the tie; just under 1 ulp
+    bits = vals.view(np.uint32)
+    bits[0, 5], bits[1, 2] = 0x7FFFFFFF, 0xFF800000  # CUDA's NaN (an add would carry it into -0), -inf
     A, Bt = vals[:m], vals[m:]
     cfg = tc_gemm.SIM_CONFIG["tf32"] if runtime.SIMULATOR else tc_gemm.CONFIGS["tf32"][0]
     got = {}
@@ -140,12 +143,14 @@ def test_tf32_rounding_by_add_equals_cvt_rna():
         C = cuda.to_device(np.full((m, n), np.nan, np.float32))
         tc_gemm.launcher("tf32", cfg, cuda.to_device(A), cuda.to_device(Bt), C, tf32_round=rnd)()
         got[rnd] = C.copy_to_host()
-    assert np.array_equal(got["add"], got["cvt"])
+    assert np.array_equal(got["add"], got["cvt"], equal_nan=True)
+    assert np.isnan(got["add"][0]).all() and not np.isfinite(got["add"][1]).any()  # inf / NaN propagate
+    A, got = A[2:], got["add"][2:]
     rna = lambda x: ((x.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)  # noqa
     want = rna(A).astype(np.float64) @ rna(Bt).astype(np.float64).T
     trunc = (A.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64) @ \
         (Bt.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64).T
-    assert _rel(got["add"], want) < 1e-6 < _rel(trunc, want)
+    assert _rel(got, want) < 1e-6 < _rel(trunc, want)
 
 
 @pytest.mark.parametrize("n,offset,vec", [(24, 0, True), (20, 0, False), (24, 1, False)])

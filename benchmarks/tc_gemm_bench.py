@@ -113,7 +113,7 @@ def bench(torch, itype: str, cfgs, m: int, n: int, k: int, args, result: dict) -
     except Exception as exc:
         rows.append({"itype": itype, "config": "cublas", "error": repr(exc)})
     cublas_ms = rows[-1].get("ms")
-    rounds = args.tf32_round if itype == "tf32" else ["add"]
+    rounds = args.tf32_round if itype == "tf32" else ["cvt"]
     for cfg, rnd in ((cfg, rnd) for cfg in cfgs for rnd in rounds):
         row = {"itype": itype, "config": cfg.name}
         if itype == "tf32":
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="input types to time (none: only the selftest)")
     parser.add_argument("--configs", type=int, nargs="*", default=None,
                         help="indices into tc_gemm.CONFIGS[itype] to time (default: all)")
-    parser.add_argument("--tf32-round", nargs="+", default=["add"], choices=["add", "cvt"],
+    parser.add_argument("--tf32-round", nargs="+", default=["cvt"], choices=["add", "cvt"],
                         help="TF32 rounding of the fragments (tc_pipeline.TF32_ROUND) to time, each")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)

@@ -88,6 +88,8 @@ def _judge(row: dict, ptx: str, itype: str, ptxas: str | None) -> None:
     """row["ok"]: the tensor-core instructions are there, no local memory, and (with ptxas) it assembles
     without spills."""
     need = {"mma.sync", "ldmatrix", "cp.async", "wait_group", "commit_group"}
+    if itype == "tf32":
+        need.add("cvt.rna.tf32")  # tc_pipeline.TF32_ROUND's default
     row["ok"] = all(row[k] > 0 for k in need) and row["local"] == 0
     if ptxas:
         row.update(ptxas_info(ptxas, ptx))

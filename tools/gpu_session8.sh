@@ -22,7 +22,7 @@ for step in ${STEPS:-gemm conv}; do
   case $step in
   gemm)
     timeout "${GEMM_S:-200}" python3 benchmarks/tc_gemm_bench.py --itypes ${GEMM_ITYPES:-tf32 f16} \
-      --configs ${GEMM_CONFIGS:-0 3 5} --tf32-round ${GEMM_ROUND:-add} --out "$OUT/tc_gemm.json" > "$OUT/tc_gemm.log" 2>&1
+      --configs ${GEMM_CONFIGS:-0 3 5} --tf32-round ${GEMM_ROUND:-cvt} --out "$OUT/tc_gemm.json" > "$OUT/tc_gemm.log" 2>&1
     el "gemm rc=$?"; grep -A30 "^itype" "$OUT/tc_gemm.log" | head -20 ;;
   verify)
     ( SANITIZE_DTYPES=float16,bfloat16,tf32 SANITIZE_CONFIGS=1 timeout "${VERIFY_S:-200}" compute-sanitizer \

@@ -103,7 +103,7 @@ class BatchedStore(DenseStore):
 
 
 def _source(cfg: TcConfig, itype: str, out: str, batched: bool = False, parted: bool = False,
-            tf32_round: str = "add") -> str:
+            tf32_round: str = "cvt") -> str:
     loader, store = (PartedA(), BatchedStore(out, itype)) if parted else \
         (BatchedA(), BatchedStore(out, itype)) if batched else (DenseA(), DenseStore(out, itype))
     return pipeline_source(cfg, itype, loader, store, "gemm", tf32_round)
@@ -122,7 +122,7 @@ def _out_kind(itype: str, out_dtype: Any) -> str:
 
 @functools.cache
 def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched: bool = False,
-                 parted: bool = False, tf32_round: str = "add") -> Callable:
+                 parted: bool = False, tf32_round: str = "cvt") -> Callable:
     """The kernel (A, Bt, C, M, N, K) for one input type, config and output dtype (cached).
 
     A [M, K], Bt [N, K], C [M * N] (flat) C-contiguous device arrays; M, N, K uint32; then ``vec``
@@ -180,7 +180,7 @@ def tc_matmul(itype: str, A: Any, Bt: Any, C: Any, cfg: TcConfig | None = None) 
 
 
 def launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any,
-             tf32_round: str = "add") -> Callable[[], None]:
+             tf32_round: str = "cvt") -> Callable[[], None]:
     """A no-argument function that launches the kernel on these (checked) device arrays."""
     cfg = TcConfig(*cfg).validate(itype)
     (M, K), N = A.shape, Bt.shape[0]

@@ -33,19 +33,7 @@ TORCH_DTYPE = {"f16": "float16", "bf16": "bfloat16", "tf32": "float32"}
 
 
 def _median_ms(fn: Callable[[], Any], warmup: int, repeat: int, inner: int) -> float:
-    for _ in range(warmup):
-        fn()
-    cuda.synchronize()
-    samples = []
-    for _ in range(repeat):
-        start, stop = runtime.event(), runtime.event()
-        start.record()
-        for _ in range(inner):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) / inner)
-    return statistics.median(samples)
+    return statistics.median(runtime.time_ms(fn, warmup=warmup, repeat=repeat, inner=inner))
 
 
 def _operands(torch, itype: str, m: int, n: int, k: int, seed: int):

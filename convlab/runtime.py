@@ -294,8 +294,10 @@ def event() -> Any:
     return cuda.event(timing=True)
 
 
-def time_ms(fn: Callable[[], Any], *, warmup: int = 3, repeat: int = 20) -> list[float] | None:
-    """Per-call times of ``fn()`` in milliseconds with CUDA events, after ``warmup`` calls.
+def time_ms(fn: Callable[[], Any], *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> list[float] | None:
+    """Per-call times of ``fn()`` in milliseconds with CUDA events, after ``warmup`` calls: ``repeat``
+    samples, each ``inner`` calls back to back between two events (inner > 1: the host's work overlaps
+    the device's, as in a stream of layers) divided by ``inner``.
 
     Returns None on the simulator, where device times mean nothing.
     """
@@ -308,8 +310,9 @@ def time_ms(fn: Callable[[], Any], *, warmup: int = 3, repeat: int = 20) -> list
     for _ in range(repeat):
         start, stop = event(), event()
         start.record()
-        fn()
+        for _ in range(inner):
+            fn()
         stop.record()
         stop.synchronize()
-        times.append(start.elapsed_time(stop))
+        times.append(start.elapsed_time(stop) / inner)
     return times

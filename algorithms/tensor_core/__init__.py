@@ -46,7 +46,7 @@ import numpy as np
 from convlab import Algorithm, Config, Problem, Verdict, layouts, operands, register, runtime
 from convlab.kernels import convert, tc_conv, transpose
 from convlab.kernels.splitk import MAX_INDEX, sm_count, sum_partials
-from convlab.kernels.tc_pipeline import TcConfig
+from convlab.kernels.tc_config import TcConfig
 from convlab.problem import np_dtype, unit_roundoff
 from convlab.scratch import scratch
 from convlab.settings import get_float32_precision

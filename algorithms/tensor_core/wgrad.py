@@ -40,7 +40,7 @@ import numpy as np
 from convlab import Problem, runtime
 from convlab.kernels import convert, tc_gemm
 from convlab.kernels.splitk import sm_count, sum_partials
-from convlab.kernels.tc_pipeline import TcConfig
+from convlab.kernels.tc_config import TcConfig
 from convlab.problem import make_problem
 from convlab.scratch import scratch
 

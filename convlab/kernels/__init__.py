@@ -9,8 +9,9 @@
     mma.py          tensor-core intrinsics (inline PTX): mma.sync f16/bf16/tf32, ldmatrix, cp.async, to_tf32
     mma_ptx.py      their GPU definitions: llvmlite inline-PTX intrinsics (imported by mma.py on a GPU)
     mma_sim.py      their simulator stand-ins (same per-lane semantics, through a shared staging buffer)
+    tc_config.py    TcConfig: the tensor-core kernels' block / warp tiles, stages, register cap and rules
     tc_pipeline.py  the tensor-core main loop: multi-stage cp.async pipeline, swizzled shared tiles, mma.sync,
-                    loader hooks (k-contiguous or m-contiguous A, batches, split-K), TcConfig
+                    loader hooks (k-contiguous or m-contiguous A, batches, split-K)
     tc_epilogue.py  its epilogue: the C tile staged through shared memory, stored in 16-byte vectors
     tc_gemm.py      the tensor-core GEMM (dense, batched, parted) on that pipeline
     tc_conv.py      the tensor-core implicit-GEMM convolution: NHWC gather or an NCHW 1x1 read, NCHW/NHWC stores

@@ -29,7 +29,8 @@ import numpy as np
 
 from convlab.kernels.intrinsics import u32 as U
 from convlab.kernels.tc_epilogue import vector_ok
-from convlab.kernels.tc_pipeline import OUT_CONVERT, TcConfig, compile_kernel, configure, pipeline_source
+from convlab.kernels.tc_config import TcConfig
+from convlab.kernels.tc_pipeline import OUT_CONVERT, compile_kernel, configure, pipeline_source
 
 #: itype -> the output kind of the pipeline (outputs in the input type) and the bias load
 OUT_OF = {"f16": "in", "bf16": "bf16", "tf32": "f32"}

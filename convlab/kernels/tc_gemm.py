@@ -20,8 +20,8 @@ import numpy as np
 from convlab import runtime
 from convlab.kernels.intrinsics import u32 as U
 from convlab.kernels.tc_epilogue import vector_ok
-from convlab.kernels.tc_pipeline import (ITYPES, OUT_CONVERT, TcConfig, compile_kernel, configure,
-                                         pipeline_source)
+from convlab.kernels.tc_config import ITYPES, TcConfig
+from convlab.kernels.tc_pipeline import OUT_CONVERT, compile_kernel, configure, pipeline_source
 
 #: configs for the GPU (the first three static, 48 KiB or less); the simulator uses SIM_CONFIG.
 CONFIGS = {"f16": [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 32, 4),

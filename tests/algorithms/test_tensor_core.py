@@ -261,7 +261,7 @@ def test_1x1_reads_the_nchw_input_as_it_is(monkeypatch, op, dtype, bias, nhwc_ou
 def test_nchw_read_with_a_64_row_tile(split):
     """The m-contiguous A of a 64-row tile (8 chunks per k row: the GPU tiles' swizzle, one XOR per
     row) and split-K, against float64."""
-    from convlab.kernels.tc_pipeline import TcConfig
+    from convlab.kernels.tc_config import TcConfig
     cfg = TcConfig(64, 32, 16, 32, 32, 2)
     n, c, h, w, k = 3, 24, 4, 8, 16
     rng = np.random.default_rng(5 + split)
@@ -277,3 +277,21 @@ def test_nchw_read_with_a_64_row_tile(split):
     got = runtime.to_host(y).astype(np.float64).reshape(splits, *want.shape).sum(axis=0)
     assert np.all(np.isfinite(got)) and splits == (2 if split else 1)
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+
+
+def test_misaligned_operands_are_copied_not_read_as_they_are(monkeypatch):
+    """cp.async reads 16 aligned bytes: a 1x1 fp16 forward whose NCHW x and filter are views one
+    element off alignment copies both (NHWC x, KRSC filter) instead of reading them as they are."""
+    problem = make_problem("forward", 2, 16, 4, 4, 24, 1, 1, dtype="float16")
+    x, w, _ = random_operands(problem, np.random.default_rng(8))
+    views = []
+    for host in (x, w):
+        buf = runtime.to_device(np.concatenate([np.zeros(1, host.dtype), host.ravel()]))
+        views.append(buf[1:].reshape(host.shape))
+    calls = []
+    real = transpose.to_channels_last
+    monkeypatch.setattr(transpose, "to_channels_last", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
+    out = runtime.to_device(np.full(problem.operand_shapes[2], np.nan, np.float16))
+    TC.run(problem, TC.configs(problem)[0], *views, None, out, workspace_limit=2**28)
+    err = rel_error(runtime.to_host(out), reference.solve(problem, x, w))
+    assert err <= tolerance(problem, TC.compute_eps(problem.dtype)) and len(calls) == 2

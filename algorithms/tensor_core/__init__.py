@@ -28,11 +28,10 @@ runs k tiles [z*tps, (z+1)*tps) into fp32 partials in the output's layout (NCHW 
 one pass that also rounds to fp16 / bf16. The split count depends on the problem and the config only.
 
 Layouts (``layouts = {"nchw", "nhwc"}``): a channels-last (NHWC-memory) input is read as it is when its
-channel count needs no padding (a multiple of 8, or 4 for TF32) and its data is 16-byte aligned, and so is a
-channels-last forward filter (KRSC memory) and a 1x1 forward filter in either layout (KCRS = KRSC); a
-channels-last output is written
-NHWC by the epilogue. Other channels-last operands (an unaligned channel count, dgrad's filter, every
-wgrad operand) are copied to NCHW scratch first.
+channel count needs no padding (a multiple of 8, or 4 for TF32) and its data is 16-byte aligned, and so
+is a channels-last forward filter (KRSC memory) and a 1x1 forward filter in either layout (KCRS = KRSC);
+a channels-last output is written NHWC by the epilogue. Other channels-last operands (an unaligned
+channel count, dgrad's filter, every wgrad operand) are copied to NCHW scratch first.
 
 Applicability: compute capability 8.0 or newer (any on the simulator), groups == 1, float32 only under
 precision "high", stride 1 for dgrad, every tensor below 2**31 elements.
@@ -276,8 +275,9 @@ class TensorCore(Algorithm):
 
 def _conv(problem: Problem, cfg: TcConfig, xh, wt, y, bias, nhwc_out: bool, geo: dict,
           nchw_in: bool = False) -> None:
-    """The convolution kernel on the NHWC / KRSC operands into y (flat, NCHW or NHWC memory order):
-    one launch, or with split-K the partials' launch, their sum (+ bias) and the rounding."""
+    """The convolution kernel on the NHWC (``nchw_in``: NCHW, a 1x1 layer's) / KRSC operands into y (flat,
+    NCHW or NHWC memory order): one launch, or with split-K the partials' launch, their sum (+ bias) and
+    the rounding."""
     itype, (splits, tps) = ITYPE[problem.dtype], split_k(problem, cfg)
     geo = dict(geo, c=_padded(geo["c"], problem.dtype))
     if splits == 1:

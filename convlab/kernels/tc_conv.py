@@ -28,8 +28,8 @@ from typing import Any, Callable
 import numpy as np
 
 from convlab.kernels.intrinsics import u32 as U
-from convlab.kernels.tc_epilogue import vector_ok
 from convlab.kernels.tc_config import TcConfig
+from convlab.kernels.tc_epilogue import vector_ok
 from convlab.kernels.tc_pipeline import OUT_CONVERT, compile_kernel, configure, pipeline_source
 
 #: itype -> the output kind of the pipeline (outputs in the input type) and the bias load

@@ -19,8 +19,8 @@ import numpy as np
 
 from convlab import runtime
 from convlab.kernels.intrinsics import u32 as U
-from convlab.kernels.tc_epilogue import vector_ok
 from convlab.kernels.tc_config import ITYPES, TcConfig
+from convlab.kernels.tc_epilogue import vector_ok
 from convlab.kernels.tc_pipeline import OUT_CONVERT, compile_kernel, configure, pipeline_source
 
 #: configs for the GPU (the first three static, 48 KiB or less); the simulator uses SIM_CONFIG.

@@ -81,7 +81,7 @@ def signature(obj: Any) -> tuple | None:
         return ("torch", obj.shape, obj.stride(), obj.dtype, obj.get_device(), obj.data_ptr() % 16 == 0)
     if runtime.is_device_array(obj):
         return ("numba", tuple(obj.shape), runtime.strides_of(obj), obj.dtype.str,
-                runtime.device_pointer(obj) % 16 == 0)
+                runtime.is_aligned(obj))
     return False
 
 

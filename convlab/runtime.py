@@ -187,6 +187,12 @@ def device_pointer(dev: Any) -> int:
     return int(dev.device_ctypes_pointer.value or 0)
 
 
+def is_aligned(dev: Any, nbytes: int = 16) -> bool:
+    """Whether a device array's data starts on an ``nbytes`` boundary (16: what ``cp.async`` and the
+    16-byte vector loads and stores need)."""
+    return device_pointer(dev) % nbytes == 0
+
+
 def strides_of(dev: Any) -> tuple[int, ...]:
     """Byte strides of a device array."""
     return tuple(int(s) for s in (dev._ary.strides if SIMULATOR else dev.strides))

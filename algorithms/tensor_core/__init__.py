@@ -242,13 +242,12 @@ class TensorCore(Algorithm):
         # (KRSC; a 1x1 filter in either layout), when no channel padding is needed; the output in either
         # layout
         a_last, b_last = operands.is_channels_last(a), operands.is_channels_last(b)
-        aligned = lambda t: runtime.device_pointer(t) % 16 == 0  # noqa: E731  (cp.async reads 16 bytes)
-        x_as_is = a_last and cp == c and aligned(a)
+        x_as_is = a_last and cp == c and runtime.is_aligned(a)  # cp.async reads 16 aligned bytes
         # a 1x1 stride-1 unpadded forward (dgrad) reads its NCHW x (dy) as it is (16-bit; tc_conv.NchwA)
         nchw_in = not a_last and tc_conv.reads_nchw(ITYPE[problem.dtype], a, c=c, h=h, w=w, r=r, s=s,
                                                     stride=geo["stride"], padding=geo["padding"])
         # a 1x1 filter's KCRS memory is already KRSC
-        w_as_is = problem.op == "forward" and cp == c and (b_last or r * s == 1) and aligned(b)
+        w_as_is = problem.op == "forward" and cp == c and (b_last or r * s == 1) and runtime.is_aligned(b)
         nhwc_out = operands.is_channels_last(out)
         copy_x = (a,) if a_last and not x_as_is else ()  # to NCHW scratch first (operands_for)
         copy_w = (b,) if b_last and not w_as_is else ()

@@ -128,10 +128,6 @@ def as_is(pr: Problem, splits: int, align: int, pqp: int | None = None) -> tuple
     return dense, dense and one_by_one
 
 
-def _aligned(arr) -> bool:
-    return runtime.device_pointer(arr) % 16 == 0
-
-
 def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x, dy, dw) -> None:
     """dw [K, C, R, S] from x [N, C, H, W] and dy [N, K, P, Q] (device arrays in the storage type,
     C-contiguous)."""
@@ -141,7 +137,7 @@ def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x
     ipb = pr.n // splits
     lz = ipb * pqp  # reduction length of one split
     dy_as_is, x_as_is = as_is(pr, splits, align, pqp)
-    dy_as_is, x_as_is = dy_as_is and _aligned(dy), x_as_is and _aligned(x)
+    dy_as_is, x_as_is = dy_as_is and runtime.is_aligned(dy), x_as_is and runtime.is_aligned(x)
     n_a, n_bt = (0 if dy_as_is else splits * pr.k * lz), (0 if x_as_is else splits * crs * lz)
     n_f32 = the_plan.partial_elements(pr)
     # the unfold moves bits: 16-bit types as uint16 (a float16 zero constant is invalid NVVM IR)

@@ -2,7 +2,7 @@
 pipeline depth, a register cap, and the rules a config must meet to compile for an input type.
 
     ITYPES[itype] = (shared / storage dtype, bytes per element, k of one mma)
-    TcConfig(BM, BN, BK, WM, WN, STAGES, dynamic, REGS)
+    TcConfig(BM, BN, BK, WM, WN, STAGES, REGS)
 """
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ class TcConfig(NamedTuple):
     WM: int
     WN: int
     STAGES: int = 3
-    dynamic: bool = False  # a distinct config name only (every kernel uses one dynamic shared array)
     REGS: int = 0  # registers per thread at most (ptxas -maxrregcount; 0: the compiler's choice)
 
     @property
@@ -37,7 +36,7 @@ class TcConfig(NamedTuple):
     @property
     def name(self) -> str:
         return f"{self.BM}x{self.BN}x{self.BK}/{self.WM}x{self.WN}/s{self.STAGES}" + \
-            ("/dyn" if self.dynamic else "") + (f"/r{self.REGS}" if self.REGS else "")
+            (f"/r{self.REGS}" if self.REGS else "")
 
     def validate(self, itype: str) -> "TcConfig":
         """Raise ValueError unless this config compiles for ``itype``."""

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from convlab.kernels.intrinsics import u32 as U
-from convlab.kernels.tc_config import TcConfig
+from convlab.kernels.tc_config import ITYPES, TcConfig
 from convlab.kernels.tc_epilogue import vector_ok
 from convlab.kernels.tc_pipeline import OUT_CONVERT, compile_kernel, configure, pipeline_source
 
@@ -127,7 +127,7 @@ class NchwStore:
     def __init__(self, itype: str, bias: bool, partial: bool = False) -> None:
         self.convert = "{}" if partial else OUT_CONVERT[OUT_OF[itype]]
         self.bias, self.partial = None if partial or not bias else BIAS_OF[itype], partial
-        self.dtype = np.float32 if partial else {"f16": np.float16, "bf16": np.uint16, "tf32": np.float32}[itype]
+        self.dtype = np.float32 if partial else ITYPES[itype][0]  # the input's storage type
 
     def row(self, w: Callable, d: int) -> None:
         w(self.base, d)

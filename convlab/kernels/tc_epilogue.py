@@ -153,4 +153,4 @@ def vector_ok(out: Any, *extents: int) -> bool:
     16-byte aligned and every extent (the contiguous runs: N for a row-major C, P*Q for NCHW, a batch
     stride) is a whole number of vectors."""
     epv = 16 // np.dtype(out.dtype).itemsize
-    return runtime.device_pointer(out) % 16 == 0 and all(e % epv == 0 for e in extents)
+    return runtime.is_aligned(out) and all(e % epv == 0 for e in extents)

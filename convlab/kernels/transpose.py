@@ -104,7 +104,7 @@ def _pairs_kernel(tile: int, rows: int) -> Callable:
 
 def _as_pairs(arr: Any) -> Any:
     """The uint32 view of a flat 16-bit device array (even size, 4-byte aligned), or None."""
-    if np.dtype(arr.dtype).itemsize != 2 or arr.size % 2 or runtime.device_pointer(arr) % 4:
+    if np.dtype(arr.dtype).itemsize != 2 or arr.size % 2 or not runtime.is_aligned(arr, 4):
         return None
     return arr.view(np.uint32)
 

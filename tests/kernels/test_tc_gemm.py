@@ -31,7 +31,7 @@ def test_tc_gemm_matches_float64(itype, shape):
 
 def test_tc_gemm_dynamic_shared_layout():
     """A's and B's stages, then the staged C tile, in one dynamic shared array."""
-    cfg = tc_gemm.TcConfig(32, 32, 16, 16, 32, 2, True)
+    cfg = tc_gemm.TcConfig(32, 32, 16, 16, 32, 2)
     src = tc_gemm.kernel_source("f16", cfg)
     assert "As = cuda.shared.array(0" in src and "Cs = cuda.shared.array(0" in src
     got, want = _run("f16", 64, 32, 48, cfg=cfg)
@@ -179,7 +179,7 @@ def test_staged_epilogue_in_passes_per_warp_row(monkeypatch):
     by a zero static limit: fp32 32 x 32 outputs > two f16 stages)."""
     from convlab.kernels import tc_epilogue
     monkeypatch.setattr(tc_epilogue, "STATIC_LIMIT", 0)
-    cfg = tc_gemm.TcConfig(32, 32, 16, 16, 16, 2, True)  # a config no other test compiles
+    cfg = tc_gemm.TcConfig(32, 32, 16, 16, 16, 2)  # a config no other test compiles (2 x 2 warps)
     assert tc_epilogue.epilogue_plan(cfg, "f16", np.float32, "n") == (2, 16, 36)  # 2 warp rows
     assert tc_epilogue.epilogue_plan(cfg, "f16", np.float16, "n")[0] == 1
     got, want = _run("f16", 64, 40, 48, cfg=cfg)

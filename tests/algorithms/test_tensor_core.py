@@ -29,6 +29,13 @@ def _split_like_the_simulator(monkeypatch):
     monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES", 1)
 
 
+def _spy(monkeypatch, module, name):
+    """A list that records one entry per call of ``module.name`` (which still runs)."""
+    calls, real = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **k: calls.append(a) or real(*a, **k))
+    return calls
+
+
 def _run(problem, seed=0, nhwc_out=False, outputs=None):
     """(relative error, tolerance) of one run on random operands into a NaN-poisoned output (NCHW or
     channels-last); ``outputs`` (a list) collects (host output, host bias or None)."""
@@ -198,9 +205,7 @@ def test_public_ops_in_half_precision(dtype):
 def _wgrad_unfolds(monkeypatch, problem, seed: int) -> int:
     """Run the wgrad ``problem`` (checked against the reference) and count its unfold launches."""
     from convlab.algorithms.tensor_core import wgrad
-    calls = []
-    real = wgrad.unfold_into
-    monkeypatch.setattr(wgrad, "unfold_into", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    calls = _spy(monkeypatch, wgrad, "unfold_into")
     err, tol = _run(problem, seed=seed)
     assert err <= tol, (err, tol)
     return len(calls)
@@ -248,9 +253,7 @@ def test_1x1_reads_the_nchw_input_as_it_is(monkeypatch, op, dtype, bias, nhwc_ou
     chunks, ldmatrix .trans, when H*W is whole 16-byte chunks; no copy of x at all (a 1x1 forward filter
     is read as it is too); otherwise x (dy) is copied to NHWC."""
     problem = make_problem(op, 2, 16, hw[0], hw[1], 24, 1, 1, dtype=dtype, bias=bias)
-    calls = []
-    real = transpose.to_channels_last
-    monkeypatch.setattr(transpose, "to_channels_last", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
+    calls = _spy(monkeypatch, transpose, "to_channels_last")
     err, tol = _run(problem, seed=3, nhwc_out=nhwc_out)
     assert err <= tol, (err, tol)
     copies_of_x = 0 if hw[0] * hw[1] % 8 == 0 else 1
@@ -288,9 +291,7 @@ def test_misaligned_operands_are_copied_not_read_as_they_are(monkeypatch):
     for host in (x, w):
         buf = runtime.to_device(np.concatenate([np.zeros(1, host.dtype), host.ravel()]))
         views.append(buf[1:].reshape(host.shape))
-    calls = []
-    real = transpose.to_channels_last
-    monkeypatch.setattr(transpose, "to_channels_last", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
+    calls = _spy(monkeypatch, transpose, "to_channels_last")
     out = runtime.to_device(np.full(problem.operand_shapes[2], np.nan, np.float16))
     TC.run(problem, TC.configs(problem)[0], *views, None, out, workspace_limit=2**28)
     err = rel_error(runtime.to_host(out), reference.solve(problem, x, w))

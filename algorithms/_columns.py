@@ -30,11 +30,24 @@ from convlab.scratch import scratch
 THREADS = 32 if runtime.SIMULATOR else 256  # threads per block of the unfold / fold kernels
 _GRID_Y = 65535
 _U32 = 2 ** 32
+#: blocks per SM of the unfold / fold kernels' grid-stride launches (enough to cover the latency)
+BLOCKS_PER_SM = 2 if runtime.SIMULATOR else 16
+PAIR_LIMIT = _U32  # (row, pixel) pairs of one launch stay below it (their index is a uint32)
 
 
-def launch_grid(pixels: int, rows: int) -> tuple[int, int]:
-    """Grid of the unfold / fold kernels: x over pixel blocks, y over (image, channel) rows."""
-    return (max(1, math.ceil(pixels / THREADS)), max(1, min(rows, _GRID_Y)))
+def flat_launches(rows: int, pixels: int, whole: int = 1) -> list[tuple[int, int, int]]:
+    """The unfold / fold kernels' launches over the (row, pixel) pairs of ``rows`` rows of ``pixels``:
+    (first row, rows, blocks) each, one thread per pair, grid-stride over at most BLOCKS_PER_SM blocks
+    per SM (so that small images, P*Q = 49 or 196, fill every thread: a block per row left up to 80% of
+    them idle). A launch's pairs stay below 2**32 (uint32 indices) and its rows are a multiple of
+    ``whole`` (an image's channels); ValueError when ``whole`` rows alone pass 2**32 pairs."""
+    per = min(rows, (PAIR_LIMIT - 1) // max(pixels, 1)) // whole * whole
+    if per == 0 and rows:
+        raise ValueError(f"{whole} rows x {pixels} pixels: more than 2**32 - 1 for 32-bit indices")
+    per = max(per, 1)
+    cap = BLOCKS_PER_SM * sm_count()
+    return [(r0, min(per, rows - r0), max(1, min(cap, math.ceil(min(per, rows - r0) * pixels / THREADS))))
+            for r0 in range(0, rows, per)]
 
 
 @dataclass(frozen=True)
@@ -164,25 +177,26 @@ def _unfold_kernel(dtype: str):
     zero = np.dtype(dtype).type(0)
 
     @runtime.jit
-    def unfold(x, cols, x_off, rows, C, H, W, R, S, P, Q, sh, sw, ph, pw, dh, dw, PQo, ips, s1, s2, s3):
-        """For rows row = n*C + c < ``rows`` (n counted from x_off), taps (r, s) and pq < PQo:
-        cols[(n // ips)*s1 + (n % ips)*s2 + ((c*R + r)*S + s)*s3 + pq] = x[x_off + row*H*W + h*W + w]
-        (0 outside x and for pq >= P*Q)."""
-        pq = u32(u32(u32(cuda.blockIdx.x) * u32(cuda.blockDim.x)) + u32(cuda.threadIdx.x))
+    def unfold(x, cols, x_off, n_first, pairs, C, H, W, R, S, P, Q, sh, sw, ph, pw, dh, dw, PQo, ips, s1, s2,
+               s3):
+        """For pairs t = row*PQo + pq < ``pairs`` (row = i*C + c, image i counted from x_off, n = n_first
+        + i in cols; pq < PQo), taps (r, s): cols[(n // ips)*s1 + (n % ips)*s2 + ((c*R + r)*S + s)*s3
+        + pq] = x[x_off + row*H*W + h*W + w] (0 outside x and for pq >= P*Q)."""
+        t = u32(u32(u32(cuda.blockIdx.x) * u32(cuda.blockDim.x)) + u32(cuda.threadIdx.x))
+        step = u32(u32(cuda.gridDim.x) * u32(cuda.blockDim.x))
         npq = u32(P * Q)
-        if pq >= PQo:
-            return
-        inside = pq < npq
-        p = u32(pq // Q)
-        hp = u32(p * sh)  # h + ph of tap r = 0
-        wq = u32(u32(pq - u32(p * Q)) * sw)
-        row = u32(cuda.blockIdx.y)
-        while row < rows:
-            n = u32(row // C)
+        while t < pairs:
+            row = u32(t // PQo)
+            pq = u32(t - u32(row * PQo))
+            inside = pq < npq
+            p = u32(pq // Q)
+            hh = u32(p * sh)  # h + ph of tap r = 0
+            wq = u32(u32(pq - u32(p * Q)) * sw)
+            i = u32(row // C)
+            n = u32(n_first + i)
             src = u32(x_off + u32(row * u32(H * W)))
             dst = u32(u32(u32(u32(n // ips) * s1) + u32(u32(n % ips) * s2))
-                      + u32(u32(u32(u32(row - u32(n * C)) * u32(R * S)) * s3) + pq))
-            hh = hp
+                      + u32(u32(u32(u32(row - u32(i * C)) * u32(R * S)) * s3) + pq))
             r = u32(0)
             while r < R:
                 h_ok = inside and hh >= ph and u32(hh - ph) < H
@@ -198,7 +212,7 @@ def _unfold_kernel(dtype: str):
                     s = u32(s + 1)
                 hh = u32(hh + dh)
                 r = u32(r + 1)
-            row = u32(row + u32(cuda.gridDim.y))
+            t = u32(t + step)
 
     return unfold
 
@@ -217,10 +231,14 @@ def unfold_into(problem: Problem, x, cols, n0: int, nb: int, *, pq_out: int | No
     pq_out = npq if pq_out is None else pq_out
     s1, s2, s3 = strides or (pr.c * pr.r * pr.s * npq, 0, npq)
     u = u32
-    _unfold_kernel(dtype or pr.dtype)[launch_grid(pq_out, nb * pr.c), THREADS](
-        x.reshape((x.size,)), cols, u(n0 * pr.c * pr.h * pr.w), u(nb * pr.c), u(pr.c), u(pr.h),
-        u(pr.w), u(pr.r), u(pr.s), u(pr.p), u(pr.q), u(sh), u(sw), u(ph), u(pw), u(dh), u(dw),
-        u(pq_out), u(images_per_block), u(s1), u(s2), u(s3))
+    kernel = _unfold_kernel(dtype or pr.dtype)
+    for r0, rows, blocks in flat_launches(nb * pr.c, pq_out, whole=pr.c):  # whole images each
+        i0 = r0 // pr.c
+        kernel[blocks, THREADS](x.reshape((x.size,)), cols, u((n0 + i0) * pr.c * pr.h * pr.w), u(i0),
+                                u(rows * pq_out),
+                                u(pr.c), u(pr.h), u(pr.w), u(pr.r), u(pr.s), u(pr.p), u(pr.q), u(sh),
+                                u(sw), u(ph), u(pw), u(dh), u(dw), u(pq_out), u(images_per_block), u(s1),
+                                u(s2), u(s3))
 
 
 def unfold(problem: Problem, x, cols, n0: int, nb: int) -> None:

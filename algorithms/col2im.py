@@ -28,7 +28,7 @@ from convlab.kernels.gemm import Strided, Tile, gemm
 from convlab.kernels.intrinsics import u32
 from convlab.runtime import cuda
 
-from ._columns import THREADS, ColumnGemmAlgorithm, Plan, launch_grid, lend_columns
+from ._columns import THREADS, ColumnGemmAlgorithm, Plan, flat_launches, lend_columns
 
 
 @functools.cache
@@ -36,19 +36,20 @@ def _fold_kernel(dtype: str):
     zero = np.dtype(dtype).type(0)
 
     @runtime.jit
-    def fold(cols, dx, bias, dx_off, rows, C, H, W, R, S, P, Q, sh, sw, ph, pw, dh, dw, has_bias):
-        """dx[dx_off + row*H*W + h*W + w] = (bias[c]) + sum of its taps, for rows row = n*C + c."""
-        hw = u32(u32(u32(cuda.blockIdx.x) * u32(cuda.blockDim.x)) + u32(cuda.threadIdx.x))
-        if hw >= u32(H * W):
-            return
-        h = u32(hw // W)
-        hp = u32(h + ph)  # = p*sh + r*dh for a contributing tap
-        wp = u32(u32(hw - u32(h * W)) + pw)
+    def fold(cols, dx, bias, dx_off, cols_off, pairs, C, H, W, R, S, P, Q, sh, sw, ph, pw, dh, dw, has_bias):
+        """For pairs t = row*H*W + hw < ``pairs`` (row = n*C + c counted from dx_off and cols_off):
+        dx[dx_off + t] = (bias[c]) + the sum of its taps in cols."""
+        t = u32(u32(u32(cuda.blockIdx.x) * u32(cuda.blockDim.x)) + u32(cuda.threadIdx.x))
+        step = u32(u32(cuda.gridDim.x) * u32(cuda.blockDim.x))
         npq = u32(P * Q)
-        row = u32(cuda.blockIdx.y)
-        while row < rows:
+        while t < pairs:
+            row = u32(t // u32(H * W))
+            hw = u32(t - u32(row * u32(H * W)))
+            h = u32(hw // W)
+            hp = u32(h + ph)  # = p*sh + r*dh for a contributing tap
+            wp = u32(u32(hw - u32(h * W)) + pw)
             acc = zero
-            src = u32(u32(row * u32(R * S)) * npq)  # cols of (n, c), tap (0, 0)
+            src = u32(cols_off + u32(u32(row * u32(R * S)) * npq))  # cols of (n, c), tap (0, 0)
             r = u32(0)
             while r < R and u32(r * dh) <= hp:
                 hh = u32(hp - u32(r * dh))
@@ -64,8 +65,8 @@ def _fold_kernel(dtype: str):
                 r = u32(r + 1)
             if has_bias:
                 acc += bias[u32(row % C)]
-            dx[u32(dx_off + u32(row * u32(H * W)) + hw)] = acc
-            row = u32(row + u32(cuda.gridDim.y))
+            dx[u32(dx_off + t)] = acc
+            t = u32(t + step)
 
     return fold
 
@@ -77,10 +78,12 @@ def fold(problem: Problem, cols, dx, bias, n0: int, nb: int) -> None:
     has_bias = bias is not None
     flat_dx = dx.reshape((dx.size,))
     u = u32
-    _fold_kernel(pr.dtype)[launch_grid(pr.h * pr.w, nb * pr.c), THREADS](
-        cols, flat_dx, bias if has_bias else flat_dx, u(n0 * pr.c * pr.h * pr.w), u(nb * pr.c), u(pr.c),
-        u(pr.h), u(pr.w), u(pr.r), u(pr.s), u(pr.p), u(pr.q), u(sh), u(sw), u(ph), u(pw), u(dh),
-        u(dw), u(has_bias))
+    kernel = _fold_kernel(pr.dtype)
+    for r0, rows, blocks in flat_launches(nb * pr.c, pr.h * pr.w, whole=pr.c):  # whole images each
+        kernel[blocks, THREADS](cols, flat_dx, bias if has_bias else flat_dx,
+                                u((n0 * pr.c + r0) * pr.h * pr.w), u(r0 * pr.r * pr.s * pr.p * pr.q),
+                                u(rows * pr.h * pr.w), u(pr.c), u(pr.h), u(pr.w), u(pr.r), u(pr.s), u(pr.p),
+                                u(pr.q), u(sh), u(sw), u(ph), u(pw), u(dh), u(dw), u(has_bias))
 
 
 @register

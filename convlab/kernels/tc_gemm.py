@@ -21,7 +21,7 @@ from convlab import runtime
 from convlab.kernels.intrinsics import u32 as U
 from convlab.kernels.tc_config import ITYPES, TcConfig
 from convlab.kernels.tc_epilogue import vector_ok
-from convlab.kernels.tc_pipeline import OUT_CONVERT, compile_kernel, configure, pipeline_source
+from convlab.kernels.tc_pipeline import DEFAULT_TF32_ROUND, OUT_CONVERT, compile_kernel, configure, pipeline_source
 
 #: configs for the GPU (the first three static, 48 KiB or less); the simulator uses SIM_CONFIG.
 CONFIGS = {"f16": [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 32, 4),
@@ -103,7 +103,7 @@ class BatchedStore(DenseStore):
 
 
 def _source(cfg: TcConfig, itype: str, out: str, batched: bool = False, parted: bool = False,
-            tf32_round: str = "cvt") -> str:
+            tf32_round: str | None = None) -> str:
     loader, store = (PartedA(), BatchedStore(out, itype)) if parted else \
         (BatchedA(), BatchedStore(out, itype)) if batched else (DenseA(), DenseStore(out, itype))
     return pipeline_source(cfg, itype, loader, store, "gemm", tf32_round)
@@ -122,7 +122,7 @@ def _out_kind(itype: str, out_dtype: Any) -> str:
 
 @functools.cache
 def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched: bool = False,
-                 parted: bool = False, tf32_round: str = "cvt") -> Callable:
+                 parted: bool = False, tf32_round: str | None = None) -> Callable:
     """The kernel (A, Bt, C, M, N, K) for one input type, config and output dtype (cached).
 
     A [M, K], Bt [N, K], C [M * N] (flat) C-contiguous device arrays; M, N, K uint32; then ``vec``
@@ -135,7 +135,7 @@ def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched:
     out = _out_kind(itype, out_dtype)
     kind = " parted" if parted else " batched" if batched else ""
     filename = f"<convlab.kernels.tc_gemm {itype} {cfg.name} {out}{kind}" + \
-        (f" tf32 {tf32_round}>" if itype == "tf32" else ">")
+        (f" tf32 {tf32_round or DEFAULT_TF32_ROUND}>" if itype == "tf32" else ">")
     return compile_kernel(_source(cfg, itype, out, batched, parted, tf32_round), "gemm", filename, cfg,
                           itype)
 
@@ -180,7 +180,7 @@ def tc_matmul(itype: str, A: Any, Bt: Any, C: Any, cfg: TcConfig | None = None) 
 
 
 def launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any,
-             tf32_round: str = "cvt") -> Callable[[], None]:
+             tf32_round: str | None = None) -> Callable[[], None]:
     """A no-argument function that launches the kernel on these (checked) device arrays."""
     cfg = TcConfig(*cfg).validate(itype)
     (M, K), N = A.shape, Bt.shape[0]

@@ -34,6 +34,7 @@ public API). Accumulators and fragments are scalars so they stay in registers; i
 """
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Callable, Protocol
 
@@ -50,14 +51,21 @@ from convlab.kernels.tc_config import ITYPES, TcConfig
 from convlab.runtime import cuda
 
 OUT_CONVERT = {"f32": "{}", "in": "{}", "bf16": "f32_to_bf16({})"}  # output kind -> store conversion
-#: how fp32 fragment registers become TF32 (both round to nearest, ties away from zero, the same bits:
-#: tests/kernels/test_tc_gemm.py): "cvt" is ``cvt.rna.tf32.f32``; "add" adds half a TF32 ulp (0x1000) to
-#: the bits of a finite value and lets the mma ignore the low 13 mantissa bits (CUTLASS's
-#: round_half_ulp_truncate), passing inf and NaN unchanged. On the H200 at 4096^3 (results/h200/session8):
+#: how fp32 fragment registers become TF32 (tests/kernels/test_tc_gemm.py): "cvt" is ``cvt.rna.tf32.f32``
+#: (round to nearest, ties away from zero); "add" adds half a TF32 ulp (0x1000) to the bits of a finite
+#: value and lets the mma ignore the low 13 mantissa bits (CUTLASS's round_half_ulp_truncate), the same
+#: bits as "cvt", passing inf and NaN unchanged; "trunc" gives the mma the fp32 bits as they are: it reads
+#: the top 19 (truncation toward zero, as Hopper's wgmma documents and Triton's tf32 dot does; unit
+#: roundoff 2**-10 instead of 2**-11, which the TF32 tolerance already allows; NaN and inf kept but a
+#: signalling NaN whose payload is only in the low 13 bits). On the H200 at 4096^3 (results/h200/session8):
 #: a bare add reached 0.49 of cuBLAS TF32 against cvt's 0.43 but carries CUDA's NaN 0x7FFFFFFF into -0;
-#: the NaN-safe add (compare and select) fell to 0.34 against cvt's 0.41. Default "cvt".
+#: the NaN-safe add (compare and select) fell to 0.34 against cvt's 0.41; "trunc": session 9.
 TF32_ROUND = {"add": "(U({0} + U(4096)) if U({0} & U(0x7F800000)) != U(0x7F800000) else {0})",
-              "cvt": "to_tf32({0})"}
+              "cvt": "to_tf32({0})", "trunc": "{0}"}
+#: the rounding kernels compile with unless a caller names one (CONVLAB_TF32_ROUND, for measurements)
+DEFAULT_TF32_ROUND = os.environ.get("CONVLAB_TF32_ROUND", "cvt")
+if DEFAULT_TF32_ROUND not in TF32_ROUND:
+    raise ValueError(f"CONVLAB_TF32_ROUND={DEFAULT_TF32_ROUND!r}: expected one of {sorted(TF32_ROUND)}")
 
 
 class ALoader(Protocol):
@@ -88,11 +96,11 @@ class ALoader(Protocol):
 
 
 def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name: str,
-                    tf32_round: str = "cvt") -> str:
+                    tf32_round: str | None = None) -> str:
     """Source of the kernel ``name(<loader.params>, vec)`` for one config (M, N, K among the params;
     ``vec``: ``tc_epilogue.vector_ok`` of the output);
-    ``tf32_round``: a key of TF32_ROUND."""
-    rnd = TF32_ROUND[tf32_round].format
+    ``tf32_round``: a key of TF32_ROUND (None: DEFAULT_TF32_ROUND)."""
+    rnd = TF32_ROUND[tf32_round or DEFAULT_TF32_ROUND].format
     BM, BN, BK, WM, WN, S = cfg[:6]
     T = cfg.threads
     size, kstep = ITYPES[itype][1], ITYPES[itype][2]

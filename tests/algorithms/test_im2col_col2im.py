@@ -101,3 +101,34 @@ def test_registered_with_priority_above_direct():
     names = [p.name for p in convlab.plugins("forward")]
     assert names.index("im2col") < names.index("direct")
     assert convlab.get_plugin("col2im").ops == {"dgrad"} and convlab.get_plugin("col2im").priority == 10
+
+
+def test_flat_launches_cover_whole_images():
+    from convlab.algorithms._columns import BLOCKS_PER_SM, THREADS, flat_launches
+    from convlab.kernels.splitk import sm_count
+    assert flat_launches(6, 49) == [(0, 6, min(BLOCKS_PER_SM * sm_count(), -(-6 * 49 // THREADS)))]
+    big = flat_launches(12, 2**30, whole=3)  # 3 rows of an image per launch: 3 * 2**30 < 2**32
+    assert [(r0, rows) for r0, rows, _ in big] == [(0, 3), (3, 3), (6, 3), (9, 3)]
+    with pytest.raises(ValueError, match="32-bit"):
+        flat_launches(8, 2**31, whole=4)
+
+
+@pytest.mark.parametrize("name,op,bias", [("im2col", "forward", True), ("im2col", "wgrad", False),
+                                          ("col2im", "dgrad", True)])
+def test_unfold_and_fold_in_several_launches(name, op, bias, monkeypatch):
+    """Images past the 32-bit pair limit go to further launches, each starting at its own image (the
+    limit shrunk here to two images' (row, pixel) pairs)."""
+    from convlab.algorithms import _columns, col2im
+    problem = _problem(op, bias=bias)
+    pixels = problem.h * problem.w if op == "dgrad" else problem.p * problem.q  # fold: dx; unfold: columns
+    monkeypatch.setattr(_columns, "PAIR_LIMIT", 2 * problem.c * pixels + 1)
+    launches = []
+    original = _columns.flat_launches
+    def recording(*args, **kwargs):
+        launches.append(original(*args, **kwargs))
+        return launches[-1]
+
+    monkeypatch.setattr(_columns, "flat_launches", recording)
+    monkeypatch.setattr(col2im, "flat_launches", recording)
+    _run(name, problem, 10 ** 9, np.random.default_rng(5))
+    assert launches and all(len(one) == 3 for one in launches)  # 5 images: 2 + 2 + 1

@@ -125,11 +125,12 @@ def test_configure_folds_output_tiles_into_grid_x_and_names_its_limits():
         configure(Kernel(), cfg, "f16", (), 2**40, 64, **out)
 
 
-def test_tf32_rounding_by_add_equals_cvt_rna():
+def test_tf32_rounding_modes():
     """TF32_ROUND "add" (bits + half a TF32 ulp, the mma truncating) and "cvt" (cvt.rna.tf32.f32) give the
     same bits: round to nearest, ties away from zero, inf and NaN kept (CUDA's NaN 0x7FFFFFFF, which a
-    bare add would turn into -0). Inputs sit on the tie and just beside it, so a truncation (no
-    rounding) or ties-to-even would differ."""
+    bare add would turn into -0). "trunc" (the fp32 bits as they are) truncates: the mma reads the top
+    19 bits, inf and NaN kept. Inputs sit on the tie and just beside it, so a truncation and a rounding
+    (or ties-to-even) differ."""
     rng = np.random.default_rng(11)
     m, n, k = 32, 32, 16
     base = rng.standard_normal((m + n, k)).astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
@@ -140,18 +141,19 @@ def test_tf32_rounding_by_add_equals_cvt_rna():
     A, Bt = vals[:m], vals[m:]
     cfg = tc_gemm.SIM_CONFIG["tf32"] if runtime.SIMULATOR else tc_gemm.CONFIGS["tf32"][0]
     got = {}
-    for rnd in ("add", "cvt"):
+    for rnd in ("add", "cvt", "trunc"):
         C = cuda.to_device(np.full((m, n), np.nan, np.float32))
         tc_gemm.launcher("tf32", cfg, cuda.to_device(A), cuda.to_device(Bt), C, tf32_round=rnd)()
         got[rnd] = C.copy_to_host()
+        assert np.isnan(got[rnd][0]).all() and not np.isfinite(got[rnd][1]).any()  # inf / NaN propagate
     assert np.array_equal(got["add"], got["cvt"], equal_nan=True)
-    assert np.isnan(got["add"][0]).all() and not np.isfinite(got["add"][1]).any()  # inf / NaN propagate
-    A, got = A[2:], got["add"][2:]
+    A = A[2:]
     rna = lambda x: ((x.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)  # noqa
-    want = rna(A).astype(np.float64) @ rna(Bt).astype(np.float64).T
-    trunc = (A.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64) @ \
-        (Bt.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64).T
-    assert _rel(got, want) < 1e-6 < _rel(trunc, want)
+    rtz = lambda x: (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)  # noqa: E731
+    want = {"add": rna(A).astype(np.float64) @ rna(Bt).astype(np.float64).T,
+            "trunc": rtz(A).astype(np.float64) @ rtz(Bt).astype(np.float64).T}
+    for rnd, other in (("add", "trunc"), ("trunc", "add")):
+        assert _rel(got[rnd][2:], want[rnd]) < 1e-6 < _rel(got[rnd][2:], want[other])
 
 
 @pytest.mark.parametrize("n,offset,vec", [(24, 0, True), (20, 0, False), (24, 1, False)])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One device call of session 8: the steps named in STEPS (space-separated, in order), each under its
+# One device call: the steps named in STEPS (space-separated, in order), each under its
 # own time limit, results under $OUT. Usage (device tool, carry .whl):
-#   source .whl/use-wheels.sh && STEPS="gemm conv" bash tools/gpu_session8.sh
+#   source .whl/use-wheels.sh && STEPS="gemm conv" bash tools/gpu_steps.sh
 # Steps:
 #   gemm   tc_gemm_bench at 4096^3: GEMM_ITYPES (tf32 f16), GEMM_CONFIGS (indices), GEMM_ROUND (add cvt)
 #   probe  tc_gemm_bench at PROBE_SIZE (M N K: a convolution's GEMM, default ResNet's 64x112x112 w128x3x3

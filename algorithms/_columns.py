@@ -14,7 +14,6 @@ are GEMMs of the tiled family (:mod:`convlab.kernels.gemm`):
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from dataclasses import dataclass
 
@@ -22,9 +21,7 @@ import numpy as np
 
 from convlab import Algorithm, Config, Problem, Verdict, runtime
 from convlab.kernels.gemm import TILES, Tile, pick_tiles
-from convlab.kernels.intrinsics import u32
 from convlab.kernels.splitk import sm_count
-from convlab.runtime import cuda
 from convlab.scratch import scratch
 
 THREADS = 32 if runtime.SIMULATOR else 256  # threads per block of the unfold / fold kernels
@@ -169,78 +166,3 @@ def lend_columns(n: int, dtype: str):
     """A column buffer of ``n`` elements lent for the call (convlab.scratch), or None when the plan
     needs none."""
     return scratch(n, dtype) if n else contextlib.nullcontext(None)
-
-
-# ---- the unfold kernel (im2col's columns; the tensor-core wgrad's split-major operands) ------------
-@functools.cache
-def _unfold_kernel(dtype: str):
-    zero = np.dtype(dtype).type(0)
-
-    @runtime.jit
-    def unfold(x, cols, x_off, n_first, pairs, C, H, W, R, S, P, Q, sh, sw, ph, pw, dh, dw, PQo, ips, s1, s2,
-               s3):
-        """For pairs t = row*PQo + pq < ``pairs`` (row = i*C + c, image i counted from x_off, n = n_first
-        + i in cols; pq < PQo), taps (r, s): cols[(n // ips)*s1 + (n % ips)*s2 + ((c*R + r)*S + s)*s3
-        + pq] = x[x_off + row*H*W + h*W + w] (0 outside x and for pq >= P*Q)."""
-        t = u32(u32(u32(cuda.blockIdx.x) * u32(cuda.blockDim.x)) + u32(cuda.threadIdx.x))
-        step = u32(u32(cuda.gridDim.x) * u32(cuda.blockDim.x))
-        npq = u32(P * Q)
-        while t < pairs:
-            row = u32(t // PQo)
-            pq = u32(t - u32(row * PQo))
-            inside = pq < npq
-            p = u32(pq // Q)
-            hh = u32(p * sh)  # h + ph of tap r = 0
-            wq = u32(u32(pq - u32(p * Q)) * sw)
-            i = u32(row // C)
-            n = u32(n_first + i)
-            src = u32(x_off + u32(row * u32(H * W)))
-            dst = u32(u32(u32(u32(n // ips) * s1) + u32(u32(n % ips) * s2))
-                      + u32(u32(u32(u32(row - u32(i * C)) * u32(R * S)) * s3) + pq))
-            r = u32(0)
-            while r < R:
-                h_ok = inside and hh >= ph and u32(hh - ph) < H
-                ww = wq
-                s = u32(0)
-                while s < S:
-                    v = zero
-                    if h_ok and ww >= pw and u32(ww - pw) < W:
-                        v = x[u32(src + u32(u32(hh - ph) * W) + u32(ww - pw))]
-                    cols[dst] = v
-                    dst = u32(dst + s3)
-                    ww = u32(ww + dw)
-                    s = u32(s + 1)
-                hh = u32(hh + dh)
-                r = u32(r + 1)
-            t = u32(t + step)
-
-    return unfold
-
-
-def unfold_into(problem: Problem, x, cols, n0: int, nb: int, *, pq_out: int | None = None,
-                images_per_block: int = 1, strides: tuple[int, int, int] | None = None,
-                dtype: str | None = None) -> None:
-    """Unfold images n0 .. n0+nb-1 of ``x`` (N, C, H, W, any element type: ``dtype`` names it when
-    it is not the problem's, e.g. uint16 for bf16 bits) into flat ``cols``: entry (n, c, r, s, pq)
-    at (n // ipb)*s1 + (n % ipb)*s2 + ((c*R + r)*S + s)*s3 + pq for pq < ``pq_out`` (default P*Q;
-    entries past P*Q are 0), with ``strides`` = (s1, s2, s3) (default im2col's [n, CRS, PQ]) and
-    ipb = ``images_per_block``."""
-    pr = problem
-    (sh, sw), (ph, pw), (dh, dw) = pr.stride, pr.padding, pr.dilation
-    npq = pr.p * pr.q
-    pq_out = npq if pq_out is None else pq_out
-    s1, s2, s3 = strides or (pr.c * pr.r * pr.s * npq, 0, npq)
-    u = u32
-    kernel = _unfold_kernel(dtype or pr.dtype)
-    for r0, rows, blocks in flat_launches(nb * pr.c, pq_out, whole=pr.c):  # whole images each
-        i0 = r0 // pr.c
-        kernel[blocks, THREADS](x.reshape((x.size,)), cols, u((n0 + i0) * pr.c * pr.h * pr.w), u(i0),
-                                u(rows * pq_out),
-                                u(pr.c), u(pr.h), u(pr.w), u(pr.r), u(pr.s), u(pr.p), u(pr.q), u(sh),
-                                u(sw), u(ph), u(pw), u(dh), u(dw), u(pq_out), u(images_per_block), u(s1),
-                                u(s2), u(s3))
-
-
-def unfold(problem: Problem, x, cols, n0: int, nb: int) -> None:
-    """Write im2col's column buffer cols[n - n0, (c, r, s), (p, q)] of images n0 .. n0+nb-1 of ``x``."""
-    unfold_into(problem, x, cols, n0, nb)

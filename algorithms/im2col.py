@@ -13,7 +13,7 @@ With C' = C/groups, K' = K/groups, the column matrix of image n and group g is
 Loop nest of ``run``:
 
     for each sub-batch of nb images (so that the column buffer fits the workspace limit):
-        unfold: one thread per (n, c, p, q) writes its R*S column entries
+        unfold: one thread per (n, c) and chunk of (p, q) writes its R*S column entries (_unfold.py)
         forward: one batched GEMM over (n, g)
         wgrad: one batch-reduce GEMM over g summing the nb images, its reduction split over k-splits
                whose partial products a second kernel adds in order into dw (accumulating after the
@@ -28,7 +28,8 @@ from convlab import Problem, register
 from convlab.kernels.gemm import Strided, Tile, gemm
 from convlab.kernels.splitk import sum_partials
 
-from ._columns import ColumnGemmAlgorithm, Plan, lend_columns, unfold
+from ._columns import ColumnGemmAlgorithm, Plan, lend_columns
+from ._unfold import unfold
 
 
 @register

@@ -29,6 +29,7 @@ from numba import types  # noqa: E402
 
 from convlab import runtime  # noqa: E402
 from convlab.kernels import mma, tc_conv, tc_gemm  # noqa: E402
+from convlab.kernels.tc_pipeline import DEFAULT_TF32_ROUND  # noqa: E402
 from convlab.runtime import cuda  # noqa: E402
 
 PATTERNS = {"mma.sync": r"mma\.sync\.aligned", "ldmatrix": r"ldmatrix\.sync", "cp.async": r"cp\.async\.cg",
@@ -88,8 +89,8 @@ def _judge(row: dict, ptx: str, itype: str, ptxas: str | None) -> None:
     """row["ok"]: the tensor-core instructions are there, no local memory, and (with ptxas) it assembles
     without spills."""
     need = {"mma.sync", "ldmatrix", "cp.async", "wait_group", "commit_group"}
-    if itype == "tf32":
-        need.add("cvt.rna.tf32")  # tc_pipeline.TF32_ROUND's default
+    if itype == "tf32" and DEFAULT_TF32_ROUND == "cvt":
+        need.add("cvt.rna.tf32")  # tc_pipeline.TF32_ROUND's "cvt"
     row["ok"] = all(row[k] > 0 for k in need) and row["local"] == 0
     if ptxas:
         row.update(ptxas_info(ptxas, ptx))

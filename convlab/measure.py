@@ -61,7 +61,8 @@ def tolerance(problem: Problem, eps: float) -> float:
     plugin's arithmetic: 2**-23 for fp32 accumulation, 2**-10 for a plugin that would sum in float16)
     plus one output rounding, a relative norm error below half the input type's machine epsilon
     (:func:`convlab.problem.unit_roundoff`: 2**-10 float16, 2**-7 bfloat16), allowed in full. TF32
-    (float32 under precision "high") rounds the inputs to 10 mantissa bits in the kernel: eps = 2**-10.
+    (float32 under precision "high") keeps 10 mantissa bits of the inputs (truncated by default, or
+    rounded: tc_pipeline.TF32_ROUND): eps = 2**-10 covers both.
     """
     out = unit_roundoff(problem.dtype) if problem.dtype in HALF_DTYPES else 0.0
     return out + eps * (8.0 * math.sqrt(max(problem.reduction_length, 1)) + 16.0)

@@ -5,7 +5,7 @@
     GEMM  M = K,  N = C*R*S,  reduction over j = (n, pq), PQ padded to PQp (16-byte chunks, zeros)
 
 The images are cut into ``splits`` equal groups of ipb = N / splits images (split-K over images). Both
-operands are written once by the column unfold of :mod:`convlab.algorithms._columns`, split-major so
+operands are written once by the column unfold of :mod:`convlab.algorithms._unfold`, split-major so
 that every split is a dense, k-contiguous matrix for :func:`convlab.kernels.tc_gemm.launcher`:
 
     A [z, k, jj]        = dy[n, k, pq]                        (dy unfolded as a 1x1 "convolution")
@@ -44,7 +44,7 @@ from convlab.kernels.tc_config import TcConfig
 from convlab.problem import make_problem
 from convlab.scratch import scratch
 
-from .._columns import unfold_into
+from .._unfold import unfold_into
 
 #: k tiles each split keeps at least (fewer: the prologue and epilogue dominate); 1 on the simulator,
 #: so that its tiny test problems split
@@ -57,11 +57,14 @@ def padded(length: int, align: int) -> int:
 
 def splits_of(pr: Problem, cfg: TcConfig, align: int) -> int:
     """How many image groups: enough blocks to fill the SMs twice, each split at least MIN_KTILES k
-    tiles long, and a divisor of N (equal groups keep every split's operands dense). A 1x1 stride-1
-    unpadded filter whose P*Q is in whole chunks takes one image per split (dy and x then are the
-    operands as they are, no unfold) when its fp32 partials (N*K*C) are no larger than the copies
-    they replace (N*P*Q*(K + C) half elements: ResNet-50's 28x28 1x1 layers)."""
-    if as_is(pr, pr.n, align)[1] and 2 * pr.k * pr.c <= pr.p * pr.q * (pr.k + pr.c):
+    tiles long, and a divisor of N (equal groups keep every split's operands dense). When P*Q is in
+    whole chunks, one image per split reads dy as it is (no unfold; a 1x1 stride-1 unpadded x too), at
+    the price of N fp32 partials of dw: taken when they are no larger than the copies they replace,
+    N*K*C*R*S fp32 against N*P*Q*K (+ N*P*Q*C for a 1x1 x) input elements written and read again
+    (ResNet-50's and Burn's 3x3 layers at 28x28 and more, the 1x1 layers at 28x28)."""
+    dense, x_too = as_is(pr, pr.n, align)
+    copied = pr.p * pr.q * (pr.k + (pr.c if x_too else 0)) * pr.itemsize
+    if dense and 4 * pr.k * pr.c * pr.r * pr.s <= copied and pr.p * pr.q >= MIN_KTILES * cfg.BK:
         return pr.n
     m, n = pr.k, pr.c * pr.r * pr.s
     blocks = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN)

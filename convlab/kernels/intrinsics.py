@@ -4,6 +4,8 @@
                        results to 64 bits otherwise); also makes compile-time uint32 constants
     vector_load(n)     ``load(arr, i) -> (arr[i], ..., arr[i + n - 1])`` as one vector load
                        (``ld.shared.v4.f32`` for n = 4 fp32), n = 2 or 4, any float dtype
+    store4(arr, i, a, b, c, d)  arr[i:i + 4] = (a, b, c, d) as one vector store (``st.v4.u32`` for
+                       uint32): a 1-D array of 4-byte items, element i 16-byte aligned
     load_cg(arr, i)    arr[i] read through L2 only (``ld.global.cg``): data written by other blocks
     copy16(dst, di, src, si)   16 bytes from src[si:] to dst[di:] as one vector load and one vector
                        store (``ld.v4.u32`` / ``st.v4.u32``; e.g. a staged epilogue tile in shared memory
@@ -105,6 +107,43 @@ def _make_copy16() -> Callable:
 
 
 copy16 = _make_copy16()
+
+
+def _make_store4() -> Callable:
+    if runtime.SIMULATOR:
+        def store4(arr, i, a, b, c, d):
+            arr[i], arr[i + 1], arr[i + 2], arr[i + 3] = a, b, c, d
+        return store4
+    from llvmlite import ir
+    from numba import types
+
+    @cuda.extending.intrinsic
+    def store4(typingctx, arr, index, a, b, c, d):
+        if not isinstance(arr, types.Array) or arr.ndim != 1 or arr.dtype.bitwidth != 32 \
+                or not isinstance(index, types.Integer):
+            return None
+        sig = types.void(arr, index, arr.dtype, arr.dtype, arr.dtype, arr.dtype)
+
+        def codegen(context, builder, signature, args):
+            aryty, idxty = signature.args[:2]
+            ary = context.make_array(aryty)(context, builder, args[0])
+            idx = args[1]
+            if idx.type.width < 64:
+                idx = (builder.sext if idxty.signed else builder.zext)(idx, ir.IntType(64))
+            ptr = builder.gep(ary.data, [idx])
+            vec_t = ir.VectorType(context.get_value_type(aryty.dtype), 4)
+            vec = ir.Constant(vec_t, ir.Undefined)
+            for u, value in enumerate(args[2:]):
+                vec = builder.insert_element(vec, value, ir.Constant(ir.IntType(32), u))
+            builder.store(vec, builder.bitcast(ptr, vec_t.as_pointer(ptr.type.addrspace)), align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return store4
+
+
+store4 = _make_store4()
 
 if runtime.SIMULATOR:
     def load_cg(arr, i):

@@ -1,7 +1,7 @@
 """Tensor-core GEMM: C[M, N] = A[M, K] @ B[K, N], with B given transposed as Bt[N, K] (both k-contiguous).
 
 Inputs fp16 ('f16', float16 arrays), bf16 ('bf16', uint16/int16 arrays of bf16 bits) or fp32 ('tf32',
-float32 arrays, rounded to TF32 in the kernel); fp32 accumulators; C float32 or the input type. Bt[N, K] is
+float32 arrays, cut to TF32 in the kernel: tc_pipeline.TF32_ROUND); fp32 accumulators; C float32 or the input type. Bt[N, K] is
 what ``ldmatrix`` (no .trans) turns into B fragments for both 16- and 32-bit inputs (a [K, N] B would
 need ``.trans``, 16-bit only); it is also the conv forward's weight layout [K_out, C*R*S]. K must be a
 multiple of 8 (16-bit) or 4 (tf32): rows of 16-byte chunks; M, N and K are otherwise free (zero-filled
@@ -148,7 +148,7 @@ def kernel_source(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched
 def to_storage(itype: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(array in ``itype``'s storage type, its exact float64 values) for float ``values``.
 
-    f16: float16; bf16: uint16 bits rounded to nearest even; tf32: float32 (the kernel rounds to TF32).
+    f16: float16; bf16: uint16 bits rounded to nearest even; tf32: float32 (the kernel cuts it to TF32).
     """
     v32 = np.ascontiguousarray(values, np.float32)
     if itype == "f16":

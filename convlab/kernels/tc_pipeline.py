@@ -9,7 +9,7 @@ WM x WN tile of (WM/16) x (WN/8) mma tiles; S = STAGES shared buffers of A (BM x
         cp.async k tile kt+S-1 -> stage (kt+S-1) % S  (if it exists);  commit
         for each k step of the mma (16 halves or 8 tf32) in stage kt % S:
             A fragments: WM/16 ldmatrix.x4;  B fragments: WN/16 ldmatrix.x4 (two n8 tiles each)
-            (tf32: every fragment register rounded to TF32: TF32_ROUND)
+            (tf32: the fragment registers made TF32 by TF32_ROUND: truncated by the mma by default)
             acc[i][j] = mma(a[i], b[j], acc[i][j])
     epilogue (staged): wait_group(0); __syncthreads()
         acc (+ bias, converted to the output type) -> Cs, the C tile in shared memory, laid out along the
@@ -59,11 +59,14 @@ OUT_CONVERT = {"f32": "{}", "in": "{}", "bf16": "f32_to_bf16({})"}  # output kin
 #: roundoff 2**-10 instead of 2**-11, which the TF32 tolerance already allows; NaN and inf kept but a
 #: signalling NaN whose payload is only in the low 13 bits). On the H200 at 4096^3 (results/h200/session8):
 #: a bare add reached 0.49 of cuBLAS TF32 against cvt's 0.43 but carries CUDA's NaN 0x7FFFFFFF into -0;
-#: the NaN-safe add (compare and select) fell to 0.34 against cvt's 0.41; "trunc": session 9.
+#: the NaN-safe add (compare and select) fell to 0.34 against cvt's 0.41. Session 9 (results/h200/
+#: session9/call1): "trunc" 0.535 of cuBLAS TF32, "cvt" 0.393, "add" 0.352 (relative error of the
+#: 4096^3 product 7.8e-4 truncated, 2.9e-4 rounded). Default "trunc": the conversion instructions cost a
+#: quarter of the TF32 GEMM's speed; "cvt" (CONVLAB_TF32_ROUND=cvt) when the extra bit matters.
 TF32_ROUND = {"add": "(U({0} + U(4096)) if U({0} & U(0x7F800000)) != U(0x7F800000) else {0})",
               "cvt": "to_tf32({0})", "trunc": "{0}"}
-#: the rounding kernels compile with unless a caller names one (CONVLAB_TF32_ROUND, for measurements)
-DEFAULT_TF32_ROUND = os.environ.get("CONVLAB_TF32_ROUND", "cvt")
+#: the rounding kernels compile with unless a caller names one (CONVLAB_TF32_ROUND, read at import)
+DEFAULT_TF32_ROUND = os.environ.get("CONVLAB_TF32_ROUND", "trunc")
 if DEFAULT_TF32_ROUND not in TF32_ROUND:
     raise ValueError(f"CONVLAB_TF32_ROUND={DEFAULT_TF32_ROUND!r}: expected one of {sorted(TF32_ROUND)}")
 

@@ -118,9 +118,10 @@ def test_flat_launches_cover_whole_images():
 def test_unfold_and_fold_in_several_launches(name, op, bias, monkeypatch):
     """Images past the 32-bit pair limit go to further launches, each starting at its own image (the
     limit shrunk here to two images' (row, pixel) pairs)."""
-    from convlab.algorithms import _columns, col2im
+    from convlab.algorithms import _columns, _unfold, col2im
     problem = _problem(op, bias=bias)
-    pixels = problem.h * problem.w if op == "dgrad" else problem.p * problem.q  # fold: dx; unfold: columns
+    # pairs per row: the fold's dx pixels; the unfold's 16-byte chunks of columns (P*Q = 24 fp32: 6)
+    pixels = problem.h * problem.w if op == "dgrad" else problem.p * problem.q // 4
     monkeypatch.setattr(_columns, "PAIR_LIMIT", 2 * problem.c * pixels + 1)
     launches = []
     original = _columns.flat_launches
@@ -128,7 +129,38 @@ def test_unfold_and_fold_in_several_launches(name, op, bias, monkeypatch):
         launches.append(original(*args, **kwargs))
         return launches[-1]
 
-    monkeypatch.setattr(_columns, "flat_launches", recording)
-    monkeypatch.setattr(col2im, "flat_launches", recording)
+    for module in (_unfold, col2im):
+        monkeypatch.setattr(module, "flat_launches", recording)
     _run(name, problem, 10 ** 9, np.random.default_rng(5))
     assert launches and all(len(one) == 3 for one in launches)  # 5 images: 2 + 2 + 1
+
+
+@pytest.mark.parametrize("dtype,vector", [("float16", True), ("float32", True), ("float32", False)])
+def test_unfold_into_split_major_layout(dtype, vector):
+    """The unfold against numpy: 3 images in groups of ipb = 2 (split-major strides; the fourth slot is
+    left unwritten), each image's P*Q = 25 padded to 40 with zeros; chunks of 8 halves or 4 floats
+    cross output rows (Q = 5), taps read the padding. ``vector``: 16-byte stores (an aligned buffer) or the scalar kernel (a view one element
+    off, so not 16-byte aligned)."""
+    from convlab.algorithms._unfold import _vector_width, unfold_into
+    pr = make_problem("wgrad", 3, 2, 5, 7, 4, 3, 2, padding=(1, 0), dilation=(1, 2), dtype=dtype)
+    assert (pr.p, pr.q) == (5, 5)
+    pqo, ipb = 40, 2
+    crs = pr.c * pr.r * pr.s
+    strides = (crs * ipb * pqo, pqo, ipb * pqo)  # [z][(c, r, s)][i * pqo + pq]
+    x = np.random.default_rng(3).standard_normal(pr.x_shape).astype(dtype)
+    size = 2 * crs * ipb * pqo
+    buf = runtime.full((size + 1,), np.nan, dtype)
+    cols = buf[:size] if vector else buf[1:]
+    assert (_vector_width(x, cols, pqo, strides) > 1) == vector
+    unfold_into(pr, runtime.to_device(x), cols, 0, pr.n, pq_out=pqo, images_per_block=ipb, strides=strides)
+    got = cols.copy_to_host()
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (0, 0)))
+    want = np.full(size, np.nan, dtype)
+    for n in range(pr.n):
+        for c in range(pr.c):
+            for r in range(pr.r):
+                for s in range(pr.s):
+                    tap = xp[n, c, r:r + pr.p, 2 * s:2 * s + pr.q].reshape(-1)
+                    at = (n // ipb) * strides[0] + (n % ipb) * strides[1] + ((c * pr.r + r) * pr.s + s) * strides[2]
+                    want[at:at + pqo] = np.pad(tap, (0, pqo - tap.size))
+    assert np.array_equal(got, want, equal_nan=True)

@@ -77,7 +77,7 @@ def test_tf32_only_under_high_precision(split, monkeypatch):
         assert (tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]))[0] > 1) == split
         err, tol = _run(problem)
         assert err <= tol, (err, tol)
-        assert err > 1e-6  # the inputs really were rounded to TF32
+        assert err > 1e-6  # the inputs really were cut to TF32
     assert convlab.get_float32_precision() == "highest"
 
 

@@ -4,7 +4,7 @@ under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in 
     op        layout change (scratch, timed)           GEMM M      N    K (reduction)   kernel
     forward   x NCHW -> NHWC, w KCRS -> KRSC           N*P*Q       K    R*S*C           tc_conv
     dgrad     dy NCHW -> NHWC, w -> flipped CRSK       N*H*W       C    R*S*K           tc_conv (stride 1)
-              (1x1 stride 1 unpadded, 16-bit: x or dy read as NCHW, no copy: tc_conv.NchwA)
+              (1x1 stride 1 unpadded, H*W and C in whole chunks: x or dy read as NCHW, no copy: tc_conv.NchwA)
     wgrad     dy, x unfolded split-major (wgrad.py)    K           CRS  N*P*Q           tc_gemm + split-K
 
 dgrad (and conv_transpose2d, its dgrad) with stride 1 is the forward convolution of dy with the
@@ -243,7 +243,7 @@ class TensorCore(Algorithm):
         # layout
         a_last, b_last = operands.is_channels_last(a), operands.is_channels_last(b)
         x_as_is = a_last and cp == c and runtime.is_aligned(a)  # cp.async reads 16 aligned bytes
-        # a 1x1 stride-1 unpadded forward (dgrad) reads its NCHW x (dy) as it is (16-bit; tc_conv.NchwA)
+        # a 1x1 stride-1 unpadded forward (dgrad) reads its NCHW x (dy) as it is (tc_conv.NchwA)
         nchw_in = not a_last and tc_conv.reads_nchw(ITYPE[problem.dtype], a, c=c, h=h, w=w, r=r, s=s,
                                                     stride=geo["stride"], padding=geo["padding"])
         # a 1x1 filter's KCRS memory is already KRSC

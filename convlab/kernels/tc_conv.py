@@ -90,10 +90,10 @@ class GatherA:
 
 class NchwA:
     """A[m, c] = x[n, c, pq] (m = n*P*Q + pq) of a 1x1, stride-1, unpadded convolution, read straight
-    from the NCHW input (no NHWC copy): A is m-contiguous (the pipeline's ``a_km``), a 16-byte chunk is 8
-    pixels of one channel, so P*Q must be a multiple of 8 and x 16-byte aligned; C must be a multiple
-    of 8 too (the weights' k-contiguous chunks; k rows past C in the last k tile are zero-filled). With
-    ``split``, split-K as :class:`GatherA`."""
+    from the NCHW input (no NHWC copy): A is m-contiguous (the pipeline's ``a_km``), a 16-byte chunk is
+    EPC pixels of one channel (8 halves, 4 floats), so P*Q must be a multiple of EPC and x 16-byte
+    aligned; C must be a multiple of EPC too (the weights' k-contiguous chunks; k rows past C in the
+    last k tile are zero-filled). With ``split``, split-K as :class:`GatherA`."""
 
     params = "X, Bt, Y, bias, M, N, K, PQ, CPQ"
     a_km = True
@@ -185,10 +185,11 @@ def kernel_source(itype: str, cfg: TcConfig, bias: bool = False, nhwc_out: bool 
 def reads_nchw(itype: str, x: Any, *, c: int, h: int, w: int, r: int, s: int, stride: tuple,
                padding: tuple) -> bool:
     """Whether the forward kernel can read the NCHW input ``x`` (a device array) as it is
-    (:class:`NchwA`): a 16-bit type, a 1x1 filter, stride 1, no padding, H*W a multiple of 8 pixels and
-    C of 8 channels (the weights' chunks), x 16-byte aligned."""
-    return itype in ("f16", "bf16") and r == s == 1 and tuple(stride) == (1, 1) and \
-        tuple(padding) == (0, 0) and (h * w) % 8 == 0 and c % 8 == 0 and vector_ok(x)
+    (:class:`NchwA`): a 1x1 filter, stride 1, no padding, H*W a whole number of 16-byte chunks (8
+    pixels of 16-bit types, 4 of TF32) and C too (the weights' chunks), x 16-byte aligned."""
+    epc = 16 // ITYPES[itype][1]
+    return r == s == 1 and tuple(stride) == (1, 1) and tuple(padding) == (0, 0) and (h * w) % epc == 0 \
+        and c % epc == 0 and vector_ok(x)
 
 
 def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any, *, n: int, c: int,

@@ -8,7 +8,8 @@ WM x WN tile of (WM/16) x (WN/8) mma tiles; S = STAGES shared buffers of A (BM x
         wait_group(S-2); __syncthreads()          # tile kt landed; everyone is done with tile kt-1
         cp.async k tile kt+S-1 -> stage (kt+S-1) % S  (if it exists);  commit
         for each k step of the mma (16 halves or 8 tf32) in stage kt % S:
-            A fragments: WM/16 ldmatrix.x4;  B fragments: WN/16 ldmatrix.x4 (two n8 tiles each)
+            A fragments: WM/16 ldmatrix.x4 (an m-contiguous A: .trans; TF32: 4 32-bit loads each)
+            B fragments: WN/16 ldmatrix.x4 (two n8 tiles each)
             (tf32: the fragment registers made TF32 by TF32_ROUND: truncated by the mma by default)
             acc[i][j] = mma(a[i], b[j], acc[i][j])
     epilogue (staged): wait_group(0); __syncthreads()
@@ -80,10 +81,11 @@ class ALoader(Protocol):
     to every Bt offset (e.g. ``U(bz * sB)``); the loader and the store add their own.
     Optional ``b_stride``: the name of Bt's row length when it is not K (a batched loader that runs
     a slice of each row: tc_gemm's parted GEMM).
-    Optional ``a_km`` (16-bit inputs): A is stored [K][M], m contiguous (a 1x1 convolution's NCHW
-    input): each thread copies chunk ``acm`` of k rows ``akr<e>`` (k0 + akr<e> global), with
-    ``km_cols(w, m)`` (lines for the thread's chunk of rows m..m+7) and ``km_chunk(e)`` (as ``chunk``)
-    in place of ``rows`` and ``chunk``; the fragments come through ``ldmatrix .trans``.
+    Optional ``a_km``: A is stored [K][M], m contiguous (a 1x1 convolution's NCHW input): each thread
+    copies chunk ``acm`` of k rows ``akr<e>`` (k0 + akr<e> global), with ``km_cols(w, m)`` (lines for
+    the thread's chunk of rows m..m+EPC-1) and ``km_chunk(e)`` (as ``chunk``) in place of ``rows`` and
+    ``chunk``; the fragments come through ``ldmatrix .trans`` (16-bit), or 32-bit shared loads (TF32,
+    BM >= 32: each k row's chunks XOR 2 * (k % 4), so the 4 k rows of one load hit distinct banks).
     Optional ``start(w, kk)`` and ``advance(w, d, bk)``: lines run once before the first k tile (kk: this
     thread's first chunk column) and after each issued k tile (the k tiles are issued in order), for a
     loader that tracks its position incrementally instead of dividing per k tile.
@@ -146,17 +148,20 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     # chunks than threads (a narrow BN) is copied by threads tid < rows * CH (guarded in ``issue``)
     copies = {op: max(1, rows * CH // T) for op, rows in (("a", BM), ("b", BN))}
     a_km = getattr(loader, "a_km", False)  # A stored [K][M] (m contiguous): its own copy rows and swizzle
+    lds_a = a_km and size == 4  # TF32: no .trans for 32-bit elements, the fragments come by 32-bit loads
     if a_km:
-        if size != 2:
-            raise ValueError("an m-contiguous A needs ldmatrix .trans: 16-bit inputs only")
         CHA = BM * size // 16  # chunks along a k row of A's tile
+        if lds_a and CHA < 8:
+            raise ValueError(f"an m-contiguous TF32 A needs BM >= 32 (8 chunks a k row), got {BM}")
         per_a, xor_a = max(1, 8 // CHA), min(CHA, 8)
         copies["a"] = max(1, BK * CHA // T)
         w(f"acm = U(tid % {CHA})  # this thread's m chunk of A's k rows, and its copies' k rows:")
         loader.km_cols(w, f"U(m0 + U(acm * {EPC}))")
         for e in range(copies["a"]):
             w(f"akr{e} = U(U(tid // {CHA}) + {e * T // CHA})")
-            w(f"as{e} = U(U(akr{e} * {BM}) + U(U(acm ^ U(U(akr{e} // {per_a}) % {xor_a})) * {EPC}))")
+            # the 32-bit loads read 8 m of k rows t = 0..3 at once: rows XOR their chunks with 2 * (k % 4)
+            swz = f"U(U(akr{e} % 4) * 2)" if lds_a else f"U(U(akr{e} // {per_a}) % {xor_a})"
+            w(f"as{e} = U(U(akr{e} * {BM}) + U(U(acm ^ {swz}) * {EPC}))")
     for op, rows in (("b", BN),) if a_km else (("a", BM), ("b", BN)):
         for e in range(copies[op]):
             w(f"{op}r{e} = U(U(tid // {CH}) + {e * T // CH})")
@@ -173,7 +178,15 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     # ldmatrix addresses: A rows wm0 + lane % 16, chunk 2kk + lane // 16; B rows wn0 + lane % 8 +
     # 8 (lane // 16), chunk 2kk + (lane // 8) % 2; the swizzle of both is that of lane % 8.
     w(f"sw = U(U(U(lane % 8) // {per}) % {CH})")
-    if a_km:  # .trans x4: lanes 0-7 / 8-15 k rows 0-7 of m chunks 0 / 1, lanes 16-31 k rows 8-15
+    if lds_a:  # a0 A[m g, k t], a1 m g+8, a2 k t+4, a3 both; chunk (m // 4) ^ 2t of k row t (t + 4 alike)
+        w("Au = cuda.shared.array(0, c_uint32, alignment=align)  # the A stages as bits")
+        w(f"a_ld = U(U(lane % 4) * {BM})")
+        w("xo = U(U(lane % 4) * 2)")
+        for i in range(MI):
+            for half, dm in (("lo", 0), ("hi", 8)):
+                w(f"a_{half}{i} = U(U(U(U(U(U(wm0 + {16 * i + dm}) // 4) + U(U(lane // 4) // 4)) ^ xo) * 4)"
+                  " + U(U(lane // 4) % 4))")
+    elif a_km:  # .trans x4: lanes 0-7 / 8-15 k rows 0-7 of m chunks 0 / 1, lanes 16-31 k rows 8-15
         w("akl = U(U(lane % 8) + U(U(lane // 16) * 8))")
         w(f"a_ld = U(akl * {BM})")
         w(f"swa = U(U(akl // {per_a}) % {xor_a})")
@@ -240,7 +253,11 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     w(f"b_st = U(U(cs * {BN * BK}) + b_ld)", 2)
     for kk in range(BK // kstep):
         for i in range(MI):
-            if a_km:
+            if lds_a:
+                rows = (f"U(a_st + {kk * 8 * BM})", f"U(a_st + {kk * 8 * BM + 4 * BM})")
+                w(f"a{i}_0, a{i}_1, a{i}_2, a{i}_3 = " + ", ".join(
+                    f"Au[U({rows[r >> 1]} + a_{('lo', 'hi')[r & 1]}{i})]" for r in range(4)), 2)
+            elif a_km:
                 w(f"a{i}_0, a{i}_1, a{i}_2, a{i}_3 = ldmatrix_x4_trans(As, U(U(a_st + {kk * 16 * BM}) + a_m{i}))",
                   2)
             else:
@@ -277,6 +294,7 @@ def compile_kernel(source: str, name: str, filename: str, cfg: TcConfig, itype: 
                  "c_float32": numba_from_dtype(np.dtype(np.float32)),
                  "c_float16": numba_from_dtype(np.dtype(np.float16)),
                  "c_uint16": numba_from_dtype(np.dtype(np.uint16)), "copy16": copy16,
+                 "c_uint32": numba_from_dtype(np.dtype(np.uint32)),
                  "mma": {"f16": mma.mma_f16, "bf16": mma.mma_bf16, "tf32": mma.mma_tf32}[itype],
                  "ldmatrix_x4": mma.ldmatrix_x4, "ldmatrix_x4_trans": mma.ldmatrix_x4_trans,
                  "to_tf32": mma.to_tf32, "f32_to_bf16": mma.f32_to_bf16,

@@ -10,7 +10,7 @@
 j' = j, or with ``flip`` > 1 the index j with its position inside each run of ``flip`` reversed:
 (j // flip) * flip + flip - 1 - j % flip (dgrad's spatially flipped filter).
 
-Two kernels, one loop nest:
+Two kernels, one loop nest (a third for short rows):
 
     for each tile (b, i0, j0):                       # grid (hw / T, cp / T, B)
         buf[i - i0, j - j0] = src[b, i, j']         # rows of src: coalesced reads along j
@@ -22,6 +22,9 @@ Two kernels, one loop nest:
 - ``_pairs_kernel`` (16-bit types, even hw and cp, 4-byte aligned, no flip): the same nest on uint32
   pairs, two halves per load and per store (a 16-bit copy is limited by instructions, not bytes: on the
   H200 the element kernel moved fp16 at half its fp32 bandwidth).
+- ``_rows_kernel`` (hw < ROWS_BELOW, no flip: a filter's R*S, which would fill 9 of a tile's 32
+  columns): no tile; thread (b, i) reads its hw contiguous elements and writes them hw times, each
+  store coalesced across consecutive i.
 """
 from __future__ import annotations
 
@@ -42,6 +45,29 @@ TILE_GPU, TILE_SIM = (32, 4), (8, 4)
 #: 32-wide tile where the copy has at most 32 (padded) channels, a 64-wide one for more (each the
 #: fastest or within 6% of it on benchmarks/transpose_bench.py, results/h200/session7/call2)
 PAIRS_NARROW_GPU, PAIRS_GPU, PAIRS_SIM = (32, 8), (64, 4), (8, 4)
+ROWS_BELOW = 16  # spatial sizes below it take the rows kernel (a 3x3 filter's 9; on the simulator too)
+ROWS_THREADS = 32 if runtime.SIMULATOR else 256
+
+
+@functools.cache
+def _rows_kernel(dtype: str) -> Callable:
+    """The rows kernel (module doc) for one element type (16-bit types as uint16 bits)."""
+    zero = np.dtype(dtype).type(0)
+
+    def transpose_rows(src, dst, batch, ci, hw, cp):
+        t = U(U(U(cuda.blockIdx.x) * U(cuda.blockDim.x)) + U(cuda.threadIdx.x))
+        if t >= U(batch * cp):
+            return
+        b = U(t // cp)
+        i = U(t - U(b * cp))
+        src0 = U(U(U(b * ci) + i) * hw)
+        dst0 = U(U(U(b * hw) * cp) + i)
+        j = U(0)
+        while j < hw:
+            dst[U(dst0 + U(j * cp))] = src[U(src0 + j)] if i < ci else zero
+            j = U(j + 1)
+
+    return runtime.jit(transpose_rows)
 
 
 @functools.cache
@@ -118,6 +144,13 @@ def to_channels_last(src: Any, dst: Any, batch: int, channels: int, spatial: int
     if max(batch * channels, batch * padded) * spatial >= 2**32:
         raise ValueError(f"to_channels_last takes fewer than 2**32 elements a side, got batch {batch}, "
                          f"channels {channels} (padded {padded}), spatial {spatial}")
+    if flip <= 1 and spatial < ROWS_BELOW:
+        if np.dtype(src.dtype).itemsize == 2:
+            src, dst = src.view(np.uint16), dst.view(np.uint16)
+        blocks = (batch * padded + ROWS_THREADS - 1) // ROWS_THREADS
+        _rows_kernel(np.dtype(src.dtype).name)[max(blocks, 1), ROWS_THREADS](
+            src, dst, U(batch), U(channels), U(spatial), U(padded))
+        return
     pairs = flip <= 1 and spatial % 2 == 0 and padded % 2 == 0
     src32, dst32 = (_as_pairs(src), _as_pairs(dst)) if pairs else (None, None)
     if src32 is None or dst32 is None:

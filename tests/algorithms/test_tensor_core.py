@@ -247,34 +247,40 @@ def test_wgrad_cuts_a_short_gemm_reduction_in_slices(monkeypatch, shape, padded,
     ("forward", "float16", False, False, (3, 5)),   # 15 pixels, not whole chunks: the NHWC copy
     ("dgrad", "float16", True, False, (4, 4)),      # dy read as NCHW; the filter still transposed
     ("dgrad", "bfloat16", False, False, (3, 3)),    # 9 pixels: dy copied
+    ("forward", "float32", True, False, (3, 4)),    # TF32: 12 pixels, whole chunks of 4: NCHW read
+    ("dgrad", "float32", False, True, (2, 2)),      # TF32 dy read as NCHW, channels-last out
+    ("forward", "float32", False, False, (3, 3)),   # TF32, 9 pixels: the NHWC copy
 ])
 def test_1x1_reads_the_nchw_input_as_it_is(monkeypatch, op, dtype, bias, nhwc_out, hw):
-    """A 1x1 stride-1 unpadded 16-bit forward (dgrad) gathers A straight from the NCHW x (dy): m-contiguous
-    chunks, ldmatrix .trans, when H*W is whole 16-byte chunks; no copy of x at all (a 1x1 forward filter
-    is read as it is too); otherwise x (dy) is copied to NHWC."""
+    """A 1x1 stride-1 unpadded forward (dgrad) gathers A straight from the NCHW x (dy): m-contiguous
+    chunks (ldmatrix .trans for 16-bit types, 32-bit shared loads for TF32) when H*W is whole 16-byte
+    chunks; no copy of x at all (a 1x1 forward filter is read as it is too); otherwise x (dy) is copied
+    to NHWC."""
     problem = make_problem(op, 2, 16, hw[0], hw[1], 24, 1, 1, dtype=dtype, bias=bias)
     calls = _spy(monkeypatch, transpose, "to_channels_last")
-    err, tol = _run(problem, seed=3, nhwc_out=nhwc_out)
+    with convlab.float32_precision("high"):
+        err, tol = _run(problem, seed=3, nhwc_out=nhwc_out)
     assert err <= tol, (err, tol)
-    copies_of_x = 0 if hw[0] * hw[1] % 8 == 0 else 1
+    copies_of_x = 0 if hw[0] * hw[1] % (16 // problem.itemsize) == 0 else 1
     assert len(calls) == copies_of_x + (op == "dgrad")  # dgrad's filter: transposed (C x K)
 
 
-@pytest.mark.parametrize("split", [False, True])
-def test_nchw_read_with_a_64_row_tile(split):
-    """The m-contiguous A of a 64-row tile (8 chunks per k row: the GPU tiles' swizzle, one XOR per
-    row) and split-K, against float64."""
+@pytest.mark.parametrize("itype,split", [("f16", False), ("f16", True), ("tf32", False), ("tf32", True)])
+def test_nchw_read_with_a_64_row_tile(itype, split):
+    """The m-contiguous A of a 64-row tile (the GPU tiles' swizzle: one XOR per row, 8 or 16 chunks per
+    k row; TF32's 32-bit fragment loads) and split-K, against float64."""
     from convlab.kernels.tc_config import TcConfig
     cfg = TcConfig(64, 32, 16, 32, 32, 2)
     n, c, h, w, k = 3, 24, 4, 8, 16
+    dtype = np.float16 if itype == "f16" else np.float32
     rng = np.random.default_rng(5 + split)
-    x = rng.standard_normal((n, c, h, w)).astype(np.float16)
-    wt = rng.standard_normal((k, c)).astype(np.float16)
+    x = rng.standard_normal((n, c, h, w)).astype(dtype)
+    wt = rng.standard_normal((k, c)).astype(dtype)
     want = np.einsum("nchw,kc->nkhw", x.astype(np.float64), wt.astype(np.float64))
     tps = 1 if split else 0
     splits = tc_conv.split_count(c, cfg.BK, tps) if split else 1
-    y = runtime.to_device(np.full(splits * want.size, np.nan, np.float32 if split else np.float16))
-    tc_conv.conv_launcher("f16", cfg, runtime.to_device(x.reshape(-1)), runtime.to_device(wt.reshape(-1)), y,
+    y = runtime.to_device(np.full(splits * want.size, np.nan, np.float32 if split else dtype))
+    tc_conv.conv_launcher(itype, cfg, runtime.to_device(x.reshape(-1)), runtime.to_device(wt.reshape(-1)), y,
                           None, n=n, c=c, h=h, w=w, k=k, r=1, s=1, p=h, q=w, stride=(1, 1), padding=(0, 0),
                           dilation=(1, 1), tps=tps, nchw_in=True)()
     got = runtime.to_host(y).astype(np.float64).reshape(splits, *want.shape).sum(axis=0)

@@ -1,4 +1,5 @@
-"""convlab.kernels.transpose: the layout copy, element kernel and 16-bit pairs kernel, against numpy."""
+"""convlab.kernels.transpose: the layout copy, element kernel, 16-bit pairs kernel and short-rows
+kernel, against numpy."""
 import numpy as np
 import pytest
 
@@ -20,19 +21,22 @@ def _want(src: np.ndarray, padded: int) -> np.ndarray:
     return want
 
 
-@pytest.mark.parametrize("dtype,shape,padded,pairs", [
-    ("float16", (2, 5, 18), 8, True),     # odd channels padded, several tiles each way
-    ("uint16", (1, 12, 10), 12, True),    # bf16 bits
-    ("float16", (2, 5, 9), 8, False),     # odd spatial: the element kernel
-    ("float32", (2, 3, 10), 4, False),    # 32-bit: the element kernel
+@pytest.mark.parametrize("dtype,shape,padded,kernel", [
+    ("float16", (2, 5, 18), 8, "pairs"),      # odd channels padded, several tiles each way
+    ("uint16", (1, 12, 20), 12, "pairs"),     # bf16 bits
+    ("float16", (2, 5, 17), 8, "element"),    # odd spatial: the element kernel
+    ("float32", (2, 3, 20), 4, "element"),    # 32-bit: the element kernel
+    ("float16", (3, 5, 9), 8, "rows"),        # a 3x3 filter's 9: the rows kernel, padded channels
+    ("float32", (2, 40, 1), 40, "rows"),      # a 1x1 filter, more threads than one block
 ])
-def test_copy_pads_channels_with_zeros(monkeypatch, dtype, shape, padded, pairs):
+def test_copy_pads_channels_with_zeros(monkeypatch, dtype, shape, padded, kernel):
     used = []
-    real = transpose._pairs_kernel
-    monkeypatch.setattr(transpose, "_pairs_kernel", lambda *a: used.append(a) or real(*a))
+    for name in ("_pairs_kernel", "_rows_kernel"):
+        real = getattr(transpose, name)
+        monkeypatch.setattr(transpose, name, lambda *a, real=real, name=name: used.append(name) or real(*a))
     src = (np.random.default_rng(1).standard_normal(shape) * 100).astype(dtype)
     np.testing.assert_array_equal(_copy(src, padded), _want(src, padded))
-    assert bool(used) == pairs
+    assert used == ([] if kernel == "element" else [f"_{kernel}_kernel"])
 
 
 def test_flipped_copy_takes_the_element_kernel(monkeypatch):
@@ -46,17 +50,17 @@ def test_flipped_copy_takes_the_element_kernel(monkeypatch):
 def test_grid_limits_are_named():
     a = runtime.full((4,), 0, np.float32)
     with pytest.raises(ValueError, match="65535 batches"):
-        transpose.to_channels_last(a, a, 70000, 1, 1, 1)
+        transpose.to_channels_last(a, a, 70000, 1, transpose.ROWS_BELOW, 1)
 
 
 def test_a_view_off_4_byte_alignment_takes_the_element_kernel(monkeypatch):
     """A 16-bit view starting at an odd element is not 4-byte aligned: uint32 pairs would be misaligned
     loads on a GPU, so the element kernel copies it."""
     monkeypatch.setattr(transpose, "_pairs_kernel", None)  # would raise if called
-    base = (np.random.default_rng(2).standard_normal(1 + 2 * 4 * 6) * 10).astype(np.float16)
+    base = (np.random.default_rng(2).standard_normal(1 + 2 * 4 * 16) * 10).astype(np.float16)
     dev = runtime.to_device(base)[1:]
     assert runtime.device_pointer(dev) % 4 == 2
-    dst = runtime.full((2 * 6 * 4,), np.nan, np.float16)
-    transpose.to_channels_last(dev, dst, 2, 4, 6, 4)
-    want = _want(base[1:].reshape(2, 4, 6), 4)
-    np.testing.assert_array_equal(dst.copy_to_host().reshape(2, 6, 4), want)
+    dst = runtime.full((2 * 16 * 4,), np.nan, np.float16)
+    transpose.to_channels_last(dev, dst, 2, 4, 16, 4)
+    want = _want(base[1:].reshape(2, 4, 16), 4)
+    np.testing.assert_array_equal(dst.copy_to_host().reshape(2, 16, 4), want)

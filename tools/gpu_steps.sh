@@ -6,7 +6,8 @@
 #   gemm   tc_gemm_bench at 4096^3: GEMM_ITYPES (tf32 f16), GEMM_CONFIGS (indices), GEMM_ROUND (add cvt)
 #   probe  tc_gemm_bench at PROBE_SIZE (M N K: a convolution's GEMM, default ResNet's 64x112x112 w128x3x3
 #          at batch 16), fp16, configs 0 1: the pipeline alone against the implicit GEMM's kernel
-#   conv   tc_conv_bench, one run per dtype of CONV_DTYPES on CONV_SUITES, CONV_OPS (CONV_S s a run)
+#   conv   tc_conv_bench, one run per dtype of CONV_DTYPES on CONV_SUITES, CONV_OPS (CONV_S s a run);
+#          CONV_SHAPES: labels to keep (comma list, may hold spaces); CONV_ARGS: more options (no spaces)
 #   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile), TESTS_S s
 #   san    compute-sanitizer SAN_TOOLS (memcheck racecheck) on tools/sanitize_cases.py tensor_core, SAN_S s each
 #   nb     notebooks/run_all.py --only 01 (the precision figure), NB_S s
@@ -45,7 +46,8 @@ for step in ${STEPS:-gemm conv}; do
   conv)
     for dt in ${CONV_DTYPES:-float16}; do
       timeout "${CONV_S:-300}" python3 benchmarks/tc_conv_bench.py --suites "${CONV_SUITES:-burn,resnet50}" \
-        --dtypes "$dt" --ops "${CONV_OPS:-forward,dgrad,wgrad}" ${CONV_ARGS:-} --out "$OUT/tc_conv_$dt.json" \
+        --dtypes "$dt" --ops "${CONV_OPS:-forward,dgrad,wgrad}" ${CONV_SHAPES:+--shapes "$CONV_SHAPES"} ${CONV_ARGS:-} \
+        --out "$OUT/tc_conv_$dt.json" \
         > "$OUT/tc_conv_$dt.log" 2>&1
       el "tc_conv_bench $dt rc=$?"; grep -A8 "^| op" "$OUT/tc_conv_$dt.log"; tail -n 2 "$OUT/tc_conv_$dt.log"
     done ;;

@@ -1,6 +1,6 @@
 """What the column-buffer plugins (im2col: forward and wgrad, col2im: dgrad) share: the GEMM view of a
 problem, the tile configs, the sub-batch plan that keeps the column buffer under the workspace limit,
-the column buffer's loan, and the grid of the unfold / fold kernels.
+the column buffer's loan, and the launches of the unfold / fold kernels (``flat_launches``).
 
 Column layout (C' = C/groups): cols[n, (g*C' + c, r, s), (p, q)] = x[n, g*C' + c, p*sh - ph + r*dh,
 q*sw - pw + s*dw] (0 outside x); image n, group g is a (C'RS x PQ) matrix. Per image and group the ops

@@ -5,6 +5,7 @@
 
     for each (row = (n, c), chunk of E consecutive pq) pair, grid-stride over the threads:
         (p, q) of the chunk's first pq: two divisions; the next E-1 by carrying q into p
+        (the loop stops at a thread's last pair before t + stride could wrap past 2**32)
         for r < R, s < S:
             v[e] = x[...] or 0, e < E;  one store of the E values (E > 1: a 16-byte vector)
 
@@ -79,6 +80,8 @@ def unfold_source(ept: int) -> str:
     w("s = U(s + 1)")
     w.indent(-2)
     w("    r = U(r + 1)")
+    w("if U(pairs - t) <= step:  # the last pair of this thread (t + step would pass 2**32 near the top)")
+    w("    break")
     w("t = U(t + step)")
     return w.source
 
@@ -90,7 +93,7 @@ def _unfold_kernel(dtype: str, ept: int):
     return runtime.jit(compile_source(unfold_source(ept), f"<unfold {dtype} x{ept}>", namespace)["unfold"])
 
 
-def _vector_width(x, cols, pq_out: int, strides: tuple[int, int, int]) -> int:
+def _vector_width(cols, pq_out: int, strides: tuple[int, int, int]) -> int:
     """Elements per 16-byte store when the layout allows them (module doc), else 1."""
     size = np.dtype(cols.dtype).itemsize
     ept = 16 // size if size in (2, 4) else 1
@@ -111,7 +114,7 @@ def unfold_into(problem: Problem, x, cols, n0: int, nb: int, *, pq_out: int | No
     npq = pr.p * pr.q
     pq_out = npq if pq_out is None else pq_out
     strides = strides or (pr.c * pr.r * pr.s * npq, 0, npq)
-    ept = _vector_width(x, cols, pq_out, strides)
+    ept = _vector_width(cols, pq_out, strides)
     dtype = np.dtype(dtype or pr.dtype)
     if ept > 1:  # bits: uint16 / uint32 values, packed into the uint32 view of cols
         bits = np.dtype(f"uint{8 * dtype.itemsize}")

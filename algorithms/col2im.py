@@ -66,6 +66,8 @@ def _fold_kernel(dtype: str):
             if has_bias:
                 acc += bias[u32(row % C)]
             dx[u32(dx_off + t)] = acc
+            if u32(pairs - t) <= step:  # this thread's last pair (t + step could wrap past 2**32)
+                break
             t = u32(t + step)
 
     return fold

@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="input types to time (none: only the selftest)")
     parser.add_argument("--configs", type=int, nargs="*", default=None,
                         help="indices into tc_gemm.CONFIGS[itype] to time (default: all)")
-    parser.add_argument("--tf32-round", nargs="+", default=["cvt"], choices=["add", "cvt", "trunc"],
+    parser.add_argument("--tf32-round", nargs="+", default=["trunc"], choices=["add", "cvt", "trunc"],
                         help="TF32 rounding of the fragments (tc_pipeline.TF32_ROUND) to time, each")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)

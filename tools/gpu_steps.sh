@@ -3,7 +3,7 @@
 # own time limit, results under $OUT. Usage (device tool, carry .whl):
 #   source .whl/use-wheels.sh && STEPS="gemm conv" bash tools/gpu_steps.sh
 # Steps:
-#   gemm   tc_gemm_bench at 4096^3: GEMM_ITYPES (tf32 f16), GEMM_CONFIGS (indices), GEMM_ROUND (add cvt)
+#   gemm   tc_gemm_bench at 4096^3: GEMM_ITYPES (tf32 f16), GEMM_CONFIGS (indices), GEMM_ROUND (trunc cvt add)
 #   probe  tc_gemm_bench at PROBE_SIZE (M N K: a convolution's GEMM, default ResNet's 64x112x112 w128x3x3
 #          at batch 16), fp16, configs 0 1: the pipeline alone against the implicit GEMM's kernel
 #   conv   tc_conv_bench, one run per dtype of CONV_DTYPES on CONV_SUITES, CONV_OPS (CONV_S s a run);
@@ -23,7 +23,7 @@ for step in ${STEPS:-gemm conv}; do
   case $step in
   gemm)
     timeout "${GEMM_S:-200}" python3 benchmarks/tc_gemm_bench.py --itypes ${GEMM_ITYPES:-tf32 f16} \
-      --configs ${GEMM_CONFIGS:-0 3 5} --tf32-round ${GEMM_ROUND:-cvt} --out "$OUT/tc_gemm.json" > "$OUT/tc_gemm.log" 2>&1
+      --configs ${GEMM_CONFIGS:-0 3 5} --tf32-round ${GEMM_ROUND:-trunc} --out "$OUT/tc_gemm.json" > "$OUT/tc_gemm.log" 2>&1
     el "gemm rc=$?"; grep -A30 "^itype" "$OUT/tc_gemm.log" | head -20 ;;
   verify)
     ( SANITIZE_DTYPES=float16,bfloat16,tf32 SANITIZE_CONFIGS=1 timeout "${VERIFY_S:-200}" compute-sanitizer \

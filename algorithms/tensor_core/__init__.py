@@ -245,7 +245,8 @@ class TensorCore(Algorithm):
         x_as_is = a_last and cp == c and runtime.is_aligned(a)  # cp.async reads 16 aligned bytes
         # a 1x1 stride-1 unpadded forward (dgrad) reads its NCHW x (dy) as it is (tc_conv.NchwA)
         nchw_in = not a_last and tc_conv.reads_nchw(ITYPE[problem.dtype], a, c=c, h=h, w=w, r=r, s=s,
-                                                    stride=geo["stride"], padding=geo["padding"])
+                                                    stride=geo["stride"], padding=geo["padding"],
+                                                    bm=config["BM"])
         # a 1x1 filter's KCRS memory is already KRSC
         w_as_is = problem.op == "forward" and cp == c and (b_last or r * s == 1) and runtime.is_aligned(b)
         nhwc_out = operands.is_channels_last(out)

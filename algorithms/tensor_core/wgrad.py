@@ -61,10 +61,13 @@ def splits_of(pr: Problem, cfg: TcConfig, align: int) -> int:
     whole chunks, one image per split reads dy as it is (no unfold; a 1x1 stride-1 unpadded x too), at
     the price of N fp32 partials of dw: taken when they are no larger than the copies they replace,
     N*K*C*R*S fp32 against N*P*Q*K (+ N*P*Q*C for a 1x1 x) input elements written and read again
-    (ResNet-50's and Burn's 3x3 layers at 28x28 and more, the 1x1 layers at 28x28)."""
+    (16-bit 3x3 layers with 2*C*9 <= P*Q: ResNet-50's c2 3x3 at 56x56 and Burn's 64-channel layers at
+    56x56 and more, not the 28x28 ones; the 1x1 layers at 28x28 and more), each image at least
+    MIN_KTILES k tiles long and N within grid z (65535)."""
     dense, x_too = as_is(pr, pr.n, align)
     copied = pr.p * pr.q * (pr.k + (pr.c if x_too else 0)) * pr.itemsize
-    if dense and 4 * pr.k * pr.c * pr.r * pr.s <= copied and pr.p * pr.q >= MIN_KTILES * cfg.BK:
+    if dense and 0 < pr.n <= 65535 and 4 * pr.k * pr.c * pr.r * pr.s <= copied \
+            and pr.p * pr.q >= MIN_KTILES * cfg.BK:
         return pr.n
     m, n = pr.k, pr.c * pr.r * pr.s
     blocks = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN)
@@ -94,15 +97,17 @@ def plan(pr: Problem, cfg: TcConfig, align: int) -> Plan:
     """The image groups (:func:`splits_of`), and when their tiles still leave SMs idle (few output
     channels, a long reduction: the seed's 16-channel layer) slices of each group's reduction, at least
     MIN_KTILES k tiles each and a whole number of chunks: a divisor of the chunk count near the wanted
-    number, else every image padded up to a multiple of parts chunks."""
+    number, else every image padded up to a multiple of parts chunks (not when the groups are single
+    images read as they are: padding would bring dy's copy back, so the divisor is kept); splits *
+    parts stays within grid z (65535)."""
     splits = splits_of(pr, cfg, align)
     pqp = padded(pr.p * pr.q, align)
     lz = pr.n // splits * pqp
     blocks = math.ceil(pr.k / cfg.BM) * math.ceil(pr.c * pr.r * pr.s / cfg.BN) * splits
-    parts = max(1, min(math.ceil(2 * sm_count() / blocks), lz // (MIN_KTILES * cfg.BK)))
+    parts = max(1, min(math.ceil(2 * sm_count() / blocks), lz // (MIN_KTILES * cfg.BK), 65535 // splits))
     if parts > 1 and (lz // align) % parts:
         divisor = max(d for d in range(1, parts + 1) if (lz // align) % d == 0)
-        if divisor > 1 and 2 * divisor >= parts:
+        if (divisor > 1 and 2 * divisor >= parts) or as_is(pr, splits, align)[0]:
             parts = divisor
         else:
             pqp = padded(pr.p * pr.q, align * parts)

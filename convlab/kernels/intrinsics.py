@@ -112,6 +112,8 @@ copy16 = _make_copy16()
 def _make_store4() -> Callable:
     if runtime.SIMULATOR:
         def store4(arr, i, a, b, c, d):
+            if i % 4:  # the GPU's st.v4 needs 16 aligned bytes (the base: the caller's runtime.is_aligned)
+                raise ValueError(f"store4 at element {i}: not 16-byte aligned")
             arr[i], arr[i + 1], arr[i + 2], arr[i + 3] = a, b, c, d
         return store4
     from llvmlite import ir

@@ -30,7 +30,8 @@ import numpy as np
 from convlab.kernels.intrinsics import u32 as U
 from convlab.kernels.tc_config import ITYPES, TcConfig
 from convlab.kernels.tc_epilogue import vector_ok
-from convlab.kernels.tc_pipeline import OUT_CONVERT, compile_kernel, configure, pipeline_source
+from convlab.kernels.tc_launch import compile_kernel, configure
+from convlab.kernels.tc_pipeline import OUT_CONVERT, km_tile_ok, pipeline_source
 
 #: itype -> the output kind of the pipeline (outputs in the input type) and the bias load
 OUT_OF = {"f16": "in", "bf16": "bf16", "tf32": "f32"}
@@ -183,13 +184,15 @@ def kernel_source(itype: str, cfg: TcConfig, bias: bool = False, nhwc_out: bool 
 
 
 def reads_nchw(itype: str, x: Any, *, c: int, h: int, w: int, r: int, s: int, stride: tuple,
-               padding: tuple) -> bool:
-    """Whether the forward kernel can read the NCHW input ``x`` (a device array) as it is
-    (:class:`NchwA`): a 1x1 filter, stride 1, no padding, H*W a whole number of 16-byte chunks (8
-    pixels of 16-bit types, 4 of TF32) and C too (the weights' chunks), x 16-byte aligned."""
-    epc = 16 // ITYPES[itype][1]
+               padding: tuple, bm: int) -> bool:
+    """Whether the forward kernel with BM-row tiles can read the NCHW input ``x`` (a device array) as it
+    is (:class:`NchwA`): a 1x1 filter, stride 1, no padding, H*W a whole number of 16-byte chunks (8
+    pixels of 16-bit types, 4 of TF32) and C too (the weights' chunks), x 16-byte aligned, and a tile
+    whose m-contiguous rows can be swizzled (``tc_pipeline.km_tile_ok``)."""
+    size = ITYPES[itype][1]
+    epc = 16 // size
     return r == s == 1 and tuple(stride) == (1, 1) and tuple(padding) == (0, 0) and (h * w) % epc == 0 \
-        and c % epc == 0 and vector_ok(x)
+        and c % epc == 0 and km_tile_ok(bm, size) and vector_ok(x)
 
 
 def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any, *, n: int, c: int,

@@ -21,7 +21,8 @@ from convlab import runtime
 from convlab.kernels.intrinsics import u32 as U
 from convlab.kernels.tc_config import ITYPES, TcConfig
 from convlab.kernels.tc_epilogue import vector_ok
-from convlab.kernels.tc_pipeline import DEFAULT_TF32_ROUND, OUT_CONVERT, compile_kernel, configure, pipeline_source
+from convlab.kernels.tc_launch import compile_kernel, configure
+from convlab.kernels.tc_pipeline import DEFAULT_TF32_ROUND, OUT_CONVERT, pipeline_source
 
 #: configs for the GPU (the first three static, 48 KiB or less); the simulator uses SIM_CONFIG.
 CONFIGS = {"f16": [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 32, 4),
@@ -126,7 +127,7 @@ def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched:
     """The kernel (A, Bt, C, M, N, K) for one input type, config and output dtype (cached).
 
     A [M, K], Bt [N, K], C [M * N] (flat) C-contiguous device arrays; M, N, K uint32; then ``vec``
-    (tc_epilogue.vector_ok of C). Grid (ceil(M/BM) * ceil(N/BN), 1, batch) (tc_pipeline.configure),
+    (tc_epilogue.vector_ok of C). Grid (ceil(M/BM) * ceil(N/BN), 1, batch) (tc_launch.configure),
     ``cfg.threads`` threads per block. ``batched``: (A, Bt, C, M, N, K, sA, sB, sC, vec) on flat arrays,
     matrix z at z * sA, z * sB, z * sC; grid z = the batch. ``parted``: (..., sC, ld, parts, vec),
     :class:`PartedA`'s slices of rows ``ld`` long. ``tf32_round``: tc_pipeline.TF32_ROUND's key.

@@ -30,39 +30,34 @@ cp.async writes) hit distinct banks. 16-byte ``cp.async`` per thread: thread tid
 rows tid // CH + e * (threads / CH); a chunk outside the operand is zero-filled (src_bytes = 0). One
 dynamic shared array holds A's stages then B's, and after the loop the staged C tile (in one pass, or
 one per row of warps when the tile is larger than the stages: :func:`epilogue_plan`); over 48 KiB the
-launcher raises the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first (numba-cuda#94: no
-public API). Accumulators and fragments are scalars so they stay in registers; index math is uint32.
+launcher (:mod:`convlab.kernels.tc_launch`) raises the kernel's dynamic shared-memory limit first.
+Accumulators and fragments are scalars so they stay in registers; index math is uint32.
 """
 from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 import numpy as np
-from numba.np.numpy_support import from_dtype as numba_from_dtype
 
 from convlab import runtime
-from convlab.kernels import mma
-from convlab.kernels.intrinsics import copy16
-from convlab.kernels.intrinsics import u32 as U
-from convlab.kernels.tc_epilogue import CTYPE, STATIC_LIMIT, Store, dynamic_bytes, staged_epilogue
-from convlab.kernels.source import compile_source
 from convlab.kernels.tc_config import ITYPES, TcConfig
-from convlab.runtime import cuda
+from convlab.kernels.tc_epilogue import CTYPE, Store, staged_epilogue
 
 OUT_CONVERT = {"f32": "{}", "in": "{}", "bf16": "f32_to_bf16({})"}  # output kind -> store conversion
 #: how fp32 fragment registers become TF32 (tests/kernels/test_tc_gemm.py): "cvt" is ``cvt.rna.tf32.f32``
 #: (round to nearest, ties away from zero); "add" adds half a TF32 ulp (0x1000) to the bits of a finite
 #: value and lets the mma ignore the low 13 mantissa bits (CUTLASS's round_half_ulp_truncate), the same
-#: bits as "cvt", passing inf and NaN unchanged; "trunc" gives the mma the fp32 bits as they are: it reads
-#: the top 19 (truncation toward zero, as Hopper's wgmma documents and Triton's tf32 dot does; unit
-#: roundoff 2**-10 instead of 2**-11, which the TF32 tolerance already allows; NaN and inf kept but a
-#: signalling NaN whose payload is only in the low 13 bits). On the H200 at 4096^3 (results/h200/session8):
-#: a bare add reached 0.49 of cuBLAS TF32 against cvt's 0.43 but carries CUDA's NaN 0x7FFFFFFF into -0;
-#: the NaN-safe add (compare and select) fell to 0.34 against cvt's 0.41. Session 9 (results/h200/
-#: session9/call1): "trunc" 0.535 of cuBLAS TF32, "cvt" 0.393, "add" 0.352 (relative error of the
-#: 4096^3 product 7.8e-4 truncated, 2.9e-4 rounded). Default "trunc": the conversion instructions cost a
+#: bits as "cvt", passing inf and NaN unchanged; "trunc" gives the mma the fp32 bits as they are and it
+#: reads the top 19: truncation toward zero (PTX documents it for wgmma; Triton's tf32 dot relies on it
+#: for mma.sync; on the H200 the 4096^3 product has truncation's error, and test_tc_gemm checks the
+#: bits). Unit roundoff 2**-10 instead of 2**-11, which the TF32 tolerance already allows; NaN and inf
+#: are kept, but not a signalling NaN whose payload is only in the low 13 bits.
+#: H200, 4096^3 against cuBLAS TF32: session 8 (results/h200/session8) a bare add 0.49 against cvt's
+#: 0.43, but it carries CUDA's NaN 0x7FFFFFFF into -0; the NaN-safe add (compare and select) 0.34 against
+#: cvt's 0.41. Session 9 (session9/call1): "trunc" 0.535, "cvt" 0.393, "add" 0.352 (relative error of
+#: the product 7.8e-4 truncated, 2.9e-4 rounded). Default "trunc": the conversion instructions cost a
 #: quarter of the TF32 GEMM's speed; "cvt" (CONVLAB_TF32_ROUND=cvt) when the extra bit matters.
 TF32_ROUND = {"add": "(U({0} + U(4096)) if U({0} & U(0x7F800000)) != U(0x7F800000) else {0})",
               "cvt": "to_tf32({0})", "trunc": "{0}"}
@@ -70,6 +65,17 @@ TF32_ROUND = {"add": "(U({0} + U(4096)) if U({0} & U(0x7F800000)) != U(0x7F80000
 DEFAULT_TF32_ROUND = os.environ.get("CONVLAB_TF32_ROUND", "trunc")
 if DEFAULT_TF32_ROUND not in TF32_ROUND:
     raise ValueError(f"CONVLAB_TF32_ROUND={DEFAULT_TF32_ROUND!r}: expected one of {sorted(TF32_ROUND)}")
+
+
+def km_tile_ok(bm: int, size: int) -> bool:
+    """Whether an m-contiguous A (``a_km``) of BM rows of ``size``-byte elements can be swizzled in its
+    row: the chunks per k row (BM * size / 16) XOR with values below min(chunks, 8) (16-bit) or below 8
+    (TF32's 2 * (k % 4)), so they must be a power of two up to 8 or a multiple of 8 (TF32: a multiple
+    of 8)."""
+    chunks = bm * size // 16
+    if size == 4:
+        return chunks % 8 == 0
+    return chunks % 8 == 0 or chunks in (1, 2, 4)
 
 
 class ALoader(Protocol):
@@ -84,8 +90,9 @@ class ALoader(Protocol):
     Optional ``a_km``: A is stored [K][M], m contiguous (a 1x1 convolution's NCHW input): each thread
     copies chunk ``acm`` of k rows ``akr<e>`` (k0 + akr<e> global), with ``km_cols(w, m)`` (lines for
     the thread's chunk of rows m..m+EPC-1) and ``km_chunk(e)`` (as ``chunk``) in place of ``rows`` and
-    ``chunk``; the fragments come through ``ldmatrix .trans`` (16-bit), or 32-bit shared loads (TF32,
-    BM >= 32: each k row's chunks XOR 2 * (k % 4), so the 4 k rows of one load hit distinct banks).
+    ``chunk``; the fragments come through ``ldmatrix .trans`` (16-bit), or 32-bit shared loads (TF32:
+    each k row's chunks XOR 2 * (k % 4), so the 4 k rows of one load hit distinct banks; BM a multiple
+    of 32: :func:`km_tile_ok`).
     Optional ``start(w, kk)`` and ``advance(w, d, bk)``: lines run once before the first k tile (kk: this
     thread's first chunk column) and after each issued k tile (the k tiles are issued in order), for a
     loader that tracks its position incrementally instead of dividing per k tile.
@@ -151,8 +158,9 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     lds_a = a_km and size == 4  # TF32: no .trans for 32-bit elements, the fragments come by 32-bit loads
     if a_km:
         CHA = BM * size // 16  # chunks along a k row of A's tile
-        if lds_a and CHA < 8:
-            raise ValueError(f"an m-contiguous TF32 A needs BM >= 32 (8 chunks a k row), got {BM}")
+        if not km_tile_ok(BM, size):
+            raise ValueError(f"an m-contiguous A of {BM} rows of {size}-byte elements has {CHA} chunks a k row: "
+                             "its swizzle needs a power of two up to 8 or a multiple of 8 (TF32: of 8)")
         per_a, xor_a = max(1, 8 // CHA), min(CHA, 8)
         copies["a"] = max(1, BK * CHA // T)
         w(f"acm = U(tid % {CHA})  # this thread's m chunk of A's k rows, and its copies' k rows:")
@@ -283,51 +291,3 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
 
 if runtime.SIMULATOR:  # numpy scalars warn where the uint32 index math wraps on purpose, as on the GPU
     warnings.filterwarnings("ignore", r"overflow encountered in scalar (add|subtract|multiply)", RuntimeWarning)
-
-
-def compile_kernel(source: str, name: str, filename: str, cfg: TcConfig, itype: str,
-                   extra: dict[str, Any] | None = None) -> Callable:
-    """Compile a :func:`pipeline_source` kernel with the intrinsics and constants it names."""
-    namespace = {"cuda": cuda, "U": U, "zero": np.float32(0), "f32": np.float32,
-                 "stype": numba_from_dtype(np.dtype(ITYPES[itype][0])),
-                 "align": None if runtime.SIMULATOR else 16,
-                 "c_float32": numba_from_dtype(np.dtype(np.float32)),
-                 "c_float16": numba_from_dtype(np.dtype(np.float16)),
-                 "c_uint16": numba_from_dtype(np.dtype(np.uint16)), "copy16": copy16,
-                 "c_uint32": numba_from_dtype(np.dtype(np.uint32)),
-                 "mma": {"f16": mma.mma_f16, "bf16": mma.mma_bf16, "tf32": mma.mma_tf32}[itype],
-                 "ldmatrix_x4": mma.ldmatrix_x4, "ldmatrix_x4_trans": mma.ldmatrix_x4_trans,
-                 "to_tf32": mma.to_tf32, "f32_to_bf16": mma.f32_to_bf16,
-                 "bf16_to_f32": mma.bf16_to_f32,
-                 "cp_async16": mma.cp_async16, "cp_async_commit": mma.cp_async_commit,
-                 "wait": mma.cp_async_wait(cfg.STAGES - 2), "wait_all": mma.cp_async_wait(0),
-                 **(extra or {})}
-    regs = {"max_registers": cfg.REGS} if cfg.REGS else {}
-    return runtime.jit(fastmath=False, **regs)(compile_source(source, filename, namespace)[name])
-
-
-def configure(kernel: Callable, cfg: TcConfig, itype: str, args: tuple, m: int, n: int,
-              batch: int = 1, *, out_dtype: Any, contig: str) -> Callable:
-    """``kernel[grid, block, 0, dynamic shared]`` for ``batch`` M x N outputs (grid z: a batched
-    loader's ``bz``) of ``out_dtype`` (its store ``contig``-major), raising the kernel's dynamic
-    shared-memory limit first when it needs more than 48 KiB."""
-    dyn = dynamic_bytes(cfg, itype, out_dtype, contig)
-    if dyn > STATIC_LIMIT:
-        _allow_dynamic_shared(kernel, args, dyn)
-    tiles = ((n + cfg.BN - 1) // cfg.BN) * ((m + cfg.BM - 1) // cfg.BM)
-    if tiles >= 2**31 or batch > 65535:
-        raise ValueError(f"{m} x {n} outputs in {cfg.BM} x {cfg.BN} tiles ({tiles}) and batch {batch} exceed "
-                         "the grid's limits (2**31 - 1 blocks along x, 65535 along z)")
-    return kernel[(tiles, 1, batch), cfg.threads, 0, dyn]
-
-
-def _allow_dynamic_shared(kernel: Any, args: tuple, nbytes: int) -> None:
-    """Compile ``kernel`` for ``args`` and let it use ``nbytes`` of dynamic shared memory (over 48 KiB
-    needs CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on the function: numba-cuda#94)."""
-    if runtime.SIMULATOR:
-        return
-    compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
-    cufunc = compiled.library.get_cufunc()
-    drv = cuda.cudadrv.driver
-    attr = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    drv.driver.cuKernelSetAttribute(attr, int(nbytes), cufunc.handle, cufunc.device.id)

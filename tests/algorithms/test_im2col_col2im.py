@@ -151,7 +151,7 @@ def test_unfold_into_split_major_layout(dtype, vector):
     size = 2 * crs * ipb * pqo
     buf = runtime.full((size + 1,), np.nan, dtype)
     cols = buf[:size] if vector else buf[1:]
-    assert (_vector_width(x, cols, pqo, strides) > 1) == vector
+    assert (_vector_width(cols, pqo, strides) > 1) == vector
     unfold_into(pr, runtime.to_device(x), cols, 0, pr.n, pq_out=pqo, images_per_block=ipb, strides=strides)
     got = cols.copy_to_host()
     xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (0, 0)))

@@ -9,46 +9,19 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import layouts, reference, runtime
+from convlab import reference, runtime
 from convlab.algorithms import tensor_core
 from convlab.kernels import tc_conv, transpose
-from convlab.measure import random_operands, rel_error, tolerance
-from convlab.plugin import registry
-from convlab.problem import make_problem, np_dtype, unit_roundoff
+from convlab.measure import rel_error, tolerance
+from convlab.problem import make_problem, unit_roundoff
+from tc_helpers import TC, run_tc as _run, split_like_the_simulator  # noqa: F401  (a fixture)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")  # a core dependency; bfloat16 arrays
 
-TC = registry.get("tensor_core")
-
 
 @pytest.fixture(autouse=True)
-def _split_like_the_simulator(monkeypatch):
-    """Split-K plans as on the simulator (MIN_SPLIT_K 1, wgrad's MIN_KTILES 1), so that these tiny
-    problems split the same way on a GPU; a test that wants another value sets its own."""
-    monkeypatch.setattr(tensor_core, "MIN_SPLIT_K", 1)
-    monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES", 1)
-
-
-def _spy(monkeypatch, module, name):
-    """A list that records one entry per call of ``module.name`` (which still runs)."""
-    calls, real = [], getattr(module, name)
-    monkeypatch.setattr(module, name, lambda *a, **k: calls.append(a) or real(*a, **k))
-    return calls
-
-
-def _run(problem, seed=0, nhwc_out=False, outputs=None):
-    """(relative error, tolerance) of one run on random operands into a NaN-poisoned output (NCHW or
-    channels-last); ``outputs`` (a list) collects (host output, host bias or None)."""
-    host = random_operands(problem, np.random.default_rng(seed))
-    dev = [None if v is None else runtime.to_device(v) for v in host]
-    nan = np.full(problem.operand_shapes[2], np.nan, np_dtype(problem.dtype))
-    out = layouts.channels_last_copy(nan) if nhwc_out else runtime.to_device(nan)
-    TC.run(problem, TC.configs(problem)[0], *dev, out, workspace_limit=2**28)
-    got = runtime.to_host(out)
-    assert got.dtype == np.dtype(problem.dtype)
-    if outputs is not None:
-        outputs.append((got.astype(np.float64), None if host[2] is None else host[2].astype(np.float64)))
-    return rel_error(got, reference.solve(problem, *host)), tolerance(problem, TC.compute_eps(problem.dtype))
+def _simulator_splits(split_like_the_simulator):
+    """Every test here plans split-K as on the simulator (tc_helpers)."""
 
 
 @pytest.mark.parametrize("problem", [
@@ -200,105 +173,3 @@ def test_public_ops_in_half_precision(dtype):
     assert "direct" in explained and "supports dtypes" in explained
     dx = convlab.conv_transpose2d(x, w, padding=1)
     assert dx.dtype == np.dtype(dtype) and dx.shape == (1, 8, 5, 5)
-
-
-def _wgrad_unfolds(monkeypatch, problem, seed: int) -> int:
-    """Run the wgrad ``problem`` (checked against the reference) and count its unfold launches."""
-    from convlab.algorithms.tensor_core import wgrad
-    calls = _spy(monkeypatch, wgrad, "unfold_into")
-    err, tol = _run(problem, seed=seed)
-    assert err <= tol, (err, tol)
-    return len(calls)
-
-
-@pytest.mark.parametrize("r,padding,unfolds", [(1, 0, 0), (3, 1, 1)])
-def test_wgrad_reads_dy_and_1x1_x_as_they_are(monkeypatch, r, padding, unfolds):
-    """One image per split and P*Q a multiple of the chunk: dy is the GEMM's A as it is, and for a 1x1
-    filter x is its Bt (no unfold); a 3x3 filter still unfolds x."""
-    from convlab.algorithms.tensor_core import wgrad
-    problem = make_problem("wgrad", 2, 8, 8, 8, 16, r, r, padding=padding, dtype="float16")
-    cfg = tensor_core.tc_config(TC.configs(problem)[0])
-    assert wgrad.splits_of(problem, cfg, 8) == 2 and wgrad.as_is(problem, 2, 8) == (True, r == 1)
-    assert _wgrad_unfolds(monkeypatch, problem, seed=4) == unfolds
-
-
-@pytest.mark.parametrize("shape,padded,unfolds", [
-    (dict(h=9, w=9, r=3, s=3, padding=1), True, 2),  # 81 -> 11 chunks (prime): images padded further
-    (dict(h=8, w=8, r=1, s=1), False, 0),            # 8 chunks in 2 or 4 parts; dy and x as they are
-])
-def test_wgrad_cuts_a_short_gemm_reduction_in_slices(monkeypatch, shape, padded, unfolds):
-    """K = 16 output channels, one image: the image groups leave SMs idle, so each reduction is cut in
-    slices (the parted GEMM, grid z = splits * parts), summed in order with the groups' partials.
-    (The slice count depends on the tile's BK: 5 / 4 on the simulator, 2 / 2 on a GPU.)"""
-    from convlab.algorithms.tensor_core import wgrad
-    monkeypatch.setattr(wgrad, "sm_count", lambda: 8)
-    problem = make_problem("wgrad", 1, 8, k=16, dtype="float16", **shape)
-    cfg = tensor_core.tc_config(TC.configs(problem)[0])
-    splits, parts, pqp = wgrad.plan(problem, cfg, 8)
-    assert splits == 1 and parts > 1 and pqp % (8 * parts) == 0
-    assert (pqp > wgrad.padded(problem.p * problem.q, 8)) == padded
-    assert _wgrad_unfolds(monkeypatch, problem, seed=6) == unfolds
-
-
-
-@pytest.mark.parametrize("op,dtype,bias,nhwc_out,hw", [
-    ("forward", "float16", True, False, (4, 6)),    # 24 pixels: x read as NCHW (no copy), bias
-    ("forward", "bfloat16", False, True, (2, 4)),   # 8 pixels: NCHW read, channels-last out
-    ("forward", "float16", False, False, (3, 5)),   # 15 pixels, not whole chunks: the NHWC copy
-    ("dgrad", "float16", True, False, (4, 4)),      # dy read as NCHW; the filter still transposed
-    ("dgrad", "bfloat16", False, False, (3, 3)),    # 9 pixels: dy copied
-    ("forward", "float32", True, False, (3, 4)),    # TF32: 12 pixels, whole chunks of 4: NCHW read
-    ("dgrad", "float32", False, True, (2, 2)),      # TF32 dy read as NCHW, channels-last out
-    ("forward", "float32", False, False, (3, 3)),   # TF32, 9 pixels: the NHWC copy
-])
-def test_1x1_reads_the_nchw_input_as_it_is(monkeypatch, op, dtype, bias, nhwc_out, hw):
-    """A 1x1 stride-1 unpadded forward (dgrad) gathers A straight from the NCHW x (dy): m-contiguous
-    chunks (ldmatrix .trans for 16-bit types, 32-bit shared loads for TF32) when H*W is whole 16-byte
-    chunks; no copy of x at all (a 1x1 forward filter is read as it is too); otherwise x (dy) is copied
-    to NHWC."""
-    problem = make_problem(op, 2, 16, hw[0], hw[1], 24, 1, 1, dtype=dtype, bias=bias)
-    calls = _spy(monkeypatch, transpose, "to_channels_last")
-    with convlab.float32_precision("high"):
-        err, tol = _run(problem, seed=3, nhwc_out=nhwc_out)
-    assert err <= tol, (err, tol)
-    copies_of_x = 0 if hw[0] * hw[1] % (16 // problem.itemsize) == 0 else 1
-    assert len(calls) == copies_of_x + (op == "dgrad")  # dgrad's filter: transposed (C x K)
-
-
-@pytest.mark.parametrize("itype,split", [("f16", False), ("f16", True), ("tf32", False), ("tf32", True)])
-def test_nchw_read_with_a_64_row_tile(itype, split):
-    """The m-contiguous A of a 64-row tile (the GPU tiles' swizzle: one XOR per row, 8 or 16 chunks per
-    k row; TF32's 32-bit fragment loads) and split-K, against float64."""
-    from convlab.kernels.tc_config import TcConfig
-    cfg = TcConfig(64, 32, 16, 32, 32, 2)
-    n, c, h, w, k = 3, 24, 4, 8, 16
-    dtype = np.float16 if itype == "f16" else np.float32
-    rng = np.random.default_rng(5 + split)
-    x = rng.standard_normal((n, c, h, w)).astype(dtype)
-    wt = rng.standard_normal((k, c)).astype(dtype)
-    want = np.einsum("nchw,kc->nkhw", x.astype(np.float64), wt.astype(np.float64))
-    tps = 1 if split else 0
-    splits = tc_conv.split_count(c, cfg.BK, tps) if split else 1
-    y = runtime.to_device(np.full(splits * want.size, np.nan, np.float32 if split else dtype))
-    tc_conv.conv_launcher(itype, cfg, runtime.to_device(x.reshape(-1)), runtime.to_device(wt.reshape(-1)), y,
-                          None, n=n, c=c, h=h, w=w, k=k, r=1, s=1, p=h, q=w, stride=(1, 1), padding=(0, 0),
-                          dilation=(1, 1), tps=tps, nchw_in=True)()
-    got = runtime.to_host(y).astype(np.float64).reshape(splits, *want.shape).sum(axis=0)
-    assert np.all(np.isfinite(got)) and splits == (2 if split else 1)
-    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
-
-
-def test_misaligned_operands_are_copied_not_read_as_they_are(monkeypatch):
-    """cp.async reads 16 aligned bytes: a 1x1 fp16 forward whose NCHW x and filter are views one
-    element off alignment copies both (NHWC x, KRSC filter) instead of reading them as they are."""
-    problem = make_problem("forward", 2, 16, 4, 4, 24, 1, 1, dtype="float16")
-    x, w, _ = random_operands(problem, np.random.default_rng(8))
-    views = []
-    for host in (x, w):
-        buf = runtime.to_device(np.concatenate([np.zeros(1, host.dtype), host.ravel()]))
-        views.append(buf[1:].reshape(host.shape))
-    calls = _spy(monkeypatch, transpose, "to_channels_last")
-    out = runtime.to_device(np.full(problem.operand_shapes[2], np.nan, np.float16))
-    TC.run(problem, TC.configs(problem)[0], *views, None, out, workspace_limit=2**28)
-    err = rel_error(runtime.to_host(out), reference.solve(problem, x, w))
-    assert err <= tolerance(problem, TC.compute_eps(problem.dtype)) and len(calls) == 2

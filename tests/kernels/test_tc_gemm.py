@@ -111,7 +111,7 @@ def test_configure_folds_output_tiles_into_grid_x_and_names_its_limits():
     """Output tiles go along blockIdx.x (up to 2**31 - 1; grid y stops at 65535, which a 4M-row dgrad
     in 64-row tiles passes); beyond the grid's limits, a ValueError before any launch."""
     from convlab.kernels.tc_config import TcConfig
-    from convlab.kernels.tc_pipeline import configure
+    from convlab.kernels.tc_launch import configure
     cfg = TcConfig(64, 64, 32, 32, 32, 3)
 
     class Kernel:

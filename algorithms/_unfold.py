@@ -32,7 +32,10 @@ PARAMS = "x, cols, x_off, n_first, pairs, C, H, W, R, S, P, Q, sh, sw, ph, pw, d
 
 
 def unfold_source(ept: int) -> str:
-    """Source of ``unfold(PARAMS)`` writing ``ept`` consecutive pq per thread and tap (module doc)."""
+    """Source of ``unfold(PARAMS)`` writing ``ept`` consecutive pq per thread and tap (module doc): 1, or
+    the elements of a 16-byte store (4 of 4 bytes, 8 of 2 bytes)."""
+    if ept not in (1, 4, 8):
+        raise ValueError(f"ept must be 1, 4 or 8 (a 16-byte store of 4- or 2-byte elements), got {ept}")
     w = Writer(f"def unfold({PARAMS}):")
     w.indent()
     w("t = U(U(U(cuda.blockIdx.x) * U(cuda.blockDim.x)) + U(cuda.threadIdx.x))")

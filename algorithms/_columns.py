@@ -43,8 +43,11 @@ def flat_launches(rows: int, pixels: int, whole: int = 1) -> list[tuple[int, int
         raise ValueError(f"{whole} rows x {pixels} pixels: more than 2**32 - 1 for 32-bit indices")
     per = max(per, 1)
     cap = BLOCKS_PER_SM * sm_count()
-    return [(r0, min(per, rows - r0), max(1, min(cap, math.ceil(min(per, rows - r0) * pixels / THREADS))))
-            for r0 in range(0, rows, per)]
+    launches = []
+    for r0 in range(0, rows, per):
+        n = min(per, rows - r0)
+        launches.append((r0, n, max(1, min(cap, math.ceil(n * pixels / THREADS)))))
+    return launches
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from convlab import Problem, runtime
 from convlab.kernels.intrinsics import store4
 from convlab.kernels.intrinsics import u32 as U
 from convlab.kernels.source import Writer, compile_source
+from convlab.kernels.tc_epilogue import vector_ok
 from convlab.runtime import cuda
 
 from ._columns import THREADS, flat_launches
@@ -97,11 +98,10 @@ def _unfold_kernel(dtype: str, ept: int):
 
 
 def _vector_width(cols, pq_out: int, strides: tuple[int, int, int]) -> int:
-    """Elements per 16-byte store when the layout allows them (module doc), else 1."""
+    """Elements per 16-byte store when the layout allows them (module doc: tc_epilogue.vector_ok, the
+    epilogue's rule for the same stores), else 1."""
     size = np.dtype(cols.dtype).itemsize
-    ept = 16 // size if size in (2, 4) else 1
-    whole = pq_out % ept == 0 and all(v % ept == 0 for v in strides)
-    return ept if ept > 1 and whole and runtime.is_aligned(cols) else 1
+    return 16 // size if size in (2, 4) and vector_ok(cols, pq_out, *strides) else 1
 
 
 def unfold_into(problem: Problem, x, cols, n0: int, nb: int, *, pq_out: int | None = None,

@@ -11,7 +11,8 @@ shared by all cases rather than charged to the first ones measured; ``issue_us``
 synchronize, i.e. the host's cost alone while the launch queue does not fill), of torch F.conv2d / conv_transpose2d /
 grad.conv2d_input / conv2d_weight and the convlab ops on torch CUDA tensors (1x16x8x8, weight
 16x16x3x3; conv2d also on a tensor requiring grad); an empty Numba kernel with 4 array arguments
-launched by Numba and by the thin path; the relative error of each convlab op against torch;
+launched by Numba and by the thin path (its launcher, ``thin/launcher``, and the same packed launch
+through cuda.bindings' ``cuLaunchKernel``, ``thin_bindings/``); the relative error of each convlab op against torch;
 ``gpu/<op>``: the device time per call (torch's and convlab's), measured behind a
 ``torch.cuda._sleep`` spin kernel that hides the host's enqueueing: a ``median_us`` near ``gpu_us``
 and above ``issue_us`` is bound by the GPU, not by the host path; each plan's launch count; with
@@ -28,11 +29,20 @@ import sys
 import time
 from typing import Any, Callable
 
-from convlab import launch, plan, runtime
+from convlab import driver_launch, launch, plan, runtime
 from convlab.runtime import cuda
 from thin_selftest import _empty, _guard, _span
 
 SHAPE_X, SHAPE_W = (1, 16, 8, 8), (16, 16, 3, 3)
+
+
+def layer_shapes(layer: str | None) -> tuple[tuple, tuple, int]:
+    """(x shape, weight shape, padding) of ``--layer N,C,H,W,K,R`` (square R x R filter, stride 1,
+    padding R // 2); the default is the tiny 1x16x8x8 w16x3x3 layer."""
+    if not layer:
+        return SHAPE_X, SHAPE_W, 1
+    n, c, h, w, k, r = (int(v) for v in layer.split(","))
+    return (n, c, h, w), (k, c, r, r), r // 2
 
 
 def per_call_us(fn: Callable[[], Any], sync: Callable[[], None], n: int, batches: int,
@@ -132,13 +142,15 @@ def table(bench: dict) -> str:
         ratio = f"{c / t:8.2f}" if t and c else f"{'-':>8}"
         lines.append(f"{op:<28}{num(t):>10}{num(c):>12}{ratio}{num(ours.get('issue_us')):>10}"
                      f"{num(gpu.get('torch_us')):>11}{num(gpu.get('convlab_us')):>10}")
-    for name in ("numba/empty_kernel_4_arrays", "thin/empty_kernel_4_arrays"):
+    for name in ("numba/empty_kernel_4_arrays", "thin/empty_kernel_4_arrays",
+                 "thin_bindings/empty_kernel_4_arrays"):
         lines.append(f"{name:<28}{'':>10}{num(bench.get(name, {}).get('median_us')):>12}")
     return "\n".join(lines)
 
 
 # ---- the benchmark --------------------------------------------------------------------------------------
-def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False) -> dict:
+def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False, layer: str | None = None,
+              dtype: str = "float32") -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -146,28 +158,33 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False) ->
 
     res: dict[str, Any] = {}
     sync = torch.cuda.synchronize
+    shape_x, shape_w, pad = layer_shapes(layer)
+    n_, _, h, w_ = shape_x
+    shape_y = (n_, shape_w[0], h + 2 * pad - shape_w[2] + 1, w_ + 2 * pad - shape_w[3] + 1)
     g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(SHAPE_X, device="cuda", generator=g)
-    w = torch.randn(SHAPE_W, device="cuda", generator=g)
-    gy = torch.randn(SHAPE_X, device="cuda", generator=g)  # 3x3, padding 1: same spatial size
+    tdt = getattr(torch, dtype)
+    x = torch.randn(shape_x, device="cuda", generator=g).to(tdt)
+    w = torch.randn(shape_w, device="cuda", generator=g).to(tdt)
+    gy = torch.randn(shape_y, device="cuda", generator=g).to(tdt)
     torch.backends.cudnn.allow_tf32 = False
     cases = {
-        "conv2d": (lambda: F.conv2d(x, w, padding=1), lambda: convlab.conv2d(x, w, padding=1, algorithm=alg)),
-        "conv2d_backward_data": (lambda: torch.nn.grad.conv2d_input(x.shape, w, gy, padding=1),
-                                 lambda: convlab.conv2d_backward_data(gy, w, x.shape, padding=1,
+        "conv2d": (lambda: F.conv2d(x, w, padding=pad), lambda: convlab.conv2d(x, w, padding=pad, algorithm=alg)),
+        "conv2d_backward_data": (lambda: torch.nn.grad.conv2d_input(x.shape, w, gy, padding=pad),
+                                 lambda: convlab.conv2d_backward_data(gy, w, x.shape, padding=pad,
                                                                       algorithm=alg)),
-        "conv2d_backward_weight": (lambda: torch.nn.grad.conv2d_weight(x, w.shape, gy, padding=1),
-                                   lambda: convlab.conv2d_backward_weight(x, gy, w.shape, padding=1,
+        "conv2d_backward_weight": (lambda: torch.nn.grad.conv2d_weight(x, w.shape, gy, padding=pad),
+                                   lambda: convlab.conv2d_backward_weight(x, gy, w.shape, padding=pad,
                                                                           algorithm=alg)),
-        "conv_transpose2d": (lambda: F.conv_transpose2d(x, w, padding=1),
-                             lambda: convlab.conv_transpose2d(x, w, padding=1, algorithm=alg)),
+        "conv_transpose2d": (lambda: F.conv_transpose2d(x, w, padding=pad),
+                             lambda: convlab.conv_transpose2d(x, w, padding=pad, algorithm=alg)),
     }
     xr = x.detach().clone().requires_grad_(True)  # made once: requires_grad_ per call would be timed
-    cases["conv2d_requires_grad"] = (lambda: F.conv2d(xr, w, padding=1),  # same algorithm as conv2d
-                                     lambda: convlab.conv2d(xr, w, padding=1, algorithm=alg))
+    cases["conv2d_requires_grad"] = (lambda: F.conv2d(xr, w, padding=pad),  # same algorithm as conv2d
+                                     lambda: convlab.conv2d(xr, w, padding=pad, algorithm=alg))
     timed = {}
     for name, (ref, ours) in cases.items():
-        _guard(res, f"rel_err/{name}", lambda: float(((ours() - ref()).norm() / ref().norm()).item()))
+        _guard(res, f"rel_err/{name}", lambda: float(((ours().float() - ref().float()).norm()
+                                                            / ref().float().norm()).item()))
         if not isinstance(res[f"rel_err/{name}"], dict):  # a dict is an error: the case is left out
             timed[f"torch/{name}"], timed[f"convlab/{name}"] = ref, ours
     res["per_call"] = sorted(timed)  # the names timed together, round-robin
@@ -190,6 +207,19 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False) ->
     res["thin/available"] = rec[0].thin is not None
     _guard(res, "thin/empty_kernel_4_arrays", lambda: per_call_us(
         lambda: rec[0].replay(arrays, bases, 0), sync, n, batches))
+    thin = rec[0].thin  # the same packed launch through cuda.bindings' wrapper (the launcher before)
+    res["thin/launcher"] = "ctypes" if driver_launch._ctypes_launch() is not None else "bindings"
+    if thin is not None:
+        _guard(res, "thin_bindings/empty_kernel_4_arrays", lambda: per_call_us(
+            lambda: driver_launch.cu_launch(thin.function, thin.dims, thin.shared, 0, thin.address),
+            sync, n, batches))
+    from convlab import operands  # the pieces of a planned call on torch tensors, each alone
+    raw = operands.raw_stream_getter()
+    pieces = {"signature_x4": lambda: [operands.signature(t) for t in (x, w, gy, x)],
+              "raw_stream": lambda: raw(0), "torch_empty_out": lambda: torch.empty(shape_y, device="cuda",
+                                                                                   dtype=tdt)}
+    for name, fn in pieces.items():
+        _guard(res, f"piece/{name}", lambda: per_call_us(fn, sync, n, batches)["median_us"])
     res["plans"] = plan.stats()
     res["plans_thin"] = [p.thin for p in plan._plans.values()]
     res["plan_launches"] = {f"{k[0]}/{p.candidate.plugin.name}/{p.candidate.config.name}": len(p.launches)
@@ -209,9 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=7, help="batches per case, taken round-robin")
     parser.add_argument("--algorithm", default="auto", help="the ops' algorithm= (default auto: tunes first)")
     parser.add_argument("--profile", action="store_true", help="cProfile's top functions per convlab op")
+    parser.add_argument("--layer", default=None, help="N,C,H,W,K,R: a square-filter layer, stride 1, "
+                        "padding R//2, instead of 1x16x8x8 w16x3x3 (conv_transpose2d needs K == C)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
     args = parser.parse_args(argv)
-    result: dict[str, Any] = {"device": runtime.device_name(), "versions": runtime.versions()}
-    _guard(result, "benchmark", lambda: benchmark(args.n, args.batches, args.algorithm, args.profile))
+    result: dict[str, Any] = {"device": runtime.device_name(), "versions": runtime.versions(),
+                              "layer": args.layer or "1,16,8,8,16,3", "dtype": args.dtype,
+                              "algorithm": args.algorithm}
+    _guard(result, "benchmark", lambda: benchmark(args.n, args.batches, args.algorithm, args.profile,
+                                                      args.layer, args.dtype))
     text = json.dumps(result, indent=1, default=str)
     print(text)
     if args.out:

@@ -64,11 +64,12 @@ def _run_with_fallback(prob: Problem, candidate: Any, algorithm: Any, limit: int
 def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, options: tuple,
           algorithm: Any, workspace_limit: Any, stream: Any) -> Any:
     """Replay the launch plan of this call's signature (convlab.plan), else check, run and record."""
-    if any(operands.is_host_tensor(v) for v in (*inputs.values(), bias, out)):
-        return _call_host_tensors(op, build, inputs, bias, out, options, algorithm, workspace_limit, stream)
     a, b = inputs.values()
     sig = operands.signature
-    key = plan.call_key(op, (sig(a), sig(b), sig(bias), sig(out)), options, algorithm, workspace_limit)
+    signatures = (sig(a), sig(b), sig(bias), sig(out))  # False: not a device array (CPU tensors too)
+    if False in signatures and any(operands.is_host_tensor(v) for v in (a, b, bias, out)):
+        return _call_host_tensors(op, build, inputs, bias, out, options, algorithm, workspace_limit, stream)
+    key = plan.call_key(op, signatures, options, algorithm, workspace_limit)
     found = plan.lookup(key) if key is not None else None
     if found is not None:
         try:

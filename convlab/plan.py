@@ -31,6 +31,8 @@ import sys
 import threading
 from typing import Any, Sequence
 
+import numpy as np
+
 from . import launch, settings
 from . import operands as _operands
 from .thin import stream_handle as _stream_handle
@@ -64,6 +66,7 @@ class Plan:
         self.held_bytes = held_by(self.launches)
         self.thin = all(rec.thin is not None for rec in self.launches)
         self.thins = [rec.thin for rec in self.launches] if self.thin else []
+        self.extents = extents_of(signatures)  # bytes of each operand, from the key
         first = signatures[0] if signatures else None
         self.torch_device = first[4] if first and first[0] == "torch" else None  # None: not torch
         self.numba_out = first is not None and first is not False and first[0] != "torch"
@@ -76,6 +79,14 @@ class Plan:
             if channels_last_out:
                 self._out_kwargs["memory_format"] = torch.channels_last
             self._raw_stream = _operands.raw_stream_getter()
+
+    def _writes_an_input(self, bases: list[int], *values: Any) -> bool:
+        """True when ``out`` (the last of ``values``, at ``bases[3]``) overlaps an input's memory (the
+        inputs may overlap each other: they are only read). Extents from the key when it has them."""
+        extents = self.extents or [0 if v is None else _operands.pointer(v)[1] for v in values]
+        lo, size = bases[3], extents[3]
+        return size > 0 and any(n > 0 and p < lo + size and lo < p + n
+                                for p, n, v in zip(bases[:3], extents[:3], values) if v is not None)
 
     def replay(self, operands: Sequence[Any], bases: Sequence[int], stream: Any) -> None:
         """Re-issue every launch with operand slot ``s`` at ``bases[s]`` (``operands[s]`` is the
@@ -94,10 +105,10 @@ class Plan:
             handle = _stream_handle(st)
         if out is not None:
             result = out
-            spans = [None if v is None else _operands.pointer(v) for v in (a, b, bias, out)]
-            if aliased(spans):
+            ptr = _operands.data_pointer
+            bases = [ptr(a), ptr(b), 0 if bias is None else ptr(bias), ptr(out)]
+            if self._writes_an_input(bases, a, b, bias, out):
                 return None
-            bases = [0 if sp is None else sp[0] for sp in spans]
         else:
             if torch_call:
                 result = self._empty(*self._out_args, **self._out_kwargs)
@@ -116,6 +127,31 @@ class Plan:
             self.replay(devs, bases, st)
         _stats["replayed"] += 1
         return result
+
+
+def extents_of(signatures: Sequence[Any]) -> list[int] | None:
+    """Bytes (elements x itemsize, as :func:`convlab.operands.pointer` counts) of each operand of a
+    call key's signatures (0 for an absent one); None when a signature does not say."""
+    out = []
+    for sig in signatures:
+        if sig is None:
+            out.append(0)
+        elif sig and sig[0] in ("torch", "numba") and _itemsize(sig[3]):
+            out.append(int(np.prod(sig[1], dtype=np.int64)) * _itemsize(sig[3]))
+        else:
+            return None
+    return out if len(out) == 4 else None
+
+
+def _itemsize(dtype: Any) -> int | None:
+    """Bytes per element of a torch dtype or a numpy dtype (or its string); None when unknown."""
+    size = getattr(dtype, "itemsize", None)
+    if isinstance(size, int):
+        return size
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        return None
 
 
 def held_by(launches: Sequence[launch.Launch]) -> int:

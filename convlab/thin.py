@@ -1,5 +1,5 @@
 """The thin GPU launch path: a kernel's parameters packed once into a buffer the record owns,
-relaunched with ``cuLaunchKernel``.
+relaunched with ``cuLaunchKernel`` (:mod:`convlab.driver_launch`: libcuda's own, bound once).
 
 Numba's per-call launch re-marshals every argument (a 4-D array is 13 kernel parameters built through
 ctypes, about 30 us for four arrays). Here :func:`flatten` lays the parameters out exactly as Numba's
@@ -7,7 +7,7 @@ ctypes, about 30 us for four arrays). Here :func:`flatten` lays the parameters o
 strides..., all intptr_t; an integer scalar as its own width, float32 as 4 bytes, float64 as 8, a
 bool as 1 byte), :class:`Packed` writes them into ONE zeroed buffer of 8-byte slots that it owns
 together with its ``void**`` array, and a relaunch only writes new data pointers into the patched
-slots and calls ``cuda.bindings.driver.cuLaunchKernel``. Nothing the ``void**`` points at is a
+slots and calls ``cuLaunchKernel``. Nothing the ``void**`` points at is a
 temporary: every address lies inside the record's own buffer (tests/core/test_plan.py checks this).
 
 Before a record takes the thin path (GPU) the packing is checked twice: against the values Numba's own
@@ -27,6 +27,7 @@ import numpy as np
 from numba.core import types as nbtypes
 
 from . import kernel_cache, runtime
+from .driver_launch import bind, cu_launch, driver_function, stream_handle  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 SLOT = 8  # bytes per parameter slot (every supported parameter is at most 8 bytes)
@@ -104,6 +105,7 @@ class _ThinLaunch:
         # (ctypes view of a data-pointer slot, operand slot, byte offset), made once
         self.patches = [(packed.slot(index), slot, offset) for index, slot, offset in patches]
         self.address = packed.address
+        self.go = bind(function, self.dims, self.shared, self.address)  # launch(stream)
         self.lock = threading.Lock()  # the patched values are shared: one launch at a time
 
     @classmethod
@@ -131,7 +133,7 @@ class _ThinLaunch:
         with self.lock:
             for view, slot, offset in self.patches:
                 view.value = bases[slot] + offset
-            cu_launch(self.function, self.dims, self.shared, stream, self.address)
+            self.go(stream)
 
 
 def _compiled_target(dispatcher: Any, args: Sequence[Any]) -> tuple[Any, tuple] | None:
@@ -233,46 +235,3 @@ def _launch_cached(dispatcher: Any, grid: Any, block: Any, stream: Any, shared: 
     cu_launch(driver_function(found.handle), dims3(grid) + dims3(block), shared, stream_handle(stream),
               packed.address)
     return True
-
-
-def driver_function(handle: Any) -> Any:
-    """What ``cuLaunchKernel`` takes for a cuda.core kernel handle: a CUkernel or CUfunction as is."""
-    from cuda.bindings import driver
-
-    if isinstance(handle, (driver.CUkernel, driver.CUfunction)):
-        return handle
-    return driver.CUfunction(int(handle))
-
-
-def stream_handle(stream: Any) -> int:
-    """The CUstream handle (int) of a Numba stream or 0."""
-    if not stream:
-        return 0
-    handle = getattr(stream, "handle", 0)
-    try:
-        return int(handle or 0)  # a cuda.bindings CUstream converts with int()
-    except TypeError:
-        return int(handle.value or 0)  # a ctypes handle
-
-
-_cu_streams: dict[Any, Any] = {}
-_driver: list = []  # [cuLaunchKernel, CUDA_SUCCESS, CUstream], looked up on the first launch
-
-
-def cu_launch(function: Any, dims: tuple, shared: int, stream: Any, params_address: int) -> None:
-    """``cuLaunchKernel(function, grid, block, shared, stream, void** params)``; ``stream`` is an int
-    handle or a Numba stream (its CUstream wrapper is cached by the stream object)."""
-    if not _driver:
-        from cuda.bindings import driver
-
-        _driver.extend((driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS, driver.CUstream))
-    launch_kernel, success, cu_stream_type = _driver
-    cu_stream = _cu_streams.get(stream) if isinstance(stream, int) else None
-    if cu_stream is None:
-        handle = stream if isinstance(stream, int) else stream_handle(stream)
-        cu_stream = cu_stream_type(handle)
-        if isinstance(stream, int):
-            _cu_streams[stream] = cu_stream
-    err, = launch_kernel(function, *dims, shared, cu_stream, params_address, 0)
-    if err != success:
-        raise RuntimeError(f"cuLaunchKernel failed: {err}")

@@ -10,6 +10,8 @@
 #          CONV_SHAPES: labels to keep (comma list, may hold spaces); CONV_ARGS: more options (no spaces)
 #   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile), TESTS_S s
 #   san    compute-sanitizer SAN_TOOLS (memcheck racecheck) on tools/sanitize_cases.py tensor_core, SAN_S s each
+#   overhead  benchmarks/overhead_bench.py: OVH_ALG (implicit_gemm), OVH_LAYER (N,C,H,W,K,R), OVH_DTYPE,
+#          OVH_ARGS (e.g. --profile), OVH_TAG (file suffix), OVH_S s
 #   nb     notebooks/run_all.py --only 01 (the precision figure), NB_S s
 #   verify side by side, VERIFY_S s each: memcheck (fp16, bf16, TF32; every sanitize_cases shape, one config),
 #          racecheck (fp16, TF32; shapes 0 1 3 4, one config) and pytest VERIFY_TESTS (convlab-gpu profile)
@@ -61,6 +63,11 @@ for step in ${STEPS:-gemm conv}; do
         python3 tools/sanitize_cases.py tensor_core > "$OUT/$tool.log" 2>&1
       el "$tool rc=$?"; grep -E "ERROR SUMMARY|hazard|runs" "$OUT/$tool.log" | tail -n 3
     done ;;
+  overhead)
+    timeout "${OVH_S:-150}" python3 benchmarks/overhead_bench.py --algorithm "${OVH_ALG:-implicit_gemm}" \
+      ${OVH_LAYER:+--layer "$OVH_LAYER"} --dtype "${OVH_DTYPE:-float32}" ${OVH_ARGS:-} \
+      --out "$OUT/overhead${OVH_TAG:-}.json" > "$OUT/overhead${OVH_TAG:-}.log" 2>&1
+    el "overhead${OVH_TAG:-} rc=$?"; tail -n 12 "$OUT/overhead${OVH_TAG:-}.log" ;;
   nb)
     timeout "${NB_S:-240}" python3 notebooks/run_all.py "$OUT/notebooks" --only 01 > "$OUT/notebooks.log" 2>&1
     el "notebook rc=$?"; tail -n 5 "$OUT/notebooks.log" ;;

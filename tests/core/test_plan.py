@@ -295,3 +295,31 @@ def test_a_failing_thin_replay_falls_back_to_the_full_path(monkeypatch):
     assert launch.THIN is False
     want = reference.forward(convlab.problem_for("conv2d", x, w), x, w)
     assert rel_error(y.copy_to_host(), want) < 1e-5
+
+
+def test_a_replay_whose_out_overlaps_an_input_takes_the_full_path_and_raises():
+    """The replay checks ``out`` against every input with the extents the key fixes: an ``out`` that
+    shares memory with x (or bias) is not replayed, and the full path names the overlap; inputs that
+    overlap each other are only read, so that call replays."""
+    buf = runtime.to_device(rand(2 * 50 + 3))
+    w, bias = dev(2, 2, 3, 3), dev(2)
+    x, out = buf[:50].reshape(1, 2, 5, 5), buf[50:100].reshape(1, 2, 5, 5)
+    convlab.conv2d(x, w, bias, padding=1, out=out, algorithm="direct")  # records the plan
+    assert plan.extents_of(next(reversed(plan._plans))[1]) == [200, 144, 8, 200]
+    replayed = plan.stats()["replayed"]
+    late = buf[6:56].reshape(1, 2, 5, 5)  # overlaps x's first 4 elements (same alignments as before)
+    with pytest.raises(ValueError, match="out overlaps x"):
+        convlab.conv2d(buf[52:102].reshape(1, 2, 5, 5), w, bias, padding=1, out=late, algorithm="direct")
+    other = runtime.to_device(rand(52))  # bias inside out: the same
+    with pytest.raises(ValueError, match="out overlaps bias"):
+        convlab.conv2d(dev(1, 2, 5, 5), w, other[4:6], padding=1, out=other[2:].reshape(1, 2, 5, 5),
+                       algorithm="direct")
+    assert plan.stats()["replayed"] == replayed  # each overlap was seen before any launch
+    both = runtime.to_device(rand(50))  # x and w overlap, out apart: replayed, right result
+    x2, w2 = both.reshape(1, 2, 5, 5), both[4:40].reshape(2, 2, 3, 3)
+    out2 = runtime.to_device(np.full(52, np.nan, np.float32))[2:].reshape(1, 2, 5, 5)
+    convlab.conv2d(x2, w2, bias, padding=1, out=out2, algorithm="direct")
+    assert plan.stats()["replayed"] == replayed + 1
+    hx, hw, hb = x2.copy_to_host(), w2.copy_to_host(), bias.copy_to_host()
+    ref = reference.solve(convlab.problem_for("conv2d", hx, hw, hb, padding=1), hx, hw, hb)
+    np.testing.assert_allclose(out2.copy_to_host(), ref, rtol=1e-5, atol=1e-5)

@@ -5,6 +5,6 @@
 # and start the remote command with `source .whl/use-wheels.sh &&`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-../shared/gpu/prepare-wheels.sh ml-dtypes dask distributed cloudpickle toolz partd locket fsspec msgpack \
+../shared/gpu/prepare-wheels.sh ml-dtypes==0.6.0 dask distributed cloudpickle toolz partd locket fsspec msgpack \
   sortedcontainers tblib zict tornado psutil click pyyaml jinja2 markupsafe packaging urllib3 \
   importlib_metadata zipp

@@ -11,8 +11,7 @@ shared by all cases rather than charged to the first ones measured; ``issue_us``
 synchronize, i.e. the host's cost alone while the launch queue does not fill), of torch F.conv2d / conv_transpose2d /
 grad.conv2d_input / conv2d_weight and the convlab ops on torch CUDA tensors (1x16x8x8, weight
 16x16x3x3; conv2d also on a tensor requiring grad); an empty Numba kernel with 4 array arguments
-launched by Numba and by the thin path (its launcher, ``thin/launcher``, and the same packed launch
-through cuda.bindings' ``cuLaunchKernel``, ``thin_bindings/``); the relative error of each convlab op against torch;
+launched by Numba and by the thin path (and its ``cuLaunchKernel`` alone, ``launch_only/``); the relative error of each convlab op against torch;
 ``gpu/<op>``: the device time per call (torch's and convlab's), measured behind a
 ``torch.cuda._sleep`` spin kernel that hides the host's enqueueing: a ``median_us`` near ``gpu_us``
 and above ``issue_us`` is bound by the GPU, not by the host path; each plan's launch count; with
@@ -143,7 +142,7 @@ def table(bench: dict) -> str:
         lines.append(f"{op:<28}{num(t):>10}{num(c):>12}{ratio}{num(ours.get('issue_us')):>10}"
                      f"{num(gpu.get('torch_us')):>11}{num(gpu.get('convlab_us')):>10}")
     for name in ("numba/empty_kernel_4_arrays", "thin/empty_kernel_4_arrays",
-                 "thin_bindings/empty_kernel_4_arrays"):
+                 "launch_only/empty_kernel_4_arrays"):
         lines.append(f"{name:<28}{'':>10}{num(bench.get(name, {}).get('median_us')):>12}")
     return "\n".join(lines)
 
@@ -207,10 +206,9 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False, la
     res["thin/available"] = rec[0].thin is not None
     _guard(res, "thin/empty_kernel_4_arrays", lambda: per_call_us(
         lambda: rec[0].replay(arrays, bases, 0), sync, n, batches))
-    thin = rec[0].thin  # the same packed launch through cuda.bindings' wrapper (the launcher before)
-    res["thin/launcher"] = "ctypes" if driver_launch._ctypes_launch() is not None else "bindings"
+    thin = rec[0].thin  # the same packed launch alone: the driver call without the replay's patching
     if thin is not None:
-        _guard(res, "thin_bindings/empty_kernel_4_arrays", lambda: per_call_us(
+        _guard(res, "launch_only/empty_kernel_4_arrays", lambda: per_call_us(
             lambda: driver_launch.cu_launch(thin.function, thin.dims, thin.shared, 0, thin.address),
             sync, n, batches))
     from convlab import operands  # the pieces of a planned call on torch tensors, each alone

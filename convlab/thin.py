@@ -1,5 +1,5 @@
 """The thin GPU launch path: a kernel's parameters packed once into a buffer the record owns,
-relaunched with ``cuLaunchKernel`` (:mod:`convlab.driver_launch`: libcuda's own, bound once).
+relaunched with ``cuLaunchKernel`` (:mod:`convlab.driver_launch`).
 
 Numba's per-call launch re-marshals every argument (a 4-D array is 13 kernel parameters built through
 ctypes, about 30 us for four arrays). Here :func:`flatten` lays the parameters out exactly as Numba's
@@ -27,7 +27,7 @@ import numpy as np
 from numba.core import types as nbtypes
 
 from . import kernel_cache, runtime
-from .driver_launch import bind, cu_launch, driver_function, stream_handle  # noqa: F401  (re-exported)
+from .driver_launch import cu_launch, driver_function, stream_handle  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 SLOT = 8  # bytes per parameter slot (every supported parameter is at most 8 bytes)
@@ -105,7 +105,6 @@ class _ThinLaunch:
         # (ctypes view of a data-pointer slot, operand slot, byte offset), made once
         self.patches = [(packed.slot(index), slot, offset) for index, slot, offset in patches]
         self.address = packed.address
-        self.go = bind(function, self.dims, self.shared, self.address)  # launch(stream)
         self.lock = threading.Lock()  # the patched values are shared: one launch at a time
 
     @classmethod
@@ -133,7 +132,7 @@ class _ThinLaunch:
         with self.lock:
             for view, slot, offset in self.patches:
                 view.value = bases[slot] + offset
-            self.go(stream)
+            cu_launch(self.function, self.dims, self.shared, stream, self.address)
 
 
 def _compiled_target(dispatcher: Any, args: Sequence[Any]) -> tuple[Any, tuple] | None:

@@ -113,40 +113,32 @@ def test_the_packing_equals_numbas_own_prepare_args():
     assert result["detects"] == "parameter 20: packed 3.5, Numba packs 2.5"
 
 
-def test_a_bound_launch_passes_its_fixed_arguments_and_the_call_s_stream(monkeypatch):
-    """``driver_launch.bind``: the function handle, grid, block and shared size are ctypes values made
-    once; each launch adds the stream's handle (0 is NULL, the legacy default stream) and the params."""
+def test_a_launch_passes_its_arguments_and_the_stream_s_wrapper_made_once(monkeypatch):
+    """``driver_launch.cu_launch``: function, grid, block, shared size and the ``void**`` as given; the
+    stream (an int handle, or a Numba stream with a cuda.bindings or ctypes handle) as its CUstream
+    wrapper, made once per handle; a failed launch raises naming the CUresult."""
     from convlab import driver_launch
 
-    calls, result = [], [0]
+    calls, made, result = [], [], [0]
 
-    def fake_cu_launch_kernel(*args):
+    def fake_launch(*args):
         calls.append(args)
-        return result[0]
-    monkeypatch.setattr(driver_launch, "_lib", [fake_cu_launch_kernel])
+        return (result[0],)
+
+    def fake_stream(handle):
+        made.append(handle)
+        return ("CUstream", handle)
+    monkeypatch.setattr(driver_launch, "_bindings", [fake_launch, 0, fake_stream])
     monkeypatch.setattr(driver_launch, "_cu_streams", {})
-    go = driver_launch.bind(0xF00, (7, 2, 1, 128, 1, 1), 4096, 0xBEEF0)
 
     class NumbaStream:
-        handle = ctypes.c_void_p(0x5150)
-    for stream in (0, 0x77, NumbaStream(), 0x77):
-        go(stream)
-    assert len(calls) == 4
-    for args, want in zip(calls, (None, 0x77, 0x5150, 0x77)):
-        function, *dims, shared, stream, params, extra = args
-        assert function.value == 0xF00 and [d.value for d in dims] == [7, 2, 1, 128, 1, 1]
-        assert isinstance(shared, ctypes.c_uint) and shared.value == 4096
-        assert stream.value == want and params.value == 0xBEEF0 and extra is None
-    assert calls[1][0] is calls[0][0] and calls[1][8] is calls[3][8]  # made once, not per launch
+        def __init__(self, handle):
+            self.handle = handle
+    for stream in (0, 0x77, NumbaStream(ctypes.c_void_p(0x5150)), NumbaStream(0x77), 0x77):
+        driver_launch.cu_launch("fn", (7, 2, 1, 128, 1, 1), 4096, stream, 0xBEEF0)
+    assert made == [0, 0x77, 0x5150]
+    assert [c[8] for c in calls] == [("CUstream", h) for h in (0, 0x77, 0x5150, 0x77, 0x77)]
+    assert all(c[:8] == ("fn", 7, 2, 1, 128, 1, 1, 4096) and c[9:] == (0xBEEF0, 0) for c in calls)
     result[0] = 400
     with pytest.raises(RuntimeError, match="cuLaunchKernel failed: CUDA_ERROR_INVALID_HANDLE"):
-        go(0)
-
-
-@pytest.mark.skipif(runtime.SIMULATOR or sys.platform != "linux", reason="needs the CUDA driver library")
-def test_the_gpu_thin_path_launches_through_the_driver_library():
-    """On a Linux GPU the thin path calls libcuda's cuLaunchKernel (the replays of test_plan.py and
-    the conformance then run through it), unless CONVLAB_CU_LAUNCH=bindings."""
-    from convlab import driver_launch
-
-    assert (driver_launch._ctypes_launch() is not None) == (driver_launch.MODE == "ctypes")
+        driver_launch.cu_launch("fn", (1, 1, 1, 1, 1, 1), 0, 0, 0)

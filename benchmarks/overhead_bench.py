@@ -12,6 +12,7 @@ synchronize, i.e. the host's cost alone while the launch queue does not fill), o
 grad.conv2d_input / conv2d_weight and the convlab ops on torch CUDA tensors (1x16x8x8, weight
 16x16x3x3; conv2d also on a tensor requiring grad); an empty Numba kernel with 4 array arguments
 launched by Numba and by the thin path (and its ``cuLaunchKernel`` alone, ``launch_only/``); the relative error of each convlab op against torch;
+``convlab_nograph/<op>``: the same with the plans' CUDA graphs off (convlab.graphs);
 ``gpu/<op>``: the device time per call (torch's and convlab's), measured behind a
 ``torch.cuda._sleep`` spin kernel that hides the host's enqueueing: a ``median_us`` near ``gpu_us``
 and above ``issue_us`` is bound by the GPU, not by the host path; each plan's launch count; with
@@ -28,11 +29,20 @@ import sys
 import time
 from typing import Any, Callable
 
-from convlab import driver_launch, launch, plan, runtime
+from convlab import driver_launch, graphs, launch, plan, runtime
 from convlab.runtime import cuda
 from thin_selftest import _empty, _guard, _span
 
 SHAPE_X, SHAPE_W = (1, 16, 8, 8), (16, 16, 3, 3)
+
+
+def _without_graphs(fn: Callable[[], Any]) -> Any:
+    """``fn()`` with the plans' CUDA graphs off (convlab.graphs): each launch issued alone."""
+    graphs.set_enabled(False)
+    try:
+        return fn()
+    finally:
+        graphs.set_enabled(True)
 
 
 def layer_shapes(layer: str | None) -> tuple[tuple, tuple, int]:
@@ -132,7 +142,7 @@ def table(bench: dict) -> str:
         return "-" if v is None else f"{v:.1f}"
 
     lines = [f"{'op':<28}{'torch us':>10}{'convlab us':>12}{'ratio':>8}{'issue us':>10}{'gpu torch':>11}"
-             f"{'gpu ours':>10}"]
+             f"{'gpu ours':>10}{'no graph us':>13}"]
     for op in ("conv2d", "conv2d_backward_data", "conv2d_backward_weight", "conv_transpose2d",
                "conv2d_requires_grad"):
         theirs, ours = bench.get(f"torch/{op}", {}), bench.get(f"convlab/{op}", {})
@@ -140,7 +150,8 @@ def table(bench: dict) -> str:
         t, c = theirs.get("median_us"), ours.get("median_us")
         ratio = f"{c / t:8.2f}" if t and c else f"{'-':>8}"
         lines.append(f"{op:<28}{num(t):>10}{num(c):>12}{ratio}{num(ours.get('issue_us')):>10}"
-                     f"{num(gpu.get('torch_us')):>11}{num(gpu.get('convlab_us')):>10}")
+                     f"{num(gpu.get('torch_us')):>11}{num(gpu.get('convlab_us')):>10}"
+                     f"{num(bench.get(f'convlab_nograph/{op}', {}).get('median_us')):>13}")
     for name in ("numba/empty_kernel_4_arrays", "thin/empty_kernel_4_arrays",
                  "launch_only/empty_kernel_4_arrays"):
         lines.append(f"{name:<28}{'':>10}{num(bench.get(name, {}).get('median_us')):>12}")
@@ -186,6 +197,7 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False, la
                                                             / ref().float().norm()).item()))
         if not isinstance(res[f"rel_err/{name}"], dict):  # a dict is an error: the case is left out
             timed[f"torch/{name}"], timed[f"convlab/{name}"] = ref, ours
+            timed[f"convlab_nograph/{name}"] = lambda ours=ours: _without_graphs(ours)
     res["per_call"] = sorted(timed)  # the names timed together, round-robin
     try:
         res.update(interleaved_us(timed, sync, n, batches))
@@ -219,6 +231,7 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False, la
     for name, fn in pieces.items():
         _guard(res, f"piece/{name}", lambda: per_call_us(fn, sync, n, batches)["median_us"])
     res["plans"] = plan.stats()
+    res["graphs"] = dict(graphs.stats)
     res["plans_thin"] = [p.thin for p in plan._plans.values()]
     res["plan_launches"] = {f"{k[0]}/{p.candidate.plugin.name}/{p.candidate.config.name}": len(p.launches)
                             for k, p in plan._plans.items()}

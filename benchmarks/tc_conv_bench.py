@@ -15,13 +15,15 @@ also on channels-last tensors, ``op_cl_ms``, against channels-last cuDNN); the
 plugin's first config (what "auto" would try first; one compile per config, 5-25 s each), its output
 checked against cuDNN in float64, then CUDA-event medians of 20 runs after warm-up, against cuDNN in the
 same dtype and math mode (TF32: ``torch.backends.cudnn.allow_tf32 = True``), in NCHW and in
-channels_last. Summary: geometric means of cuDNN (its faster layout) / ours per op and dtype, through
-the public op (the user's path) and through plugin.run (above 1: ours is faster), and the shapes where
-the public op is faster. Every measurement is in its own try/except: failures become rows.
+channels_last. The public op runs its plan as one CUDA graph (convlab.graphs: the same tensors every
+call); ``op_nograph_ms`` times it again with graphs off (each launch issued alone). Summary: geometric
+means of cuDNN (its faster layout) / ours per op and dtype, through the public op (the user's path)
+and through plugin.run (above 1: ours is faster), and the shapes where the public op is faster. Every measurement is in its own try/except: failures become rows.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -99,6 +101,8 @@ def bench_one(torch, plugin, entry, pr, rows: list, config_index: int = 0) -> No
         row["ours_ms"] = _events_ms(ours)
         row.update(_parts_ms(pr, ours, (a, b, bias, out)))
         row["op_ms"] = _events_ms(_public_op(convlab, pr, ta, tb, tbias, tout, config))
+        with _graphs_off():  # each launch of the plan issued alone (convlab.graphs off)
+            row["op_nograph_ms"] = _events_ms(_public_op(convlab, pr, ta, tb, tbias, tout, config))
         row["op_b2b_ms"] = _b2b_ms(_public_op(convlab, pr, ta, tb, tbias, tout, config))
         cl = lambda t: t.contiguous(memory_format=torch.channels_last)  # noqa: E731
         row["op_cl_ms"] = _events_ms(_public_op(convlab, pr, cl(ta), cl(tb), tbias, cl(tout),  # NHWC tensors
@@ -115,6 +119,7 @@ def bench_one(torch, plugin, entry, pr, rows: list, config_index: int = 0) -> No
         row["cudnn_over_ours"] = best / row["ours_ms"]  # plugin.run with Numba's launches
         row["cudnn_over_op"] = best / row["op_ms"]  # the user's path: the public op on torch tensors
         row["cudnn_nchw_over_op"] = row["cudnn_ms"] / row["op_ms"]  # both NCHW
+        row["cudnn_nchw_over_op_nograph"] = row["cudnn_ms"] / row["op_nograph_ms"]  # both NCHW, no graph
         row["cudnn_cl_over_op_cl"] = row.get("cudnn_cl_ms", row["cudnn_ms"]) / row["op_cl_ms"]  # both NHWC
         row["cudnn_over_op_b2b"] = row["cudnn_b2b_ms"] / row["op_b2b_ms"]  # NCHW, calls back to back
     except Exception as exc:
@@ -125,6 +130,17 @@ def bench_one(torch, plugin, entry, pr, rows: list, config_index: int = 0) -> No
         log({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
         if OUT_PATH:  # after every row: a run cut by its time limit keeps what it measured
             _write(rows, OUT_PATH)
+
+
+@contextlib.contextmanager
+def _graphs_off():
+    from convlab import graphs
+    was = graphs.enabled()
+    graphs.set_enabled(False)
+    try:
+        yield
+    finally:
+        graphs.set_enabled(was)
 
 
 def _public_op(convlab, pr, ta, tb, tbias, tout, config):
@@ -197,8 +213,8 @@ def summary(rows: list) -> None:
     the same with channels-last tensors on both sides, and through plugin.run (Numba's launches); and
     the shapes where the public op is faster."""
     log("\n| op | dtype | shapes | geomean cuDNN/ours, public op (cuDNN's faster layout) | both NCHW "
-        "| both NCHW, back to back | both channels-last | plugin.run | op faster on |")
-    log("|---|---|---|---|---|---|---|---|---|")
+        "| both NCHW, no graph | both NCHW, back to back | both channels-last | plugin.run | op faster on |")
+    log("|---|---|---|---|---|---|---|---|---|---|")
     best: dict = {}  # per shape, op and dtype the config the tuner would keep (fastest public op)
     for r in rows:
         key = (r.get("shape"), r.get("op"), r.get("dtype"))
@@ -211,8 +227,8 @@ def summary(rows: list) -> None:
     gm = lambda rs, key: math.exp(sum(math.log(r[key]) for r in rs) / len(rs))  # noqa: E731
     for (op, dtype), rs in sorted(groups.items()):
         faster = [r["shape"] for r in rs if r["cudnn_over_op"] > 1]
-        keys = ("cudnn_over_op", "cudnn_nchw_over_op", "cudnn_over_op_b2b", "cudnn_cl_over_op_cl",
-                "cudnn_over_ours")
+        keys = ("cudnn_over_op", "cudnn_nchw_over_op", "cudnn_nchw_over_op_nograph", "cudnn_over_op_b2b",
+                "cudnn_cl_over_op_cl", "cudnn_over_ours")
         means = " | ".join(f"{gm(rs, key):.3f}" if all(r.get(key) for r in rs) else "-" for key in keys)
         log(f"| {op} | {dtype} | {len(rs)} | {means} | {', '.join(faster) or '-'} |")
     bad = [r for r in rows if r.get("status") not in ("ok", "declined")]

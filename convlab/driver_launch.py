@@ -49,21 +49,32 @@ def _fail(err: Any) -> None:
     raise RuntimeError(f"cuLaunchKernel failed: {name}")
 
 
+def cu_stream(stream: Any) -> Any:
+    """The cuda.bindings CUstream of ``stream`` (an int handle or a Numba stream), made once per handle."""
+    found = _cu_streams.get(stream) if isinstance(stream, int) else None
+    if found is None:
+        handle = stream if isinstance(stream, int) else stream_handle(stream)
+        found = _cu_streams.get(handle)
+        if found is None:
+            if not _bindings:
+                _load()
+            found = _cu_streams[handle] = _bindings[2](handle)
+    return found
+
+
+def _load() -> None:
+    from cuda.bindings import driver
+
+    _bindings.extend((driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS, driver.CUstream))
+
+
 def cu_launch(function: Any, dims: tuple, shared: int, stream: Any, params_address: int) -> None:
     """``cuLaunchKernel(function, *dims, shared, stream, params, NULL)``. ``dims``: grid x, y, z then
     block x, y, z; ``stream``: an int handle or a Numba stream; ``params_address``: the ``void**`` of
     the packed parameters."""
     if not _bindings:
-        from cuda.bindings import driver
-
-        _bindings.extend((driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS, driver.CUstream))
-    launch_kernel, success, cu_stream_type = _bindings
-    cu_stream = _cu_streams.get(stream) if isinstance(stream, int) else None
-    if cu_stream is None:  # the CUstream wrapper of a handle, made once
-        handle = stream if isinstance(stream, int) else stream_handle(stream)
-        cu_stream = _cu_streams.get(handle)
-        if cu_stream is None:
-            cu_stream = _cu_streams[handle] = cu_stream_type(handle)
-    err, = launch_kernel(function, *dims, shared, cu_stream, params_address, 0)
+        _load()
+    launch_kernel, success, _ = _bindings
+    err, = launch_kernel(function, *dims, shared, cu_stream(stream), params_address, 0)
     if err != success:
         _fail(err)

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import graphs as _graphs
 from . import launch, settings
 from . import operands as _operands
 from .thin import stream_handle as _stream_handle
@@ -66,6 +67,7 @@ class Plan:
         self.held_bytes = held_by(self.launches)
         self.thin = all(rec.thin is not None for rec in self.launches)
         self.thins = [rec.thin for rec in self.launches] if self.thin else []
+        self.graphs = _graphs.Graphs(self.thins)  # used on a GPU only: thin launches are GPU-only
         self.extents = extents_of(signatures)  # bytes of each operand, from the key
         first = signatures[0] if signatures else None
         self.torch_device = first[4] if first and first[0] == "torch" else None  # None: not torch
@@ -118,7 +120,8 @@ class Plan:
             ptr = _operands.data_pointer
             bases = [ptr(a), ptr(b), 0 if bias is None else ptr(bias), ptr(result)]
         if self.thin:
-            self.replay(None, bases, handle)
+            if not self.graphs.run(bases, handle):  # a graph of the launches (convlab.graphs), else each
+                self.replay(None, bases, handle)
         else:
             values = (a, b, bias, result)
             devs = [None if v is None else _operands.as_device(v) for v in values]

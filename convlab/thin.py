@@ -130,9 +130,13 @@ class _ThinLaunch:
 
     def launch(self, bases: Sequence[int], stream: Any) -> None:
         with self.lock:
-            for view, slot, offset in self.patches:
-                view.value = bases[slot] + offset
-            cu_launch(self.function, self.dims, self.shared, stream, self.address)
+            self.issue(bases, stream)
+
+    def issue(self, bases: Sequence[int], stream: Any) -> None:
+        """Patch the data pointers for ``bases`` and launch; the caller holds ``self.lock``."""
+        for view, slot, offset in self.patches:
+            view.value = bases[slot] + offset
+        cu_launch(self.function, self.dims, self.shared, stream, self.address)
 
 
 def _compiled_target(dispatcher: Any, args: Sequence[Any]) -> tuple[Any, tuple] | None:

@@ -152,7 +152,7 @@ print(table(results))
 # %%
 fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(results), 4.2))
 time_bars(ax, results)
-ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms (CUDA events)")
+ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms of the public op (CUDA events)")
 ax.set_title(f"forward time by plugin, {runtime.device_name()} (lower is better)")
 fig.tight_layout()
 if FIG_DIR:
@@ -183,7 +183,7 @@ assert all(c.status == "ok" for res in by_dtype for c in res.candidates), "a can
 
 fig, ax = plt.subplots(figsize=(9, 4.2))
 time_bars(ax, by_dtype, rotation=0)
-ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms (CUDA events)")
+ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms of the public op (CUDA events)")
 ax.set_title(f"{entry.label} forward by dtype and plugin, {runtime.device_name()} (lower is better)")
 fig.tight_layout()
 if FIG_DIR:

@@ -333,7 +333,7 @@ assert all(row.status == "ok" for res in results for row in res.candidates
 # %%
 fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(results), 4.2))
 time_bars(ax, results, highlight="notebook_winograd", rotation=0)
-ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms (CUDA events)")
+ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms of the public op (CUDA events)")
 ax.set_title(f"3x3 forward: the new Winograd plugin vs the others, {runtime.device_name()}", fontsize=9)
 ax.legend(fontsize=8)
 fig.tight_layout()

@@ -68,3 +68,19 @@ def test_simulator_wall_clock_option_times_each_checked_candidate():
     assert plain.candidates and all(row.median_ms is None for row in plain.candidates)
     assert all(row.status == "ok" for row in clocked.candidates)
     assert all(row.median_ms > 0 and row.tflops is None for row in clocked.candidates)  # no GPU rates
+
+
+def test_time_bars_show_the_public_op_where_it_was_timed():
+    """A candidate's bar is its time through the public op (``op_median_ms``) when measured, and each
+    plugin's fastest is chosen by that time, not by ``plugin.run``'s."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from convlab.bench.plot import time_bars
+
+    cands = [{"plugin": "p1", "median_ms": 1.0, "op_median_ms": 0.9, "status": "ok"},
+             {"plugin": "p1", "median_ms": 2.0, "op_median_ms": 0.4, "status": "ok"},
+             {"plugin": "p2", "median_ms": 0.7, "op_median_ms": None, "status": "ok"}]
+    ax = Figure().add_subplot()
+    time_bars(ax, [{"label": "a", "candidates": cands, "cudnn": None}])
+    assert {(c.get_label(), p.get_height()) for c in ax.containers for p in c} == {("p1", 0.4), ("p2", 0.7)}

@@ -26,10 +26,11 @@ recorded workspaces (least recently stored dropped first); :func:`clear` drops a
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -279,6 +280,20 @@ def aliased(spans: Sequence[tuple[int, int] | None]) -> bool:
     live = [s for s in spans if s is not None and s[1] > 0]
     return any(a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
                for i, a in enumerate(live) for b in live[i + 1:])
+
+
+@contextlib.contextmanager
+def transient() -> Iterator[None]:
+    """``with transient():`` the plans stored inside the block are dropped at its end (the
+    autotuner's timing calls); plans that existed before are kept."""
+    with _lock:
+        before = set(_plans)
+    try:
+        yield
+    finally:
+        with _lock:
+            for key in [k for k in _plans if k not in before]:
+                del _plans[key]
 
 
 def clear() -> None:

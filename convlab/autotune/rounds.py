@@ -7,7 +7,8 @@ On fresh random operands of the real shape::
     for cand in candidates:                                  # registry order
         measure.check_candidate: run once into a NaN-poisoned output;
             rel err > tolerance -> status "wrong", exception -> "error" (neither is timed)
-        probe: WARMUP runs, PROBE timed samples (CUDA events)
+        probe: WARMUP calls, PROBE timed samples (CUDA events; each call the public op with the
+               candidate forced, as a user's planned call runs: measure.time_candidate)
         probe median > SLOW_FACTOR x leader's median -> dropped early
         else REPEAT samples in all; leader = lowest median so far
     final round: the candidates within FINAL_MARGIN of the leader are re-timed interleaved
@@ -35,7 +36,7 @@ from convlab.measure import CandidateResult, check_candidate, trusted_output
 from .result import TuneResult
 
 REFERENCE_FLOPS = measure.HOST_REFERENCE_MAX_FLOPS  # the float64 reference up to this size, else "direct"
-WARMUP, PROBE, REPEAT = 2, 3, 15  # first pass: warm-up runs, probe samples, samples in all
+WARMUP, PROBE, REPEAT = 3, 3, 15  # first pass: warm-up calls (plan recorded, graph made), probe, all samples
 SLOW_FACTOR = 3.0  # drop a candidate whose probe median exceeds this multiple of the leader's median
 FINAL_MARGIN, FINAL_ROUNDS, FINAL_REPEAT = 0.10, 4, 5  # final round: who, how many rounds, samples each
 

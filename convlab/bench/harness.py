@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from convlab import measure, runtime, scratch
-from convlab.measure import CandidateResult, Trusted, check_candidate, judge, trusted_output
+from convlab.measure import CandidateResult, Trusted, check_candidate, judge, op_call, trusted_output
 from convlab.plugin import registry, strategy
 from .baseline import Cudnn
 from convlab.plugin.contract import Config
@@ -68,29 +68,6 @@ def _time(fn: Callable[[], Any], opts: BenchOptions) -> list[float] | None:
         repeat = max(3, min(repeat, int(opts.max_seconds * 1e3 / probe[0])))
         warmup = min(warmup, max(1, repeat // 3))
     return runtime.time_ms(fn, warmup=warmup, repeat=repeat)
-
-
-def op_call(cand: Candidate, problem: Problem, dev: tuple, out: Any, limit: int,
-            transpose: bool = False) -> Callable[[], Any]:
-    """``fn()``: the public op of ``problem`` on ``dev`` = (a, b, bias) into ``out`` with ``cand``
-    forced (``algorithm=(plugin, config)``); a dgrad with bias (or of a transpose entry) goes through
-    ``conv_transpose2d`` with the output padding that gives dx's size."""
-    from convlab import ops
-
-    a, b, bias = dev
-    pr = problem
-    conv = (pr.stride, pr.padding, pr.dilation, pr.groups)
-    kw = {"algorithm": (cand.plugin.name, cand.config), "out": out, "workspace_limit": limit}
-    if pr.op == "forward":
-        return lambda: ops.conv2d(a, b, bias, *conv, **kw)
-    if pr.op == "wgrad":
-        return lambda: ops.conv2d_backward_weight(a, b, pr.w_shape, *conv, **kw)
-    if bias is None and not transpose:
-        return lambda: ops.conv2d_backward_data(a, b, pr.x_shape, *conv, **kw)
-    extra = tuple(size - ((o - 1) * st - 2 * pad + d * (k - 1) + 1) for size, o, st, pad, d, k in
-                  zip((pr.h, pr.w), (pr.p, pr.q), pr.stride, pr.padding, pr.dilation, (pr.r, pr.s)))
-    return lambda: ops.conv_transpose2d(a, b, bias, pr.stride, pr.padding, extra, pr.groups, pr.dilation,
-                                        **kw)
 
 
 def allocated_during(fn: Callable[[], Any]) -> int | None:

@@ -323,3 +323,25 @@ def test_a_replay_whose_out_overlaps_an_input_takes_the_full_path_and_raises():
     hx, hw, hb = x2.copy_to_host(), w2.copy_to_host(), bias.copy_to_host()
     ref = reference.solve(convlab.problem_for("conv2d", hx, hw, hb, padding=1), hx, hw, hb)
     np.testing.assert_allclose(out2.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_the_tuner_times_a_candidate_through_the_public_op_and_drops_its_plan(monkeypatch):
+    """measure.time_candidate (the autotuner's clock) calls the public op with the candidate forced, so
+    the samples are planned replays as a user's calls; the plans it made go, the caller's stay."""
+    from convlab import measure
+
+    x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
+    convlab.conv2d(x, w, padding=1, algorithm="direct")  # the user's plan
+    mine = set(plan._plans)
+    monkeypatch.setattr(runtime, "time_ms", lambda fn, warmup, repeat: [fn() is not None and 1.0
+                                                                         for _ in range(warmup + repeat)])
+    problem = convlab.problem_for("conv2d", x.copy_to_host(), w.copy_to_host(), padding=1)
+    cand = registry.Candidate(registry.get("im2col"), registry.safe_configs(registry.get("im2col"), problem)[0])
+    out = runtime.to_device(np.full((1, 3, 5, 5), np.nan, np.float32))
+    built, replayed = built_replayed()
+    times = measure.time_candidate(cand, problem, x, w, None, out, workspace_limit=2**30, warmup=1, repeat=2)
+    assert times == [1.0, 1.0, 1.0]
+    assert built_replayed() == (built + 1, replayed + 2)  # recorded once, then replayed
+    assert set(plan._plans) == mine
+    hx, hw = x.copy_to_host(), w.copy_to_host()
+    np.testing.assert_allclose(out.copy_to_host(), reference.solve(problem, hx, hw), rtol=1e-4, atol=1e-4)

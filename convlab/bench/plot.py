@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from .report import user_ms
+
 #: NVIDIA H200, fp32 without TF32: cuBLAS SGEMM 4096^3, measured 50.7 TFLOP/s.
 H200_FP32_TFLOPS = 50.7
 #: NVIDIA H200, device-to-device copy (read + write), measured 4.24 TB/s.
@@ -133,25 +135,18 @@ def bar_chart(suite: str, results: list[dict[str, Any]], metric: str, path: Path
     return path
 
 
-def op_time(row: dict[str, Any]) -> float:
-    """A candidate's time as a user meets it: through the public op (``op_median_ms``: plan replay,
-    thin launches, graphs) where measured (GPU), else its ``median_ms`` (``plugin.run``; cuDNN's is
-    torch's own call)."""
-    return row.get("op_median_ms") or row["median_ms"]
-
-
 def time_bars(ax, results: list[Any], *, highlight: str | None = None, rotation: float = 15) -> None:
     """Draw on ``ax`` one group of bars per shape: each plugin's fastest checked time through the public
-    op (:func:`op_time`; and cuDNN's), log scale. ``results``: ``convlab.bench`` ProblemResult objects
-    or their JSON dicts; the bars of plugin ``highlight`` are hatched. Notebooks use it for their
-    time-by-plugin figures."""
+    op (:func:`convlab.bench.report.user_ms`; and cuDNN's), log scale. ``results``: ``convlab.bench``
+    ProblemResult objects or their JSON dicts; the bars of plugin ``highlight`` are hatched. Notebooks
+    use it for their time-by-plugin figures."""
     rows = [r if isinstance(r, dict) else dataclasses.asdict(r) for r in results]
-    best = [best_per_plugin(r, "median_ms", time=op_time) for r in rows]
+    best = [best_per_plugin(r, "median_ms", time=user_ms) for r in rows]
     names = sorted({p for b in best for p in b}, key=lambda p: (p == "cudnn", p))
     width = 0.8 / max(len(names), 1)
     for i, name in enumerate(names):
         xs = [j + (i - (len(names) - 1) / 2) * width for j, b in enumerate(best) if name in b]
-        ax.bar(xs, [op_time(b[name]) for b in best if name in b], width, label=name,
+        ax.bar(xs, [user_ms(b[name]) for b in best if name in b], width, label=name,
                color=plugin_color(name), hatch="//" if name == highlight else None)
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([r["label"] for r in rows], rotation=rotation)

@@ -127,3 +127,16 @@ def test_simulator_refuses_large_suites(capsys, monkeypatch):
     monkeypatch.setattr(runtime, "SIMULATOR", True)  # on a GPU too: the check runs before anything else
     code, _, err = run_cli(capsys, "bench", "--suite", "burn_b4", "--quiet")
     assert code == 2 and "too large for the CUDA simulator" in err
+
+
+def test_ranking_and_ratios_use_the_public_op_time_where_it_was_timed():
+    """On a GPU each candidate also has its time through the public op; the fastest and the ratio to
+    cuDNN go by that (the user's path), falling back to plugin.run's time where there is none."""
+    res = ProblemResult("s", "shape", "conv2d", "forward", {}, 2 * 10**9, 10**6)
+    res.candidates = [CandidateResult("a", "default", status="ok", median_ms=1.0, op_median_ms=0.8),
+                      CandidateResult("b", "default", status="ok", median_ms=0.9, op_median_ms=None),
+                      CandidateResult("c", "default", status="ok", median_ms=2.0, op_median_ms=0.4)]
+    res.cudnn = CandidateResult("cudnn", "default", status="ok", median_ms=0.2)
+    rank(res)
+    assert res.best == "c[default]"
+    assert [r.vs_cudnn for r in res.candidates] == [0.25, 0.2 / 0.9, 0.5]

@@ -10,15 +10,17 @@
 
 Self-test (``tc_conv_selftest.py`` beside this file): every op x dtype on a few shapes, the plugin's
 output against the host float64 reference, through ``plugin.run`` and the public ``convlab.conv2d``.
-Benchmark: operands are torch tensors on the GPU (bf16 handed to the plugin as uint16 bits; the public op
-also on channels-last tensors, ``op_cl_ms``, against channels-last cuDNN); the
-plugin's first config (what "auto" would try first; one compile per config, 5-25 s each), its output
-checked against cuDNN in float64, then CUDA-event medians of 20 runs after warm-up, against cuDNN in the
-same dtype and math mode (TF32: ``torch.backends.cudnn.allow_tf32 = True``), in NCHW and in
-channels_last. The public op runs its plan as one CUDA graph (convlab.graphs: the same tensors every
-call); ``op_nograph_ms`` times it again with graphs off (each launch issued alone). Summary: geometric
-means of cuDNN (its faster layout) / ours per op and dtype, through the public op (the user's path)
-and through plugin.run (above 1: ours is faster), and the shapes where the public op is faster. Every measurement is in its own try/except: failures become rows.
+Benchmark: operands are torch tensors on the GPU (bf16 handed to the plugin as uint16 bits; the public
+op also on channels-last tensors, ``op_cl_ms``, against channels-last cuDNN); the plugin's first config
+(what "auto" would try first; one compile per config, 5-25 s each), its output checked against cuDNN in
+float64 (and the public op's output again after its timing: ``op_rel_err``), then CUDA-event medians of
+20 runs after warm-up, against cuDNN in the same dtype and math mode (TF32:
+``torch.backends.cudnn.allow_tf32 = True``), in NCHW and in channels_last. The public op runs its plan
+as one CUDA graph (convlab.graphs: the same tensors every call); ``op_nograph_ms`` times it again with
+graphs off (each launch issued alone). Summary: geometric means of cuDNN (its faster layout) / ours per
+op and dtype, through the public op (the user's path) and through plugin.run (above 1: ours is faster),
+and the shapes where the public op is faster. Every measurement is in its own try/except: failures
+become rows.
 """
 from __future__ import annotations
 
@@ -100,7 +102,13 @@ def bench_one(torch, plugin, entry, pr, rows: list, config_index: int = 0) -> No
         row["status"] = "ok" if row["rel_err"] <= row["tolerance"] else "WRONG"
         row["ours_ms"] = _events_ms(ours)
         row.update(_parts_ms(pr, ours, (a, b, bias, out)))
-        row["op_ms"] = _events_ms(_public_op(convlab, pr, ta, tb, tbias, tout, config))
+        op = _public_op(convlab, pr, ta, tb, tbias, tout, config)
+        row["op_ms"] = _events_ms(op)
+        tout.fill_(float("nan"))  # the op's own output (its plan's graph by now) checked as well
+        op()
+        row["op_rel_err"] = rel_error(tout.float().cpu().numpy(), ref)
+        if row["op_rel_err"] > row["tolerance"]:
+            row["status"] = "WRONG"
         with _graphs_off():  # each launch of the plan issued alone (convlab.graphs off)
             row["op_nograph_ms"] = _events_ms(_public_op(convlab, pr, ta, tb, tbias, tout, config))
         row["op_b2b_ms"] = _b2b_ms(_public_op(convlab, pr, ta, tb, tbias, tout, config))

@@ -38,11 +38,8 @@ SHAPE_X, SHAPE_W = (1, 16, 8, 8), (16, 16, 3, 3)
 
 def _without_graphs(fn: Callable[[], Any]) -> Any:
     """``fn()`` with the plans' CUDA graphs off (convlab.graphs): each launch issued alone."""
-    graphs.set_enabled(False)
-    try:
+    with graphs.disabled():
         return fn()
-    finally:
-        graphs.set_enabled(True)
 
 
 def layer_shapes(layer: str | None) -> tuple[tuple, tuple, int]:

@@ -25,7 +25,6 @@ become rows.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import statistics
@@ -35,7 +34,7 @@ import time
 import numpy as np
 
 import convlab
-from convlab import runtime
+from convlab import graphs, runtime
 from convlab.bench.baseline import torch_call
 from convlab.bench.suite import load_suite
 from convlab.measure import rel_error, tolerance
@@ -109,7 +108,7 @@ def bench_one(torch, plugin, entry, pr, rows: list, config_index: int = 0) -> No
         row["op_rel_err"] = rel_error(tout.float().cpu().numpy(), ref)
         if row["op_rel_err"] > row["tolerance"]:
             row["status"] = "WRONG"
-        with _graphs_off():  # each launch of the plan issued alone (convlab.graphs off)
+        with graphs.disabled():  # each launch of the plan issued alone
             row["op_nograph_ms"] = _events_ms(_public_op(convlab, pr, ta, tb, tbias, tout, config))
         row["op_b2b_ms"] = _b2b_ms(_public_op(convlab, pr, ta, tb, tbias, tout, config))
         cl = lambda t: t.contiguous(memory_format=torch.channels_last)  # noqa: E731
@@ -138,17 +137,6 @@ def bench_one(torch, plugin, entry, pr, rows: list, config_index: int = 0) -> No
         log({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
         if OUT_PATH:  # after every row: a run cut by its time limit keeps what it measured
             _write(rows, OUT_PATH)
-
-
-@contextlib.contextmanager
-def _graphs_off():
-    from convlab import graphs
-    was = graphs.enabled()
-    graphs.set_enabled(False)
-    try:
-        yield
-    finally:
-        graphs.set_enabled(was)
 
 
 def _public_op(convlab, pr, ta, tb, tbias, tout, config):

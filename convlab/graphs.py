@@ -16,15 +16,21 @@ Rules, one line each:
   plan (then the plan stays on the thin path);
 - a graph reads its operands when it runs, like the launches it replaces: new values in the same
   buffers are seen;
-- a capture that fails is logged, and that plan keeps the thin path;
-- ``CONVLAB_GRAPHS=0``, or :func:`set_enabled` (False), turns graphs off (the benchmarks time both).
+- a capture or graph launch that fails is logged, and that plan keeps the thin path;
+- a call on a stream that is itself being captured (``torch.cuda.graph``) takes the thin path, whose
+  launches the caller's capture records;
+- the capture stream is one per thread, made in the context current at its first capture (a plan of
+  another device then fails its capture and keeps the thin path);
+- ``CONVLAB_GRAPHS=0``, :func:`set_enabled` (False) or ``with disabled():`` turns graphs off (the
+  benchmarks time both).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .driver_launch import cu_stream
 
@@ -45,6 +51,18 @@ def enabled() -> bool:
     return _enabled[0]
 
 
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """``with disabled():`` plan graphs off inside the block, then as they were (the benchmarks' "no
+    graph" timings)."""
+    was = _enabled[0]
+    _enabled[0] = False
+    try:
+        yield
+    finally:
+        _enabled[0] = was
+
+
 def _driver() -> Any:
     from cuda.bindings import driver
 
@@ -57,6 +75,17 @@ def _check(result: Any, what: str) -> Any:
     if err != _driver().CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"{what} failed: {getattr(err, 'name', err)}")
     return values[0] if len(values) == 1 else values
+
+
+def _capturing(stream: int) -> bool:
+    """True when ``stream`` is being captured (a torch.cuda.graph around the call, say) or when the
+    driver cannot say: a graph launch or a capture of ours then stays out of the way."""
+    drv = _driver()
+    try:
+        status = _check(drv.cuStreamIsCapturing(cu_stream(stream)), "cuStreamIsCapturing")
+    except Exception:  # noqa: BLE001  (e.g. the legacy stream during another thread's global capture)
+        return True
+    return status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def _capture_stream() -> Any:
@@ -83,32 +112,48 @@ class Graphs:
 
     def run(self, bases: Sequence[int], stream: int) -> bool:
         """Launch the graph of the call at ``bases`` on ``stream`` (a CUstream handle, int) and return
-        True; False when this call takes the thin path (see the module rules)."""
+        True; False when this call takes the thin path (see the module rules). A graph-side failure
+        turns graphs off for this plan only (with a warning), never the thin launches."""
         if not (self.usable and _enabled[0]):
             return False
         key = tuple(bases)
         with self.lock:
-            if self.exec is None or key != self.bases:
+            fresh = self.exec is None or key != self.bases
+            if fresh:
                 self.repeats = self.repeats + 1 if key == self.last else 1
                 self.last = key
                 if self.repeats < CAPTURE_AFTER or self.captures >= MAX_CAPTURES:
                     return False
-                if not self._capture(key):
-                    return False
-            _check(_driver().cuGraphLaunch(self.exec, cu_stream(stream)), "cuGraphLaunch")
+            if _capturing(stream):  # the caller's own capture records the thin launches instead
+                return False
+            if fresh and not self._capture(key):
+                return False
+            try:
+                _check(_driver().cuGraphLaunch(self.exec, cu_stream(stream)), "cuGraphLaunch")
+            except Exception as exc:  # noqa: BLE001  (the thin path still works)
+                self._give_up("launch", exc)
+                return False
             stats["launched"] += 1
             return True
 
+    def _give_up(self, what: str, exc: BaseException) -> None:
+        self.usable = False
+        stats["failed"] += 1
+        log.warning("convlab: CUDA graph %s failed, the plan keeps its launches: %s", what, exc)
+
     def _capture(self, key: tuple) -> bool:
-        """Capture every launch at operand addresses ``key`` into a new graph (replacing the old one)."""
+        """Capture every launch at operand addresses ``key`` into a new graph (replacing the old one).
+        A capture that was begun is always ended (also on KeyboardInterrupt), and what it returns
+        destroyed unless instantiated."""
         drv = _driver()
         self.captures += 1
-        cap = _capture_stream()
         locks = [t.lock for t in self.thins]
+        new = graph = None
+        began = False
         for lock in locks:
             lock.acquire()
-        began = False
         try:
+            cap = _capture_stream()
             mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
             _check(drv.cuStreamBeginCapture(cap, mode), "cuStreamBeginCapture")
             began = True
@@ -116,20 +161,19 @@ class Graphs:
                 thin.issue(key, int(cap))
             began = False
             graph = _check(drv.cuStreamEndCapture(cap), "cuStreamEndCapture")
-            try:
-                new = _check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-            finally:
-                drv.cuGraphDestroy(graph)
+            new = _check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
         except Exception as exc:  # noqa: BLE001  (the thin path still works)
-            if began:
-                drv.cuStreamEndCapture(cap)
-            self.usable = False
-            stats["failed"] += 1
-            log.warning("convlab: CUDA graph capture failed, the plan keeps its launches: %s", exc)
-            return False
+            self._give_up("capture", exc)
         finally:
+            if began:  # an error between begin and end: end the capture, drop its graph
+                ended = drv.cuStreamEndCapture(cap)
+                graph = ended[1] if isinstance(ended, tuple) and len(ended) > 1 else None
+            if graph is not None:
+                drv.cuGraphDestroy(graph)
             for lock in locks:
                 lock.release()
+        if new is None:
+            return False
         self.release()
         self.exec, self.bases = new, key
         stats["captured"] += 1

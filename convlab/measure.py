@@ -78,21 +78,21 @@ def time_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias:
                    workspace_limit: int, warmup: int = 3, repeat: int = 20) -> list[float] | None:
     """Per-call milliseconds (CUDA events) of a candidate as a user's call runs it: the public op with
     the candidate forced (:func:`op_call`: its launch plan replayed, thin launches, one CUDA graph),
-    after ``warmup`` calls; None on the simulator. The plans this makes are dropped after (the user's
-    own plans are not pushed out by tuning). ``plugin.run`` alone would time Numba's per-launch
-    marshalling as well, tens of microseconds a launch that no planned call pays."""
-    from .plan import transient
-
-    with transient():
-        return runtime.time_ms(op_call(candidate, problem, (a, b, bias), out, workspace_limit),
-                               warmup=warmup, repeat=repeat)
+    after ``warmup`` calls; None on the simulator. ``plugin.run`` alone would time Numba's per-launch
+    marshalling as well, tens of microseconds a launch that no planned call pays. The first call records
+    the plan and the graph is made on the ``convlab.graphs.CAPTURE_AFTER``-th replay: a caller timing
+    the same operands again keeps the plan between calls (the autotuner wraps its rounds in
+    ``plan.transient()``, which then drops it)."""
+    return runtime.time_ms(op_call(candidate, problem, (a, b, bias), out, workspace_limit),
+                           warmup=warmup, repeat=repeat)
 
 
 def op_call(cand: Candidate, problem: Problem, dev: tuple, out: Any, limit: int,
             transpose: bool = False) -> Callable[[], Any]:
     """``fn()``: the public op of ``problem`` on ``dev`` = (a, b, bias) into ``out`` with ``cand``
-    forced (``algorithm=(plugin, config)``); a dgrad with bias (or of a transpose entry) goes through
-    ``conv_transpose2d`` with the output padding that gives dx's size."""
+    forced (``algorithm=(plugin, config)``); a dgrad with bias, of a transpose entry, or whose dx is
+    larger than the forward formula of dy allows (output padding of at least the stride, allowed below
+    the dilation) goes through ``conv_transpose2d`` with the output padding that gives dx's size."""
     from . import ops
 
     a, b, bias = dev
@@ -103,10 +103,10 @@ def op_call(cand: Candidate, problem: Problem, dev: tuple, out: Any, limit: int,
         return lambda: ops.conv2d(a, b, bias, *conv, **kw)
     if pr.op == "wgrad":
         return lambda: ops.conv2d_backward_weight(a, b, pr.w_shape, *conv, **kw)
-    if bias is None and not transpose:
-        return lambda: ops.conv2d_backward_data(a, b, pr.x_shape, *conv, **kw)
     extra = tuple(size - ((o - 1) * st - 2 * pad + d * (k - 1) + 1) for size, o, st, pad, d, k in
                   zip((pr.h, pr.w), (pr.p, pr.q), pr.stride, pr.padding, pr.dilation, (pr.r, pr.s)))
+    if bias is None and not transpose and all(0 <= e < st for e, st in zip(extra, pr.stride)):
+        return lambda: ops.conv2d_backward_data(a, b, pr.x_shape, *conv, **kw)
     return lambda: ops.conv_transpose2d(a, b, bias, pr.stride, pr.padding, extra, pr.groups, pr.dilation,
                                         **kw)
 

@@ -284,16 +284,18 @@ def aliased(spans: Sequence[tuple[int, int] | None]) -> bool:
 
 @contextlib.contextmanager
 def transient() -> Iterator[None]:
-    """``with transient():`` the plans stored inside the block are dropped at its end (the
-    autotuner's timing calls); plans that existed before are kept."""
+    """``with transient():`` the plans are put back at the end of the block as they were at its start
+    (the autotuner's timing calls): the plans stored inside are dropped and those the bounds pushed out
+    meanwhile come back. Meant for one thread: a plan another thread stores meanwhile is dropped too
+    (it is rebuilt by that thread's next call)."""
     with _lock:
-        before = set(_plans)
+        before = collections.OrderedDict(_plans)
     try:
         yield
     finally:
         with _lock:
-            for key in [k for k in _plans if k not in before]:
-                del _plans[key]
+            _plans.clear()
+            _plans.update(before)
 
 
 def clear() -> None:

@@ -82,7 +82,17 @@ def _final_round(contenders: list[tuple[Candidate, CandidateResult]], timer: Tim
 
 def measure_candidates(problem: Problem, key: str, cands: list[Candidate], limit: int,
                        timer: Timer | None, start: float, stats: dict[str, int]) -> TuneResult:
-    """Check and time every candidate (see the module docstring); the TuneResult names the winner."""
+    """Check and time every candidate (see the module docstring); the TuneResult names the winner.
+    Each candidate's plan (made by its first timed call) is kept through every round, so later samples
+    replay it as a user's calls would, and all of them are dropped at the end (``plan.transient``)."""
+    from convlab.plan import transient
+
+    with transient():
+        return _measure(problem, key, cands, limit, timer, start, stats)
+
+
+def _measure(problem: Problem, key: str, cands: list[Candidate], limit: int, timer: Timer | None,
+             start: float, stats: dict[str, int]) -> TuneResult:
     host = measure.random_operands(problem, np.random.default_rng())
     dev = measure.to_device(*host)
     poison = np.full(problem.operand_shapes[2], np.nan, problem.dtype)

@@ -20,7 +20,10 @@ class FakeDriver:
 
     def __init__(self, fail: str | None = None) -> None:
         self.calls, self.fail, self.capturing, self.graphs, self.alive = [], fail, False, 0, set()
+        self.user_capture = False  # the call's own stream is being captured by the caller
+        self.destroyed = []
         self.CUresult = types.SimpleNamespace(CUDA_SUCCESS=OK)
+        self.CUstreamCaptureStatus = types.SimpleNamespace(CU_STREAM_CAPTURE_STATUS_NONE=0)
         self.CUstream_flags = types.SimpleNamespace(CU_STREAM_NON_BLOCKING=1)
         self.CUstreamCaptureMode = types.SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=2)
 
@@ -40,12 +43,16 @@ class FakeDriver:
         self.capturing = False
         return self._ret("cuStreamEndCapture", "graph")
 
+    def cuStreamIsCapturing(self, stream):
+        return (OK, 1 if self.user_capture else 0)
+
     def cuGraphInstantiate(self, graph, flags):
         self.graphs += 1
         self.alive.add(self.graphs)
         return self._ret("cuGraphInstantiate", self.graphs)
 
     def cuGraphDestroy(self, graph):
+        self.destroyed.append(graph)
         return self._ret("cuGraphDestroy")
 
     def cuGraphLaunch(self, exec_, stream):
@@ -64,9 +71,13 @@ class FakeThin:
     def __init__(self, drv):
         self.drv, self.lock, self.issued = drv, threading.Lock(), []
 
+    raises = None  # an exception class issue() raises (mid-capture)
+
     def issue(self, bases, stream):
         assert self.lock.locked()  # the capture holds every launch's lock
         self.issued.append((bases, stream, self.drv.capturing))
+        if self.raises is not None:
+            raise self.raises("a launch failed mid-capture")
 
 
 @pytest.fixture
@@ -156,3 +167,51 @@ def test_graph_replays_read_new_values_and_follow_new_operands():
     hx2 = x2.copy_to_host()
     ref = reference.solve(convlab.problem_for("conv2d", hx2, hw, padding=1), hx2, hw)
     np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_a_launch_failing_mid_capture_ends_the_capture_and_frees_everything(fake, error, caplog):
+    thins = [FakeThin(fake), FakeThin(fake)]
+    thins[1].raises = error
+    g = graphs.Graphs(thins)
+    g.run((1, 2, 0, 3), 0)
+    if error is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt):
+            g.run((1, 2, 0, 3), 0)
+    else:
+        with caplog.at_level(logging.WARNING, logger="convlab.graphs"):
+            assert g.run((1, 2, 0, 3), 0) is False
+        assert "capture failed" in caplog.text and not g.usable
+    assert not fake.capturing and fake.destroyed == ["graph"]  # ended, and its graph destroyed
+    assert all(not t.lock.locked() for t in thins) and "cuGraphLaunch" not in fake.calls
+
+
+def test_a_call_on_a_stream_being_captured_takes_the_thin_path(fake):
+    """Inside the caller's own capture (torch.cuda.graph) no graph is launched or made: the thin
+    launches are what the caller's capture records."""
+    g = graphs.Graphs([FakeThin(fake), FakeThin(fake)])
+    fake.user_capture = True
+    assert g.run((1, 2, 0, 3), 0) is False and g.run((1, 2, 0, 3), 0) is False
+    assert "cuStreamBeginCapture" not in fake.calls
+    fake.user_capture = False
+    assert g.run((1, 2, 0, 3), 0) is True  # the same addresses kept repeating: captured now
+    fake.user_capture = True
+    assert g.run((1, 2, 0, 3), 0) is False and fake.calls.count("cuGraphLaunch") == 1
+
+
+def test_a_failed_graph_launch_turns_graphs_off_for_that_plan_only(fake, caplog):
+    g = graphs.Graphs([FakeThin(fake), FakeThin(fake)])
+    fake.fail = "cuGraphLaunch"
+    with caplog.at_level(logging.WARNING, logger="convlab.graphs"):
+        assert g.run((1, 2, 0, 3), 0) is False and g.run((1, 2, 0, 3), 0) is False
+    assert "launch failed" in caplog.text and not g.usable
+    assert g.run((1, 2, 0, 3), 0) is False and fake.calls.count("cuGraphLaunch") == 1
+
+
+def test_graphs_off_inside_a_block_then_as_they_were(fake):
+    for before in (True, False):
+        graphs.set_enabled(before)
+        with graphs.disabled():
+            assert not graphs.enabled()
+            assert graphs.Graphs([FakeThin(fake), FakeThin(fake)]).run((1, 2, 0, 3), 0) is False
+        assert graphs.enabled() is before

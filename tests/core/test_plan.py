@@ -325,23 +325,46 @@ def test_a_replay_whose_out_overlaps_an_input_takes_the_full_path_and_raises():
     np.testing.assert_allclose(out2.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
 
 
-def test_the_tuner_times_a_candidate_through_the_public_op_and_drops_its_plan(monkeypatch):
+def test_the_tuner_times_a_candidate_through_the_public_op_and_restores_the_plans(monkeypatch):
     """measure.time_candidate (the autotuner's clock) calls the public op with the candidate forced, so
-    the samples are planned replays as a user's calls; the plans it made go, the caller's stay."""
+    the samples are planned replays as a user's calls; plan.transient (around the tuner's rounds) puts
+    the plans back as they were, the user's own included even when the bounds pushed them out."""
     from convlab import measure
 
     x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
-    convlab.conv2d(x, w, padding=1, algorithm="direct")  # the user's plan
-    mine = set(plan._plans)
+    convlab.conv2d(x, w, padding=1, algorithm="direct")  # the user's plans
+    convlab.conv2d(x, w, padding=1, algorithm="im2col")
+    mine = list(plan._plans.items())
+    monkeypatch.setattr(plan, "MAX_PLANS", 2)
     monkeypatch.setattr(runtime, "time_ms", lambda fn, warmup, repeat: [fn() is not None and 1.0
                                                                          for _ in range(warmup + repeat)])
     problem = convlab.problem_for("conv2d", x.copy_to_host(), w.copy_to_host(), padding=1)
-    cand = registry.Candidate(registry.get("im2col"), registry.safe_configs(registry.get("im2col"), problem)[0])
+    im2col = registry.get("im2col")
+    cand = registry.Candidate(im2col, registry.safe_configs(im2col, problem)[-1])
     out = runtime.to_device(np.full((1, 3, 5, 5), np.nan, np.float32))
     built, replayed = built_replayed()
-    times = measure.time_candidate(cand, problem, x, w, None, out, workspace_limit=2**30, warmup=1, repeat=2)
+    with plan.transient():
+        times = measure.time_candidate(cand, problem, x, w, None, out, workspace_limit=2**30, warmup=1,
+                                       repeat=2)
+        assert built_replayed() == (built + 1, replayed + 2)  # recorded once, then replayed
+        measure.time_candidate(cand, problem, x, w, None, out, workspace_limit=2**30, warmup=0, repeat=1)
+        assert built_replayed() == (built + 1, replayed + 3)  # the same plan again: no new recording
+        assert len(plan._plans) == 2 and mine[0][0] not in plan._plans  # the bound pushed one out
     assert times == [1.0, 1.0, 1.0]
-    assert built_replayed() == (built + 1, replayed + 2)  # recorded once, then replayed
-    assert set(plan._plans) == mine
+    assert list(plan._plans.items()) == mine
     hx, hw = x.copy_to_host(), w.copy_to_host()
     np.testing.assert_allclose(out.copy_to_host(), reference.solve(problem, hx, hw), rtol=1e-4, atol=1e-4)
+
+
+def test_a_dgrad_with_more_output_padding_than_stride_is_timed_through_conv_transpose2d():
+    """A conv_transpose2d whose output padding is at least its stride (allowed below the dilation) gives
+    a dgrad that conv2d_backward_data refuses; the tuner's op call takes conv_transpose2d for it."""
+    from convlab import measure
+
+    x, w = rand(1, 2, 3, 3), rand(2, 2, 3, 3)
+    y = convlab.conv_transpose2d(x, w, stride=1, output_padding=1, dilation=2, algorithm="direct")
+    problem = convlab.problem_for("conv_transpose2d", x, w, stride=1, output_padding=1, dilation=2)
+    cand = registry.Candidate(registry.get("direct"), registry.safe_configs(registry.get("direct"), problem)[0])
+    out = runtime.to_device(np.full(y.shape, np.nan, np.float32))
+    measure.op_call(cand, problem, (runtime.to_device(x), runtime.to_device(w), None), out, 2**30)()
+    np.testing.assert_allclose(out.copy_to_host(), y, rtol=1e-5, atol=1e-5)

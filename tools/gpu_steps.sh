@@ -10,6 +10,9 @@
 #          CONV_SHAPES: labels to keep (comma list, may hold spaces); CONV_ARGS: more options (no spaces)
 #   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile), TESTS_S s
 #   san    compute-sanitizer SAN_TOOLS (memcheck racecheck) on tools/sanitize_cases.py tensor_core, SAN_S s each
+#   bench  convlab bench --no-auto on BENCH_SUITES (mobilenetv2 resnext50 efficientnet_b0: issue 13's),
+#          BENCH_ARGS (e.g. --ops forward --plugins depthwise,implicit_gemm), BENCH_S s; candidates ranked
+#          and compared with cuDNN by their time through the public op ('op ms')
 #   overhead  benchmarks/overhead_bench.py: OVH_ALG (implicit_gemm), OVH_LAYER (N,C,H,W,K,R), OVH_DTYPE,
 #          OVH_ARGS (e.g. --profile), OVH_TAG (file suffix), OVH_S s
 #   nb     notebooks/run_all.py --only 01 (the precision figure), NB_S s
@@ -63,6 +66,11 @@ for step in ${STEPS:-gemm conv}; do
         python3 tools/sanitize_cases.py tensor_core > "$OUT/$tool.log" 2>&1
       el "$tool rc=$?"; grep -E "ERROR SUMMARY|hazard|runs" "$OUT/$tool.log" | tail -n 3
     done ;;
+  bench)
+    args=""; for su in ${BENCH_SUITES:-mobilenetv2 resnext50 efficientnet_b0}; do args="$args --suite $su"; done
+    timeout "${BENCH_S:-300}" convlab bench $args --no-auto --repeat 10 --warmup 3 --max-seconds 0.4 \
+      ${BENCH_ARGS:-} --out "$OUT/bench" --quiet > "$OUT/bench.log" 2>&1
+    el "bench rc=$?"; grep -A12 "geometric mean" "$OUT/bench.log" | head -40 ;;
   overhead)
     timeout "${OVH_S:-150}" python3 benchmarks/overhead_bench.py --algorithm "${OVH_ALG:-implicit_gemm}" \
       ${OVH_LAYER:+--layer "$OVH_LAYER"} --dtype "${OVH_DTYPE:-float32}" ${OVH_ARGS:-} \

@@ -6,6 +6,7 @@ candidate the same way.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -82,33 +83,34 @@ def time_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias:
     marshalling as well, tens of microseconds a launch that no planned call pays. The first call records
     the plan and the graph is made on the ``convlab.graphs.CAPTURE_AFTER``-th replay: a caller timing
     the same operands again keeps the plan between calls (the autotuner wraps its rounds in
-    ``plan.transient()``, which then drops it)."""
+    :func:`timing_scope`, which then drops it)."""
     return runtime.time_ms(op_call(candidate, problem, (a, b, bias), out, workspace_limit),
                            warmup=warmup, repeat=repeat)
 
 
+#: [the public-op caller, the scope that puts the plans back], registered by :mod:`convlab.ops` at its
+#: import (the autotuner, which times through the public op, sits below the ops in the import order)
+_public_op: list = []
+
+
+def use_public_op(factory: Callable[..., Callable[[], Any]], scope: Callable[[], Any]) -> None:
+    """Register :func:`convlab.ops.op_call` and :func:`convlab.plan.transient` (done by convlab.ops
+    when it is imported)."""
+    _public_op[:] = [factory, scope]
+
+
 def op_call(cand: Candidate, problem: Problem, dev: tuple, out: Any, limit: int,
             transpose: bool = False) -> Callable[[], Any]:
-    """``fn()``: the public op of ``problem`` on ``dev`` = (a, b, bias) into ``out`` with ``cand``
-    forced (``algorithm=(plugin, config)``); a dgrad with bias, of a transpose entry, or whose dx is
-    larger than the forward formula of dy allows (output padding of at least the stride, allowed below
-    the dilation) goes through ``conv_transpose2d`` with the output padding that gives dx's size."""
-    from . import ops
+    """``fn()``: the public op of ``problem`` with ``cand`` forced (:func:`convlab.ops.op_call`)."""
+    if not _public_op:  # convlab/__init__ imports convlab.ops, which registers it
+        raise RuntimeError("convlab.ops is not imported: no public op to time through")
+    return _public_op[0](cand, problem, dev, out, limit, transpose)
 
-    a, b, bias = dev
-    pr = problem
-    conv = (pr.stride, pr.padding, pr.dilation, pr.groups)
-    kw = {"algorithm": (cand.plugin.name, cand.config), "out": out, "workspace_limit": limit}
-    if pr.op == "forward":
-        return lambda: ops.conv2d(a, b, bias, *conv, **kw)
-    if pr.op == "wgrad":
-        return lambda: ops.conv2d_backward_weight(a, b, pr.w_shape, *conv, **kw)
-    extra = tuple(size - ((o - 1) * st - 2 * pad + d * (k - 1) + 1) for size, o, st, pad, d, k in
-                  zip((pr.h, pr.w), (pr.p, pr.q), pr.stride, pr.padding, pr.dilation, (pr.r, pr.s)))
-    if bias is None and not transpose and all(0 <= e < st for e, st in zip(extra, pr.stride)):
-        return lambda: ops.conv2d_backward_data(a, b, pr.x_shape, *conv, **kw)
-    return lambda: ops.conv_transpose2d(a, b, bias, pr.stride, pr.padding, extra, pr.groups, pr.dilation,
-                                        **kw)
+
+def timing_scope() -> Any:
+    """``with timing_scope():`` around repeated :func:`time_candidate` calls: the plans they make are
+    kept inside and dropped at the end, the caller's own put back (:func:`convlab.plan.transient`)."""
+    return _public_op[1]() if _public_op else contextlib.nullcontext()
 
 
 def wall_clock_ms(candidate: Candidate, problem: Problem, a: Any, b: Any, bias: Any, out: Any,

@@ -12,14 +12,15 @@ channels-last output; such calls are planned too).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import launch, layouts, operands, plan, runtime
+from . import launch, layouts, measure, operands, plan, runtime
 from .plugin import registry, strategy
 from .arguments import (array_spec, check_fits, check_out_aliasing, dgrad_problem, forward_problem,
                         problem_for, transpose_problem, wgrad_problem)
+from .plugin.registry import Candidate
 from .problem import Problem
 from .settings import check_workspace_limit
 
@@ -221,3 +222,27 @@ def explain(*args: Any, op: str = "conv2d", algorithm: Any = "auto",
 
     prob = args[0] if len(args) == 1 and isinstance(args[0], Problem) else problem_for(op, *args, **kwargs)
     return explain_problem(prob, algorithm=algorithm, workspace_limit=check_workspace_limit(workspace_limit))
+
+
+def op_call(cand: Candidate, problem: Problem, dev: tuple, out: Any, limit: int,
+            transpose: bool = False) -> Callable[[], Any]:
+    """``fn()``: the public op of ``problem`` on ``dev`` = (a, b, bias) into ``out`` with ``cand``
+    forced (``algorithm=(plugin, config)``); a dgrad with bias, of a transpose entry, or whose dx is
+    larger than the forward formula of dy allows (output padding of at least the stride, allowed below
+    the dilation) goes through ``conv_transpose2d`` with the output padding that gives dx's size."""
+    a, b, bias = dev
+    pr = problem
+    conv = (pr.stride, pr.padding, pr.dilation, pr.groups)
+    kw = {"algorithm": (cand.plugin.name, cand.config), "out": out, "workspace_limit": limit}
+    if pr.op == "forward":
+        return lambda: conv2d(a, b, bias, *conv, **kw)
+    if pr.op == "wgrad":
+        return lambda: conv2d_backward_weight(a, b, pr.w_shape, *conv, **kw)
+    extra = tuple(size - ((o - 1) * st - 2 * pad + d * (k - 1) + 1) for size, o, st, pad, d, k in
+                  zip((pr.h, pr.w), (pr.p, pr.q), pr.stride, pr.padding, pr.dilation, (pr.r, pr.s)))
+    if bias is None and not transpose and all(0 <= e < st for e, st in zip(extra, pr.stride)):
+        return lambda: conv2d_backward_data(a, b, pr.x_shape, *conv, **kw)
+    return lambda: conv_transpose2d(a, b, bias, pr.stride, pr.padding, extra, pr.groups, pr.dilation, **kw)
+
+
+measure.use_public_op(op_call, plan.transient)  # the autotuner times candidates through them

@@ -84,10 +84,9 @@ def measure_candidates(problem: Problem, key: str, cands: list[Candidate], limit
                        timer: Timer | None, start: float, stats: dict[str, int]) -> TuneResult:
     """Check and time every candidate (see the module docstring); the TuneResult names the winner.
     Each candidate's plan (made by its first timed call) is kept through every round, so later samples
-    replay it as a user's calls would, and all of them are dropped at the end (``plan.transient``)."""
-    from convlab.plan import transient
-
-    with transient():
+    replay it as a user's calls would, and all of them are dropped at the end
+    (:func:`convlab.measure.timing_scope`)."""
+    with measure.timing_scope():
         return _measure(problem, key, cands, limit, timer, start, stats)
 
 

@@ -327,8 +327,9 @@ def test_a_replay_whose_out_overlaps_an_input_takes_the_full_path_and_raises():
 
 def test_the_tuner_times_a_candidate_through_the_public_op_and_restores_the_plans(monkeypatch):
     """measure.time_candidate (the autotuner's clock) calls the public op with the candidate forced, so
-    the samples are planned replays as a user's calls; plan.transient (around the tuner's rounds) puts
-    the plans back as they were, the user's own included even when the bounds pushed them out."""
+    the samples are planned replays as a user's calls; measure.timing_scope (plan.transient, around the
+    tuner's rounds) puts the plans back as they were, the user's own included even when the bounds
+    pushed them out."""
     from convlab import measure
 
     x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
@@ -343,7 +344,7 @@ def test_the_tuner_times_a_candidate_through_the_public_op_and_restores_the_plan
     cand = registry.Candidate(im2col, registry.safe_configs(im2col, problem)[-1])
     out = runtime.to_device(np.full((1, 3, 5, 5), np.nan, np.float32))
     built, replayed = built_replayed()
-    with plan.transient():
+    with measure.timing_scope():
         times = measure.time_candidate(cand, problem, x, w, None, out, workspace_limit=2**30, warmup=1,
                                        repeat=2)
         assert built_replayed() == (built + 1, replayed + 2)  # recorded once, then replayed

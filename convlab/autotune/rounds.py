@@ -40,6 +40,9 @@ WARMUP, PROBE, REPEAT = 3, 3, 15  # first pass: warm-up calls (plan recorded, gr
 SLOW_FACTOR = 3.0  # drop a candidate whose probe median exceeds this multiple of the leader's median
 FINAL_MARGIN, FINAL_ROUNDS, FINAL_REPEAT = 0.10, 4, 5  # final round: who, how many rounds, samples each
 
+#: how the candidates are timed; a cache entry timed otherwise (before: ``plugin.run`` alone, Numba's
+#: launch marshalling included) is tuned again
+TIMED = "through the public op"
 Timer = Callable[[Candidate], "list[float]"]
 
 

@@ -6,8 +6,8 @@ For a problem, :func:`tune` does, in order:
    (within the workspace limit; each plugin's first N configs under ``set_tune_configs(N)``), minus
    plugins declaring ``deterministic = False`` when :func:`set_deterministic` is on;
 2. cache: the entry under ``cache.tuning_key(problem, key policy, deterministic)`` answers at once
-   (nothing runs, nothing is timed) when it was written by this convlab version for the same candidate
-   labels and the same plugin fingerprints (source + config names) and its winner is still eligible
+   (nothing runs, nothing is timed) when it was written by this convlab version, timed the same way
+   (``rounds.TIMED``: through the public op), for the same candidate labels and the same plugin fingerprints (source + config names) and its winner is still eligible
    (an entry shared by a neighbouring shape under the pow2 policy: the labels and fingerprints of the
    shape it was tuned on, and its winner eligible for this one);
 3. simulator without an injected timer (timings mean nothing there), or an empty batch (N = 0): the
@@ -42,7 +42,7 @@ from convlab.problem import Problem
 from convlab.plugin.registry import Candidate
 from .result import CandidateResult, TuneResult
 from .cache import TuningCache, file_name, plugin_fingerprint, tuning_key
-from .rounds import Timer, measure_candidates
+from .rounds import TIMED, Timer, measure_candidates
 
 log = logging.getLogger("convlab")
 
@@ -111,6 +111,8 @@ def _stale(entry: dict, cands: list[Candidate], prints: dict[str, str]) -> str:
     try:
         if entry["version"] != _version.__version__:
             return f"written by convlab {entry['version']}, this is {_version.__version__}"
+        if entry.get("timed") != TIMED:
+            return f"timed {entry.get('timed', 'by plugin.run')}, now {TIMED}"
         if sorted(entry["candidates"]) != labels:
             return "the candidate set changed"
         changed = sorted(n for n in prints if entry["plugins"].get(n) != prints[n])
@@ -162,9 +164,9 @@ def _from_entry(problem: Problem, key: str, entry: dict, cands: list[Candidate],
 
 
 def _store(result: TuneResult, cands: list[Candidate], prints: dict[str, str]) -> None:
-    entry = {"winner": result.winner_label, "version": _version.__version__, "plugins": prints,
-             "candidates": sorted(c.label for c in cands), "results": [asdict(r) for r in result.candidates],
-             "tuning_s": result.tuning_s, "checked_against": result.checked_against,
+    entry = {"winner": result.winner_label, "version": _version.__version__, "timed": TIMED,
+             "plugins": prints, "candidates": sorted(c.label for c in cands),
+             "results": [asdict(r) for r in result.candidates], "tuning_s": result.tuning_s, "checked_against": result.checked_against,
              "problem": result.problem.to_dict(), "device": runtime.device_name()}
     _cache().put(result.key, entry)
 

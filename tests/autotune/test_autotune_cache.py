@@ -114,6 +114,12 @@ def test_invalidation_on_source_configs_and_version(tmp_path, monkeypatch):
     assert tune().source == "cache"
     _load_plugin(path, [1, 3], comment="# an edited kernel\n")  # same eligible set, other config names
     assert tune().source == "tuned" and tune().source == "cache"
+    from convlab.autotune import tuner
+    monkeypatch.setattr(tuner, "TIMED", "some other way")  # entries timed otherwise are tuned again
+    result = tune()
+    assert result.source == "tuned" and any("timed through the public op, now some other way" in n
+                                            for n in result.notes)
+    assert tune().source == "cache"
     monkeypatch.setattr(convlab._version, "__version__", "99.0")
     result = tune()
     assert result.source == "tuned" and any("written by convlab" in n for n in result.notes)

@@ -8,8 +8,9 @@ For a problem, :func:`tune` does, in order:
 2. cache: the entry under ``cache.tuning_key(problem, key policy, deterministic)`` answers at once
    (nothing runs, nothing is timed) when it was written by this convlab version, timed the same way
    (``rounds.TIMED``: through the public op), for the same candidate labels and the same plugin
-   fingerprints (source + config names) and its winner is still eligible (an entry shared by a neighbouring shape under the pow2 policy: the labels and fingerprints of the
-   shape it was tuned on, and its winner eligible for this one);
+   fingerprints (source + config names) and its winner is still eligible (an entry shared by a
+   neighbouring shape under the pow2 policy: the labels and fingerprints of the shape it was tuned
+   on, and its winner eligible for this one);
 3. simulator without an injected timer (timings mean nothing there), or an empty batch (N = 0): the
    highest declared priority wins (nothing runs, nothing is cached) and the result says so;
 4. otherwise, on fresh random operands of the real shape: each candidate runs once into a NaN-poisoned

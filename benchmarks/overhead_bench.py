@@ -11,7 +11,8 @@ shared by all cases rather than charged to the first ones measured; ``issue_us``
 synchronize, i.e. the host's cost alone while the launch queue does not fill), of torch F.conv2d / conv_transpose2d /
 grad.conv2d_input / conv2d_weight and the convlab ops on torch CUDA tensors (1x16x8x8, weight
 16x16x3x3; conv2d also on a tensor requiring grad); an empty Numba kernel with 4 array arguments
-launched by Numba and by the thin path (and its ``cuLaunchKernel`` alone, ``launch_only/``); the relative error of each convlab op against torch;
+launched by Numba and by the thin path (and its ``cuLaunchKernel`` alone, ``launch_only/``); the
+relative error of each convlab op against torch;
 ``convlab_nograph/<op>``: the same with the plans' CUDA graphs off (convlab.graphs);
 ``gpu/<op>``: the device time per call (torch's and convlab's), measured behind a
 ``torch.cuda._sleep`` spin kernel that hides the host's enqueueing: a ``median_us`` near ``gpu_us``
@@ -175,7 +176,8 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False, la
     gy = torch.randn(shape_y, device="cuda", generator=g).to(tdt)
     torch.backends.cudnn.allow_tf32 = False
     cases = {
-        "conv2d": (lambda: F.conv2d(x, w, padding=pad), lambda: convlab.conv2d(x, w, padding=pad, algorithm=alg)),
+        "conv2d": (lambda: F.conv2d(x, w, padding=pad),
+                   lambda: convlab.conv2d(x, w, padding=pad, algorithm=alg)),
         "conv2d_backward_data": (lambda: torch.nn.grad.conv2d_input(x.shape, w, gy, padding=pad),
                                  lambda: convlab.conv2d_backward_data(gy, w, x.shape, padding=pad,
                                                                       algorithm=alg)),

@@ -39,14 +39,26 @@ def stream_handle(stream: Any) -> int:
     return int(handle or 0)  # a cuda.bindings CUstream converts with int()
 
 
-def _fail(err: Any) -> None:
+def _fail(err: Any, what: str = "cuLaunchKernel") -> None:
+    """Raise RuntimeError naming the CUresult ``err`` of the driver call ``what``."""
     try:
         from cuda.bindings import driver
 
         name = driver.CUresult(int(err)).name
     except Exception:  # noqa: BLE001  (the number alone still says it)
         name = str(err)
-    raise RuntimeError(f"cuLaunchKernel failed: {name}")
+    raise RuntimeError(f"{what} failed: {name}")
+
+
+def check(result: Any, what: str) -> Any:
+    """The value of a cuda.bindings call's ``(err, *values)`` (None, one value, or a list); a
+    RuntimeError naming the CUresult when ``err`` is not CUDA_SUCCESS."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if not _bindings:
+        _load()
+    if err != _bindings[1]:
+        _fail(err, what)
+    return values[0] if len(values) == 1 else (values or None)
 
 
 def cu_stream(stream: Any) -> Any:

@@ -32,6 +32,7 @@ import os
 import threading
 from typing import Any, Iterator, Sequence
 
+from .driver_launch import check as _check
 from .driver_launch import cu_stream
 
 log = logging.getLogger(__name__)
@@ -67,14 +68,6 @@ def _driver() -> Any:
     from cuda.bindings import driver
 
     return driver
-
-
-def _check(result: Any, what: str) -> Any:
-    """The value of a cuda.bindings call's ``(err, *values)``; RuntimeError naming the CUresult."""
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if err != _driver().CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"{what} failed: {getattr(err, 'name', err)}")
-    return values[0] if len(values) == 1 else values
 
 
 def _capturing(stream: int) -> bool:

@@ -108,18 +108,15 @@ class Plan:
             handle = _stream_handle(st)
         if out is not None:
             result = out
-            ptr = _operands.data_pointer
-            bases = [ptr(a), ptr(b), 0 if bias is None else ptr(bias), ptr(out)]
-            if self._writes_an_input(bases, a, b, bias, out):
-                return None
+        elif torch_call:
+            result = self._empty(*self._out_args, **self._out_kwargs)
         else:
-            if torch_call:
-                result = self._empty(*self._out_args, **self._out_kwargs)
-            else:
-                result = _operands.empty_like_kind(a, self.out_shape, self.dtype, st,
-                                                   channels_last=self.channels_last_out)
-            ptr = _operands.data_pointer
-            bases = [ptr(a), ptr(b), 0 if bias is None else ptr(bias), ptr(result)]
+            result = _operands.empty_like_kind(a, self.out_shape, self.dtype, st,
+                                               channels_last=self.channels_last_out)
+        ptr = _operands.data_pointer
+        bases = [ptr(a), ptr(b), 0 if bias is None else ptr(bias), ptr(result)]
+        if out is not None and self._writes_an_input(bases, a, b, bias, out):
+            return None
         if self.thin:
             if not self.graphs.run(bases, handle):  # a graph of the launches (convlab.graphs), else each
                 self.replay(None, bases, handle)
@@ -140,10 +137,11 @@ def extents_of(signatures: Sequence[Any]) -> list[int] | None:
     for sig in signatures:
         if sig is None:
             out.append(0)
-        elif sig and sig[0] in ("torch", "numba") and _itemsize(sig[3]):
-            out.append(int(np.prod(sig[1], dtype=np.int64)) * _itemsize(sig[3]))
         else:
-            return None
+            size = _itemsize(sig[3]) if sig and sig[0] in ("torch", "numba") else None
+            if not size:
+                return None
+            out.append(int(np.prod(sig[1], dtype=np.int64)) * size)
     return out if len(out) == 4 else None
 
 

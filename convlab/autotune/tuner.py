@@ -167,8 +167,9 @@ def _from_entry(problem: Problem, key: str, entry: dict, cands: list[Candidate],
 def _store(result: TuneResult, cands: list[Candidate], prints: dict[str, str]) -> None:
     entry = {"winner": result.winner_label, "version": _version.__version__, "timed": TIMED,
              "plugins": prints, "candidates": sorted(c.label for c in cands),
-             "results": [asdict(r) for r in result.candidates], "tuning_s": result.tuning_s, "checked_against": result.checked_against,
-             "problem": result.problem.to_dict(), "device": runtime.device_name()}
+             "results": [asdict(r) for r in result.candidates], "tuning_s": result.tuning_s,
+             "checked_against": result.checked_against, "problem": result.problem.to_dict(),
+             "device": runtime.device_name()}
     _cache().put(result.key, entry)
 
 

@@ -1,18 +1,19 @@
 """CUDA graphs of launch plans (convlab.graphs): when a plan captures, launches, falls back and stops.
 
-The rules run against a fake driver here (the simulator has no graphs); tests/core/test_plan.py checks
-graph replays on a GPU against the reference."""
+The rules run against a fake driver (the simulator has no graphs); the last test checks graph replays
+on a GPU against the float64 reference."""
 import logging
 import threading
 import types
 
 import numpy as np
 import pytest
+from cuda.bindings import driver as _real  # the driver's own result codes (no GPU needed to read them)
 
 import convlab
 from convlab import graphs, plan, reference, runtime
 
-OK = "CUDA_SUCCESS"
+OK, ERROR = _real.CUresult.CUDA_SUCCESS, _real.CUresult.CUDA_ERROR_UNKNOWN
 
 
 class FakeDriver:
@@ -22,14 +23,13 @@ class FakeDriver:
         self.calls, self.fail, self.capturing, self.graphs, self.alive = [], fail, False, 0, set()
         self.user_capture = False  # the call's own stream is being captured by the caller
         self.destroyed = []
-        self.CUresult = types.SimpleNamespace(CUDA_SUCCESS=OK)
         self.CUstreamCaptureStatus = types.SimpleNamespace(CU_STREAM_CAPTURE_STATUS_NONE=0)
         self.CUstream_flags = types.SimpleNamespace(CU_STREAM_NON_BLOCKING=1)
         self.CUstreamCaptureMode = types.SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=2)
 
     def _ret(self, name, *values):
         self.calls.append(name)
-        return ("CUDA_ERROR_UNKNOWN" if name == self.fail else OK, *values)
+        return (ERROR if name == self.fail else OK, *values)
 
     def cuStreamCreate(self, flags):
         return self._ret("cuStreamCreate", 0xCA9)

@@ -8,11 +8,15 @@
 #          at batch 16), fp16, configs 0 1: the pipeline alone against the implicit GEMM's kernel
 #   conv   tc_conv_bench, one run per dtype of CONV_DTYPES on CONV_SUITES, CONV_OPS (CONV_S s a run);
 #          CONV_SHAPES: labels to keep (comma list, may hold spaces); CONV_ARGS: more options (no spaces)
-#   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile), TESTS_S s
+#   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile), TESTS_S s; TESTS_BG=1: in the background
+#          (beside the next steps, on their CPUs and GPU: for correctness runs, not beside timings that
+#          matter), waited for at the end
 #   san    compute-sanitizer SAN_TOOLS (memcheck racecheck) on tools/sanitize_cases.py tensor_core, SAN_S s each
 #   bench  convlab bench --no-auto on BENCH_SUITES (mobilenetv2 resnext50 efficientnet_b0: issue 13's),
 #          BENCH_ARGS (e.g. --ops forward --plugins depthwise,implicit_gemm), BENCH_S s; candidates ranked
-#          and compared with cuDNN by their time through the public op ('op ms')
+#          and compared with cuDNN by their time through the public op ('op ms'); files $OUT/BENCH_NAME
+#          (bench).json/.csv; BENCH_PRECOMPILE=S: first one untimed process per suite side by side (S s
+#          at most) that compiles the kernels into the disk cache
 #   overhead  benchmarks/overhead_bench.py: OVH_ALG (implicit_gemm), OVH_LAYER (N,C,H,W,K,R), OVH_DTYPE,
 #          OVH_ARGS (e.g. --profile), OVH_TAG (file suffix), OVH_S s
 #   nb     notebooks/run_all.py --only 01 (the precision figure), NB_S s
@@ -57,9 +61,12 @@ for step in ${STEPS:-gemm conv}; do
       el "tc_conv_bench $dt rc=$?"; grep -A8 "^| op" "$OUT/tc_conv_$dt.log"; tail -n 2 "$OUT/tc_conv_$dt.log"
     done ;;
   tests)
-    CONVLAB_HYPOTHESIS_PROFILE=convlab-gpu timeout "${TESTS_S:-240}" python3 -m pytest -n 8 -q -p no:benchmark \
-      ${TEST_PATHS:-tests} > "$OUT/tests.log" 2>&1
-    el "tests rc=$?"; grep -E "FAILED|ERROR" "$OUT/tests.log" | head -20; tail -n 3 "$OUT/tests.log" ;;
+    run_tests() {
+      CONVLAB_HYPOTHESIS_PROFILE=convlab-gpu timeout "${TESTS_S:-240}" python3 -m pytest -n 8 -q -p no:benchmark \
+        ${TEST_PATHS:-tests} > "$OUT/tests.log" 2>&1
+      el "tests rc=$?"; grep -E "FAILED|ERROR" "$OUT/tests.log" | head -20; tail -n 3 "$OUT/tests.log"
+    }
+    if [ -n "${TESTS_BG:-}" ]; then run_tests & else run_tests; fi ;;
   san)
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
       timeout "${SAN_S:-120}" compute-sanitizer --tool $tool --report-api-errors no --print-limit 0 \
@@ -67,9 +74,19 @@ for step in ${STEPS:-gemm conv}; do
       el "$tool rc=$?"; grep -E "ERROR SUMMARY|hazard|runs" "$OUT/$tool.log" | tail -n 3
     done ;;
   bench)
-    args=""; for su in ${BENCH_SUITES:-mobilenetv2 resnext50 efficientnet_b0}; do args="$args --suite $su"; done
+    suites="${BENCH_SUITES:-mobilenetv2 resnext50 efficientnet_b0}"
+    args=""; for su in $suites; do args="$args --suite $su"; done
+    if [ -n "${BENCH_PRECOMPILE:-}" ]; then
+      pids=""
+      for su in $suites; do
+        timeout "$BENCH_PRECOMPILE" convlab bench --suite $su --no-auto --no-torch --repeat 1 --warmup 0 \
+          --max-seconds 0 ${BENCH_ARGS:-} --out /tmp/precompile --quiet > "/tmp/precompile-$su.log" 2>&1 &
+        pids="$pids $!"
+      done
+      wait $pids; el "precompiled"
+    fi
     timeout "${BENCH_S:-300}" convlab bench $args --no-auto --repeat 10 --warmup 3 --max-seconds 0.4 \
-      ${BENCH_ARGS:-} --out "$OUT/bench" --quiet > "$OUT/bench.log" 2>&1
+      ${BENCH_ARGS:-} --out "$OUT" --name "${BENCH_NAME:-bench}" --quiet > "$OUT/bench.log" 2>&1
     el "bench rc=$?"; grep -A12 "geometric mean" "$OUT/bench.log" | head -40 ;;
   overhead)
     timeout "${OVH_S:-150}" python3 benchmarks/overhead_bench.py --algorithm "${OVH_ALG:-implicit_gemm}" \
@@ -82,4 +99,5 @@ for step in ${STEPS:-gemm conv}; do
   *) echo "unknown step $step" ;;
   esac
 done
+wait  # background tests (TESTS_BG)
 el "done"

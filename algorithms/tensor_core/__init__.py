@@ -147,10 +147,21 @@ class TensorCore(Algorithm):
                    "dgrad stride 1; split-K (fp32 partials summed in order) where tiles are few; wgrad "
                    "on unfolded operands with split-K")
 
-    def check(self, problem: Problem) -> Verdict:
+    def itype(self, dtype: str) -> str:
+        """The kernels' input type for ``dtype`` (tc_config.ITYPES)."""
+        return ITYPE[dtype]
+
+    def check_precision(self, problem: Problem) -> Verdict:
+        """Whether the float32 arithmetic this plugin does is allowed (fp16 / bf16: always)."""
         if problem.dtype == "float32" and get_float32_precision() != "high":
             return Verdict.no("float32 runs in TF32 here: allowed only under "
                               "convlab.set_float32_precision('high') (now 'highest', exact fp32)")
+        return Verdict.yes()
+
+    def check(self, problem: Problem) -> Verdict:
+        precision = self.check_precision(problem)
+        if not precision.ok:
+            return precision
         if not runtime.SIMULATOR and runtime.compute_capability() < (8, 0):
             return Verdict.no(f"needs compute capability 8.0+ (mma.sync, cp.async), the GPU has "
                               f"{runtime.compute_capability()}")
@@ -231,7 +242,7 @@ class TensorCore(Algorithm):
         """a, b, out: 4-D device arrays, C-contiguous or channels-last (``layouts``), bias 1-D or None."""
         if problem.op == "wgrad":  # the unfold reads NCHW: channels-last operands are copied first
             with layouts.operands_for(NCHW, (a, b, bias, out)) as (a, b, bias, out):
-                wgrad.run_wgrad(problem, tc_config(config), ITYPE[problem.dtype],
+                wgrad.run_wgrad(problem, tc_config(config), self.itype(problem.dtype),
                                 runtime.kernel_dtype(np_dtype(problem.dtype)), ALIGN[problem.dtype],
                                 *(runtime.kernel_view(t) for t in (a, b, out)))
             return
@@ -244,7 +255,7 @@ class TensorCore(Algorithm):
         a_last, b_last = operands.is_channels_last(a), operands.is_channels_last(b)
         x_as_is = a_last and cp == c and runtime.is_aligned(a)  # cp.async reads 16 aligned bytes
         # a 1x1 stride-1 unpadded forward (dgrad) reads its NCHW x (dy) as it is (tc_conv.NchwA)
-        nchw_in = not a_last and tc_conv.reads_nchw(ITYPE[problem.dtype], a, c=c, h=h, w=w, r=r, s=s,
+        nchw_in = not a_last and tc_conv.reads_nchw(self.itype(problem.dtype), a, c=c, h=h, w=w, r=r, s=s,
                                                     stride=geo["stride"], padding=geo["padding"],
                                                     bm=config["BM"])
         # a 1x1 filter's KCRS memory is already KRSC
@@ -269,16 +280,16 @@ class TensorCore(Algorithm):
                 transpose.to_channels_last(flat(src_w), wt, k, c, r * s, cp)
             else:  # wt[c', r, s, k'] = w[k', c', R-1-r, S-1-s] (c' = output channel, k' = gathered)
                 transpose.to_channels_last(flat(src_w), wt, 1, c, k * r * s, cp, flip=r * s)
-            _conv(problem, tc_config(config), xh, wt, flat(out),
+            _conv(problem, self.itype(problem.dtype), tc_config(config), xh, wt, flat(out),
                   None if bias is None else runtime.kernel_view(bias), nhwc_out, geo, nchw_in)
 
 
-def _conv(problem: Problem, cfg: TcConfig, xh, wt, y, bias, nhwc_out: bool, geo: dict,
+def _conv(problem: Problem, itype: str, cfg: TcConfig, xh, wt, y, bias, nhwc_out: bool, geo: dict,
           nchw_in: bool = False) -> None:
     """The convolution kernel on the NHWC (``nchw_in``: NCHW, a 1x1 layer's) / KRSC operands into y (flat,
     NCHW or NHWC memory order): one launch, or with split-K the partials' launch, their sum (+ bias) and
     the rounding."""
-    itype, (splits, tps) = ITYPE[problem.dtype], split_k(problem, cfg)
+    splits, tps = split_k(problem, cfg)
     geo = dict(geo, c=_padded(geo["c"], problem.dtype))
     if splits == 1:
         tc_conv.conv_launcher(itype, cfg, xh, wt, y, bias, nhwc_out=nhwc_out, nchw_in=nchw_in, **geo)()

@@ -17,8 +17,16 @@ of a C-contiguous array of any rank):
     mma_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
         mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: D[16x8] = A[16x8] @ B[8x8] + C, a*/b* uint32
         tf32 bits (fp32 bits; the hardware ignores the low 13 mantissa bits).
+    mma_tf32x3(s0..s3, a0..a3, t0, t1, b0, b1, c0..c3) -> (d0..d3)
+        three m16n8k8 TF32 mma in one asm block, small parts first: D = As @ B + A @ Bs + A @ B + C with
+        A / As the big / small parts of A (a*, s*), B / Bs those of B (b*, t*), from split_tf32.
     to_tf32(x) -> uint32          cvt.rna.tf32.f32 (x float32, or uint32 fp32 bits): round to nearest,
                                   ties away, to 10 mantissa bits.
+    split_tf32(x) -> (big, small) uint32 TF32 bits: big = to_tf32(x), small = to_tf32(x - big) (x - big
+                                  is exact). x = big + small + r, |r| <= 2**-22 |x| for finite x: the
+                                  3xTF32 product a*b ~ a_s*b_b + a_b*b_s + a_b*b_b (three mma_tf32,
+                                  a_s*b_s <= 2**-22 |ab| dropped), fp32-class (itype 'tf32x3'). An inf
+                                  gives a NaN small part (inf - inf).
     f32_to_bf16(x) -> uint16      cvt.rn.bf16.f32: bf16 bits of x, round to nearest even.
     bf16_to_f32(bits) -> float32  the float32 value of bf16 bits (exact: bits << 16)
     ldmatrix_x4(arr, off) -> (r0, r1, r2, r3)   ldmatrix.sync.aligned.m8n8.x4.shared.b16
@@ -58,17 +66,17 @@ import functools
 from convlab import runtime
 from convlab.runtime import cuda
 
-__all__ = ["mma_f16", "mma_bf16", "mma_tf32", "to_tf32", "f32_to_bf16", "bf16_to_f32", "ldmatrix_x4", "ldmatrix_x2",
+__all__ = ["mma_f16", "mma_bf16", "mma_tf32", "mma_tf32x3", "to_tf32", "split_tf32", "f32_to_bf16", "bf16_to_f32", "ldmatrix_x4", "ldmatrix_x2",
            "ldmatrix_x4_trans", "ldmatrix_x2_trans", "cp_async16", "cp_async_commit", "cp_async_wait"]
 
 if runtime.SIMULATOR:
     from convlab.kernels.mma_sim import (  # noqa: F401  (the simulator's stand-ins)
         bf16_to_f32, cp_async16, cp_async_commit, cp_async_wait, f32_to_bf16, ldmatrix_x2, ldmatrix_x2_trans,
-        ldmatrix_x4, ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, to_tf32)
+        ldmatrix_x4, ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, mma_tf32x3, split_tf32, to_tf32)
 else:
     from convlab.kernels.mma_ptx import (  # noqa: F401  (the inline-PTX intrinsics)
         bf16_to_f32, cp_async16, cp_async_commit, cp_async_wait, f32_to_bf16, ldmatrix_x2, ldmatrix_x2_trans,
-        ldmatrix_x4, ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, to_tf32)
+        ldmatrix_x4, ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, mma_tf32x3, split_tf32, to_tf32)
 
 
 # --- one-warp probes: each intrinsic on its own, against the PTX spec (tests and benchmarks/tc_gemm_bench)
@@ -83,19 +91,25 @@ def _mma_probe(itype: str):
     A32 = A.view(uint32) [16, 8] (A 16 x 16 halves, or 16 x 8 fp32), B32 = Bt.view(uint32) [8, 8]
     (Bt = B^T, 8 x 16 halves or 8 x 8 fp32): both layouts index a0..a3 and b0, b1 the same way.
     """
-    mma = {"f16": mma_f16, "bf16": mma_bf16, "tf32": mma_tf32}[itype]
-    tf32 = itype == "tf32"
+    mma = {"f16": mma_f16, "bf16": mma_bf16, "tf32": mma_tf32, "tf32x3": mma_tf32}[itype]
+    tf32, x3 = itype == "tf32", itype == "tf32x3"
 
     def probe(A32, B32, C, D):
         lane = cuda.threadIdx.x
         g, t = lane // 4, lane % 4
         a0, a1, a2, a3 = A32[g, t], A32[g + 8, t], A32[g, t + 4], A32[g + 8, t + 4]
         b0, b1 = B32[g, t], B32[g, t + 4]
+        c0, c1, c2, c3 = C[g, 2 * t], C[g, 2 * t + 1], C[g + 8, 2 * t], C[g + 8, 2 * t + 1]
         if tf32:
             a0, a1, a2, a3, b0, b1 = to_tf32(a0), to_tf32(a1), to_tf32(a2), to_tf32(a3), to_tf32(b0), \
                 to_tf32(b1)
-        d0, d1, d2, d3 = mma(a0, a1, a2, a3, b0, b1, C[g, 2 * t], C[g, 2 * t + 1], C[g + 8, 2 * t],
-                             C[g + 8, 2 * t + 1])
+        if x3:  # big and small parts, three mma
+            (a0, e0), (a1, e1), (a2, e2), (a3, e3) = split_tf32(a0), split_tf32(a1), split_tf32(a2), \
+                split_tf32(a3)
+            (b0, f0), (b1, f1) = split_tf32(b0), split_tf32(b1)
+            d0, d1, d2, d3 = mma_tf32x3(e0, e1, e2, e3, a0, a1, a2, a3, f0, f1, b0, b1, c0, c1, c2, c3)
+        else:
+            d0, d1, d2, d3 = mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
         D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1] = d0, d1, d2, d3
 
     return runtime.jit(probe)
@@ -105,7 +119,7 @@ def warp_mma(itype: str, A, Bt, C):
     """One ``mma_<itype>`` by one warp: A [16, K], Bt [8, K] (B^T), C [16, 8] float32 -> D [16, 8].
 
     K = 16 for 'f16' (float16 arrays) and 'bf16' (uint16 bf16 bits), K = 8 for 'tf32' (float32, rounded
-    with ``to_tf32`` in the kernel). Numpy in, numpy out.
+    with ``to_tf32`` in the kernel) and 'tf32x3' (float32, ``split_tf32``, three mma). Numpy in, numpy out.
     """
     import numpy as np
     A32 = np.ascontiguousarray(A).view(np.uint32)

@@ -81,6 +81,31 @@ def _make_mma(shape: str, itype: str):
     return mma
 
 
+@cuda.extending.intrinsic
+def mma_tf32x3(typingctx, s0, s1, s2, s3, a0, a1, a2, a3, t0, t1, b0, b1, c0, c1, c2, c3):
+    """D = As @ B + A @ Bt_s + A @ B + C: three m16n8k8 TF32 mma in one asm block (small parts first)."""
+    ints, floats = (s0, s1, s2, s3, a0, a1, a2, a3, t0, t1, b0, b1), (c0, c1, c2, c3)
+    if not all(isinstance(x, types.Integer) for x in ints):
+        return None
+    if not all(isinstance(x, (types.Float, types.Integer)) for x in floats):
+        return None
+    sig = types.UniTuple(types.float32, 4)(*ints, *floats)
+    one = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{$0,$1,$2,$3}}, {{{}}}, {{{}}}, {{$0,$1,$2,$3}};"
+    text = " ".join(one.format(a, b) for a, b in (("$4,$5,$6,$7", "$14,$15"), ("$8,$9,$10,$11", "$12,$13"),
+                                                  ("$8,$9,$10,$11", "$14,$15")))
+
+    def codegen(context, builder, signature, args):
+        tys = signature.args
+        ops = [_as_i32(builder, v, t) for v, t in zip(args[:12], tys[:12])]
+        ops += [context.cast(builder, v, t, types.float32) for v, t in zip(args[12:], tys[12:])]
+        out = _asm(builder, ir.LiteralStructType([_F32] * 4), ops, text,
+                   "=f,=f,=f,=f," + ",".join(["r"] * 12) + ",0,1,2,3")
+        items = [builder.extract_value(out, i) for i in range(4)]
+        return context.make_tuple(builder, signature.return_type, items)
+
+    return sig, codegen
+
+
 mma_f16 = _make_mma("m16n8k16", "f16")
 mma_bf16 = _make_mma("m16n8k16", "bf16")
 mma_tf32 = _make_mma("m16n8k8", "tf32")
@@ -100,6 +125,27 @@ def to_tf32(typingctx, x):
         return _asm(builder, _I32, [value], "cvt.rna.tf32.f32 $0, $1;", "=r,f")
 
     return types.uint32(x), codegen
+
+
+@cuda.extending.intrinsic
+def split_tf32(typingctx, x):
+    """(big, small): big = cvt.rna.tf32(x), small = cvt.rna.tf32(x - big) (the difference is exact)."""
+    if not isinstance(x, (types.Float, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        (xty,) = signature.args
+        if isinstance(xty, types.Integer):  # fp32 bits in a 32-bit register
+            value = builder.bitcast(_as_i32(builder, args[0], xty), _F32)
+        else:
+            value = context.cast(builder, args[0], xty, types.float32)
+        out = _asm(builder, ir.LiteralStructType([_I32] * 2), [value],
+                   "{ .reg .f32 big, rest; cvt.rna.tf32.f32 $0, $2; mov.b32 big, $0; "
+                   "sub.f32 rest, $2, big; cvt.rna.tf32.f32 $1, rest; }", "=r,=r,f")
+        items = [builder.extract_value(out, i) for i in range(2)]
+        return context.make_tuple(builder, signature.return_type, items)
+
+    return types.UniTuple(types.uint32, 2)(x), codegen
 
 
 @cuda.extending.intrinsic

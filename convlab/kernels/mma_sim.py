@@ -13,14 +13,17 @@ Not for the GPU: :mod:`convlab.kernels.mma` exports these names only on the simu
 from __future__ import annotations
 
 import functools
+import struct
 
 import numpy as np
 
 from convlab import runtime
 from convlab.runtime import cuda
 
+_F32, _F32_BITS = struct.Struct("<f"), struct.Struct("<I")  # a float32 and its bits
 _MAX_THREADS = 1024
-_WIDTH = 10  # staging columns: a0..a3, b0, b1, c0..c3 (uint32 and float32 both exact in float64)
+_WIDTH = 16  # staging columns: a0..a3, b0, b1, c0..c3 (mma_tf32x3: 12 fragment registers, c0..c3);
+#: uint32 and float32 are both exact in float64
 
 
 def _where() -> tuple[np.ndarray, int, int]:
@@ -71,7 +74,7 @@ def _operands(rows: np.ndarray, itype: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _mma(itype, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     stage, tid, lane = _where()
-    stage[tid, :] = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+    stage[tid, :10] = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
     cuda.syncthreads()
     rows = stage[tid - lane:tid - lane + 32].copy()
     cuda.syncthreads()
@@ -79,6 +82,22 @@ def _mma(itype, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     g, t = lane // 4, lane % 4
     D = A @ B
     c = rows[lane, 6:10]
+    return (np.float32(D[g, 2 * t] + c[0]), np.float32(D[g, 2 * t + 1] + c[1]),
+            np.float32(D[g + 8, 2 * t] + c[2]), np.float32(D[g + 8, 2 * t + 1] + c[3]))
+
+
+@runtime.jit(device=True)
+def mma_tf32x3(s0, s1, s2, s3, a0, a1, a2, a3, t0, t1, b0, b1, c0, c1, c2, c3):
+    stage, tid, lane = _where()
+    stage[tid, :] = (s0, s1, s2, s3, a0, a1, a2, a3, t0, t1, b0, b1, c0, c1, c2, c3)
+    cuda.syncthreads()
+    rows = stage[tid - lane:tid - lane + 32].copy()
+    cuda.syncthreads()
+    As, Bs = _operands(rows[:, [0, 1, 2, 3, 8, 9]], "tf32")  # the small parts
+    A, B = _operands(rows[:, [4, 5, 6, 7, 10, 11]], "tf32")  # the big parts
+    D = As @ B + A @ Bs + A @ B
+    g, t = lane // 4, lane % 4
+    c = rows[lane, 12:16]
     return (np.float32(D[g, 2 * t] + c[0]), np.float32(D[g, 2 * t + 1] + c[1]),
             np.float32(D[g + 8, 2 * t] + c[2]), np.float32(D[g + 8, 2 * t + 1] + c[3]))
 
@@ -100,13 +119,26 @@ def mma_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
 
 @runtime.jit(device=True)
 def to_tf32(x):
-    if isinstance(x, (int, np.integer)):  # fp32 bits
-        bits = np.uint32(x)
-    else:
-        bits = np.array(x, dtype=np.float32).view(np.uint32)[()]
-    if (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000):  # inf / nan: unchanged
-        return np.uint32(bits)
-    return np.uint32((int(bits) + 0x1000) & 0xFFFFE000)  # ties away from zero (sign-magnitude)
+    return np.uint32(_rna_bits(_bits(x)))
+
+
+def _rna_bits(bits: int) -> int:
+    """cvt.rna.tf32.f32 on fp32 bits: ties away from zero (sign-magnitude); inf / nan unchanged."""
+    return bits if bits & 0x7F800000 == 0x7F800000 else ((bits + 0x1000) & 0xFFFFE000) & 0xFFFFFFFF
+
+
+def _bits(x) -> int:
+    """fp32 bits of x (a float, or already bits: an integer)."""
+    return int(x) & 0xFFFFFFFF if isinstance(x, (int, np.integer)) else _F32_BITS.unpack(_F32.pack(x))[0]
+
+
+@runtime.jit(device=True)
+def split_tf32(x):
+    bits = _bits(x)
+    big = _rna_bits(bits)
+    value, high = _F32.unpack(_F32_BITS.pack(bits))[0], _F32.unpack(_F32_BITS.pack(big))[0]
+    rest = value - high if high - high == 0 else float("nan")  # exact in fp32 (inf - inf: NaN, as on the GPU)
+    return np.uint32(big), np.uint32(_rna_bits(_F32_BITS.unpack(_F32.pack(rest))[0]))
 
 
 @runtime.jit(device=True)

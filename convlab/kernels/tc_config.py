@@ -11,8 +11,10 @@ from typing import NamedTuple
 import numpy as np
 
 DYNAMIC_LIMIT = 227 * 1024  # dynamic shared memory per block on sm_80 / sm_90 (opt-in attribute)
-ITYPES = {"f16": (np.float16, 2, 16), "bf16": (np.uint16, 2, 16), "tf32": (np.float32, 4, 8)}
-#: itype -> (shared/storage dtype, bytes per element, k of one mma)
+ITYPES = {"f16": (np.float16, 2, 16), "bf16": (np.uint16, 2, 16), "tf32": (np.float32, 4, 8),
+          "tf32x3": (np.float32, 4, 8)}
+#: itype -> (shared/storage dtype, bytes per element, k of one mma); 'tf32x3': float32 operands split
+#: into two TF32 parts each in registers, three TF32 mma a product (mma.split_tf32)
 
 
 class TcConfig(NamedTuple):

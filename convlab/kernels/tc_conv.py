@@ -34,8 +34,8 @@ from convlab.kernels.tc_launch import compile_kernel, configure
 from convlab.kernels.tc_pipeline import OUT_CONVERT, km_tile_ok, pipeline_source
 
 #: itype -> the output kind of the pipeline (outputs in the input type) and the bias load
-OUT_OF = {"f16": "in", "bf16": "bf16", "tf32": "f32"}
-BIAS_OF = {"f16": "f32(bias[{}])", "bf16": "bf16_to_f32(bias[{}])", "tf32": "bias[{}]"}
+OUT_OF = {"f16": "in", "bf16": "bf16", "tf32": "f32", "tf32x3": "f32"}
+BIAS_OF = {"f16": "f32(bias[{}])", "bf16": "bf16_to_f32(bias[{}])", "tf32": "bias[{}]", "tf32x3": "bias[{}]"}
 PARAMS = "X, Bt, Y, bias, M, N, K, Cin, H, W, S, Q, PQ, HWC, sh, sw, ph, pw, phn, pwn, dh, dw"
 
 

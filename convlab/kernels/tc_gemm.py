@@ -1,10 +1,11 @@
 """Tensor-core GEMM: C[M, N] = A[M, K] @ B[K, N], with B given transposed as Bt[N, K] (both k-contiguous).
 
 Inputs fp16 ('f16', float16 arrays), bf16 ('bf16', uint16/int16 arrays of bf16 bits) or fp32 ('tf32',
-float32 arrays, cut to TF32 in the kernel: tc_pipeline.TF32_ROUND); fp32 accumulators; C float32 or the input type. Bt[N, K] is
+float32 arrays, cut to TF32 in the kernel: tc_pipeline.TF32_ROUND; 'tf32x3', float32 arrays split into
+two TF32 parts, three mma a product); fp32 accumulators; C float32 or the input type. Bt[N, K] is
 what ``ldmatrix`` (no .trans) turns into B fragments for both 16- and 32-bit inputs (a [K, N] B would
 need ``.trans``, 16-bit only); it is also the conv forward's weight layout [K_out, C*R*S]. K must be a
-multiple of 8 (16-bit) or 4 (tf32): rows of 16-byte chunks; M, N and K are otherwise free (zero-filled
+multiple of 8 (16-bit) or 4 (32-bit): rows of 16-byte chunks; M, N and K are otherwise free (zero-filled
 copies and a bounds-checked epilogue).
 
 The loop nest, shared layout, pipeline and epilogue are :mod:`convlab.kernels.tc_pipeline`'s; this module
@@ -31,9 +32,9 @@ CONFIGS = {"f16": [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 
            "tf32": [TcConfig(128, 128, 16, 64, 64, 3), TcConfig(128, 64, 16, 64, 32, 4),
                     TcConfig(64, 128, 16, 32, 64, 4), TcConfig(128, 128, 32, 64, 64, 3),
                     TcConfig(128, 256, 16, 64, 64, 4), TcConfig(128, 128, 32, 64, 64, 4)]}
-CONFIGS["bf16"] = CONFIGS["f16"]
+CONFIGS["bf16"], CONFIGS["tf32x3"] = CONFIGS["f16"], CONFIGS["tf32"]
 SIM_CONFIG = {"f16": TcConfig(32, 32, 16, 16, 32, 3), "bf16": TcConfig(32, 32, 16, 16, 32, 2),
-              "tf32": TcConfig(32, 32, 8, 16, 32, 3)}
+              "tf32": TcConfig(32, 32, 8, 16, 32, 3), "tf32x3": TcConfig(32, 32, 8, 16, 32, 3)}
 
 
 class DenseA:
@@ -149,7 +150,8 @@ def kernel_source(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched
 def to_storage(itype: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(array in ``itype``'s storage type, its exact float64 values) for float ``values``.
 
-    f16: float16; bf16: uint16 bits rounded to nearest even; tf32: float32 (the kernel cuts it to TF32).
+    f16: float16; bf16: uint16 bits rounded to nearest even; tf32 and tf32x3: float32 (the kernel cuts
+    it to TF32, or splits it into two TF32 parts).
     """
     v32 = np.ascontiguousarray(values, np.float32)
     if itype == "f16":
@@ -159,7 +161,7 @@ def to_storage(itype: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         bits = v32.view(np.uint32).astype(np.uint64)
         stored = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
         return stored, (stored.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    if itype == "tf32":
+    if itype in ("tf32", "tf32x3"):
         return v32, v32.astype(np.float64)
     raise ValueError(f"itype must be one of {sorted(ITYPES)}, got {itype!r}")
 

@@ -12,6 +12,8 @@ WM x WN tile of (WM/16) x (WN/8) mma tiles; S = STAGES shared buffers of A (BM x
             B fragments: WN/16 ldmatrix.x4 (two n8 tiles each)
             (tf32: the fragment registers made TF32 by TF32_ROUND: truncated by the mma by default)
             acc[i][j] = mma(a[i], b[j], acc[i][j])
+            (tf32x3: each fragment register split into TF32 parts big + small (mma.split_tf32), then
+             acc = mma_tf32x3(a_s, a_b, b_s, b_b, acc): a_s b_b + a_b b_s + a_b b_b, three mma)
     epilogue (staged): wait_group(0); __syncthreads()
         acc (+ bias, converted to the output type) -> Cs, the C tile in shared memory, laid out along the
             output's contiguous dimension (rows padded by 16 bytes); __syncthreads()
@@ -279,10 +281,18 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
                   + ", ".join(rnd(f"a{i}_{r}") for r in range(4)), 2)
             for j in range(NI):
                 w(f"b{j}_0, b{j}_1 = {rnd(f'b{j}_0')}, {rnd(f'b{j}_1')}", 2)
+        if itype == "tf32x3":  # a{i}_{r} / b{j}_{r} become the big parts, a{i}_{r}s / b{j}_{r}s the small
+            for name in [f"a{i}_{r}" for i in range(MI) for r in range(4)] + \
+                    [f"b{j}_{r}" for j in range(NI) for r in range(2)]:
+                w(f"{name}, {name}s = split_tf32({name})", 2)
         for i in range(MI):
             for j in range(NI):
                 acc = ", ".join(f"c{i}_{j}_{r}" for r in range(4))
-                w(f"{acc} = mma(a{i}_0, a{i}_1, a{i}_2, a{i}_3, b{j}_0, b{j}_1, {acc})", 2)
+                if itype == "tf32x3":  # small parts, big parts (a: 4 registers, b: 2), accumulators
+                    w(f"{acc} = mma_tf32x3(a{i}_0s, a{i}_1s, a{i}_2s, a{i}_3s, a{i}_0, a{i}_1, a{i}_2, a{i}_3, "
+                      f"b{j}_0s, b{j}_1s, b{j}_0, b{j}_1, {acc})", 2)
+                else:
+                    w(f"{acc} = mma(a{i}_0, a{i}_1, a{i}_2, a{i}_3, b{j}_0, b{j}_1, {acc})", 2)
     w(f"cs = U(cs + 1) if cs < {S - 1} else U(0)", 2)
     w("kt = U(kt + 1)", 2)
     staged_epilogue(w, cfg, itype, store)

@@ -46,6 +46,34 @@ def test_to_tf32_rounds_like_cvt_rna():
         assert got[0, 0] == _tf32(x[k : k + 1])[0], (k, got[0, 0])
 
 
+def test_warp_mma_tf32x3_is_fp32_class():
+    """Three TF32 mma on split operands: every product to ~2**-22 (one TF32 mma: 2**-11)."""
+    rng = np.random.default_rng(12)
+    A = rng.standard_normal((16, 8)).astype(np.float32)
+    Bt = rng.standard_normal((8, 8)).astype(np.float32)
+    C = rng.standard_normal((16, 8)).astype(np.float32)
+    want = A.astype(np.float64) @ Bt.astype(np.float64).T + C
+    scale = np.abs(A).astype(np.float64) @ np.abs(Bt).astype(np.float64).T + np.abs(C)
+    got = mma.warp_mma("tf32x3", A, Bt, C)
+    one = mma.warp_mma("tf32", A, Bt, C)
+    assert np.all(np.isfinite(got))
+    assert np.abs(got - want).max() <= 2.0**-20 * scale.max()  # 3 * 2**-22 a product, fp32 sums
+    assert np.abs(one - want).max() > 2.0**-16 * scale.max()  # TF32 alone is far coarser
+
+
+def test_split_tf32_parts():
+    """big + small represent x to 2**-22 (both TF32: low 13 bits zero)."""
+    x = np.array([1 + 2.0**-11 + 2.0**-20, np.pi, -1e-3, 3e5, -7.0, 2.0**-30], np.float32)
+    A = np.zeros((16, 8), np.float32)
+    A[0, :6] = x
+    for k in range(6):
+        Bt = np.zeros((8, 8), np.float32)
+        Bt[0, k] = 1.0  # exact in TF32: small part 0, so D[0, 0] = small(x) + big(x)
+        got = mma.warp_mma("tf32x3", A, Bt, np.zeros((16, 8), np.float32))[0, 0]
+        assert abs(float(got) - float(x[k])) <= 2.0**-22 * abs(float(x[k])), (k, got, x[k])
+        assert float(got) != float(_tf32(x[k : k + 1])[0]) or float(x[k]) == float(_tf32(x[k : k + 1])[0])
+
+
 @pytest.mark.parametrize("count", [2, 4])
 @pytest.mark.parametrize("trans", [False, True])
 def test_ldmatrix_distribution(count, trans):

@@ -1,0 +1,52 @@
+"""float32 on tensor cores at fp32-class accuracy: the ``tensor_core`` plugin with 3xTF32 arithmetic.
+
+Each float32 operand fragment is split in registers into two TF32 numbers (``mma.split_tf32``):
+
+    x = big + small + r,  big = tf32(x),  small = tf32(x - big),  |r| <= 2**-22 |x|
+    a*b ~ a_small*b_big + a_big*b_small + a_big*b_big      three mma.sync m16n8k8 TF32, fp32 accumulators
+
+The dropped a_small*b_small is at most 2**-22 |a*b|, so each product is within 3 * 2**-22 (< 2**-20) of
+exact, against fp32's 2**-24 rounding per fused multiply-add; the sums are fp32 in both. That is the
+accuracy class of float32, not of TF32 (2**-11 per product): CUTLASS's "3xTF32" fast-accurate GEMM.
+Everything else (gather, split-K, wgrad unfold, layouts, graphs) is the ``tensor_core`` plugin's: same
+kernels from :mod:`convlab.kernels.tc_pipeline`, itype ``tf32x3``.
+
+Accepted for float32 under both precisions: "highest" (the default; the reference for speed is cuDNN in
+exact fp32) and "high" (where the tensor_core plugin's plain TF32 is also a candidate and usually
+faster). ``convlab.unregister("tf32x3")`` keeps float32 on the SIMT fp32 plugins (fp32 FMA).
+
+Known limit: an infinite input gives NaN where exact fp32 gives +-inf (inf times a zero small part).
+Priority 15, below implicit_gemm (20): without tuning (the simulator) float32 stays on the SIMT kernels;
+on a GPU the autotuner times both.
+"""
+from __future__ import annotations
+
+from convlab import Problem, Verdict, register
+
+from .tensor_core import TensorCore
+
+
+@register
+class TensorCoreTf32x3(TensorCore):
+    """The tensor-core implicit GEMM for float32 with each product as three TF32 mma (fp32-class)."""
+
+    name = "tf32x3"
+    dtypes = frozenset({"float32"})
+    priority = 15
+    description = ("float32 on tensor cores at fp32-class accuracy: operands split into two TF32 parts, "
+                   "three mma.sync a product (3xTF32, error < 2**-20 a product); otherwise tensor_core's "
+                   "kernels (groups 1, dgrad stride 1, split-K, NCHW/NHWC)")
+
+    def itype(self, dtype: str) -> str:
+        return "tf32x3"
+
+    def check_precision(self, problem: Problem) -> Verdict:
+        return Verdict.yes()  # fp32-class under "highest"; under "high" a candidate beside plain TF32
+
+    def compute_eps(self, dtype: str) -> float:
+        """3 * 2**-22 a product (module docstring), rounded up to 2**-20."""
+        return 2.0**-20
+
+    def sample_problems(self, op: str) -> list[Problem]:
+        """tensor_core's shapes in float32 (a split-K forward and dgrad on the simulator among them)."""
+        return [p.replace(dtype="float32") for p in super().sample_problems(op)]

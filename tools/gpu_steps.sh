@@ -8,7 +8,7 @@
 #          at batch 16), fp16, configs 0 1: the pipeline alone against the implicit GEMM's kernel
 #   conv   tc_conv_bench, one run per dtype of CONV_DTYPES on CONV_SUITES, CONV_OPS (CONV_S s a run);
 #          CONV_SHAPES: labels to keep (comma list, may hold spaces); CONV_ARGS: more options (no spaces)
-#   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile), TESTS_S s; TESTS_BG=1: in the background
+#   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile; TEST_K: a -k expression), TESTS_S s; TESTS_BG=1: in the background
 #          (beside the next steps, on their CPUs and GPU: for correctness runs, not beside timings that
 #          matter), waited for at the end
 #   san    compute-sanitizer SAN_TOOLS (memcheck racecheck) on tools/sanitize_cases.py tensor_core, SAN_S s each
@@ -63,7 +63,7 @@ for step in ${STEPS:-gemm conv}; do
   tests)
     run_tests() {
       CONVLAB_HYPOTHESIS_PROFILE=convlab-gpu timeout "${TESTS_S:-240}" python3 -m pytest -n 8 -q -p no:benchmark \
-        ${TEST_PATHS:-tests} > "$OUT/tests.log" 2>&1
+        ${TEST_PATHS:-tests} ${TEST_K:+-k "$TEST_K"} > "$OUT/tests.log" 2>&1
       el "tests rc=$?"; grep -E "FAILED|ERROR" "$OUT/tests.log" | head -20; tail -n 3 "$OUT/tests.log"
     }
     if [ -n "${TESTS_BG:-}" ]; then run_tests & else run_tests; fi ;;

@@ -43,13 +43,17 @@ def _without_graphs(fn: Callable[[], Any]) -> Any:
         return fn()
 
 
-def layer_shapes(layer: str | None) -> tuple[tuple, tuple, int]:
-    """(x shape, weight shape, padding) of ``--layer N,C,H,W,K,R`` (square R x R filter, stride 1,
-    padding R // 2); the default is the tiny 1x16x8x8 w16x3x3 layer."""
+def layer_shapes(layer: str | None) -> tuple[tuple, tuple, int, int, int]:
+    """(x shape, weight shape, padding, groups, stride) of ``--layer N,C,H,W,K,R[,G[,S]]`` (square R x R
+    filter, padding R // 2, groups G and stride S, 1 by default: ``32,384,14,14,384,3,384`` is a depthwise
+    layer); the default is the tiny 1x16x8x8 w16x3x3 layer."""
     if not layer:
-        return SHAPE_X, SHAPE_W, 1
-    n, c, h, w, k, r = (int(v) for v in layer.split(","))
-    return (n, c, h, w), (k, c, r, r), r // 2
+        return SHAPE_X, SHAPE_W, 1, 1, 1
+    values = [int(v) for v in layer.split(",")]
+    if len(values) not in (6, 7, 8):
+        raise ValueError(f"--layer takes N,C,H,W,K,R[,G[,S]], got {layer!r}")
+    n, c, h, w, k, r, g, s = values + [1] * (8 - len(values))
+    return (n, c, h, w), (k, c // g, r, r), r // 2, g, s
 
 
 def per_call_us(fn: Callable[[], Any], sync: Callable[[], None], n: int, batches: int,
@@ -166,9 +170,10 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False, la
 
     res: dict[str, Any] = {}
     sync = torch.cuda.synchronize
-    shape_x, shape_w, pad = layer_shapes(layer)
+    shape_x, shape_w, pad, groups, st = layer_shapes(layer)
     n_, _, h, w_ = shape_x
-    shape_y = (n_, shape_w[0], h + 2 * pad - shape_w[2] + 1, w_ + 2 * pad - shape_w[3] + 1)
+    shape_y = (n_, shape_w[0], (h + 2 * pad - shape_w[2]) // st + 1, (w_ + 2 * pad - shape_w[3]) // st + 1)
+    kw = dict(stride=st, padding=pad, groups=groups)
     g = torch.Generator(device="cuda").manual_seed(0)
     tdt = getattr(torch, dtype)
     x = torch.randn(shape_x, device="cuda", generator=g).to(tdt)
@@ -176,20 +181,20 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False, la
     gy = torch.randn(shape_y, device="cuda", generator=g).to(tdt)
     torch.backends.cudnn.allow_tf32 = False
     cases = {
-        "conv2d": (lambda: F.conv2d(x, w, padding=pad),
-                   lambda: convlab.conv2d(x, w, padding=pad, algorithm=alg)),
-        "conv2d_backward_data": (lambda: torch.nn.grad.conv2d_input(x.shape, w, gy, padding=pad),
-                                 lambda: convlab.conv2d_backward_data(gy, w, x.shape, padding=pad,
-                                                                      algorithm=alg)),
-        "conv2d_backward_weight": (lambda: torch.nn.grad.conv2d_weight(x, w.shape, gy, padding=pad),
-                                   lambda: convlab.conv2d_backward_weight(x, gy, w.shape, padding=pad,
-                                                                          algorithm=alg)),
-        "conv_transpose2d": (lambda: F.conv_transpose2d(x, w, padding=pad),
-                             lambda: convlab.conv_transpose2d(x, w, padding=pad, algorithm=alg)),
+        "conv2d": (lambda: F.conv2d(x, w, **kw),
+                   lambda: convlab.conv2d(x, w, **kw, algorithm=alg)),
+        "conv2d_backward_data": (lambda: torch.nn.grad.conv2d_input(x.shape, w, gy, **kw),
+                                 lambda: convlab.conv2d_backward_data(gy, w, x.shape, **kw, algorithm=alg)),
+        "conv2d_backward_weight": (lambda: torch.nn.grad.conv2d_weight(x, w.shape, gy, **kw),
+                                   lambda: convlab.conv2d_backward_weight(x, gy, w.shape, **kw, algorithm=alg)),
     }
+    if st == 1 and shape_w[0] == shape_x[1]:  # x as the transpose's input: needs K == C (stride 1: same size)
+        cases["conv_transpose2d"] = (lambda: F.conv_transpose2d(x, w, padding=pad, groups=groups),
+                                     lambda: convlab.conv_transpose2d(x, w, padding=pad, groups=groups,
+                                                                      algorithm=alg))
     xr = x.detach().clone().requires_grad_(True)  # made once: requires_grad_ per call would be timed
-    cases["conv2d_requires_grad"] = (lambda: F.conv2d(xr, w, padding=pad),  # same algorithm as conv2d
-                                     lambda: convlab.conv2d(xr, w, padding=pad, algorithm=alg))
+    cases["conv2d_requires_grad"] = (lambda: F.conv2d(xr, w, **kw),  # same algorithm as conv2d
+                                     lambda: convlab.conv2d(xr, w, **kw, algorithm=alg))
     timed = {}
     for name, (ref, ours) in cases.items():
         _guard(res, f"rel_err/{name}", lambda: float(((ours().float() - ref().float()).norm()
@@ -249,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=7, help="batches per case, taken round-robin")
     parser.add_argument("--algorithm", default="auto", help="the ops' algorithm= (default auto: tunes first)")
     parser.add_argument("--profile", action="store_true", help="cProfile's top functions per convlab op")
-    parser.add_argument("--layer", default=None, help="N,C,H,W,K,R: a square-filter layer, stride 1, "
-                        "padding R//2, instead of 1x16x8x8 w16x3x3 (conv_transpose2d needs K == C)")
+    parser.add_argument("--layer", default=None, help="N,C,H,W,K,R[,G[,S]]: a square-filter layer (groups G, "
+                        "stride S), padding R//2, instead of 1x16x8x8 w16x3x3 (conv_transpose2d: K == C, S 1)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
     args = parser.parse_args(argv)
     result: dict[str, Any] = {"device": runtime.device_name(), "versions": runtime.versions(),

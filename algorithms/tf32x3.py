@@ -21,7 +21,7 @@ on a GPU the autotuner times both.
 """
 from __future__ import annotations
 
-from convlab import Problem, Verdict, register
+from convlab import Problem, Verdict, make_problem, register
 
 from .tensor_core import TensorCore
 
@@ -35,7 +35,7 @@ class TensorCoreTf32x3(TensorCore):
     priority = 15
     description = ("float32 on tensor cores at fp32-class accuracy: operands split into two TF32 parts, "
                    "three mma.sync a product (3xTF32, error < 2**-20 a product); otherwise tensor_core's "
-                   "kernels (groups 1, dgrad stride 1, split-K, NCHW/NHWC)")
+                   "kernels (groups 1, strided dgrad as a column GEMM + fold, split-K, NCHW/NHWC)")
 
     def itype(self, dtype: str) -> str:
         return "tf32x3"
@@ -48,5 +48,12 @@ class TensorCoreTf32x3(TensorCore):
         return 2.0**-20
 
     def sample_problems(self, op: str) -> list[Problem]:
-        """tensor_core's shapes in float32 (a split-K forward and dgrad on the simulator among them)."""
-        return [p.replace(dtype="float32") for p in super().sample_problems(op)]
+        """tensor_core's shapes in float32 (a split-K forward and dgrad on the simulator among them), and
+        strided dgrads (the column route): a 3-channel stem with bias, stride 3 with dilation and a
+        transpose's output size (H beyond the forward formula)."""
+        shapes = [p.replace(dtype="float32") for p in super().sample_problems(op)]
+        if op == "dgrad":
+            shapes += [make_problem("dgrad", 2, 3, 9, 9, 8, 3, 3, stride=2, padding=1, bias=True),
+                       make_problem("dgrad", 1, 4, 11, 10, 6, 2, 3, p=3, q=3, stride=(3, 3), dilation=(2, 1),
+                                    padding=(1, 0))]
+        return shapes

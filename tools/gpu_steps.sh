@@ -11,12 +11,15 @@
 #   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile; TEST_K: a -k expression), TESTS_S s; TESTS_BG=1: in the background
 #          (beside the next steps, on their CPUs and GPU: for correctness runs, not beside timings that
 #          matter), waited for at the end
-#   san    compute-sanitizer SAN_TOOLS (memcheck racecheck) on tools/sanitize_cases.py tensor_core, SAN_S s each
-#   bench  convlab bench --no-auto on BENCH_SUITES (mobilenetv2 resnext50 efficientnet_b0: issue 13's),
-#          BENCH_ARGS (e.g. --ops forward --plugins depthwise,implicit_gemm), BENCH_S s; candidates ranked
-#          and compared with cuDNN by their time through the public op ('op ms'); files $OUT/BENCH_NAME
-#          (bench).json/.csv; BENCH_PRECOMPILE=S: first one untimed process per suite side by side (S s
-#          at most) that compiles the kernels into the disk cache
+#   san    compute-sanitizer SAN_TOOLS (memcheck racecheck) on tools/sanitize_cases.py SAN_PLUGINS (tensor_core),
+#          SAN_S s each (SANITIZE_DTYPES / _SHAPES / _CONFIGS: the script's); SAN_BG=1: in the background
+#   bench  convlab bench --no-auto on BENCH_SUITES (mobilenetv2 resnext50 efficientnet_b0: issue 13's;
+#          an entry SUITE:OPS runs only those ops of it, e.g. burn:dgrad), BENCH_ARGS (e.g. --plugins
+#          depthwise,implicit_gemm), BENCH_S s in all; one process per entry in turn, candidates ranked and
+#          compared with cuDNN by their time through the public op ('op ms'); files $OUT/<suite>.json (the
+#          CSVs are left out: $OUT returns 8 files at most), the logs in $OUT/bench.log; BENCH_PRECOMPILE=S:
+#          first one untimed process per entry side by side (S s at most) that compiles the kernels into
+#          the disk cache; background steps (TESTS_BG, SAN_BG) are waited for before the timed runs
 #   overhead  benchmarks/overhead_bench.py: OVH_ALG (implicit_gemm), OVH_LAYER (N,C,H,W,K,R), OVH_DTYPE,
 #          OVH_ARGS (e.g. --profile), OVH_TAG (file suffix), OVH_S s
 #   nb     notebooks/run_all.py --only 01 (the precision figure), NB_S s
@@ -68,26 +71,36 @@ for step in ${STEPS:-gemm conv}; do
     }
     if [ -n "${TESTS_BG:-}" ]; then run_tests & else run_tests; fi ;;
   san)
-    for tool in ${SAN_TOOLS:-memcheck racecheck}; do
-      timeout "${SAN_S:-120}" compute-sanitizer --tool $tool --report-api-errors no --print-limit 0 \
-        python3 tools/sanitize_cases.py tensor_core > "$OUT/$tool.log" 2>&1
-      el "$tool rc=$?"; grep -E "ERROR SUMMARY|hazard|runs" "$OUT/$tool.log" | tail -n 3
-    done ;;
+    run_san() {
+      for tool in ${SAN_TOOLS:-memcheck racecheck}; do
+        timeout "${SAN_S:-120}" compute-sanitizer --tool $tool --report-api-errors no --print-limit 0 \
+          python3 tools/sanitize_cases.py ${SAN_PLUGINS:-tensor_core} > "$OUT/$tool.log" 2>&1
+        el "$tool rc=$?"; grep -E "ERROR SUMMARY|hazard|runs" "$OUT/$tool.log" | tail -n 3
+      done
+    }
+    if [ -n "${SAN_BG:-}" ]; then run_san & else run_san; fi ;;
   bench)
-    suites="${BENCH_SUITES:-mobilenetv2 resnext50 efficientnet_b0}"
-    args=""; for su in $suites; do args="$args --suite $su"; done
+    entries="${BENCH_SUITES:-mobilenetv2 resnext50 efficientnet_b0}"
+    ops_of() { case $1 in *:*) echo "--ops ${1#*:}" ;; esac; }
     if [ -n "${BENCH_PRECOMPILE:-}" ]; then
       pids=""
-      for su in $suites; do
-        timeout "$BENCH_PRECOMPILE" convlab bench --suite $su --no-auto --no-torch --repeat 1 --warmup 0 \
-          --max-seconds 0 ${BENCH_ARGS:-} --out /tmp/precompile --quiet > "/tmp/precompile-$su.log" 2>&1 &
+      for e in $entries; do
+        timeout "$BENCH_PRECOMPILE" convlab bench --suite ${e%%:*} $(ops_of $e) --no-auto --no-torch --repeat 1 \
+          --warmup 0 --max-seconds 0 ${BENCH_ARGS:-} --out /tmp/precompile --name "${e%%:*}" --quiet \
+          > "/tmp/precompile-${e%%:*}.log" 2>&1 &
         pids="$pids $!"
       done
       wait $pids; el "precompiled"
     fi
-    timeout "${BENCH_S:-300}" convlab bench $args --no-auto --repeat 10 --warmup 3 --max-seconds 0.4 \
-      ${BENCH_ARGS:-} --out "$OUT" --name "${BENCH_NAME:-bench}" --quiet > "$OUT/bench.log" 2>&1
-    el "bench rc=$?"; grep -A12 "geometric mean" "$OUT/bench.log" | head -40 ;;
+    wait; el "background steps done"  # nothing else on the GPU while it is timed
+    end=$(( $(date +%s) + ${BENCH_S:-300} ))
+    for e in $entries; do
+      left=$(( end - $(date +%s) )); [ $left -gt 5 ] || { el "bench: no time left for $e"; continue; }
+      timeout $left convlab bench --suite ${e%%:*} $(ops_of $e) --no-auto --repeat 10 --warmup 3 \
+        --max-seconds 0.4 ${BENCH_ARGS:-} --out "$OUT" --name "${e%%:*}" --quiet >> "$OUT/bench.log" 2>&1
+      el "bench $e rc=$?"; rm -f "$OUT/${e%%:*}.csv"
+    done
+    grep -A12 "geometric mean" "$OUT/bench.log" | head -60 ;;
   overhead)
     timeout "${OVH_S:-150}" python3 benchmarks/overhead_bench.py --algorithm "${OVH_ALG:-implicit_gemm}" \
       ${OVH_LAYER:+--layer "$OVH_LAYER"} --dtype "${OVH_DTYPE:-float32}" ${OVH_ARGS:-} \

@@ -29,6 +29,7 @@ SHAPES = [  # (n, c, h, w, k, r, s, stride, padding, dilation, groups, bias)
     (1, 6, 9, 7, 4, 3, 2, 2, (1, 0), (1, 2), 2, True),  # grouped, strided, dilated, odd sizes
     (2, 32, 4, 4, 16, 1, 1, 1, 0, 1, 1, False),     # 1x1 shortcut paths
     (8, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, False),     # batch 8: tensor_core's wgrad splits the images
+    (2, 3, 9, 9, 8, 3, 3, 2, 1, 1, 1, True),        # a stem, stride 2: tensor_core's strided dgrad (fp32)
 ]
 
 

@@ -5,6 +5,8 @@ under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in 
     forward   x NCHW -> NHWC, w KCRS -> KRSC           N*P*Q       K    R*S*C           tc_conv
     dgrad     dy NCHW -> NHWC, w -> flipped CRSK       N*H*W       C    R*S*K           tc_conv (stride 1)
               (1x1 stride 1 unpadded, H*W and C in whole chunks: x or dy read as NCHW, no copy: tc_conv.NchwA)
+    dgrad     dy NCHW -> NHWC, w -> [CRS, K]           N*P*Q       CRS  K               tc_gemm + fold
+              (stride > 1, float32: the column route of strided.py)
     wgrad     dy, x unfolded split-major (wgrad.py)    K           CRS  N*P*Q           tc_gemm + split-K
 
 dgrad (and conv_transpose2d, its dgrad) with stride 1 is the forward convolution of dy with the
@@ -14,8 +16,8 @@ NHWC gather of :mod:`convlab.kernels.tc_conv`: 16-byte ``cp.async`` chunks of 8 
 channels, so the NHWC / KRSC copies pad the gathered channel count with zeros up to a multiple of 8 (4)
 (C = 3 becomes 8: more reduction work, still on tensor cores); zero-fill for padding and remainders.
 wgrad (:mod:`.wgrad`) unfolds dy and x into dense split-major operands and runs the tensor-core GEMM
-per image group (one launch, grid z), the fp32 partials summed in order. Not done here: groups > 1 and
-strided dgrad (the ``widen`` plugin runs those in fp32).
+per image group (one launch, grid z), the fp32 partials summed in order. Not done here: groups > 1, and
+fp16 / bf16 strided dgrad (the ``widen`` plugin runs those in fp32).
 
 Configs (the tuner times them all; the first wastes the least): 128x128 / 128x64 / 64x64 tiles, plus
 16- and 32-wide ones when the GEMM's N is at most 32 (the seed's 16-channel layers) and a 16-row one for
@@ -34,7 +36,8 @@ a channels-last output is written NHWC by the epilogue. Other channels-last oper
 channel count, dgrad's filter, every wgrad operand) are copied to NCHW scratch first.
 
 Applicability: compute capability 8.0 or newer (any on the simulator), groups == 1, float32 only under
-precision "high", stride 1 for dgrad, every tensor below 2**31 elements.
+precision "high" (TF32; the ``tf32x3`` plugin's 3xTF32 under either), dgrad with stride > 1 in float32
+only, every tensor below 2**31 elements.
 """
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ from convlab.problem import np_dtype, unit_roundoff
 from convlab.scratch import scratch
 from convlab.settings import get_float32_precision
 
-from . import wgrad
+from . import strided, wgrad
 
 ITYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
 NCHW = frozenset({"nchw"})  # what operands_for copies channels-last operands into
@@ -72,6 +75,11 @@ SIM_NARROW = {16: [TcConfig(32, 16, 16, 16, 16, 2)], 32: [TcConfig(32, 16, 8, 16
 #: 7/8 zeros), GPU and simulator (fewer A chunks than threads)
 GPU_SHORT = {16: [TcConfig(16, 64, 32, 16, 32, 3)], 32: [TcConfig(16, 64, 16, 16, 32, 3)]}
 SIM_SHORT = {16: [TcConfig(16, 32, 16, 16, 16, 2)], 32: [TcConfig(16, 32, 8, 16, 16, 2)]}
+
+
+def _strided_dgrad(problem: Problem) -> bool:
+    """Backward-data with stride > 1: the column GEMM and fold of :mod:`.strided` (float32)."""
+    return problem.op == "dgrad" and problem.stride != (1, 1)
 
 
 def _config(t: TcConfig) -> Config:
@@ -144,7 +152,7 @@ class TensorCore(Algorithm):
     layouts = frozenset({"nchw", "nhwc"})
     description = ("tensor-core implicit GEMM (fp16/bf16; TF32 for float32 under precision 'high'): "
                    "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
-                   "dgrad stride 1; split-K (fp32 partials summed in order) where tiles are few; wgrad "
+                   "strided dgrad (float32) as a column GEMM + fold; split-K (fp32 partials summed in order) where tiles are few; wgrad "
                    "on unfolded operands with split-K")
 
     def itype(self, dtype: str) -> str:
@@ -168,7 +176,12 @@ class TensorCore(Algorithm):
         if problem.groups != 1:
             return Verdict.no(f"groups = {problem.groups}: the tensor-core implicit GEMM needs groups == 1")
         if problem.op == "dgrad" and problem.stride != (1, 1):
-            return Verdict.no(f"backward-data needs stride 1 here, got stride {problem.stride}")
+            if problem.dtype != "float32":
+                return Verdict.no(f"backward-data with stride {problem.stride} runs here in float32 only (the "
+                                  "column route, strided.py); fp16 / bf16 take it through widen")
+            if not strided.fits(problem):
+                return Verdict.no("one image's column buffer has 2**31 elements or more (32-bit indexing)")
+            return Verdict.yes()
         for tensor, shape in zip(("x", "w", "y"), (problem.x_shape, problem.w_shape, problem.y_shape)):
             if math.prod(shape) > MAX_INDEX:
                 return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
@@ -185,7 +198,7 @@ class TensorCore(Algorithm):
 
     def configs(self, problem: Problem) -> list[Config]:
         bits = 32 if problem.dtype == "float32" else 16
-        m, n, _ = problem.gemm_shape()
+        m, n, _ = strided.gemm_shape(problem) if _strided_dgrad(problem) else problem.gemm_shape()
         blocks = lambda t: math.ceil(m / t.BM) * math.ceil(n / t.BN)  # noqa: E731
         # first the tile that wastes the least of N (output channels), then the one that fills the
         # most SMs (up to all of them), then the biggest (the tuner times them all)
@@ -208,6 +221,8 @@ class TensorCore(Algorithm):
         if problem.op == "wgrad":
             n_store, n_f32 = wgrad.workspace_elements(problem, tc_config(config), ALIGN[problem.dtype])
             return n_store * problem.itemsize + 4 * n_f32
+        if _strided_dgrad(problem):
+            return 4 * strided.workspace_elements(problem, workspace_limit)
         geo = _gathered(problem)
         cp = _padded(geo["c"], problem.dtype)
         f32 = _split_f32(problem, split_k(problem, tc_config(config))[0])
@@ -245,6 +260,11 @@ class TensorCore(Algorithm):
                 wgrad.run_wgrad(problem, tc_config(config), self.itype(problem.dtype),
                                 runtime.kernel_dtype(np_dtype(problem.dtype)), ALIGN[problem.dtype],
                                 *(runtime.kernel_view(t) for t in (a, b, out)))
+            return
+        if _strided_dgrad(problem):  # the column route reads NCHW: channels-last operands copied first
+            with layouts.operands_for(NCHW, (a, b, bias, out)) as (a, b, bias, out):
+                strided.run_strided_dgrad(problem, tc_config(config), self.itype(problem.dtype), a, b, bias, out,
+                                          workspace_limit)
             return
         geo = _gathered(problem)
         n, c, h, w, k, r, s = (geo[key] for key in "nchwkrs")

@@ -1,0 +1,86 @@
+"""Backward-data with stride > 1 on tensor cores (float32: TF32 or 3xTF32): a column GEMM, then a fold.
+
+    cols[(n, p, q), (c, r, s)] = sum_k dy[n, k, p, q] * w[k, c, r, s]     GEMM M = N*P*Q, N = C*R*S, K = K
+    dx[n, c, h, w] = bias[c] + sum over the taps (r, s) with h + ph - r*dh = p*sh, w + pw - s*dw = q*sw
+                     of cols[(n, p, q), (c, r, s)]                         (col2im's fold, pixel-major)
+
+The GEMM is :func:`convlab.kernels.tc_gemm.launcher` on dense k-contiguous operands: A = dy in NHWC
+([N*P*Q, Kp], K zero-padded to whole 16-byte chunks) and Bt = w as [C*R*S, Kp], both written by
+:func:`convlab.kernels.transpose.to_channels_last` into scratch. The fold (one thread per dx element,
+its taps in a fixed order: deterministic, no atomics) is :func:`convlab.algorithms.col2im.fold`. The
+column buffer holds ``images_per_pass`` images at a time, so that it fits the workspace limit.
+
+Why not a phase decomposition in the implicit-GEMM kernel (as implicit_gemm does on the SIMT path):
+the stems' strided dgrads have 3 input channels, a GEMM N of 3 per phase (a 16-wide tile 5/6 zeros);
+here the GEMM's N is C*R*S (147 for ResNet's stem, 363 for AlexNet's) and its M every output pixel.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from convlab import Problem, runtime
+from convlab.kernels import tc_gemm, transpose
+from convlab.kernels.splitk import MAX_INDEX
+from convlab.kernels.tc_config import TcConfig
+from convlab.scratch import scratch
+
+from ..col2im import fold
+
+ALIGN = 4  # float32 elements per 16-byte chunk
+
+
+def _sizes(pr: Problem) -> tuple[int, int, int]:
+    """(padded K, C*R*S, P*Q)."""
+    return -(-pr.k // ALIGN) * ALIGN, pr.c * pr.r * pr.s, pr.p * pr.q
+
+
+def operand_elements(pr: Problem) -> int:
+    """float32 elements of dy's NHWC copy and the [C*R*S, Kp] filter."""
+    kp, crs, pq = _sizes(pr)
+    return pr.n * pq * kp + crs * kp
+
+
+def images_per_pass(pr: Problem, workspace_limit: int) -> int:
+    """Images whose column buffer fits beside the operands within ``workspace_limit`` bytes (at least 1,
+    at most N, the buffer within 32-bit indexing)."""
+    _, crs, pq = _sizes(pr)
+    room = workspace_limit // 4 - operand_elements(pr)
+    return max(1, min(pr.n, room // (pq * crs), MAX_INDEX // (pq * crs)))
+
+
+def workspace_elements(pr: Problem, workspace_limit: int) -> int:
+    """float32 elements of scratch: the operands and one pass's column buffer."""
+    _, crs, pq = _sizes(pr)
+    return operand_elements(pr) + images_per_pass(pr, workspace_limit) * pq * crs
+
+
+def fits(pr: Problem) -> bool:
+    """Whether one image's columns and the operands stay within 32-bit indexing."""
+    _, crs, pq = _sizes(pr)
+    return pq * crs <= MAX_INDEX and operand_elements(pr) <= MAX_INDEX
+
+
+def run_strided_dgrad(pr: Problem, cfg: TcConfig, itype: str, dy, w, bias, dx, workspace_limit: int) -> None:
+    """dx [N, C, H, W] (+ bias) from dy [N, K, P, Q] and w [K, C, R, S]: float32 device arrays,
+    C-contiguous (flat views taken here)."""
+    kp, crs, pq = _sizes(pr)
+    nb = images_per_pass(pr, workspace_limit)
+    flat = lambda t: runtime.kernel_view(runtime.flat_view(t))  # noqa: E731
+    n_dy = pr.n * pq * kp
+    with scratch(operand_elements(pr), np.float32) as ops, scratch(nb * pq * crs, np.float32) as cols:
+        dyh, wt = ops[:n_dy], ops[n_dy:]
+        transpose.to_channels_last(flat(dy), dyh, pr.n, pr.k, pq, kp)  # [n, pq, k]
+        transpose.to_channels_last(flat(w), wt, 1, pr.k, crs, kp)  # [crs, k]
+        for n0 in range(0, pr.n, nb):
+            count = min(nb, pr.n - n0)
+            a = dyh[n0 * pq * kp:(n0 + count) * pq * kp].reshape(count * pq, kp)
+            out = cols[:count * pq * crs].reshape(count * pq, crs)
+            tc_gemm.launcher(itype, cfg, a, wt.reshape(crs, kp), out)()
+            fold(pr, cols, dx, bias, n0, count, pixel_major=True)
+
+
+def gemm_shape(pr: Problem) -> tuple[int, int, int]:
+    """(M, N, K) of the column GEMM (all images)."""
+    kp, crs, pq = _sizes(pr)
+    return pr.n * pq, crs, kp
+

@@ -15,7 +15,8 @@ Accepted for float32 under both precisions: "highest" (the default; the referenc
 exact fp32) and "high" (where the tensor_core plugin's plain TF32 is also a candidate and usually
 faster). ``convlab.unregister("tf32x3")`` keeps float32 on the SIMT fp32 plugins (fp32 FMA).
 
-Known limit: an infinite input gives NaN where exact fp32 gives +-inf (inf times a zero small part).
+Known limits: an infinite input gives NaN where exact fp32 gives +-inf (inf times a zero small part), and
+so does a finite one within 2**-12 of the float32 maximum (its TF32 rounding is inf).
 Priority 15, below implicit_gemm (20): without tuning (the simulator) float32 stays on the SIMT kernels;
 on a GPU the autotuner times both.
 """

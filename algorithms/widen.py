@@ -52,11 +52,12 @@ class Widen(Algorithm):
     def _via(self, problem: Problem) -> list:
         """The float32 plugins that can run the widened problem, in priority order (native half
         plugins and this one excluded: they are candidates of the half problem themselves; so is a
-        float32 variant of a native half plugin, e.g. tf32x3 of tensor_core: its kernels in fp16)."""
+        float32 variant of a native half plugin that runs the problem, e.g. tf32x3 of tensor_core on a
+        stride-1 fp16 forward: the same kernels in fp16 are a candidate already)."""
         from convlab.settings import get_deterministic
         wide = _float32(problem)
         found = registry.plugins(problem.op)
-        native = tuple(type(p) for p in found if problem.dtype in p.dtypes)
+        native = tuple(type(p) for p in found if problem.dtype in p.dtypes and p is not self and p.check(problem))
         via = [p for p in found
                if problem.dtype not in p.dtypes and "float32" in p.dtypes and not isinstance(p, native)
                and (p.deterministic or not get_deterministic()) and p.check(wide)]

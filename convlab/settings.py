@@ -6,7 +6,7 @@
 | tuning key policy: ``"exact"`` or ``"pow2"`` | ``CONVLAB_KEY_POLICY`` (exact) | :func:`set_key_policy` |
 | deterministic mode: exclude plugins declaring ``deterministic = False`` | ``CONVLAB_DETERMINISTIC`` (0) | :func:`set_deterministic` |
 | simulator thread budget: simulated threads per launch above which convlab warns | ``CONVLAB_SIM_THREAD_BUDGET`` (10000) | the variable |
-| float32 precision: ``"highest"`` (exact fp32) or ``"high"`` (TF32 tensor cores allowed for float32) | ``CONVLAB_FLOAT32_PRECISION`` (highest) | :func:`set_float32_precision`, :func:`float32_precision` |
+| float32 precision: ``"highest"`` (fp32-class: fp32 FMA, or the ``tf32x3`` plugin's 3xTF32) or ``"high"`` (TF32 tensor cores allowed for float32) | ``CONVLAB_FLOAT32_PRECISION`` (highest) | :func:`set_float32_precision`, :func:`float32_precision` |
 | cache directory: tuning results (and compiled kernels) | ``CONVLAB_CACHE_DIR`` (user cache dir) | the variable |
 | tuning depth: configs per plugin the autotuner compiles and times (its preferred first; all by default) | ``CONVLAB_TUNE_CONFIGS`` (all) | :func:`set_tune_configs` |
 

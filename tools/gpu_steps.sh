@@ -16,7 +16,7 @@
 #   bench  convlab bench --no-auto on BENCH_SUITES (mobilenetv2 resnext50 efficientnet_b0: issue 13's;
 #          an entry SUITE:OPS runs only those ops of it, e.g. burn:dgrad), BENCH_ARGS (e.g. --plugins
 #          depthwise,implicit_gemm), BENCH_S s in all; one process per entry in turn, candidates ranked and
-#          compared with cuDNN by their time through the public op ('op ms'); files $OUT/<suite>.json (the
+#          compared with cuDNN by their time through the public op ('op ms'); files $OUT/<entry>.json (the
 #          CSVs are left out: $OUT returns 8 files at most), the logs in $OUT/bench.log; BENCH_PRECOMPILE=S:
 #          first one untimed process per entry side by side (S s at most) that compiles the kernels into
 #          the disk cache; background steps (TESTS_BG, SAN_BG) are waited for before the timed runs
@@ -82,23 +82,24 @@ for step in ${STEPS:-gemm conv}; do
   bench)
     entries="${BENCH_SUITES:-mobilenetv2 resnext50 efficientnet_b0}"
     ops_of() { case $1 in *:*) echo "--ops ${1#*:}" ;; esac; }
+    name_of() { echo "$1" | tr ':,' '__'; }  # burn:dgrad -> burn_dgrad
     if [ -n "${BENCH_PRECOMPILE:-}" ]; then
       pids=""
       for e in $entries; do
         timeout "$BENCH_PRECOMPILE" convlab bench --suite ${e%%:*} $(ops_of $e) --no-auto --no-torch --repeat 1 \
-          --warmup 0 --max-seconds 0 ${BENCH_ARGS:-} --out /tmp/precompile --name "${e%%:*}" --quiet \
-          > "/tmp/precompile-${e%%:*}.log" 2>&1 &
+          --warmup 0 --max-seconds 0 ${BENCH_ARGS:-} --out /tmp/precompile --name "$(name_of $e)" --quiet \
+          > "/tmp/precompile-$(name_of $e).log" 2>&1 &
         pids="$pids $!"
       done
       wait $pids; el "precompiled"
     fi
-    wait; el "background steps done"  # nothing else on the GPU while it is timed
+    wait; el "background steps done"  # TESTS_BG / SAN_BG: nothing else on the GPU while it is timed
     end=$(( $(date +%s) + ${BENCH_S:-300} ))
     for e in $entries; do
       left=$(( end - $(date +%s) )); [ $left -gt 5 ] || { el "bench: no time left for $e"; continue; }
       timeout $left convlab bench --suite ${e%%:*} $(ops_of $e) --no-auto --repeat 10 --warmup 3 \
-        --max-seconds 0.4 ${BENCH_ARGS:-} --out "$OUT" --name "${e%%:*}" --quiet >> "$OUT/bench.log" 2>&1
-      el "bench $e rc=$?"; rm -f "$OUT/${e%%:*}.csv"
+        --max-seconds 0.4 ${BENCH_ARGS:-} --out "$OUT" --name "$(name_of $e)" --quiet >> "$OUT/bench.log" 2>&1
+      el "bench $e rc=$?"; rm -f "$OUT/$(name_of $e).csv"
     done
     grep -A12 "geometric mean" "$OUT/bench.log" | head -60 ;;
   overhead)

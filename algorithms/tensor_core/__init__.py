@@ -163,7 +163,7 @@ class TensorCore(Algorithm):
         """Whether the float32 arithmetic this plugin does is allowed (fp16 / bf16: always)."""
         if problem.dtype == "float32" and get_float32_precision() != "high":
             return Verdict.no("float32 runs in TF32 here: allowed only under "
-                              "convlab.set_float32_precision('high') (now 'highest', exact fp32)")
+                              "convlab.set_float32_precision('high') (now 'highest': fp32 FMA, or tf32x3)")
         return Verdict.yes()
 
     def check(self, problem: Problem) -> Verdict:
@@ -175,16 +175,17 @@ class TensorCore(Algorithm):
                               f"{runtime.compute_capability()}")
         if problem.groups != 1:
             return Verdict.no(f"groups = {problem.groups}: the tensor-core implicit GEMM needs groups == 1")
+        for tensor, shape in zip(("x", "w", "y"), (problem.x_shape, problem.w_shape, problem.y_shape)):
+            if math.prod(shape) > MAX_INDEX:
+                return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
         if problem.op == "dgrad" and problem.stride != (1, 1):
             if problem.dtype != "float32":
                 return Verdict.no(f"backward-data with stride {problem.stride} runs here in float32 only (the "
                                   "column route, strided.py); fp16 / bf16 take it through widen")
             if not strided.fits(problem):
-                return Verdict.no("one image's column buffer has 2**31 elements or more (32-bit indexing)")
+                return Verdict.no("the column route's operands or one image's column buffer have 2**31 "
+                                  "elements or more (32-bit indexing)")
             return Verdict.yes()
-        for tensor, shape in zip(("x", "w", "y"), (problem.x_shape, problem.w_shape, problem.y_shape)):
-            if math.prod(shape) > MAX_INDEX:
-                return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
         if problem.op == "wgrad":
             pr = problem
             rows = pr.n * _padded(pr.p * pr.q, pr.dtype) * max(pr.k, pr.c * pr.r * pr.s)

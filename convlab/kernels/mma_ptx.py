@@ -30,6 +30,13 @@ def _as_i32(builder, value, ty):
     return (builder.sext if ty.signed else builder.zext)(value, _I32)
 
 
+def _as_f32(context, builder, value, ty):
+    """A float32 operand from a float (converted) or from fp32 bits in an integer (reinterpreted)."""
+    if isinstance(ty, types.Integer):
+        return builder.bitcast(_as_i32(builder, value, ty), _F32)
+    return context.cast(builder, value, ty, types.float32)
+
+
 def _element_ptr(context, builder, aryty, ary, off, offty):
     """Pointer to element ``off`` (flat, from the data start) of an array argument."""
     data = context.make_array(aryty)(context, builder, ary).data
@@ -117,11 +124,7 @@ def to_tf32(typingctx, x):
         return None
 
     def codegen(context, builder, signature, args):
-        (xty,) = signature.args
-        if isinstance(xty, types.Integer):  # fp32 bits in a 32-bit register
-            return _asm(builder, _I32, [_as_i32(builder, args[0], xty)],
-                        "cvt.rna.tf32.f32 $0, $1;", "=r,r")
-        value = context.cast(builder, args[0], xty, types.float32)
+        value = _as_f32(context, builder, args[0], signature.args[0])
         return _asm(builder, _I32, [value], "cvt.rna.tf32.f32 $0, $1;", "=r,f")
 
     return types.uint32(x), codegen
@@ -134,11 +137,7 @@ def split_tf32(typingctx, x):
         return None
 
     def codegen(context, builder, signature, args):
-        (xty,) = signature.args
-        if isinstance(xty, types.Integer):  # fp32 bits in a 32-bit register
-            value = builder.bitcast(_as_i32(builder, args[0], xty), _F32)
-        else:
-            value = context.cast(builder, args[0], xty, types.float32)
+        value = _as_f32(context, builder, args[0], signature.args[0])
         out = _asm(builder, ir.LiteralStructType([_I32] * 2), [value],
                    "{ .reg .f32 big, rest; cvt.rna.tf32.f32 $0, $2; mov.b32 big, $0; "
                    "sub.f32 rest, $2, big; cvt.rna.tf32.f32 $1, rest; }", "=r,=r,f")

@@ -129,7 +129,10 @@ def _rna_bits(bits: int) -> int:
 
 def _bits(x) -> int:
     """fp32 bits of x (a float, or already bits: an integer)."""
-    return int(x) & 0xFFFFFFFF if isinstance(x, (int, np.integer)) else _F32_BITS.unpack(_F32.pack(x))[0]
+    if isinstance(x, (int, np.integer)):
+        return int(x) & 0xFFFFFFFF
+    with np.errstate(over="ignore"):  # a float64 beyond float32's range is inf, as a conversion gives
+        return _F32_BITS.unpack(_F32.pack(np.float32(x)))[0]
 
 
 @runtime.jit(device=True)

@@ -31,7 +31,8 @@ copies); both accumulate in float32, as cuDNN does.
 
 TF32: convlab does NOT read ``torch.backends.cudnn.allow_tf32`` (nor ``torch.backends.cudnn.conv.
 fp32_precision``). float32 convolutions follow :func:`convlab.set_float32_precision` only: "highest"
-(the default: exact float32) or "high" (TF32 tensor cores allowed). Why: convlab is a laboratory whose
+(the default: float32 accuracy: fp32 FMA, or the ``tf32x3`` plugin's 3xTF32, each product within
+3 * 2**-22) or "high" (TF32 tensor cores allowed). Why: convlab is a laboratory whose
 results must not change with another library's global flag, and torch's flag defaults to allowing TF32
 for cuDNN convolutions, which would silently lower convlab's default precision. To compare with cuDNN
 like for like, set both: ``torch.backends.cudnn.allow_tf32 = False`` with convlab's "highest", or

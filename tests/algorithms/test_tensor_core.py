@@ -14,7 +14,7 @@ from convlab.algorithms import tensor_core
 from convlab.kernels import tc_conv, transpose
 from convlab.measure import rel_error, tolerance
 from convlab.problem import make_problem, unit_roundoff
-from tc_helpers import TC, run_tc as _run, split_like_the_simulator  # noqa: F401  (a fixture)
+from tc_helpers import TC, run_tc as _run, split_like_the_simulator, spy  # noqa: F401  (a fixture)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")  # a core dependency; bfloat16 arrays
 
@@ -69,7 +69,7 @@ def test_narrow_tile_for_few_output_channels(op, dtype):
 
 @pytest.mark.parametrize("change,reason", [
     (dict(groups=2), "groups == 1"),
-    (dict(op="dgrad", stride=2), "stride 1"),
+    (dict(op="dgrad", stride=2), "float32 only"),
     (dict(dtype="float64"), "supports dtypes"),
 ])
 def test_declines_with_reason(change, reason):
@@ -77,6 +77,23 @@ def test_declines_with_reason(change, reason):
     fields.update(change)
     verdict = TC.applicable(make_problem(**fields))
     assert not verdict and reason in verdict.reason
+
+
+@pytest.mark.parametrize("limit", [2**28, 1], ids=["one pass", "one image a pass"])
+def test_strided_dgrad_column_route_in_tf32(limit, monkeypatch):
+    """Strided float32 dgrad under "high": dy NHWC x w [CRS, K] on tc_gemm, then the fold; with a
+    workspace limit below one image's columns, one image a pass (n0 > 0 reaches the fold)."""
+    from convlab.algorithms.tensor_core import strided
+    problem = make_problem("dgrad", 3, 5, 9, 8, 6, 3, 2, stride=(2, 3), padding=1, dtype="float32", bias=True)
+    with convlab.float32_precision("high"):
+        assert TC.applicable(problem)
+        assert strided.images_per_pass(problem, limit) == (1 if limit == 1 else 3)
+        monkeypatch.setattr(tensor_core.strided, "images_per_pass", lambda pr, _limit, real=strided.images_per_pass:
+                            real(pr, limit))
+        folds = spy(monkeypatch, tensor_core.strided, "fold")
+        err, tol = _run(problem)
+    assert err <= tol, (err, tol)
+    assert [call[4] for call in folds] == ([0, 1, 2] if limit == 1 else [0])  # n0 of each pass
 
 
 def test_transpose_flips_and_pads_dgrad_filter():

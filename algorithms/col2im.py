@@ -63,7 +63,8 @@ def _fold_kernel(dtype: str):
                         ww = u32(wp - u32(s * dw))
                         q = u32(ww // sw)
                         if u32(q * sw) == ww and q < Q:
-                            acc += cols[u32(src + u32(u32(u32(r * S) + s) * tst) + u32(u32(u32(p * Q) + q) * pst))]
+                            tap = u32(u32(u32(r * S) + s) * tst)
+                            acc += cols[u32(src + tap + u32(u32(u32(p * Q) + q) * pst))]
                         s = u32(s + 1)
                 r = u32(r + 1)
             if has_bias:

@@ -57,7 +57,8 @@ class Widen(Algorithm):
         from convlab.settings import get_deterministic
         wide = _float32(problem)
         found = registry.plugins(problem.op)
-        native = tuple(type(p) for p in found if problem.dtype in p.dtypes and p is not self and p.check(problem))
+        native = tuple(type(p) for p in found
+                       if problem.dtype in p.dtypes and p is not self and p.check(problem))
         via = [p for p in found
                if problem.dtype not in p.dtypes and "float32" in p.dtypes and not isinstance(p, native)
                and (p.deterministic or not get_deterministic()) and p.check(wide)]

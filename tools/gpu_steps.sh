@@ -8,9 +8,9 @@
 #          at batch 16), fp16, configs 0 1: the pipeline alone against the implicit GEMM's kernel
 #   conv   tc_conv_bench, one run per dtype of CONV_DTYPES on CONV_SUITES, CONV_OPS (CONV_S s a run);
 #          CONV_SHAPES: labels to keep (comma list, may hold spaces); CONV_ARGS: more options (no spaces)
-#   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile; TEST_K: a -k expression), TESTS_S s; TESTS_BG=1: in the background
-#          (beside the next steps, on their CPUs and GPU: for correctness runs, not beside timings that
-#          matter), waited for at the end
+#   tests  pytest TEST_PATHS (convlab-gpu hypothesis profile; TEST_K: a -k expression), TESTS_S s;
+#          TESTS_BG=1: in the background (beside the next steps, on their CPUs and GPU: for correctness
+#          runs, not beside timings that matter), waited for at the end
 #   san    compute-sanitizer SAN_TOOLS (memcheck racecheck) on tools/sanitize_cases.py SAN_PLUGINS (tensor_core),
 #          SAN_S s each (SANITIZE_DTYPES / _SHAPES / _CONFIGS: the script's); SAN_BG=1: in the background
 #   bench  convlab bench --no-auto on BENCH_SUITES (mobilenetv2 resnext50 efficientnet_b0: issue 13's;
@@ -20,7 +20,7 @@
 #          CSVs are left out: $OUT returns 8 files at most), the logs in $OUT/bench.log; BENCH_PRECOMPILE=S:
 #          first one untimed process per entry side by side (S s at most) that compiles the kernels into
 #          the disk cache; background steps (TESTS_BG, SAN_BG) are waited for before the timed runs
-#   overhead  benchmarks/overhead_bench.py: OVH_ALG (implicit_gemm), OVH_LAYER (N,C,H,W,K,R), OVH_DTYPE,
+#   overhead  benchmarks/overhead_bench.py: OVH_ALG (implicit_gemm), OVH_LAYER (N,C,H,W,K,R[,G[,S]]), OVH_DTYPE,
 #          OVH_ARGS (e.g. --profile), OVH_TAG (file suffix), OVH_S s
 #   nb     notebooks/run_all.py --only 01 (the precision figure), NB_S s
 #   verify side by side, VERIFY_S s each: memcheck (fp16, bf16, TF32; every sanitize_cases shape, one config),

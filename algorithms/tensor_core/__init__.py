@@ -152,8 +152,8 @@ class TensorCore(Algorithm):
     layouts = frozenset({"nchw", "nhwc"})
     description = ("tensor-core implicit GEMM (fp16/bf16; TF32 for float32 under precision 'high'): "
                    "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
-                   "strided dgrad (float32) as a column GEMM + fold; split-K (fp32 partials summed in order) where tiles are few; wgrad "
-                   "on unfolded operands with split-K")
+                   "strided dgrad (float32) as a column GEMM + fold; split-K (fp32 partials summed in order) "
+                   "where tiles are few; wgrad on unfolded operands with split-K")
 
     def itype(self, dtype: str) -> str:
         """The kernels' input type for ``dtype`` (tc_config.ITYPES)."""
@@ -264,8 +264,8 @@ class TensorCore(Algorithm):
             return
         if _strided_dgrad(problem):  # the column route reads NCHW: channels-last operands copied first
             with layouts.operands_for(NCHW, (a, b, bias, out)) as (a, b, bias, out):
-                strided.run_strided_dgrad(problem, tc_config(config), self.itype(problem.dtype), a, b, bias, out,
-                                          workspace_limit)
+                strided.run_strided_dgrad(problem, tc_config(config), self.itype(problem.dtype), a, b, bias,
+                                          out, workspace_limit)
             return
         geo = _gathered(problem)
         n, c, h, w, k, r, s = (geo[key] for key in "nchwkrs")

@@ -83,4 +83,3 @@ def gemm_shape(pr: Problem) -> tuple[int, int, int]:
     """(M, N, K) of the column GEMM (all images)."""
     kp, crs, pq = _sizes(pr)
     return pr.n * pq, crs, kp
-

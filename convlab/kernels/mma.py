@@ -67,7 +67,8 @@ from convlab import runtime
 from convlab.runtime import cuda
 
 __all__ = ["mma_f16", "mma_bf16", "mma_tf32", "mma_tf32x3", "to_tf32", "split_tf32", "f32_to_bf16", "bf16_to_f32",
-           "ldmatrix_x4", "ldmatrix_x2", "ldmatrix_x4_trans", "ldmatrix_x2_trans", "cp_async16", "cp_async_commit", "cp_async_wait"]
+           "ldmatrix_x4", "ldmatrix_x2", "ldmatrix_x4_trans", "ldmatrix_x2_trans", "cp_async16", "cp_async_commit",
+           "cp_async_wait"]
 
 if runtime.SIMULATOR:
     from convlab.kernels.mma_sim import (  # noqa: F401  (the simulator's stand-ins)

@@ -90,7 +90,7 @@ def _make_mma(shape: str, itype: str):
 
 @cuda.extending.intrinsic
 def mma_tf32x3(typingctx, s0, s1, s2, s3, a0, a1, a2, a3, t0, t1, b0, b1, c0, c1, c2, c3):
-    """D = As @ B + A @ Bt_s + A @ B + C: three m16n8k8 TF32 mma in one asm block (small parts first)."""
+    """D = As @ B + A @ Bs + A @ B + C: three m16n8k8 TF32 mma in one asm block (small parts first)."""
     ints, floats = (s0, s1, s2, s3, a0, a1, a2, a3, t0, t1, b0, b1), (c0, c1, c2, c3)
     if not all(isinstance(x, types.Integer) for x in ints):
         return None

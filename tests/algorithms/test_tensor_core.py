@@ -96,6 +96,14 @@ def test_strided_dgrad_column_route_in_tf32(limit, monkeypatch):
     assert [call[4] for call in folds] == ([0, 1, 2] if limit == 1 else [0])  # n0 of each pass
 
 
+def test_strided_dgrad_declines_a_dx_beyond_32_bit_indexing():
+    """The strided route keeps the 2**31 tensor rule (an 18 GB dx overflowed the fold's uint32 offsets)."""
+    problem = make_problem("dgrad", 17, 64, 2048, 2048, 4, 1, 1, stride=4, dtype="float32")
+    with convlab.float32_precision("high"):
+        verdict = TC.check(problem)
+    assert not verdict and "x (17, 64, 2048, 2048) has 2**31 elements" in verdict.reason
+
+
 def test_transpose_flips_and_pads_dgrad_filter():
     src = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)  # [k', c', r, s]
     dst = runtime.full((3 * 2 * 2 * 4,), -1, np.float32)

@@ -18,7 +18,8 @@ def _rec(label, op, cands, cudnn, groups=1, channels=8):
 def test_report_takes_the_fastest_correct_candidate_and_later_files(tmp_path):
     first = [_rec("a", "forward", [("implicit_gemm", 2.0, "ok"), ("tf32x3", 0.5, "wrong")], 1.0),
              _rec("b", "forward", [("direct", 4.0, "ok")], 1.0),
-             _rec("dw", "forward", [("depthwise", 0.5, "ok")], 1.0, groups=8)]
+             _rec("dw", "forward", [("depthwise", 0.5, "ok")], 1.0, groups=8),
+             _rec("c", "forward", [("direct", 1.0, "ok"), ("implicit_gemm", 2.0, "ok")], 1.0)]
     second = [_rec("a", "forward", [("implicit_gemm", 1.0, "ok"), ("tf32x3", 0.25, "ok"), ("im2col", 0.1, "wrong")],
                    1.0)]
     paths = []
@@ -27,12 +28,13 @@ def test_report_takes_the_fastest_correct_candidate_and_later_files(tmp_path):
         paths[-1].write_text(json.dumps({"results": recs}))
     table, flags = coverage_report.report(coverage_report.rows_of([str(p) for p in paths]), None)
     rows = {(r[0], r[1]): r for r in table}
-    suite = rows["s", "forward"]  # a: 1 / 0.25 = 4 (the second file), b: 0.25 (direct), dw: 2
-    assert suite[2] == 3 and math.isclose(suite[3], (4 * 0.25 * 2) ** (1 / 3)) and suite[5] == 1
+    suite = rows["s", "forward"]  # a: 1 / 0.25 = 4 (the second file), b: 0.25 (direct), dw: 2, c: 1
+    assert suite[2] == 4 and math.isclose(suite[3], (4 * 0.25 * 2 * 1) ** (1 / 4)) and suite[5] == 1
     assert math.isclose(rows["depthwise (all suites)", "forward"][3], 2.0)
     assert any("b / forward: only direct" in f for f in flags)
+    assert not any("c / forward" in f for f in flags)  # direct is fastest there, but not the only one
     assert any("b / forward: 0.25 of cuDNN (direct)" in f for f in flags)
     # without tf32x3 layer a is implicit_gemm's 1.0
     table, _ = coverage_report.report(coverage_report.rows_of([str(p) for p in paths]), {"implicit_gemm", "direct",
                                                                                         "depthwise"})
-    assert math.isclose({(r[0], r[1]): r for r in table}["s", "forward"][3], (1 * 0.25 * 2) ** (1 / 3))
+    assert math.isclose({(r[0], r[1]): r for r in table}["s", "forward"][3], (1 * 0.25 * 2 * 1) ** (1 / 4))

@@ -7,7 +7,10 @@ block must call the same stand-in together. The products are exact (float64 from
 input type: fp16 through numpy float16, bf16 and tf32 by their bits), then rounded once to float32; the
 hardware accumulates in fp32 in an unspecified order, so compare with a tolerance.
 
-These are device functions (``cuda.jit(device=True)``), so they see the simulator's per-thread ``cuda``.
+The warp-wide ones are device functions (``cuda.jit(device=True)``), so they see the simulator's per-thread
+``cuda``; the per-lane conversions (``to_tf32``, ``split_tf32``, ``f32_to_bf16``, ``bf16_to_f32``) use no
+``cuda`` and are plain functions, which the simulator calls without its device-function wrapper (cheaper:
+they run once per fragment register).
 Not for the GPU: :mod:`convlab.kernels.mma` exports these names only on the simulator.
 """
 from __future__ import annotations
@@ -117,7 +120,6 @@ def mma_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     return _mma("tf32", a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
 
 
-@runtime.jit(device=True)
 def to_tf32(x):
     return np.uint32(_rna_bits(_bits(x)))
 
@@ -135,7 +137,6 @@ def _bits(x) -> int:
         return _F32_BITS.unpack(_F32.pack(np.float32(x)))[0]
 
 
-@runtime.jit(device=True)
 def split_tf32(x):
     bits = _bits(x)
     big = _rna_bits(bits)
@@ -144,7 +145,6 @@ def split_tf32(x):
     return np.uint32(big), np.uint32(_rna_bits(_F32_BITS.unpack(_F32.pack(rest))[0]))
 
 
-@runtime.jit(device=True)
 def f32_to_bf16(x):
     bits = int(np.array(x, dtype=np.float32).view(np.uint32)[()])
     if (bits & 0x7F800000) == 0x7F800000 and bits & 0x7FFFFF:
@@ -152,7 +152,6 @@ def f32_to_bf16(x):
     return np.uint16(((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF)
 
 
-@runtime.jit(device=True)
 def bf16_to_f32(bits):
     return np.array(int(bits) << 16 & 0xFFFF0000, dtype=np.uint32).view(np.float32)[()]
 

@@ -44,7 +44,7 @@ def by_suite(datas: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
     return {suite: list(rows.values()) for suite, rows in merged.items()}
 
 
-def best_per_plugin(res: dict[str, Any], key: str, time: Any = None) -> dict[str, dict[str, Any]]:
+def best_per_plugin(res: dict[str, Any], time: Any = None) -> dict[str, dict[str, Any]]:
     """Each plugin's fastest checked candidate on one problem (cuDNN as plugin 'cudnn'), fastest by
     ``time(row)`` (default: its ``median_ms``)."""
     time = time or (lambda row: row["median_ms"])
@@ -107,7 +107,7 @@ def bar_chart(suite: str, results: list[dict[str, Any]], metric: str, path: Path
                              squeeze=False)
     for ax, op in zip(axes[:, 0], ops):
         rows = [r for r in results if r["op"] == op]
-        best = [best_per_plugin(r, key) for r in rows]
+        best = [best_per_plugin(r) for r in rows]
         plugins = sorted({p for b in best for p in b if metric != "ratio" or p != "cudnn"},
                          key=lambda p: (p == "cudnn", p))
         width = 0.8 / max(len(plugins), 1)
@@ -141,7 +141,7 @@ def time_bars(ax, results: list[Any], *, highlight: str | None = None, rotation:
     ProblemResult objects or their JSON dicts; the bars of plugin ``highlight`` are hatched. Notebooks
     use it for their time-by-plugin figures."""
     rows = [r if isinstance(r, dict) else dataclasses.asdict(r) for r in results]
-    best = [best_per_plugin(r, "median_ms", time=user_ms) for r in rows]
+    best = [best_per_plugin(r, time=user_ms) for r in rows]
     names = sorted({p for b in best for p in b}, key=lambda p: (p == "cudnn", p))
     width = 0.8 / max(len(names), 1)
     for i, name in enumerate(names):
@@ -162,7 +162,7 @@ def roofline(suite: str, results: list[dict[str, Any]], path: Path, peak_tflops:
     points: dict[str, list[tuple[float, float, str]]] = {}
     for res in results:
         intensity = res["flops"] / res["bytes"]
-        for plugin, row in best_per_plugin(res, "tflops").items():
+        for plugin, row in best_per_plugin(res).items():
             if row.get("tflops"):
                 points.setdefault(plugin, []).append((intensity, row["tflops"], res["op"]))
     xs = [x for pts in points.values() for x, _, _ in pts]
@@ -207,7 +207,7 @@ def plot_results(datas: list[dict[str, Any]], out_dir: str | os.PathLike, *, met
         raise ValueError("mixing simulator and GPU results in one chart: plot them separately")
     written = []
     for suite, results in by_suite(datas).items():
-        timed = [r for r in results if best_per_plugin(r, "median_ms")]
+        timed = [r for r in results if best_per_plugin(r)]
         if not timed and simulator:
             raise ValueError(f"suite {suite!r} is a simulator run with no timings: rerun it with "
                              "'convlab bench --simulator-wall-clock ...' to chart the simulator's "

@@ -20,33 +20,40 @@ from dataclasses import dataclass
 import numpy as np
 
 from convlab import Algorithm, Config, Problem, Verdict, runtime
-from convlab.kernels.gemm import TILES, Tile, pick_tiles
+from convlab.kernels.gemm import Tile, pick_tiles, tiles_for
 from convlab.kernels.splitk import sm_count
 from convlab.scratch import scratch
+from convlab.target import Target
 
-THREADS = 32 if runtime.SIMULATOR else 256  # threads per block of the unfold / fold kernels
+#: (threads a block, blocks per SM) of the unfold / fold kernels' grid-stride launches: enough blocks
+#: to cover the latency on a GPU; a few small ones on the simulator (each thread is a Python thread)
+LAUNCH_GPU, LAUNCH_SIM = (256, 16), (32, 2)
 _GRID_Y = 65535
 _U32 = 2 ** 32
-#: blocks per SM of the unfold / fold kernels' grid-stride launches (enough to cover the latency)
-BLOCKS_PER_SM = 2 if runtime.SIMULATOR else 16
+
+
+def launch_shape(target: Target | None = None) -> tuple[int, int]:
+    """(threads a block, blocks per SM) of the unfold / fold launches on ``target`` (default: current)."""
+    return LAUNCH_SIM if (runtime.target() if target is None else target).simulator else LAUNCH_GPU
 PAIR_LIMIT = _U32  # (row, pixel) pairs of one launch stay below it (their index is a uint32)
 
 
-def flat_launches(rows: int, pixels: int, whole: int = 1) -> list[tuple[int, int, int]]:
-    """The unfold / fold kernels' launches over the (row, pixel) pairs of ``rows`` rows of ``pixels``:
-    (first row, rows, blocks) each, one thread per pair, grid-stride over at most BLOCKS_PER_SM blocks
-    per SM (so that small images, P*Q = 49 or 196, fill every thread: a block per row left up to 80% of
+def flat_launches(rows: int, pixels: int, whole: int = 1) -> list[tuple[int, int, int, int]]:
+    """The unfold / fold kernels' launches over the (row, pixel) pairs of ``rows`` rows of ``pixels``
+    on the current target: (first row, rows, blocks, threads a block) each, one thread per pair,
+    grid-stride over at most :func:`launch_shape`'s blocks per SM (so that small images, P*Q = 49 or 196, fill every thread: a block per row left up to 80% of
     them idle). A launch's pairs stay below 2**32 (uint32 indices) and its rows are a multiple of
     ``whole`` (an image's channels); ValueError when ``whole`` rows alone pass 2**32 pairs."""
     per = min(rows, (PAIR_LIMIT - 1) // max(pixels, 1)) // whole * whole
     if per == 0 and rows:
         raise ValueError(f"{whole} rows x {pixels} pixels: more than 2**32 - 1 for 32-bit indices")
     per = max(per, 1)
-    cap = BLOCKS_PER_SM * sm_count()
+    threads, per_sm = launch_shape()
+    cap = per_sm * sm_count()
     launches = []
     for r0 in range(0, rows, per):
         n = min(per, rows - r0)
-        launches.append((r0, n, max(1, min(cap, math.ceil(n * pixels / THREADS)))))
+        launches.append((r0, n, max(1, min(cap, math.ceil(n * pixels / threads))), threads))
     return launches
 
 
@@ -84,25 +91,26 @@ def tile_of(config: Config) -> Tile:
     return Tile.from_config(config)
 
 
-def tile_configs(problem: Problem, count: int = 3) -> list[Config]:
-    """The best ``count`` tile presets for the problem's GEMM, as Configs."""
+def tile_configs(problem: Problem, target: Target, count: int = 3) -> list[Config]:
+    """The best ``count`` tile presets of ``target`` for the problem's GEMM, as Configs."""
     m, n, k = gemm_shape(problem)
     batch = problem.groups * (1 if problem.op == "wgrad" else max(problem.n, 1))
-    return [Config(t.config()) for t in pick_tiles(m, n, k, batch, problem.dtype)[:count]]
+    return [Config(t.config()) for t in pick_tiles(m, n, k, batch, problem.dtype, target)[:count]]
 
 
-def _wgrad_ksplit(problem: Problem, tile: Tile, images: int) -> int:
-    """k-splits of the wgrad GEMM: enough blocks to fill the GPU, each split >= a few k tiles."""
+def _wgrad_ksplit(problem: Problem, tile: Tile, images: int, target: Target) -> int:
+    """k-splits of the wgrad GEMM: enough blocks to fill the GPU, each split >= a few k tiles (the
+    simulator: at most 3 splits of 2 k tiles or more, so that its small problems split)."""
     m, n, k = gemm_shape(problem)
     blocks = math.ceil(m / tile.bm) * math.ceil(n / tile.bn) * problem.groups
     tiles = math.ceil(k / tile.bk) * images
-    min_tiles, cap = (2, 3) if runtime.SIMULATOR else (8, 256)
-    want = min(math.ceil(4 * sm_count() / blocks), tiles // min_tiles, cap, _GRID_Y // problem.groups)
+    min_tiles, cap = (2, 3) if target.simulator else (8, 256)
+    want = min(math.ceil(4 * target.sm_count / blocks), tiles // min_tiles, cap, _GRID_Y // problem.groups)
     return max(1, want)
 
 
-def column_plan(problem: Problem, tile: Tile, workspace_limit: int) -> Plan:
-    """The sub-batch and buffers for ``problem`` (im2col's forward/wgrad, col2im's dgrad).
+def column_plan(problem: Problem, tile: Tile, workspace_limit: int, target: Target) -> Plan:
+    """The sub-batch and buffers for ``problem`` on ``target`` (im2col's forward/wgrad, col2im's dgrad).
 
     When even one image's columns exceed the limit, ``nb`` is 1 and the plan's workspace is over it
     (the plugins then decline)."""
@@ -112,7 +120,7 @@ def column_plan(problem: Problem, tile: Tile, workspace_limit: int) -> Plan:
     z_cap = max(1, _GRID_Y // pr.groups)
     ksplit, part = 1, 0
     if pr.op == "wgrad":
-        ksplit = _wgrad_ksplit(pr, tile, max(pr.n, 1))
+        ksplit = _wgrad_ksplit(pr, tile, max(pr.n, 1), target)
         part = ksplit * int(np.prod(pr.w_shape)) if ksplit > 1 else 0
     if pr.n == 0:
         return Plan(is_pointwise, 0, 1, 0, 0)
@@ -121,12 +129,12 @@ def column_plan(problem: Problem, tile: Tile, workspace_limit: int) -> Plan:
     room = max(0, workspace_limit // pr.itemsize - part)
     nb = max(1, min(pr.n, room // per_image, (_U32 - 1) // per_image, z_cap))
     if pr.op == "wgrad" and nb < pr.n:  # fewer images per GEMM: maybe fewer k-splits
-        ksplit = _wgrad_ksplit(pr, tile, nb)
+        ksplit = _wgrad_ksplit(pr, tile, nb, target)
         part = ksplit * int(np.prod(pr.w_shape)) if ksplit > 1 else 0
     return Plan(False, nb, ksplit, nb * per_image, part)
 
 
-def check_indexing(problem: Problem) -> Verdict:
+def check_indexing(problem: Problem, target: Target) -> Verdict:
     """Decline problems the 32-bit index arithmetic of the kernels or the grid limits cannot reach."""
     pr = problem
     sizes = {"a": int(np.prod(pr.operand_shapes[0])), "b": int(np.prod(pr.operand_shapes[1])),
@@ -135,7 +143,7 @@ def check_indexing(problem: Problem) -> Verdict:
     for name, size in sizes.items():
         if size >= _U32:
             return Verdict.no(f"{name} has {size} elements; the GEMM kernels index with 32 bits")
-    m, rows = gemm_shape(pr)[0], min(t.bm for t in TILES) * _GRID_Y
+    m, rows = gemm_shape(pr)[0], min(t.bm for t in tiles_for(target)) * _GRID_Y
     if m > rows:
         return Verdict.no(f"GEMM M={m} is over {rows}: more than {_GRID_Y} row tiles")
     return Verdict.yes()
@@ -145,19 +153,22 @@ class ColumnGemmAlgorithm(Algorithm):
     """What im2col and col2im share: the predicate, the tile configs, and the column-buffer plan that
     sub-batches images so the workspace stays under the limit."""
 
-    def check(self, problem: Problem) -> Verdict:
-        return check_indexing(problem)
+    def check(self, problem: Problem, target: Target) -> Verdict:
+        return check_indexing(problem, target)
 
-    def configs(self, problem: Problem) -> list[Config]:
-        return tile_configs(problem)
+    def configs(self, problem: Problem, target: Target) -> list[Config]:
+        return tile_configs(problem, target)
 
-    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
-        return column_plan(problem, tile_of(config), workspace_limit).workspace_bytes(problem.itemsize)
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int,
+                        target: Target) -> int:
+        plan = column_plan(problem, tile_of(config), workspace_limit, target)
+        return plan.workspace_bytes(problem.itemsize)
 
     def plan(self, problem: Problem, config: Config, workspace_limit: int) -> tuple[Tile, Plan]:
-        """The tile and the sub-batch plan; ValueError if even one image exceeds the limit."""
+        """The tile and the sub-batch plan on the current target; ValueError if even one image
+        exceeds the limit."""
         tile = tile_of(config)
-        plan = column_plan(problem, tile, workspace_limit)
+        plan = column_plan(problem, tile, workspace_limit, runtime.target())
         need = plan.workspace_bytes(problem.itemsize)
         if need > workspace_limit:
             raise ValueError(f"{self.name} needs {need} bytes of workspace, over the limit of "

@@ -27,7 +27,7 @@ from convlab.kernels.source import Writer, compile_source
 from convlab.kernels.tc_epilogue import vector_ok
 from convlab.runtime import cuda
 
-from ._columns import THREADS, flat_launches
+from ._columns import flat_launches
 
 PARAMS = "x, cols, x_off, n_first, pairs, C, H, W, R, S, P, Q, sh, sw, ph, pw, dh, dw, PQo, ips, s1, s2, s3"
 
@@ -124,9 +124,9 @@ def unfold_into(problem: Problem, x, cols, n0: int, nb: int, *, pq_out: int | No
         x, cols, dtype = x.view(bits), cols.view(np.uint32), bits
     kernel = _unfold_kernel(dtype.name, ept)
     flat_x = x.reshape((x.size,))
-    for r0, rows, blocks in flat_launches(nb * pr.c, pq_out // ept, whole=pr.c):  # whole images each
+    for r0, rows, blocks, threads in flat_launches(nb * pr.c, pq_out // ept, whole=pr.c):  # whole images
         i0 = r0 // pr.c
-        kernel[blocks, THREADS](flat_x, cols, U((n0 + i0) * pr.c * pr.h * pr.w), U(i0), U(rows * pq_out // ept),
+        kernel[blocks, threads](flat_x, cols, U((n0 + i0) * pr.c * pr.h * pr.w), U(i0), U(rows * pq_out // ept),
                                 U(pr.c), U(pr.h), U(pr.w), U(pr.r), U(pr.s), U(pr.p), U(pr.q), U(sh), U(sw),
                                 U(ph), U(pw), U(dh), U(dw), U(pq_out), U(images_per_block), *map(U, strides))
 

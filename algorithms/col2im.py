@@ -28,7 +28,7 @@ from convlab.kernels.gemm import Strided, Tile, gemm
 from convlab.kernels.intrinsics import u32
 from convlab.runtime import cuda
 
-from ._columns import THREADS, ColumnGemmAlgorithm, Plan, flat_launches, lend_columns
+from ._columns import ColumnGemmAlgorithm, Plan, flat_launches, lend_columns
 
 
 @functools.cache
@@ -89,8 +89,8 @@ def fold(problem: Problem, cols, dx, bias, n0: int, nb: int, pixel_major: bool =
     kernel = _fold_kernel(pr.dtype)
     rs, pq = pr.r * pr.s, pr.p * pr.q
     strides = (u(rs), u(1), u(pr.c * rs)) if pixel_major else (u(rs * pq), u(pq), u(1))  # c, tap, pixel
-    for r0, rows, blocks in flat_launches(nb * pr.c, pr.h * pr.w, whole=pr.c):  # whole images each
-        kernel[blocks, THREADS](cols, flat_dx, bias if has_bias else flat_dx,
+    for r0, rows, blocks, threads in flat_launches(nb * pr.c, pr.h * pr.w, whole=pr.c):  # whole images
+        kernel[blocks, threads](cols, flat_dx, bias if has_bias else flat_dx,
                                 u((n0 * pr.c + r0) * pr.h * pr.w), u(r0 * pr.r * pr.s * pr.p * pr.q),
                                 u(rows * pr.h * pr.w), u(pr.c), u(pr.h), u(pr.w), u(pr.r), u(pr.s), u(pr.p),
                                 u(pr.q), u(sh), u(sw), u(ph), u(pw), u(dh), u(dw), u(has_bias), *strides)

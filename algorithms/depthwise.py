@@ -32,8 +32,9 @@ from typing import Any, NamedTuple
 
 import convlab
 from convlab import Algorithm, Config, Problem, Verdict, register, runtime
-from convlab.kernels.splitk import MAX_INDEX, sm_count, sum_partials  # the ordered split sum
+from convlab.kernels.splitk import MAX_INDEX, sum_partials  # the ordered split sum
 from convlab.scratch import scratch
+from convlab.target import Target
 
 from ._depthwise_common import MAX_SHARED, axis, shared_bytes
 from ._depthwise_conv import conv_kernel
@@ -101,15 +102,15 @@ def _waste(problem: Problem, tile: tuple[int, int, int, int]) -> float:
     return planes * along_h * (aw.tiles(tw, ow) * tw * len(aw.phases) / ow)
 
 
-def wgrad_plan(problem: Problem, config: Config, workspace_limit: int) -> tuple[int, int]:
+def wgrad_plan(problem: Problem, config: Config, workspace_limit: int, target: Target) -> tuple[int, int]:
     """(splits, chunk) of wgrad's N * tiles units per filter group: about four waves of blocks over the
-    SMs (shorter serial chains per block), at least 4 units per block, at most the config's SPLIT (0:
-    no cap), the partials within the workspace limit and 32-bit indexing."""
+    target's SMs (shorter serial chains per block), at least 4 units per block, at most the config's
+    SPLIT (0: no cap), the partials within the workspace limit and 32-bit indexing."""
     tile = _tile(config)
     units = _blocks(problem, tile)[2]
     threads = tile[1] * tile[0] // tile[2] * tile[3]
-    target = 4 * sm_count() * max(1, 2048 // threads)
-    splits = min(math.ceil(target / math.ceil(problem.k / tile[3])), max(1, units // 4))
+    wanted = 4 * target.sm_count * max(1, 2048 // threads)
+    splits = min(math.ceil(wanted / math.ceil(problem.k / tile[3])), max(1, units // 4))
     out_elems = problem.k * problem.r * problem.s
     splits = min(splits, workspace_limit // (out_elems * problem.itemsize), MAX_INDEX // out_elems)
     if int(config.get("SPLIT", 0)):
@@ -120,11 +121,11 @@ def wgrad_plan(problem: Problem, config: Config, workspace_limit: int) -> tuple[
     return math.ceil(units / chunk), chunk
 
 
-def _plane_tiles(problem: Problem) -> list[tuple[int, int, int, int]]:
+def _plane_tiles(problem: Problem, target: Target) -> list[tuple[int, int, int, int]]:
     """The plane tiles of the smallest size covering the largest phase of an output plane (none for
     larger planes)."""
     ah, aw, (oh, ow), *_ = _geometry(problem)
-    planes, threads = ((PLANES_SIM, PLANE_THREADS_SIM) if runtime.SIMULATOR
+    planes, threads = ((PLANES_SIM, PLANE_THREADS_SIM) if target.simulator
                        else (PLANES_GPU, PLANE_THREADS_GPU))
     for size, vhs in planes.items():
         if ah.extent(oh) <= size and aw.extent(ow) <= size:
@@ -133,14 +134,14 @@ def _plane_tiles(problem: Problem) -> list[tuple[int, int, int, int]]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _configs(problem: Problem) -> tuple[Config, ...]:
+def _configs(problem: Problem, target: Target) -> tuple[Config, ...]:
     """The plane tiles that fit (wgrad: each also with SPLIT=1), then the plain tiles that fit in TILES
     order, those wasting more than MAX_WASTE last (cached: the ops ask per call)."""
-    planes = [t for t in _plane_tiles(problem) if _fits(problem, t)]
+    planes = [t for t in _plane_tiles(problem, target) if _fits(problem, t)]
     configs = [Config(TH=t[0], TW=t[1], VH=t[2], PL=t[3]) for t in planes]
     if problem.op == "wgrad":
         configs += [Config(TH=t[0], TW=t[1], VH=t[2], PL=t[3], SPLIT=1) for t in planes]
-    order = TILES_SIM if runtime.SIMULATOR else TILES_WGRAD_GPU if problem.op == "wgrad" else TILES_GPU
+    order = TILES_SIM if target.simulator else TILES_WGRAD_GPU if problem.op == "wgrad" else TILES_GPU
     tiles = [t + (1,) for t in order if _fits(problem, t + (1,))]
     tiles.sort(key=lambda t: (_waste(problem, t) > MAX_WASTE, order.index(t[:3])))
     return tuple(configs) + tuple(Config(TH=t[0], TW=t[1], VH=t[2], PL=1) for t in tiles)
@@ -155,7 +156,7 @@ class _Plan(NamedTuple):
 
 
 @functools.lru_cache(maxsize=1024)
-def _launch(problem: Problem, config: Config, workspace_limit: int) -> _Plan:
+def _launch(problem: Problem, config: Config, workspace_limit: int, target: Target) -> _Plan:
     """The configured kernel launches of one call (cached: host time per call counts)."""
     tile = _tile(config)
     th, tw, vh, pl = tile
@@ -164,7 +165,7 @@ def _launch(problem: Problem, config: Config, workspace_limit: int) -> _Plan:
     tiles_h, tiles_w, blocks = _blocks(problem, tile)
     mult = problem.k // problem.c
     if problem.op == "wgrad":
-        splits, chunk = wgrad_plan(problem, config, workspace_limit)
+        splits, chunk = wgrad_plan(problem, config, workspace_limit, target)
         sizes = (problem.h, problem.w, problem.p, problem.q, problem.c, problem.k, mult, tiles_h, tiles_w,
                  blocks, chunk)
         kernel = wgrad_kernel(problem.dtype, tile, geometry, sizes)
@@ -176,19 +177,21 @@ def _launch(problem: Problem, config: Config, workspace_limit: int) -> _Plan:
                    for b in (False, True)), 1)
 
 
-_PLANS: dict[tuple[int, int, int], tuple[Problem, Config, _Plan]] = {}
+_PLANS: dict[tuple[int, int, int, int], tuple[Problem, Config, Target, _Plan]] = {}
 
 
 def _plan(problem: Problem, config: Config, workspace_limit: int) -> _Plan:
-    """``_launch`` looked up by the identity of its arguments (hashing a Problem and a Config costs a few
-    microseconds per call); the entry keeps both alive, so their ids are not reused while it exists."""
-    hit = _PLANS.get((id(problem), id(config), workspace_limit))
+    """``_launch`` on the current target, looked up by the identity of its arguments (hashing a Problem
+    and a Config costs a few microseconds per call); the entry keeps them alive, so their ids are not
+    reused while it exists."""
+    target = runtime.target()
+    key = (id(problem), id(config), workspace_limit, id(target))
+    hit = _PLANS.get(key)
     if hit is None:
         if len(_PLANS) >= 1024:
             _PLANS.clear()
-        hit = _PLANS[id(problem), id(config), workspace_limit] = (problem, config,
-                                                                  _launch(problem, config, workspace_limit))
-    return hit[2]
+        hit = _PLANS[key] = (problem, config, target, _launch(problem, config, workspace_limit, target))
+    return hit[3]
 
 
 @register
@@ -203,7 +206,7 @@ class Depthwise(Algorithm):
     description = ("depthwise (groups == C, any K/C): halo tile + filter in shared memory, rows per "
                    "thread in registers; dgrad by stride phases; wgrad ordered tree + split sum")
 
-    def check(self, problem: Problem) -> Verdict:
+    def check(self, problem: Problem, target: Target) -> Verdict:
         if problem.groups != problem.c:
             return Verdict.no(f"groups={problem.groups} != C={problem.c}: not depthwise")
         if problem.r * problem.s > MAX_TAPS:
@@ -214,19 +217,20 @@ class Depthwise(Algorithm):
         if max(problem.n, problem.c, problem.k) > MAX_GRID_YZ:
             return Verdict.no(f"N={problem.n}, C={problem.c}, K={problem.k}: the grid takes at most "
                               f"{MAX_GRID_YZ} images and channels")
-        if not self.configs(problem):
+        if not self.configs(problem, target):
             return Verdict.no(f"no tile fits: the halo of the smallest tile exceeds {MAX_SHARED} bytes of "
                               f"shared memory (filter {problem.r}x{problem.s}, stride {problem.stride}, "
                               f"dilation {problem.dilation})")
         return Verdict.yes()
 
-    def configs(self, problem: Problem) -> list[Config]:
-        return list(_configs(problem))
+    def configs(self, problem: Problem, target: Target) -> list[Config]:
+        return list(_configs(problem, target))
 
-    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int,
+                        target: Target) -> int:
         if problem.op != "wgrad":
             return 0
-        splits, _ = wgrad_plan(problem, config, workspace_limit)
+        splits, _ = wgrad_plan(problem, config, workspace_limit, target)
         return 0 if splits == 1 else splits * problem.k * problem.r * problem.s * problem.itemsize
 
     def sample_problems(self, op: str) -> list[Problem]:

@@ -22,6 +22,7 @@ import numpy as np
 from convlab import Algorithm, Config, Problem, Verdict, register, runtime
 from convlab.kernels.splitk import sum_partials
 from convlab.runtime import cuda
+from convlab.target import Target
 
 THREADS = 128  # threads per block, every kernel
 _WGRAD_CHUNK = 256  # target products per thread in split wgrad
@@ -146,10 +147,11 @@ class Direct(Algorithm):
     priority = 0
     description = "one thread per output element; every stride/padding/dilation/groups/bias"
 
-    def check(self, problem: Problem) -> Verdict:
+    def check(self, problem: Problem, target: Target) -> Verdict:
         return Verdict.yes()
 
-    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int,
+                        target: Target) -> int:
         if problem.op != "wgrad":
             return 0
         splits = wgrad_splits(problem, workspace_limit)

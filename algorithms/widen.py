@@ -22,6 +22,7 @@ from convlab.kernels import convert
 from convlab.plugin import registry
 from convlab.problem import unit_roundoff
 from convlab.scratch import scratch
+from convlab.target import Target
 
 import numpy as np
 
@@ -49,7 +50,7 @@ class Widen(Algorithm):
     description = ("fp16/bf16 on the float32 plugins: operands widened to fp32 in scratch, fp32 "
                    "arithmetic, the output rounded back (any op, stride, groups)")
 
-    def _via(self, problem: Problem) -> list:
+    def _via(self, problem: Problem, target: Target) -> list:
         """The float32 plugins that can run the widened problem, in priority order (native half
         plugins and this one excluded: they are candidates of the half problem themselves; so is a
         float32 variant of a native half plugin that runs the problem, e.g. tf32x3 of tensor_core on a
@@ -58,28 +59,30 @@ class Widen(Algorithm):
         wide = _float32(problem)
         found = registry.plugins(problem.op)
         native = tuple(type(p) for p in found
-                       if problem.dtype in p.dtypes and p is not self and p.check(problem))
+                       if problem.dtype in p.dtypes and p is not self and p.check(problem, target))
         via = [p for p in found
                if problem.dtype not in p.dtypes and "float32" in p.dtypes and not isinstance(p, native)
-               and (p.deterministic or not get_deterministic()) and p.check(wide)]
+               and (p.deterministic or not get_deterministic()) and p.check(wide, target)]
         return [p for p in via if p.name != "direct"] or via  # direct: only when nothing else runs it
 
-    def check(self, problem: Problem) -> Verdict:
-        if not self._via(problem):
+    def check(self, problem: Problem, target: Target) -> Verdict:
+        if not self._via(problem, target):
             return Verdict.no("no float32 plugin can run this problem")
         return Verdict.yes()
 
-    def configs(self, problem: Problem) -> list[Config]:
+    def configs(self, problem: Problem, target: Target) -> list[Config]:
         wide = _float32(problem)
-        return [Config(cfg, via=p.name) for p in self._via(problem)
-                for cfg in registry.safe_configs(p, wide)[:VIA_CONFIGS]]
+        return [Config(cfg, via=p.name) for p in self._via(problem, target)
+                for cfg in registry.safe_configs(p, wide, target)[:VIA_CONFIGS]]
 
-    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int,
+                        target: Target) -> int:
         """float32 copies of a, b, bias and out, plus the float32 plugin's own workspace."""
         name, inner = _inner(config)
         copies = sum(int(np.prod(s)) for s in problem.operand_shapes)
         copies += int(np.prod(problem.bias_shape)) if problem.bias else 0
-        return 4 * copies + registry.get(name).workspace_bytes(_float32(problem), inner, workspace_limit)
+        return 4 * copies + registry.get(name).workspace_bytes(_float32(problem), inner, workspace_limit,
+                                                               target)
 
     def compute_eps(self, dtype: str) -> float:
         """float32 arithmetic (measure.tolerance adds the output's rounding to ``dtype``)."""

@@ -9,6 +9,7 @@ from . import launch  # noqa: F401  first: every kernel defined from now on laun
 from .launch import SimulatorCostWarning
 
 from .plugin.contract import Algorithm, Config, Verdict
+from .target import Target
 from .problem import Problem, make_problem
 from .plugin.registry import get as get_plugin, load_errors, plugins, register, unregister
 from .settings import (float32_precision, get_deterministic, get_float32_precision,
@@ -17,7 +18,7 @@ from .settings import (float32_precision, get_deterministic, get_float32_precisi
 from .ops import (conv2d, conv2d_backward_data, conv2d_backward_weight,
                   conv_transpose2d, explain, problem_for)
 
-__all__ = ["Algorithm", "Config", "Verdict", "Problem", "make_problem", "get_plugin", "load_errors",
+__all__ = ["Algorithm", "Config", "Verdict", "Target", "Problem", "make_problem", "get_plugin", "load_errors",
            "plugins", "register", "unregister", "get_workspace_limit", "set_workspace_limit",
            "get_deterministic", "set_deterministic", "get_float32_precision",
            "set_float32_precision", "float32_precision", "conv2d",

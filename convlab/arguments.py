@@ -227,9 +227,11 @@ SIMULATOR_MEMORY = 2 * 2**30
 @functools.cache
 def memory_budget() -> tuple[int, str]:
     """(bytes, description) of the memory an op's operands must fit in: the GPU's total memory, or
-    :data:`SIMULATOR_MEMORY` on the simulator."""
-    if runtime.SIMULATOR:
-        return SIMULATOR_MEMORY, "simulator's budget"
+    the target's (:data:`SIMULATOR_MEMORY` on the simulator)."""
+    if not runtime.HAS_DEVICE:
+        target = runtime.target()
+        return (SIMULATOR_MEMORY, "simulator's budget") if target.simulator else \
+            (target.memory_bytes, f"{target.name}'s memory")
     return int(runtime.cuda.current_context().get_memory_info()[1]), "device's memory"
 
 

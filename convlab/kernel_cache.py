@@ -14,7 +14,7 @@ and of every convlab source file, the compile-time constants of factory closures
 arrays by their bytes; captured kernels and device functions by their own key), for generated source
 (``convlab.kernels.source.compile_source``: a ``<...>`` file name) the generated code itself and the
 namespace values it names (tile constants, intrinsics), the jit options, the argument types, the
-compute capability and the numba / numba-cuda versions. A file is a header (magic, format version,
+target (its arch: convlab.target) and the numba / numba-cuda versions. A file is a header (magic, format version,
 payload length, SHA-256), the entry name and the cubin; a truncated or corrupted file is reported
 with a warning, removed and recompiled. Files are written to a temporary name in the same directory and
 renamed (atomic), so two processes writing the same kernel at once leave one whole file.
@@ -48,7 +48,7 @@ compiled_names: list[str] = []  # "qualname(argtypes)@key" of each kernel this p
 
 def enabled() -> bool:
     """True when launches go through this cache (see the module docstring)."""
-    return not runtime.SIMULATOR and os.environ.get("CONVLAB_KERNEL_CACHE", "0").strip() == "1"
+    return runtime.MODE == "gpu" and os.environ.get("CONVLAB_KERNEL_CACHE", "0").strip() == "1"
 
 
 def directory() -> Path:
@@ -132,12 +132,13 @@ def _function_digest(func: Any, depth: int = 0) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
-def kernel_key(kernel: Any, argtypes: tuple, cc: tuple, options: dict | None = None) -> str:
-    """The cache key of ``kernel`` compiled for ``argtypes`` on compute capability ``cc``."""
+def kernel_key(kernel: Any, argtypes: tuple, target: Any, options: dict | None = None) -> str:
+    """The cache key of ``kernel`` compiled for ``argtypes`` for ``target`` (a target's ``key``, its
+    arch such as ``sm_90a``)."""
     versions = runtime.versions()
     parts = [_function_digest(_py_func(kernel)), _package_digest(),
              _describe(tuple(sorted((options or {}).items()))),
-             repr(tuple(str(t) for t in argtypes)), repr(tuple(cc)), versions["numba"],
+             repr(tuple(str(t) for t in argtypes)), repr(target), versions["numba"],
              versions["numba_cuda"], str(FORMAT)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
@@ -232,7 +233,7 @@ def _load_or_compile(dispatcher: Any, argtypes: tuple) -> CompiledKernel:
         raise ValueError("debug and cooperative kernels are not cached")
     cc = runtime.compute_capability()
     name = _py_func(dispatcher).__qualname__
-    key = kernel_key(dispatcher, argtypes, cc, options)
+    key = kernel_key(dispatcher, argtypes, runtime.target().key, options)
     overload = dispatcher.overloads.get(argtypes)
     if overload is None:
         hit = load(key)

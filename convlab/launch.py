@@ -33,7 +33,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from . import kernel_cache, runtime
+from . import kernel_cache, offline, runtime
 from .thin import _ThinLaunch, _launch_cached, dims3, stream_handle  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,10 @@ def launch(kernel: Any, grid: Any, block: Any, args: Sequence[Any], *, stream: A
     """Launch ``kernel`` (a :class:`Kernel` or Numba dispatcher) on ``stream`` (default: the ambient
     stream) with Numba's ordinary launch; recorded when a recorder is active."""
     dispatcher = kernel.dispatcher if isinstance(kernel, Kernel) else kernel
-    if runtime.SIMULATOR:
+    if runtime.COMPILE_ONLY:  # nothing runs: the launch is collected for convlab.compile
+        offline.request(dispatcher, grid, block, shared, args)
+        return
+    if runtime.SIMULATOR:  # the simulator's speed: every CUDA thread is a Python thread
         _warn_simulator_cost(dispatcher, grid, block)
     stream = ambient_stream() if stream is None else stream
     if not (kernel_cache.enabled() and _launch_cached(dispatcher, grid, block, stream, shared, args)):
@@ -167,7 +170,7 @@ class Launch:
                 self.views.append((i, slot, ptr - operands[slot][0], tuple(value.shape),
                                    tuple(runtime.strides_of(value)), np.dtype(value.dtype)))
         self.thin = None
-        if THIN and not runtime.SIMULATOR:
+        if THIN and runtime.MODE == "gpu":  # the thin path calls the driver
             try:
                 self.thin = _ThinLaunch.build(self, args)
             except Exception as exc:  # noqa: BLE001  (replay then re-invokes the Numba kernel)

@@ -211,7 +211,7 @@ def _direct(problem: Problem) -> Candidate:
     on widened float32 copies (the ``widen`` plugin's ``via=direct`` config)."""
     direct = registry.get("direct")
     if problem.dtype in direct.dtypes:
-        return Candidate(direct, direct.configs(problem)[0])
+        return Candidate(direct, direct.configs(problem)[0])  # the current target's
     return Candidate(registry.get("widen"), Config(via="direct"))
 
 
@@ -222,7 +222,7 @@ def trusted_output(problem: Problem, host: tuple, dev: tuple, limit: int, *,
     ``host`` and ``dev`` are the (a, b, bias) operands on the host and on the device; ``cudnn`` an
     optional :class:`convlab.bench.baseline.Cudnn` (its ``reference`` computes in float64 on the GPU).
     """
-    if problem.flops <= HOST_REFERENCE_MAX_FLOPS or runtime.SIMULATOR:
+    if problem.flops <= HOST_REFERENCE_MAX_FLOPS or not runtime.HAS_DEVICE:
         return Trusted(reference.solve(problem, *host), "host float64")
     if cudnn is not None:
         try:

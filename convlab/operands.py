@@ -145,7 +145,7 @@ def as_device(obj: Any) -> Any:
 
 
 def _numba_stream(handle: int) -> Any:
-    if handle == 0 or runtime.SIMULATOR:
+    if handle == 0 or not runtime.HAS_DEVICE:
         return 0
     stream = _external.get(handle)
     if stream is None:

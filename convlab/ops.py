@@ -215,13 +215,16 @@ def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0,
 
 
 def explain(*args: Any, op: str = "conv2d", algorithm: Any = "auto",
-            workspace_limit: int | None = None, **kwargs: Any):
+            workspace_limit: int | None = None, target: Any = None, **kwargs: Any):
     """For a call ``op(*args, **kwargs)`` (or a Problem as the only argument): each plugin, whether it
-    applies (and why not), its workspace, and what ``algorithm`` picks. Returns an Explanation."""
+    applies (and why not), its workspace, and what ``algorithm`` picks. ``target``: a named target
+    (``"sm_90"``) or a :class:`convlab.target.Target` to explain for instead of this machine's (nothing
+    is timed for another target). Returns an Explanation."""
     from .plugin.explain import explain_problem
 
     prob = args[0] if len(args) == 1 and isinstance(args[0], Problem) else problem_for(op, *args, **kwargs)
-    return explain_problem(prob, algorithm=algorithm, workspace_limit=check_workspace_limit(workspace_limit))
+    return explain_problem(prob, algorithm=algorithm, workspace_limit=check_workspace_limit(workspace_limit),
+                           target=target)
 
 
 def op_call(cand: Candidate, problem: Problem, dev: tuple, out: Any, limit: int,

@@ -3,11 +3,19 @@
 Everything else in convlab (kernels included) reaches CUDA through this module, so switching between a
 real GPU and Numba's CUDA simulator, or moving to a successor of numba-cuda, touches this file only.
 
-Device selection, decided once at import:
-- ``NUMBA_ENABLE_CUDASIM=1`` (or ``0``) in the environment is obeyed as is;
-- otherwise the CUDA driver is probed with ``ctypes`` (``cuInit`` + ``cuDeviceGetCount``); when no driver
-  or no device answers, the simulator is switched on before ``numba.cuda`` is imported.
-If ``numba.cuda`` was already imported by the caller, its choice stands.
+The runtime is in one of three states (:data:`MODE`), decided once at import:
+
+    "gpu"        kernels compile for the device and run on it
+    "simulator"  Numba's CUDA simulator: kernels run as Python, one thread per CUDA thread, with the
+                 stand-ins of the GPU intrinsics
+    "compile"    compile-only: no device and no simulator; kernels compile to PTX for a named target
+                 (:mod:`convlab.target`) and nothing runs (:mod:`convlab.offline`, :mod:`convlab.compile`)
+
+``CONVLAB_RUNTIME=gpu|simulator|compile`` chooses one. Otherwise ``NUMBA_ENABLE_CUDASIM=1`` is the
+simulator; ``NUMBA_ENABLE_CUDASIM=0`` is the GPU when the CUDA driver reports a device, else compile-only;
+unset, the driver is probed with ``ctypes`` (``cuInit`` + ``cuDeviceGetCount``) and the simulator is
+switched on before ``numba.cuda`` is imported when no device answers. If ``numba.cuda`` was already
+imported by the caller, its choice of the simulator stands.
 """
 from __future__ import annotations
 
@@ -43,22 +51,110 @@ def _driver_has_gpu() -> bool:
     return driver_gpu_count() > 0
 
 
-def _choose_simulator() -> None:
-    if "numba.cuda" in sys.modules:
-        return  # the caller already decided
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "").strip() == "" and not _driver_has_gpu():
-        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+MODES = ("gpu", "simulator", "compile")
+
+
+def _choose_mode() -> str:
+    """The runtime state (see the module docstring); sets NUMBA_ENABLE_CUDASIM to match."""
+    requested = os.environ.get("CONVLAB_RUNTIME", "").strip().lower()
+    if requested not in ("", *MODES):
+        raise ValueError(f"CONVLAB_RUNTIME={requested!r}: expected one of {MODES}")
+    if "numba.cuda" in sys.modules:  # the caller already decided between the simulator and not
+        import numba
+
+        if numba.config.ENABLE_CUDASIM:
+            return "simulator"
+        return "compile" if requested == "compile" or not _driver_has_gpu() else "gpu"
+    sim = os.environ.get("NUMBA_ENABLE_CUDASIM", "").strip()
+    if requested == "simulator" or (not requested and sim not in ("", "0")):
+        mode = "simulator"
+    elif requested == "compile":
+        mode = "compile"
+    elif requested == "gpu" or sim == "0":
+        mode = "gpu" if _driver_has_gpu() else "compile"
+    else:
+        mode = "gpu" if _driver_has_gpu() else "simulator"
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if mode == "simulator" else "0"
     if "numba.core.config" in sys.modules:  # numba imported before us: re-read the environment
         sys.modules["numba.core.config"].reload_config()
+    return mode
 
 
-_choose_simulator()
+#: "gpu", "simulator" or "compile" (see the module docstring)
+MODE: str = _choose_mode()
 
 from numba import cuda  # noqa: E402  (must follow the simulator decision)
 import numba  # noqa: E402
 
-#: True when kernels run on Numba's CUDA simulator (one Python thread per CUDA thread).
-SIMULATOR: bool = bool(numba.config.ENABLE_CUDASIM)
+from convlab import target as targets  # noqa: E402  (imports nothing of convlab)
+
+#: True when kernels run on Numba's CUDA simulator (one Python thread per CUDA thread). Read only here
+#: and where the simulator truly differs from a GPU (its intrinsic stand-ins); everything else asks
+#: the target (:func:`target`) or :data:`MODE`.
+SIMULATOR: bool = MODE == "simulator"
+#: True in the compile-only state: kernels compile for a named target, nothing launches.
+COMPILE_ONLY: bool = MODE == "compile"
+#: True when a GPU runs the kernels: device times, device memory, the driver's launch paths.
+HAS_DEVICE: bool = MODE == "gpu"
+
+
+def target():
+    """The target kernels run on now (:func:`convlab.target.current`)."""
+    return targets.current()
+
+
+def _process_target() -> Any:
+    """This process's own target: the simulator's, the GPU's (read from the driver), or in the
+    compile-only state the named target of ``CONVLAB_TARGET`` (default sm_90)."""
+    if SIMULATOR:
+        return targets.SIMULATOR
+    if COMPILE_ONLY:
+        return targets.get(os.environ.get("CONVLAB_TARGET", "sm_90").strip() or "sm_90")
+    return targets.from_device(cuda.get_current_device())
+
+
+targets.set_process_target(_process_target)
+
+
+def _compile_without_device() -> None:
+    """Let numba-cuda compile with no driver: the compute capability it asks the current device for
+    is the current target's (numba-cuda 0.30 asks in ``dispatcher``, ``compiler`` and the code library's
+    ``_ensure_cc``)."""
+    import types as pytypes
+
+    from numba.cuda import codegen, compiler, dispatcher
+
+    def device():
+        return pytypes.SimpleNamespace(compute_capability=target().cc)
+
+    def ensure_cc(self, cc):
+        if cc is not None:
+            return cc
+        cc = target().cc
+        return (cc[0], cc[1], "a" if cc >= (9, 0) else "")
+
+    dispatcher.get_current_device = compiler.get_current_device = device
+    codegen.CUDACodeLibrary._ensure_cc = ensure_cc
+
+
+def lower_kernel(dispatcher: Any, argtypes: tuple) -> Any:
+    """The code library of ``dispatcher`` compiled for ``argtypes`` with its own jit options, without
+    loading it (numba-cuda's ``_Kernel``; the compute capability is the current device's, or when
+    compiling only the current target's). Its ``get_asm_str(cc=...)`` gives the PTX for any target."""
+    import inspect
+
+    from numba.cuda.dispatcher import _Kernel
+
+    accepted = set(inspect.signature(_Kernel.__init__).parameters) - {"self", "py_func", "argtypes"}
+    options = {k: v for k, v in (getattr(dispatcher, "targetoptions", None) or {}).items() if k in accepted}
+    return _Kernel(dispatcher.py_func, argtypes, **options)._codelibrary
+
+
+if COMPILE_ONLY:
+    _compile_without_device()
+    from convlab.offline import OfflineArray  # noqa: E402
+else:
+    OfflineArray = type(None)  # never matches an operand
 
 # Small test launches are expected; their "low occupancy" warnings are noise.
 numba.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
@@ -132,17 +228,21 @@ def jit(*args: Any, **kwargs: Any) -> Callable:
 
 
 def device_name() -> str:
-    """Name of the current device, or ``'CUDA simulator'``."""
+    """Name of the current device, ``'CUDA simulator'``, or ``'compile-only (<target>)'``."""
     if SIMULATOR:
         return "CUDA simulator"
+    if COMPILE_ONLY:
+        return f"compile-only ({target().name})"
     name = cuda.get_current_device().name
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def compute_capability() -> tuple[int, int]:
-    """(major, minor) of the current device; (0, 0) on the simulator."""
+    """(major, minor) of the current device; (0, 0) on the simulator; the target's when compiling only."""
     if SIMULATOR:
         return (0, 0)
+    if COMPILE_ONLY:
+        return target().cc
     return tuple(cuda.get_current_device().compute_capability)  # type: ignore[return-value]
 
 
@@ -153,7 +253,7 @@ def versions() -> dict[str, str]:
     out = {"numba": numba.__version__, "numpy": np.__version__,
            "numba_cuda": getattr(sys.modules.get("numba_cuda"), "__version__", "unknown"),
            "python": sys.version.split()[0]}
-    if not SIMULATOR:
+    if MODE == "gpu":
         try:
             out["cuda_driver"] = ".".join(map(str, cuda.cudadrv.driver.driver.get_version()))
         except Exception:  # pragma: no cover - informational only
@@ -162,9 +262,11 @@ def versions() -> dict[str, str]:
 
 
 def is_device_array(obj: Any) -> bool:
-    """True for a Numba device array (or the simulator's stand-in)."""
+    """True for a Numba device array (or the simulator's or the compile-only runtime's stand-in)."""
     if SIMULATOR:
         return isinstance(obj, cuda.devicearray.FakeCUDAArray)
+    if COMPILE_ONLY:  # its stand-ins, or device arrays a caller built over memory of its own
+        return isinstance(obj, OfflineArray) or cuda.devicearray.is_cuda_ndarray(obj)
     return cuda.devicearray.is_cuda_ndarray(obj)
 
 
@@ -181,8 +283,9 @@ def as_device_array(obj: Any) -> Any:
 
 
 def device_pointer(dev: Any) -> int:
-    """Device address of a device array's first element (a host address on the simulator)."""
-    if SIMULATOR:
+    """Device address of a device array's first element (a host address on the simulator and when
+    compiling only)."""
+    if SIMULATOR or isinstance(dev, OfflineArray):
         return int(dev._ary.__array_interface__["data"][0])
     return int(dev.device_ctypes_pointer.value or 0)
 
@@ -195,20 +298,21 @@ def is_aligned(dev: Any, nbytes: int = 16) -> bool:
 
 def strides_of(dev: Any) -> tuple[int, ...]:
     """Byte strides of a device array."""
-    return tuple(int(s) for s in (dev._ary.strides if SIMULATOR else dev.strides))
+    return tuple(int(s) for s in (dev._ary.strides if SIMULATOR or isinstance(dev, OfflineArray)
+                                  else dev.strides))
 
 
 def view_at(base: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
     """A device-array view into ``base``'s memory at byte ``offset`` with ``shape`` / byte ``strides``."""
     dtype = np.dtype(dtype)
-    if SIMULATOR:  # the base's memory in address order (a channels-last base is not C-contiguous)
+    if SIMULATOR or COMPILE_ONLY:  # the base's memory in address order (channels-last: not C order)
         ary = base._ary
         mem = np.lib.stride_tricks.as_strided(ary, (int(ary.size),), (ary.dtype.itemsize,)) if ary.size \
             else ary.reshape(-1)
         raw = mem.view(np.uint8)[offset:]
         flat = np.ndarray((raw.size // dtype.itemsize,), dtype, buffer=raw) if raw.size else raw
         view = np.lib.stride_tricks.as_strided(flat, shape, strides)
-        return cuda.devicearray.FakeCUDAArray(view)
+        return OfflineArray(view) if COMPILE_ONLY else cuda.devicearray.FakeCUDAArray(view)
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
     return DeviceNDArray(shape, strides, dtype, gpu_data=base.gpu_data.view(offset))
@@ -218,9 +322,9 @@ def flat_view(dev: Any) -> Any:
     """A 1-D view of the ``dev.size`` elements under a dense array (C-contiguous, or any permutation
     of it such as channels-last strides), in memory order from its first element."""
     dtype = np.dtype(dev.dtype)
-    if SIMULATOR:
+    if SIMULATOR or COMPILE_ONLY:
         flat = np.lib.stride_tricks.as_strided(dev._ary, (int(dev.size),), (dtype.itemsize,))
-        return cuda.devicearray.FakeCUDAArray(flat)
+        return OfflineArray(flat) if COMPILE_ONLY else cuda.devicearray.FakeCUDAArray(flat)
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
     return DeviceNDArray((int(dev.size),), (dtype.itemsize,), dtype, gpu_data=dev.gpu_data)
@@ -228,6 +332,8 @@ def flat_view(dev: Any) -> Any:
 
 def is_stream(obj: Any) -> bool:
     """True for a Numba stream (or the simulator's stand-in)."""
+    if COMPILE_ONLY:
+        return False
     if SIMULATOR:
         from numba.cuda.simulator.api import stream as stream_class
     else:
@@ -257,6 +363,8 @@ def to_device(host: np.ndarray) -> Any:
     """Copy a host array to a new device array (bfloat16 travels as its uint16 bits and is viewed back
     as bfloat16 on the device)."""
     host = np.ascontiguousarray(host)
+    if COMPILE_ONLY:
+        return OfflineArray(host.copy())
     bits = _bits_dtype(host.dtype)
     if bits is None or SIMULATOR:
         return cuda.to_device(host)
@@ -266,7 +374,7 @@ def to_device(host: np.ndarray) -> Any:
 def to_host(dev: Any) -> np.ndarray:
     """A host copy of a device array (``dev.copy_to_host()``; bfloat16 through its uint16 bits)."""
     bits = _bits_dtype(dev.dtype)
-    if bits is None or SIMULATOR:
+    if bits is None or SIMULATOR or COMPILE_ONLY:
         return dev.copy_to_host()
     return dev.view(bits).copy_to_host().view(dev.dtype)
 
@@ -274,7 +382,7 @@ def to_host(dev: Any) -> np.ndarray:
 def copy_into(dev: Any, host: np.ndarray) -> None:
     """``dev.copy_to_device(host)`` (bfloat16 through its uint16 bits)."""
     bits = _bits_dtype(dev.dtype)
-    if bits is None or SIMULATOR:
+    if bits is None or SIMULATOR or COMPILE_ONLY:
         dev.copy_to_device(host)
     else:
         dev.view(bits).copy_to_device(np.ascontiguousarray(host).view(bits))
@@ -282,6 +390,8 @@ def copy_into(dev: Any, host: np.ndarray) -> None:
 
 def empty(shape: tuple[int, ...], dtype: Any) -> Any:
     """Uninitialised device array."""
+    if COMPILE_ONLY:
+        return OfflineArray.empty(shape, dtype)
     return cuda.device_array(tuple(int(s) for s in shape), dtype=np.dtype(dtype))
 
 
@@ -292,11 +402,16 @@ def full(shape: tuple[int, ...], value: float, dtype: Any) -> Any:
 
 def synchronize() -> None:
     """Wait for all queued device work."""
-    cuda.synchronize()
+    if not COMPILE_ONLY:
+        cuda.synchronize()
 
 
 def event() -> Any:
-    """A CUDA event that can be recorded and timed (a no-op on the simulator)."""
+    """A CUDA event that can be recorded and timed (a no-op on the simulator and when compiling only)."""
+    if COMPILE_ONLY:
+        from convlab.offline import Event
+
+        return Event()
     return cuda.event(timing=True)
 
 
@@ -305,11 +420,11 @@ def time_ms(fn: Callable[[], Any], *, warmup: int = 3, repeat: int = 20, inner: 
     samples, each ``inner`` calls back to back between two events (inner > 1: the host's work overlaps
     the device's, as in a stream of layers) divided by ``inner``.
 
-    Returns None on the simulator, where device times mean nothing.
+    Returns None on the simulator, where device times mean nothing, and when compiling only.
     """
     for _ in range(warmup):
         fn()
-    if SIMULATOR:
+    if MODE != "gpu":
         return None
     cuda.synchronize()
     times = []

@@ -39,9 +39,9 @@ from convlab.bench.plot import time_bars
 from convlab.bench.report import table
 from convlab.bench.suite import suite_from_dict
 
-SIZE = os.environ.get("CONVLAB_NOTEBOOK_SIZE", "tiny" if runtime.SIMULATOR else "full")
+SIZE = os.environ.get("CONVLAB_NOTEBOOK_SIZE", "tiny" if runtime.target().simulator else "full")
 assert SIZE in ("tiny", "full"), f"CONVLAB_NOTEBOOK_SIZE must be 'tiny' or 'full', got {SIZE!r}"
-FIG_DIR = os.environ.get("CONVLAB_FIGURE_DIR") or (None if runtime.SIMULATOR else "figures")
+FIG_DIR = os.environ.get("CONVLAB_FIGURE_DIR") or (None if not runtime.HAS_DEVICE else "figures")
 print(f"device: {runtime.device_name()}   size: {SIZE}   figures saved to: {FIG_DIR or '(not saved)'}")
 print(runtime.versions())
 
@@ -152,7 +152,7 @@ print(table(results))
 # %%
 fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(results), 4.2))
 time_bars(ax, results)
-ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms of the public op (CUDA events)")
+ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if not runtime.HAS_DEVICE else "median ms of the public op (CUDA events)")
 ax.set_title(f"forward time by plugin, {runtime.device_name()} (lower is better)")
 fig.tight_layout()
 if FIG_DIR:
@@ -183,7 +183,7 @@ assert all(c.status == "ok" for res in by_dtype for c in res.candidates), "a can
 
 fig, ax = plt.subplots(figsize=(9, 4.2))
 time_bars(ax, by_dtype, rotation=0)
-ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms of the public op (CUDA events)")
+ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if not runtime.HAS_DEVICE else "median ms of the public op (CUDA events)")
 ax.set_title(f"{entry.label} forward by dtype and plugin, {runtime.device_name()} (lower is better)")
 fig.tight_layout()
 if FIG_DIR:

@@ -45,9 +45,9 @@ import convlab
 from convlab import autotune, measure, runtime
 from convlab.bench.plot import plugin_color
 
-SIZE = os.environ.get("CONVLAB_NOTEBOOK_SIZE", "tiny" if runtime.SIMULATOR else "full")
+SIZE = os.environ.get("CONVLAB_NOTEBOOK_SIZE", "tiny" if runtime.target().simulator else "full")
 assert SIZE in ("tiny", "full"), f"CONVLAB_NOTEBOOK_SIZE must be 'tiny' or 'full', got {SIZE!r}"
-FIG_DIR = os.environ.get("CONVLAB_FIGURE_DIR") or (None if runtime.SIMULATOR else "figures")
+FIG_DIR = os.environ.get("CONVLAB_FIGURE_DIR") or (None if not runtime.HAS_DEVICE else "figures")
 
 # A private cache folder, so that this notebook neither reads nor clears your real tuning cache.
 os.environ["CONVLAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="convlab-notebook-cache-")
@@ -64,7 +64,7 @@ print("cache file:", autotune.cache_path())
 # %%
 def timer_for(problem):
     """None on a GPU; on the simulator, a timer giving the wall-clock ms of one run of a candidate."""
-    return None if not runtime.SIMULATOR else measure.wall_clock_timer(problem)
+    return None if runtime.HAS_DEVICE else measure.wall_clock_timer(problem)
 
 
 def tune(problem, **kw):
@@ -113,7 +113,7 @@ ax.set_xticks(range(len(COLS)), [str(c) for c in COLS])
 ax.set_yticks(range(len(ROWS)), [str(r) for r in ROWS])
 ax.set_xlabel(COL_NAME)
 ax.set_ylabel(ROW_NAME)
-what = "simulator wall-clock, not GPU speed" if runtime.SIMULATOR else "CUDA-event medians"
+what = "simulator wall-clock, not GPU speed" if not runtime.HAS_DEVICE else "CUDA-event medians"
 ax.set_title(f"autotuner winners, forward, {runtime.device_name()} ({what})", fontsize=9)
 fig.tight_layout()
 if FIG_DIR:

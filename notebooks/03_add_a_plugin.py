@@ -49,16 +49,16 @@ from hypothesis import settings
 
 import convlab
 import convlab.testing
-from convlab import Algorithm, Config, Problem, Verdict, autotune, measure, reference, runtime
+from convlab import Algorithm, Config, Problem, Target, Verdict, autotune, measure, reference, runtime
 from convlab.bench import baseline, harness as bench
 from convlab.bench.plot import time_bars
 from convlab.runtime import cuda
 from convlab.bench.report import table
 from convlab.bench.suite import suite_from_dict
 
-SIZE = os.environ.get("CONVLAB_NOTEBOOK_SIZE", "tiny" if runtime.SIMULATOR else "full")
+SIZE = os.environ.get("CONVLAB_NOTEBOOK_SIZE", "tiny" if runtime.target().simulator else "full")
 assert SIZE in ("tiny", "full"), f"CONVLAB_NOTEBOOK_SIZE must be 'tiny' or 'full', got {SIZE!r}"
-FIG_DIR = os.environ.get("CONVLAB_FIGURE_DIR") or (None if runtime.SIMULATOR else "figures")
+FIG_DIR = os.environ.get("CONVLAB_FIGURE_DIR") or (None if not runtime.HAS_DEVICE else "figures")
 print(f"device: {runtime.device_name()}   size: {SIZE}   figures saved to: {FIG_DIR or '(not saved)'}")
 
 # %% [markdown]
@@ -156,9 +156,11 @@ def winograd_kernels(dtype: str):
 # A subclass of `convlab.Algorithm` answers the registry's questions:
 # - `name`, `ops` (here forward only), `dtypes` (default float32 and float64), `priority` (wins when
 #   nothing was timed: above `direct`'s 0, below the GEMM plugins), `deterministic`, `description`;
-# - `check(problem)`: may I run it? If not, a one-line reason (the op, dtype and workspace conditions are
+# - `check(problem, target)`: may I run it? If not, a one-line reason (the op, dtype and workspace conditions are
 #   checked by the base class);
-# - `configs(problem)`: tunable variants, preferred first (here the block size), which the autotuner times;
+# - `configs(problem, target)`: tunable variants, preferred first (here the block size), which the
+#   autotuner times; `target` (a `convlab.Target`: SMs, shared memory, `target.simulator`) is the machine
+#   they are meant for, so the configs of any GPU can be listed without one;
 # - `workspace_bytes(...)`: the scratch memory `run` allocates (the transformed filters);
 # - `sample_problems(op)`: problems it accepts, for the conformance suite (random draws rarely hit a
 #   3x3 stride-1 problem);
@@ -173,7 +175,7 @@ class WinogradF2x3(Algorithm):
     priority = 5
     description = "Winograd F(2x2,3x3) forward; 3x3 filters, stride 1, dilation 1, groups 1"
 
-    def check(self, problem: Problem) -> Verdict:
+    def check(self, problem: Problem, target: Target) -> Verdict:
         if (problem.r, problem.s) != (3, 3):
             return Verdict.no(f"needs a 3x3 filter, got {problem.r}x{problem.s}")
         if problem.stride != (1, 1):
@@ -184,10 +186,10 @@ class WinogradF2x3(Algorithm):
             return Verdict.no(f"needs groups 1, got {problem.groups}")
         return Verdict.yes()
 
-    def configs(self, problem: Problem) -> list[Config]:
+    def configs(self, problem: Problem, target: Target) -> list[Config]:
         return [Config(threads=128), Config(threads=64)]
 
-    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int, target: Target) -> int:
         return problem.k * problem.c * 16 * problem.itemsize  # U, the transformed filters
 
     def sample_problems(self, op: str) -> list[Problem]:
@@ -292,7 +294,7 @@ finally:
 # %%
 def timer_for(problem):
     """None on a GPU; on the simulator, the wall-clock ms of one run of a candidate."""
-    return None if not runtime.SIMULATOR else measure.wall_clock_timer(problem)
+    return None if runtime.HAS_DEVICE else measure.wall_clock_timer(problem)
 
 
 if SIZE == "full":
@@ -333,7 +335,7 @@ assert all(row.status == "ok" for res in results for row in res.candidates
 # %%
 fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(results), 4.2))
 time_bars(ax, results, highlight="notebook_winograd", rotation=0)
-ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if runtime.SIMULATOR else "median ms of the public op (CUDA events)")
+ax.set_ylabel("simulator wall-clock ms (not GPU speed)" if not runtime.HAS_DEVICE else "median ms of the public op (CUDA events)")
 ax.set_title(f"3x3 forward: the new Winograd plugin vs the others, {runtime.device_name()}", fontsize=9)
 ax.legend(fontsize=8)
 fig.tight_layout()

@@ -48,9 +48,9 @@ from convlab.examples.shapes import CLASS_NAMES, make_shapes
 from convlab.examples.train_cnn import TrainConfig, build, compare, default_device, device_description
 from convlab.examples.training_report import plot_losses, summarize, summary_text
 
-SIZE = os.environ.get("CONVLAB_NOTEBOOK_SIZE", "tiny" if runtime.SIMULATOR else "full")
+SIZE = os.environ.get("CONVLAB_NOTEBOOK_SIZE", "tiny" if runtime.target().simulator else "full")
 assert SIZE in ("tiny", "full"), f"CONVLAB_NOTEBOOK_SIZE must be 'tiny' or 'full', got {SIZE!r}"
-FIG_DIR = os.environ.get("CONVLAB_FIGURE_DIR") or (None if runtime.SIMULATOR else "figures")
+FIG_DIR = os.environ.get("CONVLAB_FIGURE_DIR") or (None if not runtime.HAS_DEVICE else "figures")
 DEVICE = default_device()
 CONFIG = TrainConfig.tiny() if SIZE == "tiny" else TrainConfig()
 SEEDS = [0] if SIZE == "tiny" else [0, 1, 2]
@@ -125,7 +125,7 @@ print(summary_text(summary))
 fig, ax = plt.subplots(figsize=(8, 4.8))
 plot_losses(ax, runs, summary, title=f"ShapesNet on {device_description(DEVICE)}\n{CONFIG.steps} steps, "
             f"batch {CONFIG.batch}, {CONFIG.size}x{CONFIG.size}" + (" (simulator: times mean nothing)"
-                                                                      if runtime.SIMULATOR else ""))
+                                                                      if not runtime.HAS_DEVICE else ""))
 fig.tight_layout()
 if FIG_DIR:
     os.makedirs(FIG_DIR, exist_ok=True)
@@ -142,7 +142,7 @@ for run in runs:
           f"{run['final_loss']:11.4f} {run['test_accuracy']:9.3f}")
 ratio = summary["step_time_ratio_convlab_over_cudnn"]
 print(f"step time convlab / cuDNN: {ratio:.2f}x" + ("  (simulator wall clock, not GPU speed)"
-                                                    if runtime.SIMULATOR else ""))
+                                                    if not runtime.HAS_DEVICE else ""))
 
 # %% [markdown]
 # ## Next

@@ -23,10 +23,11 @@ from __future__ import annotations
 import functools
 import math
 
-from convlab import Algorithm, Config, Problem, Verdict, make_problem, register, runtime
+from convlab import Algorithm, Config, Problem, Verdict, make_problem, register
 
 from convlab.kernels.splitk import MAX_INDEX
 from convlab.kernels.tile import Tile
+from convlab.target import Target
 
 from . import common, forward, gathers, wgrad
 
@@ -69,17 +70,17 @@ class ImplicitGemm(Algorithm):
     description = ("implicit GEMM: operand tiles gathered into shared memory, register fragments, "
                    "split-K with an ordered second pass; any sizes, groups and strides")
 
-    def check(self, problem: Problem) -> Verdict:
+    def check(self, problem: Problem, target: Target) -> Verdict:
         for tensor, shape in zip(("x", "w", "y"), (problem.x_shape, problem.w_shape, problem.y_shape)):
             if math.prod(shape) > MAX_INDEX:
                 return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
         return Verdict.yes()
 
-    def configs(self, problem: Problem) -> list[Config]:
+    def configs(self, problem: Problem, target: Target) -> list[Config]:
         if problem.op == "wgrad":
-            tiles = WGRAD_TILES_SIM if runtime.SIMULATOR else WGRAD_TILES_GPU
+            tiles = WGRAD_TILES_SIM if target.simulator else WGRAD_TILES_GPU
         else:
-            tiles = GATHER_TILES_SIM if runtime.SIMULATOR else GATHER_TILES_GPU
+            tiles = GATHER_TILES_SIM if target.simulator else GATHER_TILES_GPU
         return [_config(t) for t in sorted(tiles, key=lambda t: _preference(problem, t))]
 
     def sample_problems(self, op: str) -> list[Problem]:
@@ -96,15 +97,16 @@ class ImplicitGemm(Algorithm):
                            dict(n=1, c=3, h=9, w=9, k=5, r=3, s=3, stride=2, padding=1)]}[op]
         return [make_problem(op, **kw) for kw in cases]
 
-    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int,
+                        target: Target) -> int:
         """A BM x BN partial per (split, output tile) plus one counter per tile; 0 when unsplit (the
         largest of a strided dgrad's phases, which run one after another)."""
         tile = tile_of(config)
         if problem.op != "wgrad":
             forward.check_tile(tile)
-            return gathers.workspace_elements(problem, tile, workspace_limit) * problem.itemsize
+            return gathers.workspace_elements(problem, tile, workspace_limit, target) * problem.itemsize
         wgrad.check_tile(tile)
-        splits, _, n_tiles = common.plan(problem, tile, workspace_limit)
+        splits, _, n_tiles = common.plan(problem, tile, workspace_limit, target=target)
         shape = common.workspace_shape(problem, tile, splits, n_tiles)
         return 0 if shape is None else sum(shape) * problem.itemsize
 

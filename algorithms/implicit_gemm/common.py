@@ -24,6 +24,7 @@ from numba import uint32
 
 from convlab import Problem, runtime
 from convlab.kernels.intrinsics import load_cg, u32, vector_load
+from convlab.kernels.resources import allow_spills
 from convlab.kernels.source import Writer, compile_source
 from convlab.kernels.splitk import split_plan
 from convlab.kernels.tile import PAD, Tile
@@ -58,15 +59,16 @@ def layout(tile: Tile, prefer: tuple[int, ...]) -> Layout:
 
 
 def plan(problem: Problem, tile: Tile, workspace_limit: int,
-         gemm: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
+         gemm: tuple[int, int, int] | None = None, target: Any = None) -> tuple[int, int, int]:
     """(splits, chunk, n_tiles) of ``problem``'s GEMM (or of ``gemm`` = (M, N, K), one phase of a
-    strided dgrad) under this tile and workspace limit; the groups' tiles share one launch."""
+    strided dgrad) under this tile and workspace limit on ``target`` (default: the current one); the
+    groups' tiles share one launch."""
     m, n, k = problem.gemm_shape() if gemm is None else gemm
     n_tiles = math.ceil(n / tile.bn)
     tiles = math.ceil(m / tile.bm) * n_tiles * problem.groups
     k_pad = -(-k // tile.bk) * tile.bk  # a ragged K planned as whole slices: never more splits than fit
     splits, chunk = split_plan(tiles, k_pad, tile.bk, tile.threads, tiles * tile.bm * tile.bn,
-                               workspace_limit)
+                               workspace_limit, target=target)
     return (1 if splits == 1 else math.ceil(k / chunk)), chunk, n_tiles
 
 
@@ -148,6 +150,21 @@ def tile_origin(bm: int, bn: int, general: bool):
 def register_cap(threads: int) -> int:
     """Registers per thread that keep 2 blocks of 256, 3 of 128 or 4 of 64 threads on one SM."""
     return {256: 128, 128: 168}.get(threads, 255)
+
+
+#: spill bytes (stores + loads) the register cap costs the 8x8 thread tiles, by block size: ptxas
+#: reports up to 292 (256 threads, 128 registers; 128 on sm_90) and 56 (128 threads, 168 registers) for
+#: the corpus of results/compile (convlab compile); the cap keeps the occupancy above instead
+CAP_SPILLS = {256: 320, 128: 64}
+
+
+def capped(kernel: Any, threads: int) -> Any:
+    """``kernel`` with the spills :func:`register_cap` costs it declared (convlab compile checks them)."""
+    spills = CAP_SPILLS.get(threads, 0)
+    if not spills:
+        return kernel
+    return allow_spills(kernel, spills, f"the {register_cap(threads)}-register cap of {threads}-thread blocks "
+                                        f"(occupancy over spills to L1-cached local memory)")
 
 
 @functools.cache

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 from numba import float32, int32, int64, uint32
@@ -36,8 +37,8 @@ from convlab.kernels.intrinsics import SHARED_ALIGN, u32
 from convlab.kernels.tile import Tile
 from convlab.runtime import cuda
 
-from .common import (dummy, layout, lend_workspace, plan, register_cap, slice_fma, store_tile, tile_origin,
-                     validate, workspace_shape, zero_fill)
+from .common import (capped, dummy, layout, lend_workspace, plan, register_cap, slice_fma, store_tile,
+                     tile_origin, validate, workspace_shape, zero_fill)
 from .gathers import gathers, is_aligned
 
 FAR = -(1 << 30)  # hb of rows past M: every bounds test fails
@@ -249,7 +250,7 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
             store(acc, rows, cols, fb, out, ws, bias, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, n0, uM,
                   uN, uohw, uint32(out_img), has_bias, flag)
 
-    return kernel
+    return capped(kernel, T)
 
 
 PARAMS = ("M", "N", "Kg", "OHW", "OW", "a_img", "a_row", "lim_h", "lim_w", "sh", "sw", "ph", "pw",
@@ -270,9 +271,9 @@ def _params(problem: Problem, index: int, tile: Tile, splits: int, chunk: int, n
 
 
 @functools.lru_cache(maxsize=256)
-def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
-    """[(kernel, grid, params, workspace or None)] of one (problem, tile, limit), one per GEMM (dgrad:
-    per stride phase): one lookup per call.
+def _prepared(problem: Problem, tile: Tile, workspace_limit: int, target: Any):
+    """[(kernel, grid, params, workspace or None)] of one (problem, tile, limit, target), one per GEMM
+    (dgrad: per stride phase): one lookup per call.
 
     The grid is configured at each launch, not cached: the simulator's ``kernel[grid, block]`` sets the
     grid on the one kernel object of this tile and returns it, so a cached configured kernel would launch
@@ -281,7 +282,7 @@ def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
     kern = gather_kernel(tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, problem.op == "forward", general)
     launches = []
     for index, ga in enumerate(gathers(problem)):
-        splits, chunk, n_tiles = plan(problem, tile, workspace_limit, (ga.m, ga.n, ga.k))
+        splits, chunk, n_tiles = plan(problem, tile, workspace_limit, (ga.m, ga.n, ga.k), target)
         grid = (math.ceil(ga.m / tile.bm) * n_tiles * problem.groups, splits)
         params = _params(problem, index, tile, splits, chunk, n_tiles, general)
         launches.append((kern, grid, params, workspace_shape(problem, tile, splits, n_tiles, ga.m)))
@@ -292,7 +293,7 @@ def launch(problem: Problem, tile: Tile, a, b, bias, out, workspace_limit: int) 
     """Run forward or dgrad of ``problem``: a = x or dy, b = w, out = y or dx (device, C-contiguous;
     flattened inside the kernel, so no host-side views are built per call); one launch per GEMM."""
     bias = dummy() if bias is None else bias
-    for kern, grid, params, ws in _prepared(problem, tile, workspace_limit):
+    for kern, grid, params, ws in _prepared(problem, tile, workspace_limit, runtime.target()):
         if grid[0] == 0:  # no rows (batch 0)
             continue
         with lend_workspace(ws) as buf:

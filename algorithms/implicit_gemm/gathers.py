@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -101,11 +101,12 @@ def is_aligned(problem: Problem, tile: Tile) -> bool:
         (problem.op == "forward" or problem.stride == (1, 1))
 
 
-def workspace_elements(problem: Problem, tile: Tile, workspace_limit: int) -> int:
-    """Split-K workspace elements of the largest of the problem's launches (0 when none splits)."""
+def workspace_elements(problem: Problem, tile: Tile, workspace_limit: int, target: Any = None) -> int:
+    """Split-K workspace elements of the largest of the problem's launches on ``target`` (default: the
+    current one; 0 when none splits)."""
     most = 0
     for ga in gathers(problem):
-        splits, _, n_tiles = plan(problem, tile, workspace_limit, (ga.m, ga.n, ga.k))
+        splits, _, n_tiles = plan(problem, tile, workspace_limit, (ga.m, ga.n, ga.k), target)
         shape = workspace_shape(problem, tile, splits, n_tiles, ga.m)
         most = max(most, 0 if shape is None else sum(shape))
     return most

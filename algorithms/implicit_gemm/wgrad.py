@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 from numba import float32, int32, int64, uint32
@@ -34,8 +35,8 @@ from convlab.kernels.intrinsics import SHARED_ALIGN, u32
 from convlab.kernels.tile import Tile
 from convlab.runtime import cuda
 
-from .common import (layout, lend_workspace, plan, register_cap, slice_fma, store_tile, tile_origin,
-                     validate, workspace_shape, zero_fill)
+from .common import (capped, layout, lend_workspace, plan, register_cap, slice_fma, store_tile,
+                     tile_origin, validate, workspace_shape, zero_fill)
 
 BK = 8  # the incremental (n, p, q) walk assumes one kk per thread per slice
 
@@ -205,7 +206,7 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
             store(acc, rows, cols, fb, out, ws, ws, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, n0, uM,
                   uN, u1, u1, False, flag)
 
-    return kernel
+    return capped(kernel, T)
 
 
 def is_aligned(problem: Problem) -> bool:
@@ -227,10 +228,10 @@ def _params(problem: Problem, splits: int, chunk: int, n_tiles: int, tiles_per_g
 
 
 @functools.lru_cache(maxsize=256)
-def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
-    """(kernel, grid, params, workspace shape or None) of one (problem, tile, limit), as
+def _prepared(problem: Problem, tile: Tile, workspace_limit: int, target: Any):
+    """(kernel, grid, params, workspace shape or None) of one (problem, tile, limit, target), as
     ``forward._prepared`` (which says why the grid is not configured here)."""
-    splits, chunk, n_tiles = plan(problem, tile, workspace_limit)
+    splits, chunk, n_tiles = plan(problem, tile, workspace_limit, target=target)
     kern = wgrad_kernel(tile.bm, tile.bn, tile.tm, tile.tn, not is_aligned(problem))
     tiles_per_group = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles
     grid = (tiles_per_group * problem.groups, splits)
@@ -240,6 +241,6 @@ def _prepared(problem: Problem, tile: Tile, workspace_limit: int):
 
 def launch(problem: Problem, tile: Tile, x, dy, out, workspace_limit: int) -> None:
     """dw (device, (K, C', R, S)) from device x (N, C, H, W) and dy (N, K, P, Q), C-contiguous."""
-    kern, grid, params, ws = _prepared(problem, tile, workspace_limit)
+    kern, grid, params, ws = _prepared(problem, tile, workspace_limit, runtime.target())
     with lend_workspace(ws) as buf:
         kern[grid, tile.threads](x, dy, params, out, buf)

@@ -35,7 +35,8 @@ is a channels-last forward filter (KRSC memory) and a 1x1 forward filter in eith
 a channels-last output is written NHWC by the epilogue. Other channels-last operands (an unaligned
 channel count, dgrad's filter, every wgrad operand) are copied to NCHW scratch first.
 
-Applicability: compute capability 8.0 or newer (any on the simulator), groups == 1, float32 only under
+Applicability: a target with ``mma.sync`` and ``cp.async`` (compute capability 8.0 or newer, and the
+simulator's stand-ins), groups == 1, float32 only under
 precision "high" (TF32; the ``tf32x3`` plugin's 3xTF32 under either), dgrad with stride > 1 in float32
 only, every tensor below 2**31 elements.
 """
@@ -47,11 +48,12 @@ import numpy as np
 
 from convlab import Algorithm, Config, Problem, Verdict, layouts, operands, register, runtime
 from convlab.kernels import convert, tc_conv, transpose
-from convlab.kernels.splitk import MAX_INDEX, sm_count, sum_partials
+from convlab.kernels.splitk import MAX_INDEX, sum_partials
 from convlab.kernels.tc_config import TcConfig
 from convlab.problem import np_dtype, unit_roundoff
 from convlab.scratch import scratch
 from convlab.settings import get_float32_precision
+from convlab.target import Target
 
 from . import strided, wgrad
 
@@ -113,19 +115,20 @@ def _gathered(problem: Problem) -> dict:
 #: the H200 (results/h200/session7/call3, splits of 256+) the sum and rounding passes cost 10-40 us,
 #: which splits of a 512- to 1152-long reduction (ResNet-50's c3 / c5 1x1 and c3 3x3 layers) mostly
 #: lost, while those of 2048 and longer (c4 / c5 3x3, Burn's deep layers) gained, up to 2x
-MIN_SPLIT_K = 1 if runtime.SIMULATOR else 1024
+MIN_SPLIT_K_GPU, MIN_SPLIT_K_SIM = 1024, 1
 
 
-def split_k(problem: Problem, cfg: TcConfig) -> tuple[int, int]:
-    """(splits, k tiles per split) of a forward / dgrad: as many splits as fill twice the SMs with
-    blocks when the output tiles alone do not, each at least MIN_SPLIT_K reduction elements long, the
-    partials within 32-bit indexing; (1, all k tiles) when not split."""
+def split_k(problem: Problem, cfg: TcConfig, target: Target) -> tuple[int, int]:
+    """(splits, k tiles per split) of a forward / dgrad on ``target``: as many splits as fill twice the
+    SMs with blocks when the output tiles alone do not, each at least MIN_SPLIT_K reduction elements
+    long, the partials within 32-bit indexing; (1, all k tiles) when not split."""
     geo = _gathered(problem)
     m, n = geo["n"] * geo["p"] * geo["q"], geo["k"]
     ktiles = math.ceil(geo["r"] * geo["s"] * _padded(geo["c"], problem.dtype) / cfg.BK)
     tiles = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN)
-    per_split = max(1, math.ceil(MIN_SPLIT_K / cfg.BK))
-    splits = min(math.ceil(2 * sm_count() / tiles), ktiles // per_split, MAX_INDEX // (m * n))
+    least = MIN_SPLIT_K_SIM if target.simulator else MIN_SPLIT_K_GPU
+    per_split = max(1, math.ceil(least / cfg.BK))
+    splits = min(math.ceil(2 * target.sm_count / tiles), ktiles // per_split, MAX_INDEX // (m * n))
     if splits < 2:
         return 1, ktiles
     tps = math.ceil(ktiles / splits)
@@ -166,13 +169,13 @@ class TensorCore(Algorithm):
                               "convlab.set_float32_precision('high') (now 'highest': fp32 FMA, or tf32x3)")
         return Verdict.yes()
 
-    def check(self, problem: Problem) -> Verdict:
+    def check(self, problem: Problem, target: Target) -> Verdict:
         precision = self.check_precision(problem)
         if not precision.ok:
             return precision
-        if not runtime.SIMULATOR and runtime.compute_capability() < (8, 0):
-            return Verdict.no(f"needs compute capability 8.0+ (mma.sync, cp.async), the GPU has "
-                              f"{runtime.compute_capability()}")
+        if not (target.has("mma.sync") and target.has("cp.async")):
+            return Verdict.no(f"needs mma.sync and cp.async (compute capability 8.0+); {target.name} has "
+                              f"compute capability {target.cc[0]}.{target.cc[1]}")
         if problem.groups != 1:
             return Verdict.no(f"groups = {problem.groups}: the tensor-core implicit GEMM needs groups == 1")
         for tensor, shape in zip(("x", "w", "y"), (problem.x_shape, problem.w_shape, problem.y_shape)):
@@ -197,36 +200,39 @@ class TensorCore(Algorithm):
             return Verdict.no("the channel-padded NHWC copy has 2**31 elements or more (32-bit indexing)")
         return Verdict.yes()
 
-    def configs(self, problem: Problem) -> list[Config]:
+    def configs(self, problem: Problem, target: Target) -> list[Config]:
         bits = 32 if problem.dtype == "float32" else 16
         m, n, _ = strided.gemm_shape(problem) if _strided_dgrad(problem) else problem.gemm_shape()
         blocks = lambda t: math.ceil(m / t.BM) * math.ceil(n / t.BN)  # noqa: E731
         # first the tile that wastes the least of N (output channels), then the one that fills the
         # most SMs (up to all of them), then the biggest (the tuner times them all)
         short = problem.op == "wgrad" and m <= 16  # wgrad: M = output channels
-        if runtime.SIMULATOR:
+        if target.simulator:
             tiles = (SIM_SHORT if short else SIM_NARROW if n <= 16 else SIM_TILES)[bits]
         else:  # narrow tiles for N <= 32; no 128-wide tile for N <= 64 (half of it would be zeros)
             tiles = [t for t in GPU_TILES[bits] if t.BN <= 64 or n > 64] + (GPU_NARROW[bits] if n <= 32 else []) \
                 + (GPU_SHORT[bits] if short else [])
         # a short wgrad GEMM: the least padded M x N area first
         area = (lambda t: math.ceil(m / t.BM) * t.BM) if short else (lambda t: 1)  # noqa: E731
-        tiles = sorted(tiles, key=lambda t: (area(t) * math.ceil(n / t.BN) * t.BN, -min(blocks(t), sm_count()),
-                                             -t.BM * t.BN))
+        itype = self.itype(problem.dtype)
+        tiles = [t for t in tiles if not target.fits(threads=t.threads, shared=t.shared_bytes(itype))]
+        tiles = sorted(tiles, key=lambda t: (area(t) * math.ceil(n / t.BN) * t.BN,
+                                             -min(blocks(t), target.sm_count), -t.BM * t.BN))
         return [_config(t) for t in tiles]
 
-    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int,
+                        target: Target) -> int:
         """The NHWC copy of x (forward) or dy (dgrad) and the reordered weights, channels padded, and
         the split-K fp32 partials (:func:`_split_f32`); wgrad: the unfolded operands and the split-K
         partials."""
         if problem.op == "wgrad":
-            n_store, n_f32 = wgrad.workspace_elements(problem, tc_config(config), ALIGN[problem.dtype])
+            n_store, n_f32 = wgrad.workspace_elements(problem, tc_config(config), ALIGN[problem.dtype], target)
             return n_store * problem.itemsize + 4 * n_f32
         if _strided_dgrad(problem):
             return 4 * strided.workspace_elements(problem, workspace_limit)
         geo = _gathered(problem)
         cp = _padded(geo["c"], problem.dtype)
-        f32 = _split_f32(problem, split_k(problem, tc_config(config))[0])
+        f32 = _split_f32(problem, split_k(problem, tc_config(config), target)[0])
         return (geo["n"] * geo["h"] * geo["w"] + geo["k"] * geo["r"] * geo["s"]) * cp * problem.itemsize \
             + 4 * f32
 
@@ -310,7 +316,7 @@ def _conv(problem: Problem, itype: str, cfg: TcConfig, xh, wt, y, bias, nhwc_out
     """The convolution kernel on the NHWC (``nchw_in``: NCHW, a 1x1 layer's) / KRSC operands into y (flat,
     NCHW or NHWC memory order): one launch, or with split-K the partials' launch, their sum (+ bias) and
     the rounding."""
-    splits, tps = split_k(problem, cfg)
+    splits, tps = split_k(problem, cfg, runtime.target())
     geo = dict(geo, c=_padded(geo["c"], problem.dtype))
     if splits == 1:
         tc_conv.conv_launcher(itype, cfg, xh, wt, y, bias, nhwc_out=nhwc_out, nchw_in=nchw_in, **geo)()

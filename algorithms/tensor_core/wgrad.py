@@ -39,43 +39,50 @@ import numpy as np
 
 from convlab import Problem, runtime
 from convlab.kernels import convert, tc_gemm
-from convlab.kernels.splitk import sm_count, sum_partials
+from convlab.kernels.splitk import sum_partials
 from convlab.kernels.tc_config import TcConfig
 from convlab.problem import make_problem
 from convlab.scratch import scratch
+from convlab.target import Target
 
 from .._unfold import unfold_into
 
 #: k tiles each split keeps at least (fewer: the prologue and epilogue dominate); 1 on the simulator,
 #: so that its tiny test problems split
-MIN_KTILES = 1 if runtime.SIMULATOR else 8
+MIN_KTILES_GPU, MIN_KTILES_SIM = 8, 1
+
+
+def min_ktiles(target: Target) -> int:
+    return MIN_KTILES_SIM if target.simulator else MIN_KTILES_GPU
 
 
 def padded(length: int, align: int) -> int:
     return -(-length // align) * align
 
 
-def splits_of(pr: Problem, cfg: TcConfig, align: int) -> int:
-    """How many image groups: enough blocks to fill the SMs twice, each split at least MIN_KTILES k
+def splits_of(pr: Problem, cfg: TcConfig, align: int, target: Target) -> int:
+    """How many image groups on ``target``: enough blocks to fill the SMs twice, each split at least
+    :func:`min_ktiles` k
     tiles long, and a divisor of N (equal groups keep every split's operands dense). When P*Q is in
     whole chunks, one image per split reads dy as it is (no unfold; a 1x1 stride-1 unpadded x too), at
     the price of N fp32 partials of dw: taken when they are no larger than the copies they replace,
     N*K*C*R*S fp32 against N*P*Q*K (+ N*P*Q*C for a 1x1 x) input elements written and read again
     (16-bit 3x3 layers with 2*C*9 <= P*Q: ResNet-50's c2 3x3 at 56x56 and Burn's 64-channel layers at
     56x56 and more, not the 28x28 ones; the 1x1 layers at 28x28 and more), each image at least
-    MIN_KTILES k tiles long and N within grid z (65535)."""
+    min_ktiles k tiles long and N within grid z (65535)."""
+    least = min_ktiles(target)
     dense, x_too = as_is(pr, pr.n, align)
     copied = pr.p * pr.q * (pr.k + (pr.c if x_too else 0)) * pr.itemsize
     if dense and 0 < pr.n <= 65535 and 4 * pr.k * pr.c * pr.r * pr.s <= copied \
-            and pr.p * pr.q >= MIN_KTILES * cfg.BK:
+            and pr.p * pr.q >= least * cfg.BK:
         return pr.n
     m, n = pr.k, pr.c * pr.r * pr.s
     blocks = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN)
-    want = max(1, math.ceil(2 * sm_count() / blocks))
+    want = max(1, math.ceil(2 * target.sm_count / blocks))
     per_image = padded(pr.p * pr.q, align) / cfg.BK
     best = 1
     for d in range(1, pr.n + 1):
-        if pr.n % d == 0 and d <= want and (pr.n // d) * per_image >= MIN_KTILES:
+        if pr.n % d == 0 and d <= want and (pr.n // d) * per_image >= least:
             best = d
     return best
 
@@ -93,18 +100,19 @@ class Plan(NamedTuple):
         return 0 if partials == 1 else partials * pr.k * pr.c * pr.r * pr.s
 
 
-def plan(pr: Problem, cfg: TcConfig, align: int) -> Plan:
+def plan(pr: Problem, cfg: TcConfig, align: int, target: Target) -> Plan:
     """The image groups (:func:`splits_of`), and when their tiles still leave SMs idle (few output
     channels, a long reduction: the seed's 16-channel layer) slices of each group's reduction, at least
-    MIN_KTILES k tiles each and a whole number of chunks: a divisor of the chunk count near the wanted
+    min_ktiles k tiles each and a whole number of chunks: a divisor of the chunk count near the wanted
     number, else every image padded up to a multiple of parts chunks (not when the groups are single
     images read as they are: padding would bring dy's copy back, so the divisor is kept); splits *
     parts stays within grid z (65535)."""
-    splits = splits_of(pr, cfg, align)
+    splits = splits_of(pr, cfg, align, target)
     pqp = padded(pr.p * pr.q, align)
     lz = pr.n // splits * pqp
     blocks = math.ceil(pr.k / cfg.BM) * math.ceil(pr.c * pr.r * pr.s / cfg.BN) * splits
-    parts = max(1, min(math.ceil(2 * sm_count() / blocks), lz // (MIN_KTILES * cfg.BK), 65535 // splits))
+    parts = max(1, min(math.ceil(2 * target.sm_count / blocks), lz // (min_ktiles(target) * cfg.BK),
+                       65535 // splits))
     if parts > 1 and (lz // align) % parts:
         divisor = max(d for d in range(1, parts + 1) if (lz // align) % d == 0)
         if (divisor > 1 and 2 * divisor >= parts) or as_is(pr, splits, align)[0]:
@@ -114,9 +122,9 @@ def plan(pr: Problem, cfg: TcConfig, align: int) -> Plan:
     return Plan(splits, parts, pqp)
 
 
-def workspace_elements(pr: Problem, cfg: TcConfig, align: int) -> tuple[int, int]:
+def workspace_elements(pr: Problem, cfg: TcConfig, align: int, target: Target) -> tuple[int, int]:
     """(elements in the storage type, float32 elements) the run lends from the scratch pool."""
-    p = plan(pr, cfg, align)
+    p = plan(pr, cfg, align, target)
     return pr.n * p.pqp * (pr.k + pr.c * pr.r * pr.s), p.partial_elements(pr)
 
 
@@ -140,7 +148,7 @@ def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x
     """dw [K, C, R, S] from x [N, C, H, W] and dy [N, K, P, Q] (device arrays in the storage type,
     C-contiguous)."""
     crs = pr.c * pr.r * pr.s
-    the_plan = plan(pr, cfg, align)
+    the_plan = plan(pr, cfg, align, runtime.target())
     splits, parts, pqp = the_plan
     ipb = pr.n // splits
     lz = ipb * pqp  # reduction length of one split

@@ -216,7 +216,7 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
         if not stale:
             _stats["cache_hits"] += 1
             result = _from_entry(problem, key, entry, cands, start)
-        elif problem.n == 0 or (runtime.SIMULATOR and timer is None):
+        elif problem.n == 0 or (not runtime.HAS_DEVICE and timer is None):
             _stats["priority"] += 1
             why = ("an empty batch (N = 0) has nothing to time" if problem.n == 0 else
                    "CUDA simulator: timings mean nothing")

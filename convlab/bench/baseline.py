@@ -125,8 +125,8 @@ class Cudnn(Algorithm):
 
 def load() -> tuple[Cudnn | None, str]:
     """(baseline, "") when torch with CUDA is usable here, else (None, why not)."""
-    if runtime.SIMULATOR:
-        return None, "the CUDA simulator runs no cuDNN"
+    if not runtime.HAS_DEVICE:
+        return None, "no GPU here (the CUDA simulator runs no cuDNN)"
     try:
         import torch
     except ImportError:

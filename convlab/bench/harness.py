@@ -72,8 +72,8 @@ def _time(fn: Callable[[], Any], opts: BenchOptions) -> list[float] | None:
 
 def allocated_during(fn: Callable[[], Any]) -> int | None:
     """Run ``fn()``; the device bytes allocated meanwhile (frees deferred, so an upper bound of the peak),
-    None on the simulator."""
-    if runtime.SIMULATOR:
+    None without a GPU."""
+    if not runtime.HAS_DEVICE:
         fn()
         return None
     cuda = runtime.cuda
@@ -147,7 +147,7 @@ def _bench_candidate(cand: Candidate, problem: Problem, dev: tuple, out: Any, po
         row.extra_mem_bytes = allocated_during(
             lambda: usable.append(check_candidate(row, cand, problem, dev, out, poison, trusted, limit)))
         usable = usable[0] or row.status == "unchecked"
-        if usable and not runtime.SIMULATOR:
+        if usable and runtime.HAS_DEVICE:
             launch = lambda: measure.run_candidate(cand, problem, *dev, out, limit)  # noqa: E731
             row.steady_mem_bytes = allocated_during(launch)
             row.fill_times(problem, _time(launch, opts))

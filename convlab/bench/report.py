@@ -116,10 +116,10 @@ def metadata(settings: dict[str, Any], extra_versions: dict[str, str] | None = N
     name, cc = device or (runtime.device_name(), list(runtime.compute_capability()))
     meta = {"format": FORMAT, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "device": name, "compute_capability": cc,
-            "simulator": runtime.SIMULATOR,
+            "simulator": runtime.target().simulator,
             "versions": {"convlab": __version__, **runtime.versions(), **(extra_versions or {})},
             "settings": settings}
-    if runtime.SIMULATOR:
+    if not runtime.HAS_DEVICE:
         meta["note"] = SIMULATOR_NOTE
     return meta
 

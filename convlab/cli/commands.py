@@ -40,7 +40,7 @@ def _suites(args: argparse.Namespace, default: str | None) -> list:
             raise UsageError("a shape needs both --x and --w")
         suites.append(single_shape_suite(_shape_spec(args)))
     if not suites:
-        suites = [load_suite(default or ("tiny" if runtime.SIMULATOR else "burn"))]
+        suites = [load_suite(default or ("tiny" if runtime.target().simulator else "burn"))]
     batch = getattr(args, "batch", None)
     if batch is not None:
         if batch < 1:
@@ -69,7 +69,7 @@ def _run_bench(args: argparse.Namespace, suites: list, opts: Any, out_stem: str 
 
     cudnn, why = (None, "--no-torch") if args.no_torch else baseline.load()
     print(f"device: {runtime.device_name()}; cuDNN baseline: {'yes' if cudnn else 'no (' + why + ')'}")
-    if runtime.SIMULATOR:
+    if not runtime.HAS_DEVICE:
         print(f"note: {report.SIMULATOR_NOTE}")
     settings = {k: getattr(opts, k) for k in ("ops", "plugins", "all_configs", "warmup", "repeat",
                                                "max_seconds", "workspace_limit", "auto", "seed",
@@ -85,9 +85,9 @@ def _run_bench(args: argparse.Namespace, suites: list, opts: Any, out_stem: str 
 
     bench.run(suites, opts, cudnn, progress=not args.quiet, on_result=save)
     print(report.table(done))
-    if runtime.SIMULATOR and opts.simulator_wall_clock:
+    if not runtime.HAS_DEVICE and opts.simulator_wall_clock:
         print("note: the ms column is the simulator's wall-clock time, not GPU speed")
-    elif runtime.SIMULATOR:
+    elif not runtime.HAS_DEVICE:
         print(f"note: {report.SIMULATOR_NOTE}; run on a GPU for times (or pass --simulator-wall-clock "
               "for the simulator's wall-clock)")
     if out_stem is not None:
@@ -114,7 +114,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     opts = _options(args, args.ops)
     if not any(s.problems(opts.ops) for s in suites):
         raise UsageError(f"no problem of {[s.name for s in suites]} has an op in {list(opts.ops)}")
-    if runtime.SIMULATOR and not args.force:
+    if runtime.target().simulator and not args.force:
         bench.check_simulator_size(suites, opts.ops)
     stem = args.name or "+".join(s.name for s in suites)
     from . import sweeps
@@ -137,7 +137,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     args.plugins, args.all_configs, args.no_auto, args.seed = None, False, False, 0
     args.workspace_limit, args.repeat, args.warmup, args.max_seconds = None, 10, 2, 0.5
-    suite = single_shape_suite(DEMO_SHAPES["simulator" if runtime.SIMULATOR else "gpu"], "demo")
+    suite = single_shape_suite(DEMO_SHAPES["simulator" if runtime.target().simulator else "gpu"], "demo")
     results = _run_bench(args, [suite], _options(args, OPS), None)
     bad = [f"{r.label} {res.op}" for res in results for r in res.candidates if r.status in ("wrong", "error")]
     bad += [f"{res.op}: {res.error}" for res in results if res.error]
@@ -181,7 +181,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise UsageError("a conv_transpose2d shape is a dgrad problem; drop --op or use --op dgrad")
     wanted = "dgrad" if entry.kind == "conv_transpose2d" else (op or "forward")
     problem = next(p for p in entry.problems if p.op == wanted)
-    explanation = explain(problem, algorithm=args.algorithm, workspace_limit=args.workspace_limit)
+    explanation = explain(problem, algorithm=args.algorithm, workspace_limit=args.workspace_limit,
+                          target=getattr(args, "target", None))
     print(explanation)
     if explanation.chosen is None:  # what the op would raise with this algorithm=
         print(f"convlab explain: error: {explanation.notes[-1] if explanation.notes else 'nothing picked'}",
@@ -222,7 +223,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                    f"({result.source}, {result.tuning_s:.3g} s)" + ("" if result.winner else f": {result.reason}"))
         if args.verbose:
             tqdm.write(str(result))
-    if runtime.SIMULATOR:
+    if not runtime.HAS_DEVICE:
         print("nothing was written: on the simulator the autotuner picks by declared priority and caches "
               "nothing (tune on a GPU to fill the cache)")
     else:

@@ -1,7 +1,8 @@
 """The ``convlab`` command line: the parser and :func:`main` (the console script); the argument types
 (text -> value) are in :mod:`convlab.cli.arg_types`.
 
-Subcommands (demo, list, explain, bench, plot, tune, check) live in :mod:`convlab.commands`. Exit status:
+Subcommands (demo, list, explain, bench, plot, tune, check) live in :mod:`convlab.cli.commands`,
+``compile`` in :mod:`convlab.cli.compile_cmd`. Exit status:
 0 success, 1 a check or command failed, 2 bad arguments (argparse's convention: the message, no
 traceback; ``--debug`` shows the traceback instead). ``--debug`` and ``--deterministic`` may be given
 before or after the subcommand.
@@ -47,6 +48,7 @@ _EPILOG = """examples:
   convlab tune --suite resnet50 --dtypes float32,float16,bfloat16 --workers 2     one process per GPU
   convlab tune --suite resnet50 --scheduler tcp://host:8786                      an existing Dask cluster
   convlab check direct
+  convlab compile --target sm_90 --suite resnet50 --cover    every GPU kernel through ptxas, no GPU needed
 On a machine without a GPU kernels run on Numba's CUDA simulator: commands then use tiny problems and no
 time is measured."""
 
@@ -129,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'auto', a plugin name, or NAME[CONFIG] such as 'im2col[BK=8,BM=64,BN=64]' "
                         "(default: auto)")
     p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES")
+    from convlab.target import TARGETS
+
+    p.add_argument("--target", choices=sorted(TARGETS), default=None,
+                   help="explain for a named target instead of this machine (nothing is timed then)")
     _common(p)
     p.set_defaults(func=cmd_explain)
 
@@ -192,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-examples", type=int, default=None, help="hypothesis examples per check")
     _common(p)
     p.set_defaults(func=cmd_check)
+
+    from .compile_cmd import add_parser as add_compile
+
+    add_compile(sub, _common, _add_shape)
     return parser
 
 

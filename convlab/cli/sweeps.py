@@ -97,7 +97,7 @@ def tune_sweep(args: argparse.Namespace, work: list, limit: int) -> int:
     print(f"sweep: {len(work)} problems: " + ", ".join(f"{n} {s}" for s, n in sorted(sources.items()))
           + f", {len(failed)} failed, {no_winner} without a winner; {time.perf_counter() - start:.1f} s wall")
     files = sorted({a["cache_file"] for a in answers.values() if a["entry"] is not None})
-    if runtime.SIMULATOR and not files:
+    if not runtime.HAS_DEVICE and not files:
         print("nothing was written: on the simulator the autotuner picks by declared priority and caches "
               "nothing (tune on a GPU to fill the cache)")
     for name in files:

@@ -65,8 +65,9 @@ def _kernel(kind: str, direction: str) -> Callable:
 
 
 def _launch(kernel: Callable, src: Any, dst: Any) -> None:
-    threads = 64 if runtime.SIMULATOR else 256
-    blocks = max(1, min((dst.size + threads - 1) // threads, 4 if runtime.SIMULATOR else 8192))
+    sim = runtime.target().simulator  # the simulator: few threads and blocks (each thread is Python)
+    threads = 64 if sim else 256
+    blocks = max(1, min((dst.size + threads - 1) // threads, 4 if sim else 8192))
     kernel[blocks, threads](src, dst)
 
 

@@ -22,15 +22,18 @@ from .intrinsics import u32
 from .splitk import flat, sm_count
 from .tile import MAX_SHARED, Tile
 
-__all__ = ["Tile", "Strided", "gemm", "matmul", "pick_tiles", "GPU_TILES", "SIM_TILES", "TILES"]
+__all__ = ["Tile", "Strided", "gemm", "matmul", "pick_tiles", "tiles_for", "GPU_TILES", "SIM_TILES"]
 
 #: Tile presets for the GPU, largest first (on ties, pick_tiles keeps this order).
 GPU_TILES = (Tile(128, 128, 8, 8, 8), Tile(128, 128, 16, 8, 8), Tile(128, 64, 8, 8, 4),
              Tile(64, 128, 8, 4, 8), Tile(32, 128, 8, 4, 4), Tile(16, 128, 8, 2, 4))
 #: Tiny presets for the simulator (32 and 16 threads per block; 2- and 4-wide fragment loads).
 SIM_TILES = (Tile(8, 16, 4, 2, 2), Tile(16, 8, 8, 4, 2))
-#: The presets of the current device.
-TILES = SIM_TILES if runtime.SIMULATOR else GPU_TILES
+
+
+def tiles_for(target: Any = None) -> tuple[Tile, ...]:
+    """The presets of ``target`` (default: the current one): the simulator's tiny ones, else the GPU's."""
+    return SIM_TILES if (runtime.target() if target is None else target).simulator else GPU_TILES
 
 _U32 = 2 ** 32
 
@@ -183,17 +186,20 @@ def _intensity(tile: Tile) -> float:
     return tile.tm * tile.tn / (tile.tm + tile.tn)
 
 
-def pick_tiles(m: int, n: int, k: int, batch: int = 1, dtype: str = "float32") -> list[Tile]:
-    """Tile presets ordered by an estimated time for this GEMM shape (padding waste, register-tile
-    intensity, and how many blocks there are to fill the GPU); all presets valid for ``dtype``."""
+def pick_tiles(m: int, n: int, k: int, batch: int = 1, dtype: str = "float32",
+               target: Any = None) -> list[Tile]:
+    """Tile presets of ``target`` (default: the current one) ordered by an estimated time for this
+    GEMM shape (padding waste, register-tile intensity, and how many blocks there are to fill the
+    GPU); all presets valid for ``dtype``."""
+    target = runtime.target() if target is None else target
     itemsize = np.dtype(dtype).itemsize
     scored = []
-    for tile in TILES:
+    for tile in tiles_for(target):
         if tile.shared_bytes(itemsize) > MAX_SHARED or (itemsize == 8 and tile.tm * tile.tn > 32
-                                                         and not runtime.SIMULATOR):
+                                                         and not target.simulator):
             continue  # fp64 8x8 thread tiles need ~240 registers
         blocks = math.ceil(m / tile.bm) * math.ceil(n / tile.bn) * max(batch, 1)
         padded = math.ceil(m / tile.bm) * tile.bm * math.ceil(n / tile.bn) * tile.bn
-        fill = min(1.0, blocks / (2 * sm_count()))  # resident 256-thread blocks
+        fill = min(1.0, blocks / (2 * sm_count(target)))  # resident 256-thread blocks
         scored.append((padded / (_intensity(tile) * fill), tile))
     return [t for _, t in sorted(scored, key=lambda st: st[0])]

@@ -27,7 +27,7 @@ from convlab import runtime
 from convlab.runtime import cuda
 
 u32 = np.uint32
-SHARED_ALIGN = None if runtime.SIMULATOR else 16
+SHARED_ALIGN = None if runtime.SIMULATOR else 16  # the simulator rejects alignment=
 
 
 @functools.cache
@@ -40,7 +40,7 @@ def vector_load(width: int) -> Callable:
     """
     if width not in (2, 4):
         raise ValueError(f"vector loads are 2 or 4 wide, got {width}")
-    if runtime.SIMULATOR:
+    if runtime.SIMULATOR:  # the stand-in: a plain Python function
         def load(arr, i):
             return tuple(arr[i + u] for u in range(width))
         return load
@@ -72,7 +72,7 @@ def vector_load(width: int) -> Callable:
 
 
 def _make_copy16() -> Callable:
-    if runtime.SIMULATOR:
+    if runtime.SIMULATOR:  # the stand-in: a plain Python function
         def copy16(dst, di, src, si):  # the bits, as the GPU's vector copy (uint16 into int16 too)
             for u in range(16 // src.dtype.itemsize):
                 dst[di + u] = np.asarray(src[si + u]).view(dst.dtype)
@@ -110,7 +110,7 @@ copy16 = _make_copy16()
 
 
 def _make_store4() -> Callable:
-    if runtime.SIMULATOR:
+    if runtime.SIMULATOR:  # the stand-in: a plain Python function
         def store4(arr, i, a, b, c, d):
             if i % 4:  # the GPU's st.v4 needs 16 aligned bytes (the base: the caller's runtime.is_aligned)
                 raise ValueError(f"store4 at element {i}: not 16-byte aligned")
@@ -147,7 +147,7 @@ def _make_store4() -> Callable:
 
 store4 = _make_store4()
 
-if runtime.SIMULATOR:
+if runtime.SIMULATOR:  # the stand-in: a plain Python function
     def load_cg(arr, i):
         """arr[i] read from L2 (the simulator has no caches)."""
         return arr[i]

@@ -70,7 +70,7 @@ __all__ = ["mma_f16", "mma_bf16", "mma_tf32", "mma_tf32x3", "to_tf32", "split_tf
            "ldmatrix_x4", "ldmatrix_x2", "ldmatrix_x4_trans", "ldmatrix_x2_trans", "cp_async16", "cp_async_commit",
            "cp_async_wait"]
 
-if runtime.SIMULATOR:
+if runtime.SIMULATOR:  # the stand-ins: the simulator has no inline PTX
     from convlab.kernels.mma_sim import (  # noqa: F401  (the simulator's stand-ins)
         bf16_to_f32, cp_async16, cp_async_commit, cp_async_wait, f32_to_bf16, ldmatrix_x2, ldmatrix_x2_trans,
         ldmatrix_x4, ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, mma_tf32x3, split_tf32, to_tf32)

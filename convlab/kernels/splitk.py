@@ -13,7 +13,7 @@ so the bits never depend on scheduling:
 ``sum_partials`` is the second pass of the direct and im2col backward-weight kernels, of the tiled
 GEMM's ``ksplit`` and of the tensor-core convolution's split-K (forward, dgrad, wgrad); the implicit
 GEMM sums in the same launch (its last block per tile) with the same order. :func:`sm_count` is the
-device's SM count, queried once (2 on the simulator, so that small test problems split).
+target's SM count (convlab.target: 2 on the simulator, so that small test problems split).
 """
 from __future__ import annotations
 
@@ -32,27 +32,25 @@ MAX_INDEX = 2**31 - 1  # every flat index of a split workspace must fit a signed
 _U32 = 2**32
 
 
-@functools.cache
-def sm_count() -> int:
-    """Streaming multiprocessors of the current device (2 on the simulator, to exercise split-K)."""
-    if runtime.SIMULATOR:
-        return 2
-    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+def sm_count(target: Any = None) -> int:
+    """Streaming multiprocessors of ``target`` (default: the current one; the simulator has 2, so that
+    small test problems split)."""
+    return (runtime.target() if target is None else target).sm_count
 
 
 def split_plan(tiles: int, k_len: int, bk: int, threads: int, out_elems: int, limit: int,
-               itemsize: int = 4, min_tiles_per_split: int = 8) -> tuple[int, int]:
+               itemsize: int = 4, min_tiles_per_split: int = 8, target: Any = None) -> tuple[int, int]:
     """(splits, chunk) for a GEMM of ``tiles`` output tiles and reduction length ``k_len``.
 
     Aims at about 16 warps per SM (at least 2 blocks each); every chunk is a multiple of ``bk`` holding
     at least ``min_tiles_per_split`` slices; the workspace ((splits * out_elems + tiles) * itemsize bytes,
     none when splits == 1) stays within ``limit`` and below 2**31 elements.
     """
-    target = sm_count() * max(2, 512 // threads)
+    wanted = sm_count(target) * max(2, 512 // threads)
     k_tiles = k_len // bk
     splits = 1
-    if tiles < target:
-        splits = min(math.ceil(target / tiles), max(1, k_tiles // min_tiles_per_split))
+    if tiles < wanted:
+        splits = min(math.ceil(wanted / tiles), max(1, k_tiles // min_tiles_per_split))
     fit = min((limit // itemsize - tiles) // max(1, out_elems), (MAX_INDEX - tiles) // max(1, out_elems))
     splits = min(splits, fit)
     if splits < 2:
@@ -136,7 +134,7 @@ def sum_partials(part: Any, out: Any, splits: int, *, accumulate: bool = False, 
         raise ValueError("accumulate adds into a float32 out only (out_kind must be None)")
     if dout.size == 0:
         return
-    threads = 64 if runtime.SIMULATOR else 256
+    threads = 64 if runtime.target().simulator else 256
     _sum_kernel(out_kind)[math.ceil(dout.size / threads), threads](
         dpart, dout, u32(splits), u32(dout.size), u32(bool(accumulate)), dbias, u32(inner),
         u32(0 if bias is None else dbias.size))

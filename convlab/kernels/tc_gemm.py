@@ -170,7 +170,7 @@ def tc_matmul(itype: str, A: Any, Bt: Any, C: Any, cfg: TcConfig | None = None) 
     """C[M, N] = A[M, K] @ Bt[N, K]^T on tensor cores (device arrays); returns C."""
     if itype not in ITYPES:
         raise ValueError(f"itype must be one of {sorted(ITYPES)}, got {itype!r}")
-    cfg = cfg or (SIM_CONFIG[itype] if runtime.SIMULATOR else CONFIGS[itype][0])
+    cfg = cfg or (SIM_CONFIG[itype] if runtime.target().simulator else CONFIGS[itype][0])
     if len(A.shape) != 2 or len(Bt.shape) != 2 or A.shape[1] != Bt.shape[1]:
         raise ValueError(f"A must be [M, K] and Bt [N, K], got {tuple(A.shape)} and {tuple(Bt.shape)}")
     (M, K), N = A.shape, Bt.shape[0]

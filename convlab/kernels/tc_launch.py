@@ -23,7 +23,7 @@ def compile_kernel(source: str, name: str, filename: str, cfg: TcConfig, itype: 
     """Compile a :func:`pipeline_source` kernel with the intrinsics and constants it names."""
     namespace = {"cuda": cuda, "U": U, "zero": np.float32(0), "f32": np.float32,
                  "stype": numba_from_dtype(np.dtype(ITYPES[itype][0])),
-                 "align": None if runtime.SIMULATOR else 16,
+                 "align": None if runtime.SIMULATOR else 16,  # the simulator rejects alignment=
                  "c_float32": numba_from_dtype(np.dtype(np.float32)),
                  "c_float16": numba_from_dtype(np.dtype(np.float16)),
                  "c_uint16": numba_from_dtype(np.dtype(np.uint16)), "copy16": copy16,
@@ -59,7 +59,7 @@ def configure(kernel: Callable, cfg: TcConfig, itype: str, args: tuple, m: int, 
 def _allow_dynamic_shared(kernel: Any, args: tuple, nbytes: int) -> None:
     """Compile ``kernel`` for ``args`` and let it use ``nbytes`` of dynamic shared memory (over 48 KiB
     needs CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on the function: numba-cuda#94)."""
-    if runtime.SIMULATOR:
+    if runtime.MODE != "gpu":  # a driver attribute: nothing to set on the simulator or when compiling only
         return
     compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
     cufunc = compiled.library.get_cufunc()

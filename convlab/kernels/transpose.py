@@ -46,7 +46,8 @@ TILE_GPU, TILE_SIM = (32, 4), (8, 4)
 #: fastest or within 6% of it on benchmarks/transpose_bench.py, results/h200/session7/call2)
 PAIRS_NARROW_GPU, PAIRS_GPU, PAIRS_SIM = (32, 8), (64, 4), (8, 4)
 ROWS_BELOW = 16  # spatial sizes below it take the rows kernel (a 3x3 filter's 9; on the simulator too)
-ROWS_THREADS = 32 if runtime.SIMULATOR else 256
+#: threads a block of the rows kernel (on the simulator, a few: each is a Python thread)
+ROWS_THREADS_GPU, ROWS_THREADS_SIM = 256, 32
 
 
 @functools.cache
@@ -147,16 +148,18 @@ def to_channels_last(src: Any, dst: Any, batch: int, channels: int, spatial: int
     if flip <= 1 and spatial < ROWS_BELOW:
         if np.dtype(src.dtype).itemsize == 2:
             src, dst = src.view(np.uint16), dst.view(np.uint16)
-        blocks = (batch * padded + ROWS_THREADS - 1) // ROWS_THREADS
-        _rows_kernel(np.dtype(src.dtype).name)[max(blocks, 1), ROWS_THREADS](
+        threads = ROWS_THREADS_SIM if runtime.target().simulator else ROWS_THREADS_GPU
+        blocks = (batch * padded + threads - 1) // threads
+        _rows_kernel(np.dtype(src.dtype).name)[max(blocks, 1), threads](
             src, dst, U(batch), U(channels), U(spatial), U(padded))
         return
     pairs = flip <= 1 and spatial % 2 == 0 and padded % 2 == 0
     src32, dst32 = (_as_pairs(src), _as_pairs(dst)) if pairs else (None, None)
+    sim = runtime.target().simulator
     if src32 is None or dst32 is None:
-        tile, rows = TILE_SIM if runtime.SIMULATOR else TILE_GPU
+        tile, rows = TILE_SIM if sim else TILE_GPU
     else:
-        tile, rows = PAIRS_SIM if runtime.SIMULATOR else PAIRS_NARROW_GPU if padded <= 32 else PAIRS_GPU
+        tile, rows = PAIRS_SIM if sim else PAIRS_NARROW_GPU if padded <= 32 else PAIRS_GPU
     grid = ((spatial + tile - 1) // tile, (padded + tile - 1) // tile, batch)
     if grid[1] > 65535 or grid[2] > 65535:
         raise ValueError(f"to_channels_last takes at most {65535 * tile} channels and 65535 batches (the "

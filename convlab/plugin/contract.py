@@ -1,14 +1,23 @@
 """The algorithm-plugin contract.
 
 A plugin is a class, registered with :func:`convlab.register`, that owns its ``@cuda.jit`` kernels and
-answers five questions about a :class:`~convlab.problem.Problem`:
+answers these questions about a :class:`~convlab.problem.Problem`:
 
-    applicable(problem, config, workspace_limit) -> Verdict   may I run it? if not, why (one line)
-    configs(problem)                               -> [Config] tunable variants (tile sizes ...), best first
-    workspace_bytes(problem, config, limit)        -> int      extra device memory I will allocate
-    run(problem, config, a, b, bias, out, workspace_limit)     write ``out`` (see problem.py for a, b, out)
-    compute_eps(dtype)                             -> float    unit roundoff of my arithmetic (tolerances)
-    sample_problems(op)                            -> [Problem] problems I accept, for the conformance suite
+    check(problem, target)                          -> Verdict   may I run it? if not, why (one line)
+    configs(problem, target)                        -> [Config]  tunable variants (tile sizes ...), best first
+    workspace_bytes(problem, config, limit, target) -> int       extra device memory I will allocate
+    run(problem, config, a, b, bias, out, workspace_limit)       write ``out`` (see problem.py for a, b, out)
+    compute_eps(dtype)                              -> float     unit roundoff of my arithmetic (tolerances)
+    sample_problems(op)                             -> [Problem] problems I accept, for the conformance suite
+
+``target`` (a :class:`convlab.target.Target`) is the machine the kernels are meant for: its compute
+capability, SM count, shared-memory and register limits and features (``target.simulator`` for the
+simulator's tiny tiles). The planning questions take it so that a plugin's configs for any GPU can be
+computed on a machine without one; ``run`` executes on :func:`convlab.target.current`, the target the
+plan was made for. A config that cannot fit the target is left out of ``configs`` (``target.fits``),
+and a problem no config fits is declined with that reason. Callers may leave the target out (the
+current one is used), and a plugin whose methods take no ``target`` still works: it is dropped for it.
+:meth:`Algorithm.applicable` combines the op, dtype, ``check`` and workspace conditions.
 
 Class attributes declare the rest: ``name``, ``ops``, ``dtypes``, ``priority`` (higher wins when nothing
 was timed), ``deterministic`` (same bits on every run), ``description``, ``compiles_per_shape`` (its
@@ -20,12 +29,44 @@ gets NCHW copies: convlab.layouts). ``tensor_core`` takes ``"nhwc"``.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 import numpy as np
 
 from convlab.problem import Problem
+from convlab.target import Target
+
+#: the planning methods that take a ``target``, with the count of positional parameters before it
+TARGETED = {"check": 1, "configs": 1, "workspace_bytes": 3}
+
+
+def _takes_target(fn: Callable) -> bool:
+    params = inspect.signature(fn).parameters.values()
+    return any(p.name == "target" or p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+
+
+def _with_target(fn: Callable, positional: int) -> Callable:
+    """``fn`` (a plugin's planning method) callable with or without a target: a missing one is the
+    current target (:func:`convlab.target.current`), and a method written without a ``target``
+    parameter gets none."""
+    takes = _takes_target(fn)
+
+    @functools.wraps(fn)
+    def method(self: Any, *args: Any, target: Target | None = None, **kwargs: Any) -> Any:
+        if len(args) > positional:
+            args, target = args[:positional], args[positional]
+        if not takes:
+            return fn(self, *args, **kwargs)
+        if target is None:
+            from convlab.target import current
+
+            target = current()
+        return fn(self, *args, target=target, **kwargs)
+    method.__convlab_targeted__ = True  # type: ignore[attr-defined]
+    return method
 
 
 @dataclass(frozen=True)
@@ -103,16 +144,25 @@ class Algorithm:
     compiles_per_shape: ClassVar[bool] = False
     layouts: ClassVar[frozenset[str]] = frozenset({"nchw"})
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, positional in TARGETED.items():  # target optional for callers, dropped for old plugins
+            fn = cls.__dict__.get(name)
+            if callable(fn) and not getattr(fn, "__convlab_targeted__", False):
+                setattr(cls, name, _with_target(fn, positional))
+
     # -- questions the registry asks --------------------------------------------------------------
-    def check(self, problem: Problem) -> Verdict:
-        """Plugin-specific applicability (groups, stride, divisibility ...). Override this."""
+    def check(self, problem: Problem, target: Target | None = None) -> Verdict:
+        """Plugin-specific applicability (groups, stride, divisibility, the target's features ...).
+        Override this."""
         return Verdict.yes()
 
-    def configs(self, problem: Problem) -> list[Config]:
-        """Tunable configurations for ``problem``, the preferred one first."""
+    def configs(self, problem: Problem, target: Target | None = None) -> list[Config]:
+        """Tunable configurations for ``problem`` on ``target``, the preferred one first."""
         return [Config()]
 
-    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int) -> int:
+    def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int,
+                        target: Target | None = None) -> int:
         """Extra device memory ``run`` allocates for ``problem`` under ``workspace_limit``."""
         return 0
 
@@ -132,21 +182,27 @@ class Algorithm:
 
     # -- the full predicate -----------------------------------------------------------------------
     def applicable(self, problem: Problem, config: Config | None = None,
-                   workspace_limit: int | None = None) -> Verdict:
-        """The op, dtype, plugin-specific and workspace conditions together, with the first failing
-        condition as the reason."""
+                   workspace_limit: int | None = None, target: Target | None = None) -> Verdict:
+        """The op, dtype, plugin-specific and workspace conditions together on ``target`` (default:
+        :func:`convlab.target.current`), with the first failing condition as the reason."""
         from convlab.settings import get_workspace_limit
+        from convlab.target import current
 
+        target = current() if target is None else target
         if problem.op not in self.ops:
             return Verdict.no(f"implements {sorted(self.ops)}, not {problem.op}")
         if problem.dtype not in self.dtypes:
             return Verdict.no(f"supports dtypes {sorted(self.dtypes)}, not {problem.dtype}")
-        verdict = self.check(problem)
+        verdict = self.check(problem, target=target)
         if not verdict:
             return verdict
         limit = get_workspace_limit() if workspace_limit is None else workspace_limit
-        config = self.configs(problem)[0] if config is None else config
-        need = self.workspace_bytes(problem, config, limit)
+        if config is None:
+            configs = self.configs(problem, target=target)
+            if not configs:
+                return Verdict.no(f"no config of {self.name} fits {target.name}")
+            config = configs[0]
+        need = self.workspace_bytes(problem, config, limit, target=target)
         if need > limit:
             return Verdict.no(f"needs {need} bytes of workspace, over the limit of {limit}")
         return Verdict.yes()

@@ -6,6 +6,7 @@ from typing import Any
 
 from convlab import autotune
 from convlab.problem import Problem
+from convlab.target import Target, current as current_target
 
 from . import registry, strategy
 
@@ -33,9 +34,13 @@ class Explanation:
     source: str  # how the choice was made: "priority", "forced", "cache", "tuned", ...
     notes: list[str] = field(default_factory=list)
     tuning: Any = None  # the autotuner's TuneResult (algorithm="auto"): every candidate's median, check
+    target: Target | None = None  # the machine the verdicts are for
 
     def __str__(self) -> str:
-        lines = [f"problem: {self.problem.describe()}",
+        lines = [f"problem: {self.problem.describe()}"]
+        if self.target is not None:
+            lines.append(f"target: {self.target.describe()}")
+        lines += [
                  f"GEMM view (M, N, K) per group: {self.problem.gemm_shape()}, "
                  f"{self.problem.flops / 1e9:.3g} GFLOP"]
         width = max([len(r.name) for r in self.rows] + [6])
@@ -69,31 +74,45 @@ class Explanation:
         p.text(str(self))
 
 
-def plugin_rows(prob: Problem, workspace_limit: int) -> list[PluginRow]:
+def plugin_rows(prob: Problem, workspace_limit: int, target: Target | None = None) -> list[PluginRow]:
+    """One row per registered plugin: its verdict on ``target`` (default: the current one), configs and
+    workspace."""
+    target = current_target() if target is None else target
     rows = []
     for plugin in registry.plugins():
-        configs = registry.safe_configs(plugin, prob)
-        verdict = registry.verdict(plugin, prob, configs[0] if configs else None, workspace_limit)
+        configs = registry.safe_configs(plugin, prob, target)
+        verdict = registry.verdict(plugin, prob, configs[0] if configs else None, workspace_limit, target)
         ws = None
         if verdict and configs:
             try:
-                ws = plugin.workspace_bytes(prob, configs[0], workspace_limit)
+                ws = plugin.workspace_bytes(prob, configs[0], workspace_limit, target=target)
             except Exception:
                 ws = None
         rows.append(PluginRow(plugin.name, plugin.priority, verdict.ok, verdict.reason, len(configs), ws))
     return rows
 
 
-def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: int) -> Explanation:
+def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: int,
+                    target: Target | str | None = None) -> Explanation:
+    """The rows, the pick and how it was made. On a ``target`` other than the current one (e.g. a named
+    GPU target on a machine without one) nothing is timed: the pick under "auto" is by priority."""
     from convlab.settings import get_float32_precision
+    from convlab.target import get as get_target
 
-    rows = plugin_rows(prob, workspace_limit)
+    here = current_target()
+    target = here if target is None else get_target(target)
+    rows = plugin_rows(prob, workspace_limit, target)
     notes: list[str] = []
     if prob.dtype == "float32":  # TF32 plugins are candidates only under "high"
         notes.append(f"float32 precision: {get_float32_precision()}")
     tuning = None
     try:
-        if isinstance(algorithm, str) and algorithm == "auto":
+        if target != here:
+            cand = (strategy.by_priority(prob, workspace_limit, target) if algorithm == "auto" else
+                    strategy.resolve(prob, algorithm, workspace_limit, target))
+            source = "priority" if algorithm == "auto" else "forced"
+            notes.append(f"target {target.name} is not this machine's ({here.name}): nothing was timed")
+        elif isinstance(algorithm, str) and algorithm == "auto":
             tuning = autotune.tune(prob, workspace_limit=workspace_limit)
             _fill_rows(rows, tuning)
             if tuning.winner is None:
@@ -108,7 +127,7 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
     except (ValueError, RuntimeError) as exc:
         chosen, cfg, source = None, None, "none"
         notes.append(str(exc))
-    return Explanation(prob, rows, chosen, cfg, source, notes, tuning)
+    return Explanation(prob, rows, chosen, cfg, source, notes, tuning, target)
 
 
 def _fill_rows(rows: list[PluginRow], tuning: Any) -> None:

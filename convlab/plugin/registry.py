@@ -18,6 +18,7 @@ from typing import Any, Iterable, TypeVar
 from .contract import Algorithm, Config, Verdict
 from convlab.problem import Problem
 from convlab.settings import bump_generation
+from convlab.target import Target, current as current_target
 
 ENTRY_POINT_GROUP = "convlab.algorithms"
 
@@ -151,13 +152,14 @@ def get(name: str) -> Algorithm:
 
 
 def verdict(plugin: Algorithm, problem: Problem, config: Config | None = None,
-            workspace_limit: int | None = None) -> Verdict:
-    """``plugin.applicable(...)``, with an exception in the predicate turned into a declining verdict,
-    and a plugin whose kernel raised earlier in this process declined with that error."""
+            workspace_limit: int | None = None, target: Target | None = None) -> Verdict:
+    """``plugin.applicable(...)`` on ``target`` (default: the current one), with an exception in the
+    predicate turned into a declining verdict, and a plugin whose kernel raised earlier in this
+    process declined with that error."""
     if plugin.name in _broken:
         return Verdict.no(f"excluded: its kernel raised {_broken[plugin.name]}")
     try:
-        result = plugin.applicable(problem, config, workspace_limit)
+        result = plugin.applicable(problem, config, workspace_limit, target=target)
         if not isinstance(result, Verdict):
             return Verdict.no(f"predicate returned {result!r}, not a Verdict")
         return result
@@ -165,10 +167,10 @@ def verdict(plugin: Algorithm, problem: Problem, config: Config | None = None,
         return Verdict.no(f"predicate raised {type(exc).__name__}: {exc}")
 
 
-def safe_configs(plugin: Algorithm, problem: Problem) -> list[Config]:
-    """``plugin.configs(problem)``, empty when the plugin raises."""
+def safe_configs(plugin: Algorithm, problem: Problem, target: Target | None = None) -> list[Config]:
+    """``plugin.configs(problem, target)`` (default: the current target), empty when the plugin raises."""
     try:
-        return list(plugin.configs(problem))
+        return list(plugin.configs(problem, target=current_target() if target is None else target))
     except Exception:
         return []
 
@@ -187,16 +189,18 @@ class Candidate:
 
 def candidates(problem: Problem, workspace_limit: int | None = None, *,
                all_configs: bool = True, names: Iterable[str] | None = None,
-               per_plugin: int | None = None) -> list[Candidate]:
-    """Every eligible (plugin, config) for ``problem``, highest plugin priority first; only each
-    plugin's first config with ``all_configs=False``, its first ``per_plugin`` ones when given."""
+               per_plugin: int | None = None, target: Target | None = None) -> list[Candidate]:
+    """Every eligible (plugin, config) for ``problem`` on ``target`` (default: the current one),
+    highest plugin priority first; only each plugin's first config with ``all_configs=False``, its
+    first ``per_plugin`` ones when given."""
     allowed = None if names is None else set(names)
+    target = current_target() if target is None else target
     out = []
     for plugin in plugins(problem.op):
         if allowed is not None and plugin.name not in allowed:
             continue
-        configs = safe_configs(plugin, problem)
+        configs = safe_configs(plugin, problem, target)
         for config in configs[:1 if not all_configs else per_plugin]:
-            if verdict(plugin, problem, config, workspace_limit):
+            if verdict(plugin, problem, config, workspace_limit, target):
                 out.append(Candidate(plugin, config))
     return out

@@ -18,53 +18,61 @@ from typing import Any
 from . import registry
 from .contract import config_from
 from convlab.problem import Problem
+from convlab.target import Target
 from .registry import Candidate
 
 Strategy = Any  # "auto" | str | tuple[str, Config | dict | str] | Candidate
 
 
-def by_priority(problem: Problem, workspace_limit: int) -> Candidate:
-    """The highest-priority eligible plugin with its first applicable config."""
+def by_priority(problem: Problem, workspace_limit: int, target: Target | None = None) -> Candidate:
+    """The highest-priority eligible plugin with its first applicable config (on ``target``,
+    default: the current one)."""
     for plugin in registry.plugins(problem.op):
-        for config in registry.safe_configs(plugin, problem):
-            if registry.verdict(plugin, problem, config, workspace_limit):
+        for config in registry.safe_configs(plugin, problem, target):
+            if registry.verdict(plugin, problem, config, workspace_limit, target):
                 return Candidate(plugin, config)
     raise ValueError(f"no registered plugin can run {problem.describe()}")
 
 
-def _forced(plugin_name: str, config: Any, problem: Problem, workspace_limit: int) -> Candidate:
+def _forced(plugin_name: str, config: Any, problem: Problem, workspace_limit: int,
+            target: Target | None = None) -> Candidate:
     plugin = registry.get(plugin_name)
-    configs = registry.safe_configs(plugin, problem)
+    configs = registry.safe_configs(plugin, problem, target)
     if config is not None:
         chosen = config_from(config, configs)
-        verdict = registry.verdict(plugin, problem, chosen, workspace_limit)
+        verdict = registry.verdict(plugin, problem, chosen, workspace_limit, target)
         if not verdict:
             raise ValueError(f"algorithm {plugin_name!r} with config {chosen.name} cannot run "
                              f"{problem.describe()}: {verdict.reason}")
         return Candidate(plugin, chosen)
     first = None
     for chosen in configs:
-        verdict = registry.verdict(plugin, problem, chosen, workspace_limit)
+        verdict = registry.verdict(plugin, problem, chosen, workspace_limit, target)
         if verdict:
             return Candidate(plugin, chosen)
         first = verdict if first is None else first
-    reason = first.reason if first is not None else "it offers no configuration for this problem"
+    if first is None:  # no config: the plugin's own predicate says why, else that none fits the target
+        first = registry.verdict(plugin, problem, None, workspace_limit, target)
+    reason = first.reason if not first.ok else "it offers no configuration for this problem"
     raise ValueError(f"algorithm {plugin_name!r} cannot run {problem.describe()}: {reason}")
 
 
-def resolve(problem: Problem, strategy: Strategy, workspace_limit: int) -> Candidate:
-    """Turn a user's ``algorithm=`` argument into the candidate that will run ``problem``."""
+def resolve(problem: Problem, strategy: Strategy, workspace_limit: int,
+            target: Target | None = None) -> Candidate:
+    """Turn a user's ``algorithm=`` argument into the candidate that will run ``problem`` (on
+    ``target``, default the current one; "auto" tunes only on the current one)."""
     if isinstance(strategy, Candidate):
-        return _forced(strategy.plugin.name, strategy.config, problem, workspace_limit)
+        return _forced(strategy.plugin.name, strategy.config, problem, workspace_limit, target)
     if isinstance(strategy, tuple):
         if len(strategy) != 2 or not isinstance(strategy[0], str):
             raise TypeError(f"algorithm must be 'auto', a plugin name or (name, config), got {strategy!r}")
-        return _forced(strategy[0], strategy[1], problem, workspace_limit)
+        return _forced(strategy[0], strategy[1], problem, workspace_limit, target)
     if not isinstance(strategy, str):
         raise TypeError(f"algorithm must be 'auto', a plugin name or (name, config), got {strategy!r}")
     if strategy == "auto":
-        return auto(problem, workspace_limit)
-    return _forced(strategy, None, problem, workspace_limit)
+        return auto(problem, workspace_limit) if target is None else by_priority(problem, workspace_limit,
+                                                                                 target)
+    return _forced(strategy, None, problem, workspace_limit, target)
 
 
 def auto(problem: Problem, workspace_limit: int) -> Candidate:

@@ -41,7 +41,7 @@ def gpu_ids(n: int) -> list[str | None]:
 
     if n < 1:
         raise ValueError(f"workers must be >= 1, got {n}")
-    if runtime.SIMULATOR:
+    if not runtime.HAS_DEVICE:  # no GPUs to pin workers to
         return [None] * n
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else \

@@ -34,7 +34,7 @@ settings.register_profile("convlab-sim", max_examples=6, deadline=None, derandom
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 settings.register_profile("convlab-gpu", max_examples=60, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-DEFAULT_PROFILE = "convlab-sim" if runtime.SIMULATOR else "convlab-gpu"
+DEFAULT_PROFILE = "convlab-gpu" if runtime.HAS_DEVICE else "convlab-sim"
 
 __all__ = ["CHECKS", "check_plugin", "run_check", "examples_for", "parametrize_with_checks", "applicable_checks", "problems",
            "aligned_problems", "any_problems", "call_op", "DEFAULT_PROFILE"]
@@ -76,10 +76,12 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
     return len(ran)
 
 
-def examples_for(plugin: Algorithm, simulator: bool = runtime.SIMULATOR) -> int | None:
+def examples_for(plugin: Algorithm, simulator: bool | None = None) -> int | None:
     """The examples a check draws for ``plugin``: the active profile's (None), except a quarter of
     them (at least 5) on a GPU for a plugin declaring ``compiles_per_shape``: each drawn shape compiles
-    new kernels there (seconds each; the profile's 60 examples x 3 ops x 4 checks did not finish)."""
+    new kernels there (seconds each; the profile's 60 examples x 3 ops x 4 checks did not finish).
+    ``simulator``: whether kernels run on the simulator (default: this process's target)."""
+    simulator = runtime.target().simulator if simulator is None else simulator
     if simulator or not getattr(plugin, "compiles_per_shape", False):
         return None
     return max(5, settings.default.max_examples // 4)

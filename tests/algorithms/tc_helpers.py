@@ -14,10 +14,10 @@ TC = registry.get("tensor_core")
 
 @pytest.fixture
 def split_like_the_simulator(monkeypatch):
-    """Split-K plans as on the simulator (MIN_SPLIT_K 1, wgrad's MIN_KTILES 1), so that these tiny
+    """Split-K plans as on the simulator (MIN_SPLIT_K_GPU 1, wgrad's MIN_KTILES_GPU 1), so that these tiny
     problems split the same way on a GPU; a test that wants another value sets its own."""
-    monkeypatch.setattr(tensor_core, "MIN_SPLIT_K", 1)
-    monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES", 1)
+    monkeypatch.setattr(tensor_core, "MIN_SPLIT_K_GPU", 1)
+    monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES_GPU", 1)
 
 
 def spy(monkeypatch, module, name):

@@ -70,7 +70,7 @@ def test_plane_tiles_only_for_small_planes():
     wgrad = convlab.make_problem("wgrad", 2, 3, 7, 7, 3, 3, 3, padding=1, groups=3)
     planes = [c for c in PLUGIN.configs(wgrad) if c["PL"] > 1]
     assert {c.get("SPLIT", 0) for c in planes} == {0, 1}
-    assert all(dw.wgrad_plan(wgrad, c, 1 << 20)[0] == 1 for c in planes if c.get("SPLIT"))
+    assert all(dw.wgrad_plan(wgrad, c, 1 << 20, runtime.target())[0] == 1 for c in planes if c.get("SPLIT"))
 
 
 @pytest.mark.parametrize("op", sorted(PLUGIN.ops))
@@ -124,7 +124,7 @@ def test_wgrad_split_is_deterministic_and_fits_the_limit():
     problem = convlab.make_problem("wgrad", 8, 2, 9, 10, 4, 3, 3, stride=2, padding=1, groups=2)
     config = min((c for c in PLUGIN.configs(problem) if c["PL"] == 1), key=lambda c: c["TH"] * c["TW"])
     limit = 1 << 20
-    splits, chunk = dw.wgrad_plan(problem, config, limit)
+    splits, chunk = dw.wgrad_plan(problem, config, limit, runtime.target())
     assert splits > 1 and (splits - 1) * chunk < dw._blocks(problem, dw._tile(config))[2]
     assert PLUGIN.workspace_bytes(problem, config, limit) == splits * 4 * 9 * 4
     host = measure.random_operands(problem, np.random.default_rng(3))
@@ -134,7 +134,7 @@ def test_wgrad_split_is_deterministic_and_fits_the_limit():
     assert measure.rel_error(first, want) <= measure.tolerance(problem, float(np.finfo(np.float32).eps))
     # a workspace limit too small for two partials: one block per filter sums everything, no workspace
     tight = 2 * 4 * 9 * 4 - 1
-    assert dw.wgrad_plan(problem, config, tight)[0] == 1
+    assert dw.wgrad_plan(problem, config, tight, runtime.target())[0] == 1
     assert PLUGIN.workspace_bytes(problem, config, tight) == 0
     unsplit = _wgrad(problem, config, tight, host)
     assert measure.rel_error(unsplit, want) <= measure.tolerance(problem, float(np.finfo(np.float32).eps))

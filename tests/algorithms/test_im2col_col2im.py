@@ -50,9 +50,9 @@ def test_sub_batches_under_a_tiny_limit(name, op, bias, allocations):
     per_image = problem.c * problem.r * problem.s * problem.p * problem.q * problem.itemsize
     plugin = convlab.get_plugin(name)
     config = plugin.configs(problem)[0]
-    plan = column_plan(problem, tile_of(config), 10 ** 9)
+    plan = column_plan(problem, tile_of(config), 10 ** 9, runtime.target())
     limit = 2 * per_image + plan.part * problem.itemsize + 4  # room for two images' columns
-    plan = column_plan(problem, tile_of(config), limit)
+    plan = column_plan(problem, tile_of(config), limit, runtime.target())
     assert plan.nb == 2 and plan.cols * problem.itemsize == 2 * per_image  # 5 images: 2 + 2 + 1
     _run(name, problem, limit, np.random.default_rng(7))
     allocated = sum(allocations) * problem.itemsize
@@ -81,7 +81,7 @@ def test_declines_when_one_image_does_not_fit(name, op):
 def test_pointwise_needs_no_column_buffer(name, op, bias, allocations):
     problem = make_problem(op, 3, 6, 5, 4, 4, 1, 1, groups=2, bias=bias)
     plugin, config = _run(name, problem, 0 if op != "wgrad" else 10 ** 6, np.random.default_rng(8))
-    plan = column_plan(problem, tile_of(config), 10 ** 6)
+    plan = column_plan(problem, tile_of(config), 10 ** 6, runtime.target())
     assert plan.pointwise and plan.cols == 0
     assert sum(allocations) == plan.part  # wgrad may still sum k-split partials
     if op != "wgrad":
@@ -92,7 +92,7 @@ def test_wgrad_k_splits_are_summed_in_order():
     problem = make_problem("wgrad", 2, 3, 12, 12, 4, 3, 3)
     plugin = convlab.get_plugin("im2col")
     config = plugin.configs(problem)[0]
-    plan = column_plan(problem, tile_of(config), 10 ** 6)
+    plan = column_plan(problem, tile_of(config), 10 ** 6, runtime.target())
     assert plan.ksplit > 1 and plan.part == plan.ksplit * 4 * 3 * 3 * 3
     _run("im2col", problem, 10 ** 6, np.random.default_rng(9))
 
@@ -104,11 +104,16 @@ def test_registered_with_priority_above_direct():
 
 
 def test_flat_launches_cover_whole_images():
-    from convlab.algorithms._columns import BLOCKS_PER_SM, THREADS, flat_launches
+    from convlab.algorithms._columns import flat_launches, launch_shape
     from convlab.kernels.splitk import sm_count
-    assert flat_launches(6, 49) == [(0, 6, min(BLOCKS_PER_SM * sm_count(), -(-6 * 49 // THREADS)))]
+    threads, per_sm = launch_shape()
+    assert flat_launches(6, 49) == [(0, 6, min(per_sm * sm_count(), -(-6 * 49 // threads)), threads)]
     big = flat_launches(12, 2**30, whole=3)  # 3 rows of an image per launch: 3 * 2**30 < 2**32
-    assert [(r0, rows) for r0, rows, _ in big] == [(0, 3), (3, 3), (6, 3), (9, 3)]
+    assert [(r0, rows) for r0, rows, _, _ in big] == [(0, 3), (3, 3), (6, 3), (9, 3)]
+    from convlab.target import get, using
+    with using("sm_90"):  # a GPU's launches, planned on the CPU: 256 threads, 16 blocks an SM
+        assert flat_launches(6, 49)[0][2:] == (min(16 * 132, -(-6 * 49 // 256)), 256)
+    assert launch_shape(get("sm_80")) == (256, 16)
     with pytest.raises(ValueError, match="32-bit"):
         flat_launches(8, 2**31, whole=4)
 

@@ -62,11 +62,11 @@ def test_accepts_any_size_groups_and_stride_and_picks_the_kernel(kwargs, aligned
     tile = implicit_gemm.Tile(16, 16, 8, 2, 2)
     if prob.op == "wgrad":
         assert wgrad.is_aligned(prob) == aligned
-        kern = wgrad._prepared(prob, tile, LIMIT)[0]
+        kern = wgrad._prepared(prob, tile, LIMIT, runtime.target())[0]
         assert kern is wgrad.wgrad_kernel(16, 16, 2, 2, not aligned)
     else:
         assert implicit_gemm.gathers.is_aligned(prob, tile) == aligned
-        kerns = {launch[0] for launch in forward._prepared(prob, tile, LIMIT)}
+        kerns = {launch[0] for launch in forward._prepared(prob, tile, LIMIT, runtime.target())}
         assert kerns == {forward.gather_kernel(16, 16, 8, 2, 2, prob.op == "forward", not aligned)}
 
 

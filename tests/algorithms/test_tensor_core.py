@@ -10,6 +10,7 @@ import pytest
 
 import convlab
 from convlab import reference, runtime
+from convlab.target import get as get_target
 from convlab.algorithms import tensor_core
 from convlab.kernels import tc_conv, transpose
 from convlab.measure import rel_error, tolerance
@@ -32,8 +33,9 @@ def _simulator_splits(split_like_the_simulator):
 @pytest.mark.parametrize("split", [True, False], ids=["split", "one"])
 def test_half_precision_cases(problem, split, monkeypatch):
     if not split:  # the one-pass kernel (bias and rounding in its epilogue), as large layers run it
-        monkeypatch.setattr(tensor_core, "MIN_SPLIT_K", 10**9)
-    assert (tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]))[0] > 1) == split
+        monkeypatch.setattr(tensor_core, "MIN_SPLIT_K_SIM" if runtime.target().simulator
+                            else "MIN_SPLIT_K_GPU", 10**9)
+    assert (tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]), runtime.target())[0] > 1) == split
     err, tol = _run(problem)
     assert err <= tol, (err, tol)
 
@@ -41,13 +43,14 @@ def test_half_precision_cases(problem, split, monkeypatch):
 @pytest.mark.parametrize("split", [True, False], ids=["split", "one"])
 def test_tf32_only_under_high_precision(split, monkeypatch):
     if not split:
-        monkeypatch.setattr(tensor_core, "MIN_SPLIT_K", 10**9)
+        monkeypatch.setattr(tensor_core, "MIN_SPLIT_K_SIM" if runtime.target().simulator
+                            else "MIN_SPLIT_K_GPU", 10**9)
     problem = make_problem("forward", 1, 4, 5, 5, 8, 3, 3, padding=1, dtype="float32", bias=True)
     verdict = TC.applicable(problem)
     assert not verdict and "set_float32_precision('high')" in verdict.reason
     with convlab.float32_precision("high"):
         assert TC.applicable(problem)
-        assert (tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]))[0] > 1) == split
+        assert (tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]), runtime.target())[0] > 1) == split
         err, tol = _run(problem)
         assert err <= tol, (err, tol)
         assert err > 1e-6  # the inputs really were cut to TF32
@@ -117,7 +120,7 @@ def test_transpose_flips_and_pads_dgrad_filter():
 def test_workspace_counts_padded_channels():
     problem = make_problem("forward", 2, 3, 6, 6, 16, 1, 1, dtype="float16")  # one k tile: no split
     config = TC.configs(problem)[0]
-    assert tensor_core.split_k(problem, tensor_core.tc_config(config)) == (1, 1)
+    assert tensor_core.split_k(problem, tensor_core.tc_config(config), runtime.target()) == (1, 1)
     assert TC.workspace_bytes(problem, config, 2**30) == (2 * 6 * 6 + 16) * 8 * 2
     assert "workspace" in TC.applicable(problem, config, workspace_limit=100).reason
 
@@ -138,7 +141,7 @@ def test_split_k_matches_reference(op, dtype, nhwc_out):
     with convlab.float32_precision("high"):  # TF32 for float32
         for bias in (False, True):
             problem = make_problem(**SPLIT[op], dtype=dtype, bias=bias)
-            splits, tps = tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]))
+            splits, tps = tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]), runtime.target())
             assert splits >= 3 and tps >= 1
             err, tol = _run(problem, nhwc_out=nhwc_out, outputs=outputs)
             assert err <= tol, (bias, err, tol)
@@ -152,21 +155,21 @@ def test_split_k_plan_and_workspace(monkeypatch):
     """Burn's layer (batch 16, 512x7x7, w512x3x3, fp16) on 132 SMs with 64x64 tiles: 104 blocks,
     144 k tiles of 32 -> 3 splits of 48 (each at least 1024 long: 32 k tiles); the workspace counts the
     fp32 partials (the sum rounds to fp16 as it stores); enough output tiles, or too short a reduction
-    -> no split."""
-    monkeypatch.setattr(tensor_core, "sm_count", lambda: 132)
-    monkeypatch.setattr(tensor_core, "MIN_SPLIT_K", 1024)
+    -> no split. Planned for the named sm_90 target on this machine."""
+    monkeypatch.setattr(tensor_core, "MIN_SPLIT_K_GPU", 1024)  # the GPU's (the module's fixture sets 1)
+    sm90 = get_target("sm_90")
     problem = make_problem("forward", 16, 512, 7, 7, 512, 3, 3, padding=1, dtype="float16", bias=True)
     cfg = tensor_core.TcConfig(64, 64, 32, 32, 32, 4)
-    assert tensor_core.split_k(problem, cfg) == (3, 48)
-    assert tensor_core.split_k(problem, tensor_core.TcConfig(128, 128, 32, 64, 64, 3)) == (4, 36)
+    assert tensor_core.split_k(problem, cfg, sm90) == (3, 48)
+    assert tensor_core.split_k(problem, tensor_core.TcConfig(128, 128, 32, 64, 64, 3), sm90) == (4, 36)
     mn = 16 * 7 * 7 * 512
     base = (16 * 7 * 7 + 512 * 9) * 512 * 2
     config = tensor_core._config(cfg)
-    assert TC.workspace_bytes(problem, config, 2**30) == base + 4 * 3 * mn  # the partials
+    assert TC.workspace_bytes(problem, config, 2**30, sm90) == base + 4 * 3 * mn  # the partials
     big = make_problem("forward", 64, 512, 14, 14, 512, 3, 3, padding=1, dtype="float16")
-    assert tensor_core.split_k(big, cfg) == (1, 144)
+    assert tensor_core.split_k(big, cfg, sm90) == (1, 144)
     short = make_problem("forward", 16, 128, 7, 7, 512, 3, 3, padding=1, dtype="float16")
-    assert tensor_core.split_k(short, cfg) == (1, 36)  # 1152 long: under MIN_SPLIT_K per split
+    assert tensor_core.split_k(short, cfg, sm90) == (1, 36)  # 1152 long: under MIN_SPLIT_K per split
 
 
 def test_kernel_source_gathers_and_stores_nchw():

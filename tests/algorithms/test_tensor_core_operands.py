@@ -1,11 +1,14 @@
 """The tensor_core plugin's operands read as they are (no layout copy or unfold): wgrad's dy and 1x1 x,
 the NCHW input of 1x1 layers (16-bit through ldmatrix .trans, TF32 through 32-bit loads), their
 alignment and tile rules, and the plan that keeps them unpadded."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 import convlab
 from convlab import reference, runtime
+from convlab import target as targets
 from convlab.algorithms import tensor_core
 from convlab.kernels import tc_conv, transpose
 from convlab.measure import random_operands, rel_error, tolerance
@@ -34,7 +37,7 @@ def test_wgrad_reads_dy_and_1x1_x_as_they_are(monkeypatch, r, padding, unfolds):
     from convlab.algorithms.tensor_core import wgrad
     problem = make_problem("wgrad", 2, 8, 8, 8, 16, r, r, padding=padding, dtype="float16")
     cfg = tensor_core.tc_config(TC.configs(problem)[0])
-    assert wgrad.splits_of(problem, cfg, 8) == 2 and wgrad.as_is(problem, 2, 8) == (True, r == 1)
+    assert wgrad.splits_of(problem, cfg, 8, runtime.target()) == 2 and wgrad.as_is(problem, 2, 8) == (True, r == 1)
     assert _wgrad_unfolds(monkeypatch, problem, seed=4) == unfolds
 
 
@@ -47,13 +50,14 @@ def test_wgrad_cuts_a_short_gemm_reduction_in_slices(monkeypatch, shape, padded,
     slices (the parted GEMM, grid z = splits * parts), summed in order with the groups' partials.
     (The slice count depends on the tile's BK: 5 / 4 on the simulator, 2 / 2 on a GPU.)"""
     from convlab.algorithms.tensor_core import wgrad
-    monkeypatch.setattr(wgrad, "sm_count", lambda: 8)
+    eight = dataclasses.replace(runtime.target(), sm_count=8)
     problem = make_problem("wgrad", 1, 8, k=16, dtype="float16", **shape)
-    cfg = tensor_core.tc_config(TC.configs(problem)[0])
-    splits, parts, pqp = wgrad.plan(problem, cfg, 8)
+    cfg = tensor_core.tc_config(TC.configs(problem, eight)[0])
+    splits, parts, pqp = wgrad.plan(problem, cfg, 8, eight)
     assert splits == 1 and parts > 1 and pqp % (8 * parts) == 0
     assert (pqp > wgrad.padded(problem.p * problem.q, 8)) == padded
-    assert _wgrad_unfolds(monkeypatch, problem, seed=6) == unfolds
+    with targets.using(eight):
+        assert _wgrad_unfolds(monkeypatch, problem, seed=6) == unfolds
 
 
 
@@ -151,8 +155,6 @@ def test_single_image_groups_keep_dy_unpadded(monkeypatch):
     a divisor of it (here 1) instead of padding every image, which would bring dy's copy back."""
     from convlab.algorithms.tensor_core import wgrad
     from convlab.kernels.tc_config import TcConfig
-    monkeypatch.setattr(wgrad, "sm_count", lambda: 132)
-    monkeypatch.setattr(wgrad, "MIN_KTILES", 8)
     problem = make_problem("wgrad", 2, 8, 8, 419, 16, 1, 1, dtype="float16")  # P*Q = 8 * 419 chunks
-    plan = wgrad.plan(problem, TcConfig(128, 64, 32, 64, 32, 3), 8)
+    plan = wgrad.plan(problem, TcConfig(128, 64, 32, 64, 32, 3), 8, targets.get("sm_90"))  # 132 SMs
     assert plan.splits == 2 and plan.pqp == 8 * 419 and wgrad.as_is(problem, plan.splits, 8, plan.pqp)[0]

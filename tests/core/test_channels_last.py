@@ -161,7 +161,7 @@ def test_tensor_core_takes_channels_last_as_they_are_and_replays(dtype):
     # rounding to the input type as it stores, follows)
     from convlab.algorithms import tensor_core
     tc = registry.get("tensor_core")
-    split = tensor_core.split_k(prob, tensor_core.tc_config(tc.configs(prob)[0]))[0] > 1
+    split = tensor_core.split_k(prob, tensor_core.tc_config(tc.configs(prob)[0]), runtime.target())[0] > 1
     assert names == ["conv"] + (["sum_splits"] if split else []), names
 
 

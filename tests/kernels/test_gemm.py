@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from convlab import runtime
-from convlab.kernels.gemm import TILES, Strided, Tile, gemm, matmul, pick_tiles
+from convlab.kernels.gemm import Strided, Tile, gemm, matmul, pick_tiles, tiles_for
+
+TILES = tiles_for()
 from convlab.kernels.gemm_source import kernel_source, make_gemm_kernel
 from convlab.kernels.splitk import sum_partials
 
@@ -105,8 +107,9 @@ def test_bad_arguments_raise_before_launch():
 def test_pick_tiles_orders_presets_and_source_is_unrolled():
     tiles = pick_tiles(16, 100_000, 144)
     assert sorted(tiles) == sorted(TILES)
-    if not runtime.SIMULATOR:
-        assert tiles[0].bm <= 32  # a 16-row GEMM should not take a 128-row tile
+    from convlab.target import get
+    on_gpu = pick_tiles(16, 100_000, 144, target=get("sm_90"))  # the GPU's presets, ordered on the CPU
+    assert sorted(on_gpu) == sorted(tiles_for(get("sm_90"))) and on_gpu[0].bm <= 32  # not a 128-row tile
     src = kernel_source("float32", TILES[0], False, True)
     assert "for " not in src and "c0_0 += a0 * b0" in src  # scalars, no loops over the accumulator
 

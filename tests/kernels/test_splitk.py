@@ -88,7 +88,7 @@ def test_sum_partials_rejects_bad_arguments():
 
 
 def test_split_plan_fills_the_device_within_the_limit():
-    assert sm_count() == (2 if runtime.SIMULATOR else sm_count())
+    assert sm_count() == runtime.target().sm_count == (2 if runtime.target().simulator else sm_count())
     tiles, k_len, bk, threads = 1, 64 * 16, 16, 256
     splits, chunk = split_plan(tiles, k_len, bk, threads, 256, 1 << 30)
     assert splits == min(2 * sm_count(), 64 // 8) and chunk % bk == 0 and splits * chunk >= k_len

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 import convlab
-from convlab import Algorithm, Config, Problem, Verdict, runtime
+from convlab import Algorithm, Config, Problem, Target, Verdict, runtime
 from convlab.runtime import cuda
 
 
@@ -44,13 +44,13 @@ class Pointwise(Algorithm):
     priority = 5
     description = "1x1 forward convolution, one thread per output (plugin template)"
 
-    def check(self, problem: Problem) -> Verdict:
+    def check(self, problem: Problem, target: Target) -> Verdict:
         if (problem.r, problem.s) != (1, 1):
             return Verdict.no(f"needs a 1x1 kernel, got {problem.r}x{problem.s}")
         return Verdict.yes()
 
-    def configs(self, problem: Problem) -> list[Config]:
-        return [Config(threads=64 if runtime.SIMULATOR else 256)]
+    def configs(self, problem: Problem, target: Target) -> list[Config]:
+        return [Config(threads=64 if target.simulator else 256)]  # the simulator: few Python threads
 
     def sample_problems(self, op: str) -> list[Problem]:
         return [convlab.make_problem(op, 2, 4, 5, 3, 6, 1, 1, stride=2, padding=1, groups=2, bias=True),

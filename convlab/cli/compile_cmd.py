@@ -1,0 +1,137 @@
+"""``convlab compile``: every GPU kernel of a corpus compiled for named targets, no GPU needed.
+
+The table has one line per (target, kernel): threads a block, registers, spill bytes stored / loaded,
+stack frame, static and dynamic shared memory, and why it fails or is near a limit. Exit status 1 when
+a kernel fails (convlab.compile.report), a case cannot be planned, or ``--compare`` finds a kernel that
+changed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from convlab.problem import DTYPES
+
+
+def add_parser(sub: Any, common: Any, shape: Any) -> None:
+    from convlab.target import GPU_TARGETS
+
+    from .arg_types import nbytes, op_list, positive
+
+    p = sub.add_parser("compile", help="compile every GPU kernel for named targets (no GPU needed)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Compiles every kernel that each eligible plugin's configs would launch on "
+                       "the corpus's problems, to PTX (NVVM) and to a cubin (ptxas, where found), for each "
+                       "target, on worker processes that need no GPU; reports registers, spills, shared "
+                       "memory and ptxas warnings per kernel. Exit status 1 on a compile or ptxas error, "
+                       "a kernel beyond the target's limits, or spills over --max-spill.",
+                       epilog="examples:\n  convlab compile --target sm_90 --plugins tensor_core\n"
+                              "  convlab compile --suite resnet50 --cover --json compile.json --hashes ptx.json\n"
+                              "  convlab compile --cover --hashes after.json --compare before.json")
+    p.add_argument("--target", action="append", choices=GPU_TARGETS, default=None,
+                   help=f"a named target, repeatable (default: {', '.join(GPU_TARGETS)})")
+    p.add_argument("--suite", action="append", default=[], metavar="NAME|FILE.json",
+                   help="add a suite's problems to the corpus (repeatable)")
+    p.add_argument("--no-samples", action="store_true", help="leave the plugins' sample problems out")
+    p.add_argument("--plugins", metavar="A,B", default=None, help="only these plugins (default: all)")
+    p.add_argument("--ops", type=op_list, default=None, metavar="OPS", help="only these ops")
+    p.add_argument("--dtypes", default=None, metavar="LIST",
+                   help=f"only these dtypes, comma-separated, of {','.join(DTYPES)} (float32 runs under "
+                        "both precisions)")
+    p.add_argument("--configs", type=positive, default=None, metavar="N",
+                   help="each plugin's first N configs only (default: all)")
+    p.add_argument("--cover", action="store_true",
+                   help="a covering subset of the cases: every config, layout mix, bias flag and problem "
+                        "at least once per plugin, op and dtype (convlab.compile.corpus.cover)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="a module the workers import first, e.g. one that registers your plugins")
+    p.add_argument("--jobs", type=positive, default=None, metavar="N", help="worker processes (default: CPUs)")
+    p.add_argument("--max-spill", type=nbytes, default=0, metavar="BYTES",
+                   help="spill bytes (stores + loads) a kernel may have (default 0)")
+    p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the full report as JSON")
+    p.add_argument("--hashes", default=None, metavar="FILE",
+                   help="write one PTX hash per launch of each case (compare two commits with --compare)")
+    p.add_argument("--compare", default=None, metavar="HASHES.json",
+                   help="compare this run's PTX hashes with an earlier --hashes file (exit 1 if any differ)")
+    p.add_argument("--markdown", default=None, metavar="FILE", help="write a summary as Markdown")
+    p.add_argument("--wide", action="store_true", help="do not cut the plugin column")
+    p.add_argument("--brief", action="store_true",
+                   help="list only the kernels that fail, spill or are near a limit (and the summary)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    shape(p, required=False)
+    common(p)
+    p.set_defaults(func=cmd_compile)
+
+
+def _spec(args: argparse.Namespace) -> dict:
+    from convlab.compile import make_spec
+    from convlab.problem import OPS
+
+    from .commands import _shape_spec
+
+    dtypes = DTYPES if args.dtypes is None else tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+    shapes = [_shape_spec(args)] if args.x is not None else []
+    if (args.x is None) != (args.w is None):
+        raise ValueError("a shape needs both --x and --w")
+    plugins = None if args.plugins is None else [p.strip() for p in args.plugins.split(",") if p.strip()]
+    if plugins:
+        import importlib
+
+        from convlab.plugin.registry import get as get_plugin
+
+        for module in args.imports:  # the plugins they register are checked here as in the workers
+            importlib.import_module(module)
+
+        for name in plugins:
+            get_plugin(name)  # ValueError listing the registered plugins
+    return make_spec(args.target or ("sm_80", "sm_90"), samples=not args.no_samples, suites=args.suite,
+                     shapes=shapes, plugins=plugins, ops=args.ops or OPS, dtypes=dtypes, configs=args.configs,
+                     workspace_limit=args.workspace_limit, cover=args.cover, imports=args.imports)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from convlab.compile import compile_corpus, compare_hashes
+    from convlab.compile.assemble import INSTALL_HINT, ptxas_path
+
+    spec = _spec(args)
+    if ptxas_path() is None:
+        print(f"note: ptxas not found: PTX only (no registers or spills); {INSTALL_HINT}")
+
+    def progress(done: int, total: int, result: dict) -> None:
+        if not args.quiet:
+            print(f"\r[{done}/{total}] {result['name'][-60:]:60}", end="", file=sys.stderr, flush=True)
+
+    report = compile_corpus(spec, args.jobs, progress)
+    if not args.quiet:
+        print(file=sys.stderr)
+    print(report.table(args.max_spill, wide=args.wide, brief=args.brief))
+    as_json = report.to_json(args.max_spill)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(as_json, f, indent=1)
+        print(f"wrote {args.json}")
+    if args.markdown:
+        from convlab.compile.report import markdown
+
+        with open(args.markdown, "w") as f:
+            f.write(markdown(as_json))
+        print(f"wrote {args.markdown}")
+    hashes = report.hashes()
+    if args.hashes:
+        with open(args.hashes, "w") as f:
+            json.dump(hashes, f, indent=1, sort_keys=True)
+        print(f"wrote {args.hashes}")
+    changed = 0
+    if args.compare:
+        with open(args.compare) as f:
+            diff = compare_hashes(json.load(f), hashes)
+        for target, d in diff.items():
+            changed += len(d["changed"]) + len(d["only_before"]) + len(d["only_after"])
+            print(f"{target}: {d['same']} cases with identical PTX, {len(d['changed'])} changed, "
+                  f"{len(d['only_before'])} only before, {len(d['only_after'])} only after")
+            for case in d["changed"] + d["only_before"] + d["only_after"]:
+                print(f"  {case}")
+    return 0 if report.ok(args.max_spill) and not changed else 1

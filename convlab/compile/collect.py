@@ -1,0 +1,77 @@
+"""Running corpus cases in the compile-only runtime: which kernels each case launches, and how.
+
+:func:`launches` runs one :class:`~convlab.compile.corpus.Case` as the public op would (operands in the
+case's layouts, the plugin's layout copies, its ``run``) with :class:`convlab.offline.OfflineArray`
+operands, and returns the launches it asked for. A kernel is identified across processes by
+:func:`kernel_id`: the kernel cache's key of its code, closure constants, jit options and argument
+types (:func:`convlab.kernel_cache.kernel_key`), without the target, since one lowering serves every
+target (:mod:`convlab.compile.assemble`).
+
+Must run in the compile-only runtime (``CONVLAB_RUNTIME=compile``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from convlab import kernel_cache, layouts, offline, runtime
+from convlab.plugin import registry
+from convlab.settings import float32_precision, get_workspace_limit
+from convlab.target import Target, using
+
+from .corpus import Case
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a case: the kernel's id, its block, grid and dynamic shared memory."""
+
+    kernel: str
+    name: str
+    block: tuple[int, int, int]
+    grid: tuple[int, int, int]
+    shared: int
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+def kernel_id(dispatcher: Any, argtypes: tuple) -> str:
+    """The process-independent identity of one kernel compiled for ``argtypes``."""
+    options = getattr(dispatcher, "targetoptions", None) or {}
+    return kernel_cache.kernel_key(dispatcher, argtypes, "lowered-once", options)
+
+
+def _operand(shape: tuple[int, ...], dtype: Any, layout: str) -> Any:
+    """An offline array of ``shape``; a 4-D one in channels-last memory for "nhwc"."""
+    if layout == "nhwc" and len(shape) == 4:
+        n, c, h, w = shape
+        return runtime.empty((n, h, w, c), dtype).transpose(0, 3, 1, 2)
+    return runtime.empty(shape, dtype)
+
+
+def launches(case: Case, target: Target, known: dict[str, tuple[Any, tuple]] | None = None,
+             workspace_limit: int | None = None) -> list[Launch]:
+    """The launches of ``case`` on ``target``; ``known`` collects kernel id -> (dispatcher, argtypes)."""
+    if not runtime.COMPILE_ONLY:
+        raise RuntimeError("convlab.compile.collect runs in the compile-only runtime (CONVLAB_RUNTIME=compile)")
+    from convlab.problem import np_dtype
+
+    pr = case.problem
+    dtype = np_dtype(pr.dtype)
+    plugin = registry.get(case.plugin)
+    limit = get_workspace_limit() if workspace_limit is None else workspace_limit
+    a_shape, b_shape, out_shape = pr.operand_shapes
+    a, b, out = (_operand(s, dtype, lay) for s, lay in zip((a_shape, b_shape, out_shape), case.layouts))
+    bias = None if pr.bias_shape is None else runtime.empty(pr.bias_shape, dtype)
+    with using(target), float32_precision(case.precision), offline.collecting() as requests:
+        with layouts.operands_for(plugin.layouts, (a, b, bias, out)) as taken:
+            plugin.run(pr, case.config, *taken, workspace_limit=limit)
+    out_list = []
+    for req in requests:
+        kid = kernel_id(req.dispatcher, req.argtypes)
+        if known is not None:
+            known.setdefault(kid, (req.dispatcher, req.argtypes))
+        out_list.append(Launch(kid, req.name, req.block, req.grid, req.shared))
+    return out_list

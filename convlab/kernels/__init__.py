@@ -10,6 +10,7 @@
     mma_ptx.py      their GPU definitions: llvmlite inline-PTX intrinsics (imported by mma.py on a GPU)
     mma_sim.py      their simulator stand-ins (same per-lane semantics, through a shared staging buffer)
     tc_config.py    TcConfig: the tensor-core kernels' block / warp tiles, stages, register cap and rules
+    tc_loads.py     the tensor-core loop's loading half: cp.async copies into swizzled stages, loader hooks
     tc_pipeline.py  the tensor-core main loop: multi-stage cp.async pipeline, swizzled shared tiles, mma.sync,
                     loader hooks (k-contiguous or m-contiguous A, batches, split-K)
     tc_epilogue.py  its epilogue: the C tile staged through shared memory, stored in 16-byte vectors

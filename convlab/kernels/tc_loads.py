@@ -1,6 +1,7 @@
-"""The loading half of the tensor-core main loop (tc_pipeline): where a block's tile and k range are,
-each thread's 16-byte ``cp.async`` copies of a k tile into the swizzled shared stages, the prologue and
-the in-loop prefetch, and the :class:`ALoader` hooks that say where A's chunks come from. The layout they write is tc_pipeline's module doc's; one dynamic
+"""The loading half of the tensor-core main loops (tc_pipeline's mma.sync warps, tc_wgmma's wgmma
+warpgroups): where a block's tile and k range are, each thread's 16-byte ``cp.async`` copies of a k
+tile into the swizzled shared stages, the prologue and the in-loop prefetch, and the :class:`ALoader`
+hooks that say where A's chunks come from. The layout they write is tc_pipeline's module doc's; one dynamic
 shared array holds A's stages, then B's (:func:`shared_arrays`).
 """
 from __future__ import annotations
@@ -164,18 +165,18 @@ def issue_tile(w: Callable, d: int, cfg: TcConfig, loader: ALoader, cp: Copies) 
 
 
 def prologue(w: Callable, cfg: TcConfig, loader: ALoader, cp: Copies, k_first: str) -> None:
-    """Lines issuing the first STAGES - 1 k tiles into stages 0..STAGES-2 (one group each), leaving ``kl``
+    """Lines issuing the first ``cfg.depth`` k tiles into stages 0..depth-1 (one group each), leaving ``kl``
     (the next k tile to issue) and ``ls`` (its stage)."""
     w(f"kl = {k_first}")
     if hasattr(loader, "start"):
         loader.start(w, f"U(U(kl * {cfg.BK}) + ck)")
-    for s in range(cfg.STAGES - 1):
+    for s in range(cfg.depth):
         w(f"ls = U({s})")
         w("if kl < ktiles:")
         issue_tile(w, 2, cfg, loader, cp)
         w("cp_async_commit()")
         w("kl = U(kl + 1)")
-    w(f"ls = U({cfg.STAGES - 1})")
+    w(f"ls = U({cfg.depth})")
 
 
 def issue_next(w: Callable, d: int, cfg: TcConfig, loader: ALoader, cp: Copies) -> None:

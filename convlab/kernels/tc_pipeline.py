@@ -20,7 +20,8 @@ WM x WN tile of (WM/16) x (WN/8) mma tiles; S = STAGES shared buffers of A (BM x
         Cs -> C: 16-byte vectors (``vec``: aligned, whole runs), else element by element, consecutive
             threads on consecutive addresses either way (bounds-checked)
 
-The loads (tile placement, copies, prologue, prefetch) are :mod:`convlab.kernels.tc_loads`'.
+A wgmma config (``TcConfig.MMA``) gets :mod:`convlab.kernels.tc_wgmma`'s warpgroup loop instead, on the
+same loads (:mod:`convlab.kernels.tc_loads`: tile placement, copies, prologue, prefetch) and epilogue.
 
 Where A's 16-byte chunks come from and where C goes are the two hooks: an :class:`ALoader` (a dense
 row-major A, or the convolution's gather from an NHWC tensor) and a :class:`Store` (a dense C, or
@@ -30,7 +31,8 @@ only its range of k tiles, the store writing partial z; the caller sums the part
 
 Shared rows are BK elements = CH 16-byte chunks (CH = 2, 4 or 8), unpadded; chunk c of row r is stored
 at chunk c ^ ((r // (8 // CH)) % CH), an XOR swizzle that makes the 8 row reads of one ldmatrix (and the
-cp.async writes) hit distinct banks. 16-byte ``cp.async`` per thread: thread tid copies chunk tid % CH of
+cp.async writes) hit distinct banks (and, for 128-, 64- and 32-byte rows, wgmma's K-major 128B / 64B /
+32B swizzle: :mod:`convlab.kernels.wgmma_desc`). 16-byte ``cp.async`` per thread: thread tid copies chunk tid % CH of
 rows tid // CH + e * (threads / CH); a chunk outside the operand is zero-filled (src_bytes = 0). One
 dynamic shared array holds A's stages then B's, and after the loop the staged C tile (in one pass, or
 one per row of warps when the tile is larger than the stages: :func:`epilogue_plan`); over 48 KiB the
@@ -74,7 +76,11 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
                     tf32_round: str | None = None) -> str:
     """Source of the kernel ``name(<loader.params>, vec)`` for one config (M, N, K among the params;
     ``vec``: ``tc_epilogue.vector_ok`` of the output);
-    ``tf32_round``: a key of TF32_ROUND (None: DEFAULT_TF32_ROUND)."""
+    ``tf32_round``: a key of TF32_ROUND (None: DEFAULT_TF32_ROUND). A wgmma config (``cfg.wgmma``) gets
+    :func:`convlab.kernels.tc_wgmma.wgmma_source`'s warpgroup loop on the same loaders and epilogue."""
+    if cfg.wgmma:
+        from convlab.kernels.tc_wgmma import wgmma_source
+        return wgmma_source(cfg, itype, loader, store, name, tf32_round)
     rnd = TF32_ROUND[tf32_round or DEFAULT_TF32_ROUND].format
     BM, BN, BK, WM, WN, S = cfg[:6]
     size, kstep = ITYPES[itype][1], ITYPES[itype][2]

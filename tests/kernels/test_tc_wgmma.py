@@ -105,22 +105,27 @@ def test_wgmma_batched_and_parted():
             assert np.all(np.isfinite(got[i, p])) and _rel(got[i, p], want) < 1e-6
 
 
-def test_wgmma_conv_gathers_nhwc():
-    """tc_conv's NHWC gather (padding, a 3x3 filter, ragged M) feeds the warpgroup loop unchanged."""
+@pytest.mark.parametrize("split", [False, True])
+def test_wgmma_conv_gathers_nhwc(split):
+    """tc_conv's NHWC gather (padding, a 3x3 filter, ragged M and K) feeds the warpgroup loop unchanged,
+    and split-K (grid z: k tiles [z*tps, (z+1)*tps), fp32 partials) runs on it."""
     cfg = SIM["f16"]
     n, c, h, w, k, r = 1, 8, 7, 7, 24, 3
-    rng = np.random.default_rng(9)
+    rng = np.random.default_rng(9 + split)
     x = rng.standard_normal((n, h, w, c)).astype(np.float16)
     wt = rng.standard_normal((k, r, r, c)).astype(np.float16)
     xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
     want = np.einsum("nhwrsc,krsc->nkhw", np.lib.stride_tricks.sliding_window_view(xp, (r, r), (1, 2))
                      .transpose(0, 1, 2, 4, 5, 3), wt.astype(np.float64))
-    y = cuda.to_device(np.full(want.size, np.nan, np.float16))
+    tps = 2 if split else 0  # 72 reduction elements: 5 k tiles of 16, 3 splits
+    splits = tc_conv.split_count(r * r * c, cfg.BK, tps) if split else 1
+    y = cuda.to_device(np.full(splits * want.size, np.nan, np.float32 if split else np.float16))
     tc_conv.conv_launcher("f16", cfg, cuda.to_device(x.reshape(-1)), cuda.to_device(wt.reshape(-1)), y, None,
                           n=n, c=c, h=h, w=w, k=k, r=r, s=r, p=h, q=w, stride=(1, 1), padding=(1, 1),
-                          dilation=(1, 1))()
-    got = y.copy_to_host().astype(np.float64).reshape(want.shape)
-    assert np.all(np.isfinite(got)) and _rel(got, want) < 1e-3
+                          dilation=(1, 1), tps=tps)()
+    parts = y.copy_to_host().astype(np.float64).reshape(splits, *want.shape)
+    assert np.all(np.isfinite(parts)) and splits == (3 if split else 1)
+    assert _rel(parts.sum(axis=0), want) < (1e-6 if split else 1e-3)  # fp32 partials; fp16 outputs
 
 
 def test_wgmma_config_rules():

@@ -1,13 +1,15 @@
 """Compile the wgmma kernels to PTX without a GPU and check what ptxas makes of them.
 
     python benchmarks/wgmma_ptx_check.py [--configs first|all] [--itypes f16,bf16,tf32] [--probes]
-                                         [--ptxas PATH] [--jobs N] [--out FILE.json] [--dump DIR]
+                                         [--probe-shapes 64:128,256:32] [--ptxas PATH] [--no-ptxas]
+                                         [--jobs N] [--out FILE.json] [--dump DIR]
 
 Needs numba-cuda's CUDA 13 compiler libraries (libNVVM; ``numba-cuda[cu13]``); exit status 2 when they
 cannot be loaded, 1 when a kernel fails a check, 0 otherwise. Sets NUMBA_ENABLE_CUDASIM=0 before convlab
 is imported and compiles for ``sm_90a`` (``cc=(9, 0, "a")``: what numba-cuda picks on a 9.0 device, and
 what wgmma needs). For each tc_gemm wgmma config (tc_gemm.WGMMA_CONFIGS, the first per input type or
-all) and, with --probes, the one-warpgroup probes of convlab.kernels.wgmma, it counts the PTX of
+all) and, with --probes, the one-warpgroup probes of convlab.kernels.wgmma (wgmma N : row bytes, each
+input type), it counts the PTX of
 wgmma.mma_async / fence / commit_group / wait_group, fence.proxy.async, cp.async, ``.local`` (must be
 absent) and the 1024-byte alignment of the dynamic shared array; then ``ptxas -arch=sm_90a -v`` (the
 ptxas of the nvidia-cuda-nvcc wheel beside libNVVM unless --ptxas names one; an older ptxas gets the PTX
@@ -140,13 +142,11 @@ def nvvm_available() -> str | None:
     return None
 
 
-def specs(configs: str, itypes: list[str], probes: bool) -> list[tuple]:
+def specs(configs: str, itypes: list[str], probes: list[tuple[int, int]]) -> list[tuple]:
     from convlab.kernels import tc_gemm
     out = [("gemm", itype, tuple(cfg)) for itype in itypes
            for cfg in tc_gemm.WGMMA_CONFIGS[itype][: None if configs == "all" else 1]]
-    if probes:
-        out += [("probe", itype, n, rb) for itype in itypes for n, rb in ((64, 128), (256, 32))]
-    return out
+    return out + [("probe", itype, n, rb) for itype in itypes for n, rb in probes]
 
 
 def default_ptxas() -> str | None:
@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", choices=("first", "all"), default="first")
     parser.add_argument("--itypes", default="f16,bf16,tf32")
     parser.add_argument("--probes", action="store_true", help="also the one-warpgroup probes")
+    parser.add_argument("--probe-shapes", default="64:128,256:32", help="the probes' wgmma N : row bytes")
     parser.add_argument("--ptxas", default=None, help="ptxas executable (default: the CUDA wheel's, or PATH)")
     parser.add_argument("--no-ptxas", action="store_true", help="PTX checks only")
     parser.add_argument("--jobs", type=int, default=1)
@@ -171,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"NVVM unavailable: {reason}", flush=True)
         return 2
     ptxas = None if args.no_ptxas else (args.ptxas or default_ptxas())
-    todo = specs(args.configs, args.itypes.split(","), args.probes)
+    shapes = [tuple(int(v) for v in p.split(":")) for p in args.probe_shapes.split(",")] if args.probes else []
+    todo = specs(args.configs, args.itypes.split(","), shapes)
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as pool:
             rows = list(pool.map(check, todo, [ptxas] * len(todo), [args.dump] * len(todo)))

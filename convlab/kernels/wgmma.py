@@ -16,7 +16,8 @@ made by all 128 of its threads together (warpgroup-uniform control flow).
         of n/2 float32 in the layout below. Asynchronous: acc is only valid after a wgmma_wait that
         covers its group; the shared bytes it reads must not change until then.
     acc = wgmma_fence(acc)           wgmma.fence.sync.aligned: before the first wgmma and after any
-                                     other access to acc (ISA 9.7.15.7.1); acc tied through it
+                                     other access to acc (ISA 9.7.15.7.1); acc (a tuple, or a tuple of
+                                     one tuple per m64 slice) tied through it
     wgmma_commit()                   wgmma.commit_group.sync.aligned: the uncommitted wgmma -> a group
     wait = wgmma_wait(n); acc = wait(acc)
                                      wgmma.wait_group.sync.aligned n (0..7, factory): at most the n
@@ -39,6 +40,10 @@ Descriptors: :mod:`convlab.kernels.wgmma_desc` (bit layout, addressing, the tc_p
 matches); a descriptor is ``U64(desc_hi(R)) | U64((shared_addr(..) >> 4) & 0x3FFF)``, and a k step of
 32 bytes inside a row adds 2 to it. The shared tiles start on their swizzle repeat: dynamic shared memory
 declared ``alignment=1024`` (``.extern .shared .align 1024``; the probes report the address).
+
+Compiling without a GPU: numba-cuda targets compute_90a on a 9.0 device (``codegen._ensure_cc``), but
+``cuda.compile_ptx(..., cc=(9, 0))`` emits ``.target sm_90``, which ptxas refuses wgmma for: pass
+``cc=(9, 0, "a")`` (benchmarks/wgmma_ptx_check.py).
 
 Probes (``warpgroup_mma``): one warpgroup, one call each of the above, against numpy; the first thing a
 GPU run checks (benchmarks/wgmma_check.py, tests/kernels/test_wgmma.py).

@@ -9,9 +9,14 @@
     mma.py          tensor-core intrinsics (inline PTX): mma.sync f16/bf16/tf32, ldmatrix, cp.async, to_tf32
     mma_ptx.py      their GPU definitions: llvmlite inline-PTX intrinsics (imported by mma.py on a GPU)
     mma_sim.py      their simulator stand-ins (same per-lane semantics, through a shared staging buffer)
-    tc_config.py    TcConfig: the tensor-core kernels' block / warp tiles, stages, register cap and rules
+    wgmma.py        warpgroup tensor-core intrinsics (sm_90a): wgmma.mma_async, its fences and groups, probes
+    wgmma_ptx.py    their GPU definitions (inline PTX); wgmma_sim.py: simulator stand-ins + ordering checks
+    wgmma_desc.py   wgmma matrix descriptors and the swizzled K-major layout they address (host arithmetic)
+    tc_config.py    TcConfig: the tensor-core kernels' block / warp tiles, stages, register cap, instruction, rules
+    tc_loads.py     the tensor-core loops' loading half: cp.async copies into swizzled stages, loader hooks
     tc_pipeline.py  the tensor-core main loop: multi-stage cp.async pipeline, swizzled shared tiles, mma.sync,
                     loader hooks (k-contiguous or m-contiguous A, batches, split-K)
+    tc_wgmma.py     the same loop on wgmma warpgroups (Hopper): same loads, split-K, batches, epilogue
     tc_epilogue.py  its epilogue: the C tile staged through shared memory, stored in 16-byte vectors
     tc_launch.py    compiling a generated tensor-core kernel and configuring its launch (grid, shared memory)
     tc_gemm.py      the tensor-core GEMM (dense, batched, parted) on that pipeline

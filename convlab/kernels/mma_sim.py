@@ -10,7 +10,9 @@ hardware accumulates in fp32 in an unspecified order, so compare with a toleranc
 The warp-wide ones are device functions (``cuda.jit(device=True)``), so they see the simulator's per-thread
 ``cuda``; the per-lane conversions (``to_tf32``, ``split_tf32``, ``f32_to_bf16``, ``bf16_to_f32``) use no
 ``cuda`` and are plain functions, which the simulator calls without its device-function wrapper (cheaper:
-they run once per fragment register).
+they run once per fragment register); so are ``cp_async_commit`` and ``cp_async_wait``'s, which with
+``cp_async16`` feed the wgmma ordering checks of :mod:`convlab.kernels.wgmma_sim` (no-ops in a kernel
+that never calls ``wgmma.shared_addr``).
 Not for the GPU: :mod:`convlab.kernels.mma` exports these names only on the simulator.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ import struct
 import numpy as np
 
 from convlab import runtime
+from convlab.kernels import wgmma_sim
 from convlab.runtime import cuda
 
 _F32, _F32_BITS = struct.Struct("<f"), struct.Struct("<I")  # a float32 and its bits
@@ -202,23 +205,19 @@ def cp_async16(sarr, soff, garr, goff, src_bytes):
     d, s, n = int(soff) * shared.itemsize, int(goff) * glob.itemsize, int(src_bytes)
     if d % 16 or (n and s % 16) or not 0 <= n <= 16 or d + 16 > dst.size or s + n > src.size:
         raise IndexError(f"cp_async16: bad copy dst byte {d}, src byte {s}, {n} bytes")
+    wgmma_sim.note_copy(shared, d)  # the wgmma ordering checks (a no-op outside wgmma kernels)
     dst[d:d + 16] = 0
     dst[d:d + n] = src[s:s + n]
 
 
-@runtime.jit(device=True)
 def cp_async_commit():
-    pass
-
-
-@runtime.jit(device=True)
-def _wait():
-    pass
+    wgmma_sim.note_commit()
 
 
 @functools.cache
 def cp_async_wait(n: int):
-    """The stand-in for ``cp.async.wait_group n``: a no-op (the copies above are synchronous)."""
+    """The stand-in for ``cp.async.wait_group n``: the copies above are synchronous; the wgmma ordering
+    checks (:mod:`convlab.kernels.wgmma_sim`) learn which groups have landed."""
     if not 0 <= int(n) <= 7:
         raise ValueError(f"cp_async_wait n must be in 0..7, got {n!r}")
-    return _wait
+    return functools.partial(wgmma_sim.note_wait, int(n))

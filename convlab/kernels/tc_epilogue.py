@@ -71,9 +71,14 @@ CTYPE = {"float32": "c_float32", "float16": "c_float16", "uint16": "c_uint16", "
 def staged_epilogue(w: Callable, cfg: Any, itype: str, store: Store) -> None:
     """acc -> Cs (shared, the output type, bias added) -> the output in 16-byte vectors along the
     contiguous dimension (``vec``, a kernel parameter: the launcher's alignment verdict), or element by
-    element with consecutive threads on consecutive addresses."""
-    BN, WN = cfg.BN, cfg.WN
-    MI, NI = cfg.WM // 16, WN // 8
+    element with consecutive threads on consecutive addresses.
+
+    The kernel defines ``wm0`` / ``wn0`` (this warp's first row and column in the tile) and the
+    accumulators ``c{i}_{j}_{r}``: mma.sync's m16n8 C fragment (r = 0..3) of the warp's row block i
+    (``cfg.frag_rows`` rows apart: 16 for mma.sync, 64 for a wgmma warpgroup's m64 slices, whose warp w
+    owns rows 16 (w % 4) of each) and column block j (8 columns)."""
+    WN = cfg.WN
+    MI, NI = cfg.WM // cfg.frag_rows, WN // 8  # a warp's accumulator blocks: rows frag_rows apart
     passes, RP, LD = epilogue_plan(cfg, itype, store.dtype, store.contig)
     EPV = 16 // np.dtype(store.dtype).itemsize
     m_major = store.contig == "m"
@@ -85,7 +90,7 @@ def staged_epilogue(w: Callable, cfg: Any, itype: str, store: Store) -> None:
     for p in range(passes):
         d = 1
         if passes > 1:
-            w(f"if U(warp // {BN // WN}) == {p}:")
+            w(f"if U(warp // {cfg.warps_n}) == {p}:")
             d = 2
         w(f"rw = U(U(wm0 - {p * RP}) + g)", d)
         for j in range(NI):
@@ -96,7 +101,7 @@ def staged_epilogue(w: Callable, cfg: Any, itype: str, store: Store) -> None:
             w("c1 = c1 if c1 < N else bmax", d)
             for i in range(MI):
                 for h in range(2):
-                    rl = f"U(rw + {16 * i + 8 * h})"
+                    rl = f"U(rw + {cfg.frag_rows * i + 8 * h})"
                     for u in range(2):
                         at = f"U(U(U(cl + {u}) * {LD}) + {rl})" if m_major else f"U(U({rl} * {LD}) + U(cl + {u}))"
                         w(f"Cs[{at}] = {store.value(f'c{u}', f'c{i}_{j}_{2 * h + u}')}", d)

@@ -8,8 +8,10 @@ need ``.trans``, 16-bit only); it is also the conv forward's weight layout [K_ou
 multiple of 8 (16-bit) or 4 (32-bit): rows of 16-byte chunks; M, N and K are otherwise free (zero-filled
 copies and a bounds-checked epilogue).
 
-The loop nest, shared layout, pipeline and epilogue are :mod:`convlab.kernels.tc_pipeline`'s; this module
-gives it the dense A loader (chunk kk of row m at m * K + kk) and the dense store (C[row, col]).
+The loop nest, shared layout, pipeline and epilogue are :mod:`convlab.kernels.tc_pipeline`'s (a wgmma
+config's, ``TcConfig.MMA``: :mod:`convlab.kernels.tc_wgmma`'s, Hopper only, f16 / bf16 / tf32 with TF32
+truncation); this module gives it the dense A loader (chunk kk of row m at m * K + kk) and the dense
+store (C[row, col]).
 """
 from __future__ import annotations
 
@@ -35,6 +37,23 @@ CONFIGS = {"f16": [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 
 CONFIGS["bf16"], CONFIGS["tf32x3"] = CONFIGS["f16"], CONFIGS["tf32"]
 SIM_CONFIG = {"f16": TcConfig(32, 32, 16, 16, 32, 3), "bf16": TcConfig(32, 32, 16, 16, 32, 2),
               "tf32": TcConfig(32, 32, 8, 16, 32, 3), "tf32x3": TcConfig(32, 32, 8, 16, 32, 3)}
+#: wgmma configs (Hopper, sm_90a; tc_wgmma) for 4096^3-class GEMMs: 128-byte rows (the 128B swizzle),
+#: two warpgroups of m64n256 / m64n128 (one of two m64n128 slices: 256x128), or four of m64n128 (the last
+#: f16 one); one wgmma group in flight ("wgmma") or none ("wgmma0"). ptxas 13.5 (sm_90a): 225 registers
+#: for the n256 ones, 118 for 128x128, 200 for 256x128, 100 for the four-warpgroup tile; no spills
+#: (benchmarks/wgmma_ptx_check.py --configs all)
+WGMMA_CONFIGS = {"f16": [TcConfig(128, 256, 64, 64, 256, 4, 0, "wgmma"),
+                         TcConfig(128, 128, 64, 64, 128, 5, 0, "wgmma"),
+                         TcConfig(256, 128, 64, 128, 128, 4, 0, "wgmma"),
+                         TcConfig(128, 256, 64, 64, 256, 3, 0, "wgmma0"),
+                         TcConfig(128, 256, 64, 64, 128, 4, 0, "wgmma")],
+                 "tf32": [TcConfig(128, 256, 32, 64, 256, 4, 0, "wgmma"),
+                          TcConfig(128, 128, 32, 64, 128, 5, 0, "wgmma"),
+                          TcConfig(256, 128, 32, 128, 128, 4, 0, "wgmma")]}
+WGMMA_CONFIGS["bf16"] = WGMMA_CONFIGS["f16"]
+#: the simulator's wgmma configs: one warpgroup, 32-byte rows (the 32B swizzle), narrow N
+SIM_WGMMA = {"f16": TcConfig(64, 32, 16, 64, 32, 3, 0, "wgmma"), "bf16": TcConfig(64, 16, 16, 64, 16, 2, 0, "wgmma0"),
+             "tf32": TcConfig(64, 32, 8, 64, 32, 3, 0, "wgmma")}
 
 
 class DenseA:

@@ -20,7 +20,11 @@ from convlab.runtime import cuda
 
 def compile_kernel(source: str, name: str, filename: str, cfg: TcConfig, itype: str,
                    extra: dict[str, Any] | None = None) -> Callable:
-    """Compile a :func:`pipeline_source` kernel with the intrinsics and constants it names."""
+    """Compile a :func:`pipeline_source` kernel with the intrinsics and constants it names (a wgmma
+    config's too: :func:`convlab.kernels.tc_wgmma.namespace`)."""
+    if cfg.wgmma:
+        from convlab.kernels import tc_wgmma
+        extra = {**tc_wgmma.namespace(cfg, itype), **(extra or {})}
     namespace = {"cuda": cuda, "U": U, "zero": np.float32(0), "f32": np.float32,
                  "stype": numba_from_dtype(np.dtype(ITYPES[itype][0])),
                  "align": None if runtime.SIMULATOR else 16,  # the simulator rejects alignment=

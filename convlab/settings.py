@@ -9,6 +9,7 @@
 | float32 precision: ``"highest"`` (fp32-class: fp32 FMA, or the ``tf32x3`` plugin's 3xTF32) or ``"high"`` (TF32 tensor cores allowed for float32) | ``CONVLAB_FLOAT32_PRECISION`` (highest) | :func:`set_float32_precision`, :func:`float32_precision` |
 | cache directory: tuning results (and compiled kernels) | ``CONVLAB_CACHE_DIR`` (user cache dir) | the variable |
 | tuning depth: configs per plugin the autotuner compiles and times (its preferred first; all by default) | ``CONVLAB_TUNE_CONFIGS`` (all) | :func:`set_tune_configs` |
+| warpgroup MMA on a GPU: the wgmma kernels (sm_90) offered on a device (always on the simulator and for named targets) | ``CONVLAB_WGMMA`` (0) | the variable, read when the device's target is first made |
 
 Sizes in bytes are given as an int or a string such as ``"256M"``, ``"1.5GiB"``, ``"4096"`` (K, M, G, T are
 powers of 1024, with or without ``B``/``iB``), here, in the variable and on the command line alike.
@@ -177,6 +178,12 @@ def set_deterministic(flag: bool) -> bool:
     if not isinstance(flag, bool):
         raise TypeError(f"flag must be a bool, got {flag!r}")
     return _swap("deterministic", flag)
+
+
+def wgmma_on_device() -> bool:
+    """Whether a GPU's target offers the wgmma kernels (``CONVLAB_WGMMA=1``). Off by default: they are
+    compiled (convlab compile) and checked on the simulator's stand-ins, not yet on a GPU."""
+    return _from_env("CONVLAB_WGMMA", _parse_flag, False)
 
 
 def sim_thread_budget() -> int:

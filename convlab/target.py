@@ -138,16 +138,17 @@ def nearest(cc: tuple[int, int]) -> Target:
     return max(below, key=lambda t: t.cc) if below else TARGETS["sm_80"]
 
 
-def from_device(device: object) -> Target:
+def from_device(device: object, wgmma: bool = True) -> Target:
     """The target of a Numba device object (``cuda.get_current_device()``): its limits read from the
-    driver, its features and ceilings those of :func:`nearest` named class."""
+    driver, its features and ceilings those of :func:`nearest` named class (without "wgmma" unless
+    ``wgmma``: convlab.settings.wgmma_on_device)."""
     cc = tuple(int(v) for v in device.compute_capability)  # type: ignore[attr-defined]
     base = nearest(cc)
     get_attr = lambda name, default: int(getattr(device, name, default) or default)  # noqa: E731
     name = getattr(device, "name", b"")
     name = name.decode() if isinstance(name, bytes) else str(name)
     features = set(base.features)
-    if cc < (9, 0):
+    if cc < (9, 0) or not wgmma:
         features.discard("wgmma")
     if cc < (8, 0):
         features -= {"mma.sync", "cp.async", "ldmatrix"}

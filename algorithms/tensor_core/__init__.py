@@ -50,6 +50,7 @@ from convlab import Algorithm, Config, Problem, Verdict, layouts, operands, regi
 from convlab.kernels import convert, tc_conv, transpose
 from convlab.kernels.splitk import MAX_INDEX, sum_partials
 from convlab.kernels.tc_config import TcConfig
+from convlab.kernels.tc_pipeline import DEFAULT_TF32_ROUND
 from convlab.problem import np_dtype, unit_roundoff
 from convlab.scratch import scratch
 from convlab.settings import get_float32_precision
@@ -77,6 +78,18 @@ SIM_NARROW = {16: [TcConfig(32, 16, 16, 16, 16, 2)], 32: [TcConfig(32, 16, 8, 16
 #: 7/8 zeros), GPU and simulator (fewer A chunks than threads)
 GPU_SHORT = {16: [TcConfig(16, 64, 32, 16, 32, 3)], 32: [TcConfig(16, 64, 16, 16, 32, 3)]}
 SIM_SHORT = {16: [TcConfig(16, 32, 16, 16, 16, 2)], 32: [TcConfig(16, 32, 8, 16, 16, 2)]}
+#: warpgroup configs (``wgmma.mma_async``, convlab.kernels.tc_wgmma) for targets with wgmma (sm_90):
+#: 128-byte shared rows (the 128B swizzle: BK 64 halves, 32 fp32), two warpgroups along M, a block N of
+#: 256 / 128 / 64 (32 for a narrow N); on the GPU they come first, on the simulator after the warp tiles
+#: (one warpgroup, 32-byte rows). Not for tf32x3 (its split operands live in registers) nor an NCHW 1x1
+#: read (wgmma reads A K-major: run copies it to NHWC)
+GPU_WGMMA = {16: [TcConfig(128, 256, 64, 64, 256, 4, MMA="wgmma"), TcConfig(128, 128, 64, 64, 128, 5, MMA="wgmma"),
+                  TcConfig(128, 64, 64, 64, 64, 5, MMA="wgmma")],
+             32: [TcConfig(128, 256, 32, 64, 256, 4, MMA="wgmma"), TcConfig(128, 128, 32, 64, 128, 5, MMA="wgmma"),
+                  TcConfig(128, 64, 32, 64, 64, 5, MMA="wgmma")]}
+GPU_WGMMA_NARROW = {16: [TcConfig(128, 32, 64, 64, 32, 5, MMA="wgmma")],
+                    32: [TcConfig(128, 32, 32, 64, 32, 5, MMA="wgmma")]}
+SIM_WGMMA = {16: [TcConfig(64, 32, 16, 64, 32, 3, MMA="wgmma")], 32: [TcConfig(64, 32, 8, 64, 32, 3, MMA="wgmma")]}
 
 
 def _strided_dgrad(problem: Problem) -> bool:
@@ -85,14 +98,14 @@ def _strided_dgrad(problem: Problem) -> bool:
 
 
 def _config(t: TcConfig) -> Config:
-    regs = {"REGS": t.REGS} if t.REGS else {}
-    return Config(BM=t.BM, BN=t.BN, BK=t.BK, WM=t.WM, WN=t.WN, STAGES=t.STAGES, **regs)
+    extra = ({"REGS": t.REGS} if t.REGS else {}) | ({"MMA": t.MMA} if t.wgmma else {})
+    return Config(BM=t.BM, BN=t.BN, BK=t.BK, WM=t.WM, WN=t.WN, STAGES=t.STAGES, **extra)
 
 
 def tc_config(config: Config) -> TcConfig:
     """The TcConfig a plugin config names."""
     return TcConfig(config["BM"], config["BN"], config["BK"], config["WM"], config["WN"], config["STAGES"],
-                    REGS=config.get("REGS", 0))
+                    REGS=config.get("REGS", 0), MMA=config.get("MMA", "sync"))
 
 
 def _padded(channels: int, dtype: str) -> int:
@@ -209,16 +222,29 @@ class TensorCore(Algorithm):
         short = problem.op == "wgrad" and m <= 16  # wgrad: M = output channels
         if target.simulator:
             tiles = (SIM_SHORT if short else SIM_NARROW if n <= 16 else SIM_TILES)[bits]
+            warpgroup = SIM_WGMMA[bits]
         else:  # narrow tiles for N <= 32; no 128-wide tile for N <= 64 (half of it would be zeros)
             tiles = [t for t in GPU_TILES[bits] if t.BN <= 64 or n > 64] + (GPU_NARROW[bits] if n <= 32 else []) \
                 + (GPU_SHORT[bits] if short else [])
+            warpgroup = [t for t in GPU_WGMMA[bits] if t.BN <= max(64, n)] + \
+                (GPU_WGMMA_NARROW[bits] if n <= 32 else [])
+        itype = self.itype(problem.dtype)
+        if not self.takes_wgmma(itype, target):
+            warpgroup = []
         # a short wgrad GEMM: the least padded M x N area first
         area = (lambda t: math.ceil(m / t.BM) * t.BM) if short else (lambda t: 1)  # noqa: E731
-        itype = self.itype(problem.dtype)
-        tiles = [t for t in tiles if not target.fits(threads=t.threads, shared=t.shared_bytes(itype))]
-        tiles = sorted(tiles, key=lambda t: (area(t) * math.ceil(n / t.BN) * t.BN,
-                                             -min(blocks(t), target.sm_count), -t.BM * t.BN))
-        return [_config(t) for t in tiles]
+        order = lambda t: (area(t) * math.ceil(n / t.BN) * t.BN, -min(blocks(t), target.sm_count),  # noqa: E731
+                           -t.BM * t.BN)
+        fits = lambda t: not target.fits(threads=t.threads, shared=t.shared_bytes(itype))  # noqa: E731
+        tiles, warpgroup = (sorted(filter(fits, group), key=order) for group in (tiles, warpgroup))
+        first, then = (tiles, warpgroup) if target.simulator else (warpgroup, tiles)
+        return [_config(t) for t in first + then]
+
+    def takes_wgmma(self, itype: str, target: Target) -> bool:
+        """Whether warpgroup configs are offered: the target has wgmma, and the input type's operands are
+        in shared memory as they are (not tf32x3's split parts; TF32 truncated: tc_wgmma)."""
+        return target.has("wgmma") and itype in ("f16", "bf16", "tf32") and \
+            (itype != "tf32" or DEFAULT_TF32_ROUND == "trunc")
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int,
                         target: Target) -> int:
@@ -282,9 +308,9 @@ class TensorCore(Algorithm):
         a_last, b_last = operands.is_channels_last(a), operands.is_channels_last(b)
         x_as_is = a_last and cp == c and runtime.is_aligned(a)  # cp.async reads 16 aligned bytes
         # a 1x1 stride-1 unpadded forward (dgrad) reads its NCHW x (dy) as it is (tc_conv.NchwA)
-        nchw_in = not a_last and tc_conv.reads_nchw(self.itype(problem.dtype), a, c=c, h=h, w=w, r=r, s=s,
-                                                    stride=geo["stride"], padding=geo["padding"],
-                                                    bm=config["BM"])
+        nchw_in = not a_last and "MMA" not in config and \
+            tc_conv.reads_nchw(self.itype(problem.dtype), a, c=c, h=h, w=w, r=r, s=s, stride=geo["stride"],
+                               padding=geo["padding"], bm=config["BM"])  # wgmma reads A K-major: NHWC
         # a 1x1 filter's KCRS memory is already KRSC
         w_as_is = problem.op == "forward" and cp == c and (b_last or r * s == 1) and runtime.is_aligned(b)
         nhwc_out = operands.is_channels_last(out)

@@ -52,14 +52,18 @@ def ptx_of(library: Any, target: Target) -> str:
 
 def normalised(ptx: str) -> str:
     """PTX lines without comments, blank lines, ``.file`` / ``.loc`` debug lines and mangled symbol
-    names (they hold module paths)."""
+    names (they hold module paths), and Numba's process-wide counters in its shared arrays' names
+    (``_cudapy_smem_16``: numbered in the order they appear, as a kernel compiled alone would have them)."""
     lines = []
     for line in ptx.splitlines():
         line = line.split("//")[0].rstrip()
         if not line.strip() or line.lstrip().startswith((".file", ".loc")):
             continue
         lines.append(re.sub(r"_Z[\w$]+", "SYM", line))
-    return "\n".join(lines)
+    text = "\n".join(lines)
+    counters: dict[str, str] = {}
+    return re.sub(r"_cudapy_([A-Za-z]+)_\d+",
+                  lambda m: counters.setdefault(m.group(0), f"_cudapy_{m.group(1)}_{len(counters)}"), text)
 
 
 def ptx_hash(ptx: str) -> str:

@@ -185,11 +185,23 @@ def to_storage(itype: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     raise ValueError(f"itype must be one of {sorted(ITYPES)}, got {itype!r}")
 
 
+def default_config(itype: str, target: Any = None) -> TcConfig:
+    """The config ``tc_matmul`` takes by default on ``target`` (default: the current one): the first
+    warpgroup config where the target has wgmma (not for tf32x3), else the first warp config; the
+    simulator's tiny warp config there."""
+    target = runtime.target() if target is None else target
+    if target.simulator:
+        return SIM_CONFIG[itype]
+    if target.has("wgmma") and itype in WGMMA_CONFIGS:
+        return WGMMA_CONFIGS[itype][0]
+    return CONFIGS[itype][0]
+
+
 def tc_matmul(itype: str, A: Any, Bt: Any, C: Any, cfg: TcConfig | None = None) -> Any:
     """C[M, N] = A[M, K] @ Bt[N, K]^T on tensor cores (device arrays); returns C."""
     if itype not in ITYPES:
         raise ValueError(f"itype must be one of {sorted(ITYPES)}, got {itype!r}")
-    cfg = cfg or (SIM_CONFIG[itype] if runtime.target().simulator else CONFIGS[itype][0])
+    cfg = cfg or default_config(itype)
     if len(A.shape) != 2 or len(Bt.shape) != 2 or A.shape[1] != Bt.shape[1]:
         raise ValueError(f"A must be [M, K] and Bt [N, K], got {tuple(A.shape)} and {tuple(Bt.shape)}")
     (M, K), N = A.shape, Bt.shape[0]

@@ -68,6 +68,15 @@ def test_normalised_ptx_drops_names_comments_and_debug_lines():
     assert normalised(ptx) == ".visible .entry SYM(\n\tld.param.u64 %rd1, [SYM];"
 
 
+def test_normalised_ptx_numbers_shared_arrays_by_appearance():
+    """Numba numbers shared arrays with a process-wide counter: the same kernel compiled after others
+    names them _cudapy_smem_16 instead of _cudapy_smem_7; their order of appearance is what counts."""
+    first = ".shared .b8 _cudapy_smem_7[64];\n.shared .b8 _cudapy_smem_8[32];\nmov.u64 %rd1, _cudapy_smem_8;"
+    later = first.replace("smem_8", "smem_21").replace("smem_7", "smem_20")
+    other_array = first.replace("mov.u64 %rd1, _cudapy_smem_8", "mov.u64 %rd1, _cudapy_smem_7")
+    assert normalised(first) == normalised(later) != normalised(other_array)
+
+
 def test_limits_spills_and_serialised_wgmma_fail_a_kernel():
     def row(threads=256, **result):
         return Row("sm_80", "k", "kernel", ["p"], 1, threads, 0, {"registers": 64, "static_shared": 0,

@@ -4,10 +4,10 @@ on the GPU, checks each against a trusted output, and caches the winner per shap
 Modules: :mod:`~convlab.autotune.tuner` (what :func:`tune` does, step by step), :mod:`.rounds` (how the
 candidates of one problem are checked and timed), :mod:`.cache` (the per-device JSON file and its
 keys), :mod:`.result` (what a tuning reports). The key policy, deterministic mode and tuning depth live in
-:mod:`convlab.settings` and are re-exported here.
+:mod:`convlab.runtime.settings` and are re-exported here.
 """
-from convlab.settings import (get_deterministic, get_key_policy, get_tune_configs, set_deterministic,
-                              set_key_policy, set_tune_configs)
+from convlab.runtime.settings import (get_deterministic, get_key_policy, get_tune_configs, set_deterministic,
+                                      set_key_policy, set_tune_configs)
 
 from .result import CandidateResult, TuneResult
 from .rounds import (FINAL_MARGIN, FINAL_REPEAT, FINAL_ROUNDS, PROBE, REFERENCE_FLOPS, REPEAT, SLOW_FACTOR,

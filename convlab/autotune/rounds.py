@@ -7,8 +7,8 @@ On fresh random operands of the real shape::
     for cand in candidates:                                  # registry order
         measure.check_candidate: run once into a NaN-poisoned output;
             rel err > tolerance -> status "wrong", exception -> "error" (neither is timed)
-        probe: WARMUP calls, PROBE timed samples (CUDA events; each call the public op with the
-               candidate forced, as a user's planned call runs: measure.time_candidate)
+        probe: WARMUP calls, PROBE timed samples (CUDA events; each call a replay of the candidate's
+               recorded plan, as a user's planned call runs: measure.time_candidate)
         probe median > SLOW_FACTOR x leader's median -> dropped early
         else REPEAT samples in all; leader = lowest median so far
     final round: the candidates within FINAL_MARGIN of the leader are re-timed interleaved
@@ -42,7 +42,7 @@ FINAL_MARGIN, FINAL_ROUNDS, FINAL_REPEAT = 0.10, 4, 5  # final round: who, how m
 
 #: how the candidates are timed; a cache entry timed otherwise (before: ``plugin.run`` alone, Numba's
 #: launch marshalling included) is tuned again
-TIMED = "through the public op"
+TIMED = "by plan replay"
 Timer = Callable[[Candidate], "list[float]"]
 
 
@@ -51,9 +51,9 @@ def _samples(cand: Candidate, timer: Timer | None, run_args: tuple, warmup: int,
     """``repeat`` samples in ms (an injected timer's list as it comes)."""
     if timer is not None:
         return [float(t) for t in (timer(cand) or [])]
-    problem, da, db, dbias, out, limit = run_args
+    problem, da, db, dbias, out, limit, plans = run_args
     return measure.time_candidate(cand, problem, da, db, dbias, out, workspace_limit=limit,
-                                  warmup=warmup, repeat=repeat) or []
+                                  warmup=warmup, repeat=repeat, plans=plans) or []
 
 
 def _timed(cand: Candidate, timer: Timer | None, run_args: tuple, leader: float | None,
@@ -86,11 +86,9 @@ def _final_round(contenders: list[tuple[Candidate, CandidateResult]], timer: Tim
 def measure_candidates(problem: Problem, key: str, cands: list[Candidate], limit: int,
                        timer: Timer | None, start: float, stats: dict[str, int]) -> TuneResult:
     """Check and time every candidate (see the module docstring); the TuneResult names the winner.
-    Each candidate's plan (made by its first timed call) is kept through every round, so later samples
-    replay it as a user's calls would, and all of them are dropped at the end
-    (:func:`convlab.measure.timing_scope`)."""
-    with measure.timing_scope():
-        return _measure(problem, key, cands, limit, timer, start, stats)
+    Each candidate's plan (recorded by its first timed call: convlab.call.plan.record) is kept through
+    every round, so later samples replay it as a user's calls would; all are dropped at the end."""
+    return _measure(problem, key, cands, limit, timer, start, stats)
 
 
 def _measure(problem: Problem, key: str, cands: list[Candidate], limit: int, timer: Timer | None,
@@ -100,7 +98,7 @@ def _measure(problem: Problem, key: str, cands: list[Candidate], limit: int, tim
     poison = np.full(problem.operand_shapes[2], np.nan, problem.dtype)
     out = runtime.empty(problem.operand_shapes[2], problem.dtype)
     trusted = trusted_output(problem, host, dev, limit)
-    run_args = (problem, *dev, out, limit)
+    run_args = (problem, *dev, out, limit, {})  # the last: each candidate's recorded plan
     rows, ran, leader = [], [], None
     for cand in cands:
         row = CandidateResult(cand.plugin.name, cand.config.name)

@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'auto', a plugin name, or NAME[CONFIG] such as 'im2col[BK=8,BM=64,BN=64]' "
                         "(default: auto)")
     p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES")
-    from convlab.target import TARGETS
+    from convlab.runtime.targets import TARGETS
 
     p.add_argument("--target", choices=sorted(TARGETS), default=None,
                    help="explain for a named target instead of this machine (nothing is timed then)")
@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``convlab`` console script; returns the exit status."""
-    from convlab import settings
+    from convlab.runtime import settings
 
     parser = build_parser()
     args = parser.parse_args(argv)

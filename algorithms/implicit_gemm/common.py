@@ -128,19 +128,19 @@ def zero_fill(size: int):
 
 @functools.cache
 def tile_origin(bm: int, bn: int, general: bool):
-    """Device function ``tile_origin(prm, at, n_tiles) -> (g, m0, n0)``: the group and the first GEMM
+    """Device function ``tile_origin(prm, tpg, n_tiles) -> (g, m0, n0)``: the group and the first GEMM
     row and column of this block's output tile. Tiles are numbered along blockIdx.x, ``n_tiles`` per
-    row of tiles; the general kernels put the groups' tiles one after another, ``prm[at]`` tiles per
-    group (g = 0 otherwise)."""
+    row of tiles; the general kernels put the groups' tiles one after another, ``prm[tpg]`` tiles per
+    group (g = 0 otherwise; ``tpg``: the position of the parameter tiles_per_group)."""
     uBM, uBN, GENERAL = u32(bm), u32(bn), general
 
     @runtime.jit(device=True, forceinline=True)
-    def tile_origin(prm, at, n_tiles):
+    def tile_origin(prm, tpg, n_tiles):
         bid = uint32(cuda.blockIdx.x)
         ntl = uint32(n_tiles)
         if GENERAL:  # the groups' tiles follow each other along blockIdx.x
-            g = bid // uint32(prm[at])
-            lt = bid - g * uint32(prm[at])
+            g = bid // uint32(prm[tpg])
+            lt = bid - g * uint32(prm[tpg])
         else:
             g = uint32(0)
             lt = bid
@@ -169,6 +169,18 @@ def capped(kernel: Any, threads: int) -> Any:
                                         f"(occupancy over spills to L1-cached local memory)")
 
 
+class OutMap(NamedTuple):
+    """Where a general kernel's NCHW output pixel pq (row pq // ow, column pq % ow) of channel n goes:
+    out[img * out_img + n * och + o0 + row * sth + column * stw] (a strided-dgrad phase's pixels; the
+    plain layout: o0 = 0, sth = ow, stw = 1, och = ow * oh)."""
+
+    o0: Any
+    ow: Any
+    sth: Any
+    stw: Any
+    och: Any
+
+
 @functools.cache
 def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, threads: int, nchw: bool,
                mapped: bool = False):
@@ -182,7 +194,7 @@ def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, thr
     to 0 afterwards) sums the tile's partials in the fixed order z = 0, 1, ... with all its threads
     along the tile (coalesced) and writes out (m, n) = out[img * out_img + n * ohw + pq] for NCHW outputs
     (m = img * ohw + pq), out[m * N + n] otherwise, plus bias[n]: the bits never depend on scheduling.
-    ``mapped`` (general kernels; ``omap`` = (o0, ow, sth, stw, och), uint32) writes NCHW pixel pq to
+    ``mapped`` (general kernels; ``omap`` an :class:`OutMap` of uint32) writes NCHW pixel pq to
     out[img * out_img + n * och + o0 + (pq // ow) * sth + (pq % ow) * stw] instead: the output pixels
     of one phase of a strided dgrad, or with o0 = 0, sth = ow, stw = 1, och = ohw the plain layout.
     """
@@ -234,9 +246,9 @@ def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, thr
                     if MAPPED:
                         img = m // ohw
                         pq = m - img * ohw
-                        row = pq // omap[1]
-                        out[np.int64(img * out_img + n * omap[4] + omap[0] + row * omap[2]
-                                     + (pq - row * omap[1]) * omap[3])] = total
+                        row = pq // omap.ow
+                        out[np.int64(img * out_img + n * omap.och + omap.o0 + row * omap.sth
+                                     + (pq - row * omap.ow) * omap.stw)] = total
                     elif NCHW:
                         img = m // ohw
                         out[np.int64(img * out_img + n * ohw + (m - img * ohw))] = total

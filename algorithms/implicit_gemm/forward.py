@@ -9,10 +9,11 @@ Both read A[m, kk] = a[base(m) + off(kk)] when 0 <= hb(m) + rd(kk) < LH and 0 <=
 (zero otherwise): base/hb/wb are computed once per thread, off/rd/sd come from a small int32 table built
 on the host (gathers.py) and cached on the device (forward rd = r*dh, dgrad the flipped filter's taps).
 B[kk, n] = b[boff(kk) + n * b_ncol], with boff(kk) = kk for forward (no table read). The scalar
-parameters (PARAMS, then EXTRA for the general kernel) head the same int32 array, so a launch passes six
-arrays and no scalars. Two variants per tile, chosen per problem (``is_aligned``): the aligned kernel
-(one group, stride-1 dgrad, K % BK == 0; M and N remainders are masked in both) and the general one
-(zero-filled last K slice, groups folded into blockIdx.x, a phase's output pixel map).
+parameters (the ParamTable PARAMS, GENERAL_PARAMS for the general kernel; read by name as tab[at.M])
+head the same int32 array, so a launch passes six arrays and no scalars. Two variants per tile,
+chosen per problem (``is_aligned``): the aligned kernel (one group, stride-1 dgrad, K % BK == 0; M and
+N remainders are masked in both) and the general one (zero-filled last K slice, groups folded into
+blockIdx.x, a phase's output pixel map).
 
 Loop nest of one block (tile m0 + [0, BM) x n0 + [0, BN), split z: kk in [z*chunk, z*chunk + chunk)):
 
@@ -36,12 +37,13 @@ from convlab import runtime
 from convlab.runtime import context
 from convlab.problem import Problem
 from convlab.kernels.arch.intrinsics import SHARED_ALIGN, u32
+from convlab.kernels.params import ParamTable
 from convlab.kernels.simt.tile import Tile
 from convlab.runtime import cuda
 
-from .common import (capped, dummy, layout, lend_workspace, plan, register_cap, slice_fma, store_tile,
+from .common import (OutMap, capped, dummy, layout, lend_workspace, plan, register_cap, slice_fma, store_tile,
                      tile_origin, validate, workspace_shape, zero_fill)
-from .gathers import gathers, is_aligned
+from .gathers import Geometry, Groups, gathers, is_aligned
 
 FAR = -(1 << 30)  # hb of rows past M: every bounds test fails
 
@@ -61,7 +63,7 @@ def check_tile(tile: Tile) -> None:
 def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool, general: bool = False):
     """The kernel for one tile shape (all sizes compile-time constants). ``general`` adds what the
     aligned kernel (groups 1, K % BK == 0, plain NCHW output) leaves out: a zero-filled last K slice,
-    groups along blockIdx.x and the output pixel map of a strided-dgrad phase (EXTRA parameters)."""
+    groups along blockIdx.x and the output pixel map of a strided-dgrad phase (GENERAL_PARAMS)."""
     tile = Tile(bm, bn, bk, tm, tn)
     check_tile(tile)
     T = tile.threads
@@ -83,17 +85,19 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
     uLM, uLN, uWGM = u32(LM), u32(32 // LM), u32(NT_M // LM)
     uGM, uGN, uLDA, uLDB = u32(GM), u32(GN), u32(LDA), u32(LDB)
     uABUF, uBBUF, uTB8 = u32(bk * LDA), u32(bk * LDB), u32(T // 8)
-    uTB = u32(len(PARAMS) + (len(EXTRA) if general else 0))  # the kk table follows the parameters
-    TPG, AGRP, BGRP, NGRP = (len(PARAMS) + i for i in range(4))  # EXTRA's indices
+    uTB = u32(len(GENERAL_PARAMS if general else PARAMS))  # the kk table follows the parameters
+    at = GENERAL_PARAMS.at  # field positions (the aligned kernel reads PARAMS' only)
     store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, True, general)
     origin = tile_origin(bm, bn, general)
 
     @runtime.jit(max_registers=register_cap(T))
     def kernel(a4, b4, tab, bias, out, ws):
         a, b = a4.flat, b4.flat  # C-contiguous: plain pointer arithmetic
-        M, N, Kg, OHW, OW, a_img, a_row = tab[0], tab[1], tab[2], tab[3], tab[4], tab[5], tab[6]
-        lim_h, lim_w, sh, sw, ph, pw, b_ncol = tab[7], tab[8], tab[9], tab[10], tab[11], tab[12], tab[13]
-        out_img, chunk, n_tiles, splits, has_bias = tab[14], tab[15], tab[16], tab[17], tab[18]
+        M, N, Kg, OHW, OW = tab[at.M], tab[at.N], tab[at.Kg], tab[at.OHW], tab[at.OW]
+        a_img, a_row, lim_h, lim_w = tab[at.a_img], tab[at.a_row], tab[at.lim_h], tab[at.lim_w]
+        sh, sw, ph, pw, b_ncol = tab[at.sh], tab[at.sw], tab[at.ph], tab[at.pw], tab[at.b_ncol]
+        out_img, chunk, n_tiles = tab[at.out_img], tab[at.chunk], tab[at.n_tiles]
+        splits, has_bias = tab[at.splits], tab[at.has_bias]
         As = cuda.shared.array(A_SIZE, float32, alignment=ALIGN)
         Bs = cuda.shared.array(B_SIZE, float32, alignment=ALIGN)
         ra = cuda.local.array(RA, float32)
@@ -114,7 +118,7 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
         tid = uint32(cuda.threadIdx.x)
         bid = uint32(cuda.blockIdx.x)
         z = uint32(cuda.blockIdx.y)
-        g, m0, n0 = origin(tab, TPG, n_tiles)
+        g, m0, n0 = origin(tab, at.tiles_per_group, n_tiles)
         uM, uN, ukg = uint32(M), uint32(N), uint32(Kg)
         uohw, uow = uint32(OHW), uint32(OW)
         ulh, ulw = uint32(lim_h), uint32(lim_w)
@@ -130,7 +134,7 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
                 wb = int32(rem - oh * uow) * sw - pw
                 base[j] = int32(img) * a_img + hb * a_row + wb
                 if GENERAL:
-                    base[j] += int32(g) * tab[AGRP]
+                    base[j] += int32(g) * tab[at.a_grp]
                 hbs[j] = hb
                 wbs[j] = wb
             else:
@@ -148,7 +152,7 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
                 col = uN - u1
             noff[i] = col * uint32(b_ncol)
             if GENERAL:
-                noff[i] += g * uint32(tab[BGRP])
+                noff[i] += g * uint32(tab[at.b_grp])
             bkk[i] = (rest // uBN) * u8 + tid % u8
             bst[i] = bkk[i] * uLDB + nl
         lane = tid % c32
@@ -213,14 +217,14 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
 
         # epilogue: parameters re-read after the last barrier (not kept live through the loop), then row
         # bases and column offsets, so that the store loops are small enough to unroll
-        M, N, OHW, out_img, n_tiles, splits, has_bias = tab[0], tab[1], tab[3], tab[14], tab[16], \
-            tab[17], tab[18]
+        M, N, OHW, out_img = tab[at.M], tab[at.N], tab[at.OHW], tab[at.out_img]
+        n_tiles, splits, has_bias = tab[at.n_tiles], tab[at.splits], tab[at.has_bias]
         uM, uN, uohw = uint32(M), uint32(N), uint32(OHW)
-        g, m0, n0 = origin(tab, TPG, n_tiles)
+        g, m0, n0 = origin(tab, at.tiles_per_group, n_tiles)
         if GENERAL:  # group g's columns start at g * n_grp; omap places a phase's pixels (store_tile)
-            cg = g * uint32(tab[NGRP])
-            omap = (uint32(tab[NGRP + 1]), uint32(tab[4]), uint32(tab[NGRP + 2]), uint32(tab[NGRP + 3]),
-                    uint32(tab[NGRP + 4]))
+            cg = g * uint32(tab[at.n_grp])
+            omap = OutMap(uint32(tab[at.o0]), uint32(tab[at.OW]), uint32(tab[at.sth]), uint32(tab[at.stw]),
+                          uint32(tab[at.och]))
         for i in range(tm):
             m = m0 + fr_a + uint32((i // GM) * SPAN_M + i % GM)
             rows[i] = NONE
@@ -228,8 +232,8 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
                 img = m // uohw
                 if GENERAL:
                     pq = m - img * uohw
-                    row = pq // omap[1]
-                    rows[i] = img * uint32(out_img) + omap[0] + row * omap[2] + (pq - row * omap[1]) * omap[3]
+                    row = pq // omap.ow
+                    rows[i] = img * uint32(out_img) + omap.o0 + row * omap.sth + (pq - row * omap.ow) * omap.stw
                 else:
                     rows[i] = img * uint32(out_img) + (m - img * uohw)
         for jj in range(tn):
@@ -238,7 +242,7 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
             fb[jj] = float32(0)
             if col < uN:
                 if GENERAL:
-                    cols[jj] = (cg + col) * omap[4]
+                    cols[jj] = (cg + col) * omap.och
                     if has_bias:
                         fb[jj] = bias[cg + col]
                 else:
@@ -255,20 +259,26 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
     return capped(kernel, T)
 
 
-PARAMS = ("M", "N", "Kg", "OHW", "OW", "a_img", "a_row", "lim_h", "lim_w", "sh", "sw", "ph", "pw",
-          "b_ncol", "out_img", "chunk", "n_tiles", "splits", "has_bias")
-EXTRA = ("tiles_per_group", "a_grp", "b_grp", "n_grp", "o0", "sth", "stw", "och")  # general kernel only
+#: the scalar parameters of both kernels: GEMM sizes (Kg: the reduction per group), the gather's
+#: Geometry, the output's image stride, the split-K plan and the bias flag
+PARAMS = ParamTable("M", "N", "Kg", *Geometry._fields, "out_img", "chunk", "n_tiles", "splits", "has_bias")
+#: the general kernel's: PARAMS, then the tiles of one group and the Groups offsets
+GENERAL_PARAMS = PARAMS + ParamTable("tiles_per_group", *Groups._fields)
 
 
 def _params(problem: Problem, index: int, tile: Tile, splits: int, chunk: int, n_tiles: int,
             general: bool):
-    """Device int32 array: the PARAMS values (the general kernel: and EXTRA's), then the kk table of
-    GEMM ``index`` of ``gathers(problem)``."""
+    """Device int32 array: the PARAMS values (the general kernel: GENERAL_PARAMS'), then the kk table
+    of GEMM ``index`` of ``gathers(problem)``."""
     ga = gathers(problem)[index]
-    values = (ga.m, ga.n, ga.k) + ga.geo + (ga.out_img, chunk, n_tiles, splits, int(problem.bias))
+    values = dict(M=ga.m, N=ga.n, Kg=ga.k, **ga.geo._asdict(), out_img=ga.out_img, chunk=chunk,
+                  n_tiles=n_tiles, splits=splits, has_bias=int(problem.bias))
     if general:
-        values += (math.ceil(ga.m / tile.bm) * n_tiles,) + ga.extra
-    return runtime.to_device(np.concatenate([np.array(values, np.int64), ga.table]).astype(np.int32))
+        head = GENERAL_PARAMS.pack(**values, tiles_per_group=math.ceil(ga.m / tile.bm) * n_tiles,
+                                   **ga.extra._asdict())
+    else:
+        head = PARAMS.pack(**values)
+    return runtime.to_device(np.concatenate([head, ga.table]).astype(np.int32))
 
 
 def _prepared(problem: Problem, tile: Tile, workspace_limit: int, target: Any):

@@ -33,16 +33,46 @@ from convlab.kernels.simt.tile import Tile
 from .common import plan, workspace_shape
 
 
+class Geometry(NamedTuple):
+    """The gather's geometry (forward.PARAMS): output pixels per image and per row, A's image and row
+    strides, the bounds of the gathered rows and columns, stride, padding, and B's column stride."""
+
+    OHW: int
+    OW: int
+    a_img: int
+    a_row: int
+    lim_h: int
+    lim_w: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    b_ncol: int
+
+
+class Groups(NamedTuple):
+    """What the general kernel adds (forward.GENERAL_PARAMS after tiles_per_group): the groups' offsets and a
+    phase's output pixel map (module doc)."""
+
+    a_grp: int
+    b_grp: int
+    n_grp: int
+    o0: int
+    sth: int
+    stw: int
+    och: int
+
+
 class Gather(NamedTuple):
-    """One GEMM of the gather kernel: sizes, the PARAMS geometry, the kk table, the EXTRA values."""
+    """One GEMM of the gather kernel: sizes, geometry, output image stride, the kk table, groups."""
 
     m: int
     n: int
     k: int
-    geo: tuple[int, ...]   # OHW, OW, a_img, a_row, lim_h, lim_w, sh, sw, ph, pw, b_ncol
+    geo: Geometry
     out_img: int
     table: np.ndarray      # [off | rd | sd | boff] over kk, int64
-    extra: tuple[int, ...]  # a_grp, b_grp, n_grp, o0, sth, stw, och
+    extra: Groups
 
 
 def _forward(pr: Problem) -> Gather:
@@ -53,8 +83,8 @@ def _forward(pr: Problem) -> Gather:
         np.arange(pr.c_per_group), np.arange(pr.r), np.arange(pr.s), indexing="ij"))
     table = np.concatenate((o * pr.h * pr.w + rr * dh * pr.w + ss * dw, rr * dh, ss * dw,
                             o * pr.r * pr.s + rr * pr.s + ss))
-    geo = (pr.p * pr.q, pr.q, pr.c * pr.h * pr.w, pr.w, pr.h, pr.w, sh, sw, ph, pw, k)
-    extra = (pr.c_per_group * pr.h * pr.w, n * k, n, 0, pr.q, 1, pr.p * pr.q)
+    geo = Geometry(pr.p * pr.q, pr.q, pr.c * pr.h * pr.w, pr.w, pr.h, pr.w, sh, sw, ph, pw, k)
+    extra = Groups(pr.c_per_group * pr.h * pr.w, n * k, n, 0, pr.q, 1, pr.p * pr.q)
     return Gather(m, n, k, geo, pr.k * pr.p * pr.q, table, extra)
 
 
@@ -78,8 +108,8 @@ def _dgrad_phase(pr: Problem, a: int, b: int) -> Gather:
     o = o.astype(np.int64)
     table = np.concatenate((o * pr.p * pr.q + rd * pr.q + sd, rd, sd,
                             o * cpg * pr.r * pr.s + r * pr.s + s))
-    geo = (hp * wp, wp, pr.k * pr.p * pr.q, pr.q, pr.p, pr.q, 1, 1, 0, 0, pr.r * pr.s)
-    extra = (kpg * pr.p * pr.q, kpg * cpg * pr.r * pr.s, cpg, a * pr.w + b, sh * pr.w, sw, pr.h * pr.w)
+    geo = Geometry(hp * wp, wp, pr.k * pr.p * pr.q, pr.q, pr.p, pr.q, 1, 1, 0, 0, pr.r * pr.s)
+    extra = Groups(kpg * pr.p * pr.q, kpg * cpg * pr.r * pr.s, cpg, a * pr.w + b, sh * pr.w, sw, pr.h * pr.w)
     return Gather(pr.n * hp * wp, cpg, len(o), geo, pr.c * pr.h * pr.w, table, extra)
 
 

@@ -34,6 +34,7 @@ from convlab import runtime
 from convlab.runtime import context
 from convlab.problem import Problem
 from convlab.kernels.arch.intrinsics import SHARED_ALIGN, u32
+from convlab.kernels.params import ParamTable
 from convlab.kernels.simt.tile import Tile
 from convlab.runtime import cuda
 
@@ -57,7 +58,7 @@ def check_tile(tile: Tile) -> None:
 def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
     """The kernel for one tile shape (all sizes compile-time constants). ``general`` adds what the
     aligned kernel (groups 1, N*P*Q % 8 == 0) leaves out: a zero-filled last slice and groups along
-    blockIdx.x (parameters TPG.. after the aligned ones)."""
+    blockIdx.x (GENERAL_PARAMS' fields after PARAMS')."""
     tile = Tile(bm, bn, BK, tm, tn)
     check_tile(tile)
     T = tile.threads
@@ -78,14 +79,15 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
     store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, False)
     origin = tile_origin(bm, bn, general)
     GENERAL = general
-    TPG = 20  # general: tiles per group, then a_grp (dy), b_grp (x), m_grp (dw rows) per group
+    at = GENERAL_PARAMS.at  # field positions (the aligned kernel reads PARAMS' only)
 
     @runtime.jit(max_registers=register_cap(T))
     def kernel(x4, dy4, prm, out, ws):
         x, dy = x4.flat, dy4.flat  # C-contiguous: plain pointer arithmetic
-        M, N, k_len, P, Q, KPQ, CHW = prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6]
-        H, W, RS, S, sh, sw, ph, pw = prm[7], prm[8], prm[9], prm[10], prm[11], prm[12], prm[13], prm[14]
-        dh, dw, chunk, n_tiles, splits = prm[15], prm[16], prm[17], prm[18], prm[19]
+        M, N, k_len, P, Q = prm[at.M], prm[at.N], prm[at.k_len], prm[at.P], prm[at.Q]
+        KPQ, CHW, H, W, RS, S = prm[at.KPQ], prm[at.CHW], prm[at.H], prm[at.W], prm[at.RS], prm[at.S]
+        sh, sw, ph, pw, dh, dw = prm[at.sh], prm[at.sw], prm[at.ph], prm[at.pw], prm[at.dh], prm[at.dw]
+        chunk, n_tiles, splits = prm[at.chunk], prm[at.n_tiles], prm[at.splits]
         As = cuda.shared.array(A_SIZE, float32, alignment=ALIGN)
         Bs = cuda.shared.array(B_SIZE, float32, alignment=ALIGN)
         ra = cuda.local.array(A_PER, float32)
@@ -104,7 +106,7 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
         tid = uint32(cuda.threadIdx.x)
         bid = uint32(cuda.blockIdx.x)
         z = uint32(cuda.blockIdx.y)
-        g, m0, n0 = origin(prm, TPG, n_tiles)
+        g, m0, n0 = origin(prm, at.tiles_per_group, n_tiles)
         uM, uN, uP, uQ = uint32(M), uint32(N), uint32(P), uint32(Q)
         uPQ = uP * uQ
         uH, uW = uint32(H), uint32(W)
@@ -115,7 +117,7 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
             m = min(m0 + row0 + uint32(i) * uROWS, uM - u1)  # rows past M: loaded, never stored
             aoff[i] = m * uPQ
             if GENERAL:
-                aoff[i] += g * uint32(prm[TPG + 1])
+                aoff[i] += g * uint32(prm[at.a_grp])
         for i in range(B_PER):
             col = min(n0 + row0 + uint32(i) * uROWS, uN - u1)
             c = col // urs
@@ -125,7 +127,7 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
             csd[i] = int32(rs - r * us) * dw
             coff[i] = int32(c) * H * W + crd[i] * W + csd[i]
             if GENERAL:
-                coff[i] += int32(g) * prm[TPG + 2]
+                coff[i] += int32(g) * prm[at.b_grp]
         lane = tid % c32
         warp = tid // c32
         fr_a = ((warp % uWGM) * uLM + lane % uLM) * uGM
@@ -186,11 +188,11 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
             j += u1
 
         # epilogue: parameters re-read after the last barrier (not kept live through the loop)
-        M, N, n_tiles, splits = prm[0], prm[1], prm[18], prm[19]
+        M, N, n_tiles, splits = prm[at.M], prm[at.N], prm[at.n_tiles], prm[at.splits]
         uM, uN = uint32(M), uint32(N)
-        g, m0, n0 = origin(prm, TPG, n_tiles)
+        g, m0, n0 = origin(prm, at.tiles_per_group, n_tiles)
         if GENERAL:  # group g writes dw rows g*m_grp ..
-            mg = g * uint32(prm[TPG + 3])
+            mg = g * uint32(prm[at.m_grp])
         for i in range(tm):
             m = m0 + fr_a + uint32((i // GM) * SPAN_M + i % GM)
             if GENERAL:
@@ -217,15 +219,27 @@ def is_aligned(problem: Problem) -> bool:
     return problem.groups == 1 and problem.gemm_shape()[2] % BK == 0
 
 
+#: the scalar parameters of both kernels: GEMM sizes (k_len = N*P*Q, the reduction), dy's P, Q and
+#: image stride K*P*Q, x's image stride C*H*W and H, W, the filter's R*S and S, stride, padding,
+#: dilation, and the split-K plan
+PARAMS = ParamTable("M", "N", "k_len", "P", "Q", "KPQ", "CHW", "H", "W", "RS", "S", "sh", "sw", "ph", "pw",
+                    "dh", "dw", "chunk", "n_tiles", "splits")
+#: the general kernel's: PARAMS, then the tiles of one group and group g's offsets into dy (a_grp),
+#: x (b_grp) and dw's rows (m_grp)
+GENERAL_PARAMS = PARAMS + ParamTable("tiles_per_group", "a_grp", "b_grp", "m_grp")
+
+
 def _params(problem: Problem, splits: int, chunk: int, n_tiles: int, tiles_per_group: int):
-    """Device int32 array of the kernel's parameters, the general kernel's four after the aligned
-    kernel's twenty."""
+    """Device int32 array of GENERAL_PARAMS (the aligned kernel reads the PARAMS at its head)."""
     pr = problem
     m, n, k = pr.gemm_shape()
-    values = (m, n, k, pr.p, pr.q, pr.k * pr.p * pr.q, pr.c * pr.h * pr.w, pr.h, pr.w, pr.r * pr.s, pr.s,
-              *pr.stride, *pr.padding, *pr.dilation, chunk, n_tiles, splits,
-              tiles_per_group, m * pr.p * pr.q, pr.c_per_group * pr.h * pr.w, m)
-    return runtime.to_device(np.array(values, np.int32))
+    (sh, sw), (ph, pw), (dh, dw) = pr.stride, pr.padding, pr.dilation
+    values = GENERAL_PARAMS.pack(
+        M=m, N=n, k_len=k, P=pr.p, Q=pr.q, KPQ=pr.k * pr.p * pr.q, CHW=pr.c * pr.h * pr.w, H=pr.h, W=pr.w,
+        RS=pr.r * pr.s, S=pr.s, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw, chunk=chunk, n_tiles=n_tiles,
+        splits=splits, tiles_per_group=tiles_per_group, a_grp=m * pr.p * pr.q,
+        b_grp=pr.c_per_group * pr.h * pr.w, m_grp=m)
+    return runtime.to_device(values.astype(np.int32))
 
 
 def _prepared(problem: Problem, tile: Tile, workspace_limit: int, target: Any):

@@ -49,6 +49,7 @@ _EPILOG = """examples:
   convlab tune --suite resnet50 --scheduler tcp://host:8786                      an existing Dask cluster
   convlab check direct
   convlab compile --target sm_90 --suite resnet50 --cover    every GPU kernel through ptxas, no GPU needed
+  convlab source tensor_core --x 8,64,56,56 --w 64,64,3,3 --padding 1 --dtype float16   its kernels' source
 On a machine without a GPU kernels run on Numba's CUDA simulator: commands then use tiny problems and no
 time is measured."""
 
@@ -202,6 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .compile_cmd import add_parser as add_compile
 
     add_compile(sub, _common, _add_shape)
+
+    from .source_cmd import add_parser as add_source
+
+    add_source(sub, _common)
     return parser
 
 

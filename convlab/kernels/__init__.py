@@ -1,6 +1,7 @@
 """The shared GPU building blocks of convlab's kernels: each defined once, used by every plugin.
 
     source.py      Writer + compile_source: the one idiom for generated kernel source
+    params.py      ParamTable: named int32 kernel parameters packed into one device array
     resources.py   what a kernel declares for ``convlab compile`` (the spills it may have, and why)
     arch/          the instructions, each with its simulator stand-in
                    intrinsics.py (u32, vector loads and stores, copy16, load_cg), mma.py (mma.sync,

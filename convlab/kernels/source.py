@@ -7,12 +7,20 @@ and the simulator's error messages show the generated lines.
 """
 from __future__ import annotations
 
+import contextlib
 import linecache
-from typing import Any
+from typing import Any, Iterator
 
 
 class Writer:
-    """Collects source lines: ``w(line)`` adds one at the current depth, ``w.indent(+-n)`` moves it."""
+    """Collects source lines: ``w(line)`` adds one at the current depth, ``w.indent(+-n)`` moves it,
+    ``with w.block(header):`` adds ``header`` and indents the lines written inside the ``with``.
+
+        w = Writer("def f(x):"); w.indent()
+        with w.block("if x > 0:"):
+            w("x = -x")
+        w("return x")
+    """
 
     def __init__(self, first: str | None = None) -> None:
         self.lines: list[str] = []
@@ -25,6 +33,20 @@ class Writer:
 
     def indent(self, by: int = 1) -> None:
         self.depth += by
+
+    @contextlib.contextmanager
+    def block(self, header: str | None) -> Iterator["Writer"]:
+        """``header`` (an ``if``, ``for``, ``while`` line), then the lines written inside the ``with``
+        one level deeper; None: neither (a block that a condition leaves out)."""
+        if header is None:
+            yield self
+            return
+        self(header)
+        self.depth += 1
+        try:
+            yield self
+        finally:
+            self.depth -= 1
 
     @property
     def source(self) -> str:

@@ -57,7 +57,7 @@ from numba.np.numpy_support import from_dtype as numba_from_dtype
 
 from convlab import runtime
 from convlab.kernels.arch.intrinsics import u32 as U
-from convlab.kernels.source import compile_source
+from convlab.kernels.source import Writer, compile_source
 from convlab.kernels.arch.wgmma_desc import desc_hi
 from convlab.runtime import cuda
 
@@ -87,23 +87,23 @@ def _probe_source(itype: str, n: int, row_bytes: int) -> str:
     words = row_bytes // 4
     nacc = n // 2
     acc = ", ".join(f"d{i}" for i in range(nacc))
-    L = ["def probe(A, Bt, C, D, info, a_rows, a_row0, b_row0, scale0):"]
-    w = lambda line, d=1: L.append("    " * d + line)  # noqa: E731
+    w = Writer("def probe(A, Bt, C, D, info, a_rows, a_row0, b_row0, scale0):")
+    w.indent()
     w("sh = cuda.shared.array(0, c_uint32, alignment=align)")
     w("tid = U(cuda.threadIdx.x)")
     w("base = shared_addr(sh, 0)")
-    w("if tid == 0:")
-    w("info[0] = base", 2)
+    with w.block("if tid == 0:"):
+        w("info[0] = base")
     w(f"b_word0 = U(a_rows * {words})")
     for src, dst0, rows in (("A", "U(0)", "a_rows"), ("Bt", "b_word0", f"U(Bt.size // {words})")):
         w("e = tid")
-        w(f"while e < U({rows} * {ch}):")
-        w(f"r = U(e // {ch})", 2)
-        w(f"c = U(e % {ch})", 2)
-        w(f"s = U(U({dst0} + U(r * {words})) + U(U(c ^ U(U(r // {8 // ch}) % {ch})) * 4))", 2)
-        w("for v in range(4):", 2)
-        w(f"sh[U(s + v)] = {src}[U(U(U(r * {words}) + U(c * 4)) + v)]", 3)
-        w("e = U(e + 128)", 2)
+        with w.block(f"while e < U({rows} * {ch}):"):
+            w(f"r = U(e // {ch})")
+            w(f"c = U(e % {ch})")
+            w(f"s = U(U({dst0} + U(r * {words})) + U(U(c ^ U(U(r // {8 // ch}) % {ch})) * 4))")
+            with w.block("for v in range(4):"):
+                w(f"sh[U(s + v)] = {src}[U(U(U(r * {words}) + U(c * 4)) + v)]")
+            w("e = U(e + 128)")
     w("fence_proxy_async()")
     w("cuda.syncthreads()")
     w("wq = U(tid // 32)")
@@ -126,7 +126,7 @@ def _probe_source(itype: str, n: int, row_bytes: int) -> str:
         for h in range(2):
             for u in range(2):
                 w(f"D[U64(cb + U64({8 * h * n + 8 * j + u}))] = d{4 * j + 2 * h + u}")
-    return "\n".join(L) + "\n"
+    return w.source
 
 
 @functools.cache

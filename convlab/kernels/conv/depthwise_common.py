@@ -28,7 +28,7 @@ from numba import int32, int64, uint32
 
 from convlab import runtime
 from convlab.kernels.arch.intrinsics import u32
-from convlab.kernels.source import compile_source
+from convlab.kernels.source import Writer, compile_source
 
 MAX_SHARED = 48 * 1024  # bytes of static shared memory per block
 REDUCE_BYTES = 16 * 1024  # wgrad's reduction buffer
@@ -109,9 +109,9 @@ def reads(ah: Axis, aw: Axis, fh: int, fw: int, vh: int, hw: int):
     return out
 
 
-def device(lines: list[str], name: str, extra: dict):
-    """Compile generated source ``lines`` defining ``name`` into an inlined device function."""
-    namespace = compile_source("\n".join(lines) + "\n", f"<depthwise {name}>",
+def device(w: Writer, name: str, extra: dict):
+    """Compile the generated source of ``w`` defining ``name`` into an inlined device function."""
+    namespace = compile_source(w.source, f"<depthwise {name}>",
                                {"u32": u32, "i64": int64, **extra})
     return runtime.jit(device=True, forceinline=True)(namespace[name])
 

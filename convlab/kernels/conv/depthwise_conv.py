@@ -26,6 +26,7 @@ from convlab import runtime
 from convlab.runtime import cuda
 
 from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads
+from convlab.kernels.source import Writer
 
 
 @functools.cache
@@ -33,29 +34,38 @@ def conv_compute(ah, aw, vh: int, hw: int, s_: int):
     """``acc = compute(f, tile, ws, base, wb, acc)``: one thread's VH rows of phase f = fh * len(aw.phases)
     + fw, every tile value read once (acc[v] += tile[base + literal] * ws[wb + r*S + s])."""
     accs = names("a", vh)
-    lines = ["def compute(f, tile, ws, base, wb, acc):", f"    {accs}= acc"]
+    w = Writer("def compute(f, tile, ws, base, wb, acc):")
+    w.indent()
+    w(f"{accs}= acc")
     for f in range(len(ah.phases) * len(aw.phases)):
         fh, fw = divmod(f, len(aw.phases))
-        lines.append(f"    {'if' if f == 0 else 'elif'} f == {f}:")
-        uses_at = reads(ah, aw, fh, fw, vh, hw)
-        taps = sorted({(r, s) for uses in uses_at.values() for _, r, s in uses})
-        lines += [f"        w{r}_{s} = ws[wb + u32({r * s_ + s})]" for r, s in taps] or ["        pass"]
-        for at, uses in sorted(uses_at.items()):
-            lines.append(f"        x = tile[base + u32({at})]")
-            lines += [f"        a{v} += x * w{r}_{s}" for v, r, s in uses]
-    lines.append(f"    return ({accs})")
-    return device(lines, "compute", {})
+        with w.block(f"{'if' if f == 0 else 'elif'} f == {f}:"):
+            uses_at = reads(ah, aw, fh, fw, vh, hw)
+            taps = sorted({(r, s) for uses in uses_at.values() for _, r, s in uses})
+            for r, s in taps:
+                w(f"w{r}_{s} = ws[wb + u32({r * s_ + s})]")
+            if not taps:
+                w("pass")
+            for at, uses in sorted(uses_at.items()):
+                w(f"x = tile[base + u32({at})]")
+                for v, r, s in uses:
+                    w(f"a{v} += x * w{r}_{s}")
+    w(f"return ({accs})")
+    return device(w, "compute", {})
 
 
 @functools.cache
 def row_store(vh: int, ostep: int, out_h: int, out_w: int):
     """``store(out, plane, oh0, ow, acc, b)``: out[plane + (oh0 + v*ostep)*out_w + ow] = acc[v] + b for
     the rows and column inside the out_h x out_w output plane."""
-    lines = ["def store(out, plane, oh0, ow, acc, b):", f"    if u32(ow) < u32({out_w}):"]
-    for v in range(vh):
-        lines += [f"        oh = u32(oh0 + i32({v * ostep}))", f"        if oh < u32({out_h}):",
-                  f"            out[i64(u32(plane + u32(oh * u32({out_w})) + u32(ow)))] = acc[{v}] + b"]
-    return device(lines, "store", {"i32": np.int32})
+    w = Writer("def store(out, plane, oh0, ow, acc, b):")
+    w.indent()
+    with w.block(f"if u32(ow) < u32({out_w}):"):
+        for v in range(vh):
+            w(f"oh = u32(oh0 + i32({v * ostep}))")
+            with w.block(f"if oh < u32({out_h}):"):
+                w(f"out[i64(u32(plane + u32(oh * u32({out_w})) + u32(ow)))] = acc[{v}] + b")
+    return device(w, "store", {"i32": np.int32})
 
 
 def _consts(values) -> tuple:

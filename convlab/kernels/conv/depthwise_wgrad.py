@@ -26,30 +26,37 @@ from convlab import runtime
 from convlab.runtime import cuda
 
 from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads, reduce_group
+from convlab.kernels.source import Writer
 
 
 @functools.cache
 def wgrad_compute(ah, aw, vh: int, hw: int, s_: int, r_: int):
     """``acc = compute(tile, base, g, acc)``: acc[r*S + s] += tile[base + literal] * g[v]."""
     accs, gs = names("a", r_ * s_), names("g", vh)
-    lines = ["def compute(tile, base, g, acc):", f"    {accs}= acc", f"    {gs}= g"]
+    w = Writer("def compute(tile, base, g, acc):")
+    w.indent()
+    w(f"{accs}= acc")
+    w(f"{gs}= g")
     for at, uses in sorted(reads(ah, aw, 0, 0, vh, hw).items()):
-        lines.append(f"    x = tile[base + u32({at})]")
-        lines += [f"    a{r * s_ + s} += x * g{v}" for v, r, s in uses]
-    lines.append(f"    return ({accs})")
-    return device(lines, "compute", {})
+        w(f"x = tile[base + u32({at})]")
+        for v, r, s in uses:
+            w(f"a{r * s_ + s} += x * g{v}")
+    w(f"return ({accs})")
+    return device(w, "compute", {})
 
 
 @functools.cache
 def dy_loader(vh: int, out_h: int, out_w: int):
     """``g = load(dy, at, p0, ok, zero)``: g[v] = dy[at + v*out_w] if ``ok`` (column and filter inside)
     and row p0 + v < out_h, else 0."""
-    lines = ["def load(dy, at, p0, ok, zero):"]
+    w = Writer("def load(dy, at, p0, ok, zero):")
+    w.indent()
     for v in range(vh):
-        lines += [f"    g{v} = zero", f"    if ok and u32(p0 + u32({v})) < u32({out_h}):",
-                  f"        g{v} = dy[i64(u32(at + u32({v * out_w})))]"]
-    lines.append(f"    return ({names('g', vh)})")
-    return device(lines, "load", {})
+        w(f"g{v} = zero")
+        with w.block(f"if ok and u32(p0 + u32({v})) < u32({out_h}):"):
+            w(f"g{v} = dy[i64(u32(at + u32({v * out_w})))]")
+    w(f"return ({names('g', vh)})")
+    return device(w, "load", {})
 
 
 @functools.cache
@@ -59,18 +66,27 @@ def block_reduce(taps: int, tp: int, pl: int, group: int):
     ``ok``. ``group`` taps at a time go to red[g * T + tid], then one tree per plane for all of them
     (fixed pairing: deterministic; log2(TP) + 2 barriers per group); lane g of each plane writes tap g."""
     t = tp * pl
-    lines = ["def reduce(acc, red, tid, lane, ok, out, at):", f"    {names('a', taps)}= acc"]
+    w = Writer("def reduce(acc, red, tid, lane, ok, out, at):")
+    w.indent()
+    w(f"{names('a', taps)}= acc")
     for i0 in range(0, taps, group):
         size = min(group, taps - i0)
-        lines += [f"    red[u32({g * t}) + tid] = a{i0 + g}" for g in range(size)]
-        lines += ["    cuda.syncthreads()", f"    h = u32({tp // 2})", "    while h > u32(0):",
-                  "        if lane < h:"]
-        lines += [f"            red[u32({g * t}) + tid] += red[u32({g * t}) + tid + h]" for g in range(size)]
-        lines += ["        cuda.syncthreads()", "        h >>= u32(1)", "    g = lane",
-                  f"    while ok and g < u32({size}):",
-                  f"        out[i64(u32(at + u32({i0}) + g))] = red[u32(u32(g * u32({t})) + tid) - lane]",
-                  f"        g += u32({tp})", "    cuda.syncthreads()"]
-    return device(lines, "reduce", {"cuda": cuda})
+        for g in range(size):
+            w(f"red[u32({g * t}) + tid] = a{i0 + g}")
+        w("cuda.syncthreads()")
+        w(f"h = u32({tp // 2})")
+        with w.block("while h > u32(0):"):
+            with w.block("if lane < h:"):
+                for g in range(size):
+                    w(f"red[u32({g * t}) + tid] += red[u32({g * t}) + tid + h]")
+            w("cuda.syncthreads()")
+            w("h >>= u32(1)")
+        w("g = lane")
+        with w.block(f"while ok and g < u32({size}):"):
+            w(f"out[i64(u32(at + u32({i0}) + g))] = red[u32(u32(g * u32({t})) + tid) - lane]")
+            w(f"g += u32({tp})")
+        w("cuda.syncthreads()")
+    return device(w, "reduce", {"cuda": cuda})
 
 
 @functools.cache

@@ -28,8 +28,10 @@ from typing import Any, Callable
 import numpy as np
 
 from convlab.kernels.arch.intrinsics import u32 as U
+from convlab.kernels.source import Writer
 from convlab.kernels.tensor_core.config import ITYPES, TcConfig
-from convlab.kernels.tensor_core.epilogue import vector_ok
+from convlab.kernels.tensor_core.copy import ALoader
+from convlab.kernels.tensor_core.epilogue import Store, vector_ok
 from convlab.kernels.tensor_core.launch import compile_kernel, configure
 from convlab.kernels.tensor_core.warp import OUT_CONVERT, km_tile_ok, pipeline_source
 
@@ -39,7 +41,7 @@ BIAS_OF = {"f16": "f32(bias[{}])", "bf16": "bf16_to_f32(bias[{}])", "tf32": "bia
 PARAMS = "X, Bt, Y, bias, M, N, K, Cin, H, W, S, Q, PQ, HWC, sh, sw, ph, pw, phn, pwn, dh, dw"
 
 
-class GatherA:
+class GatherA(ALoader):
     """A[m, kk] = xh[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] from an NHWC input (see module doc);
     with ``split``, split-K: parameter ``tps`` (k tiles per split, grid z = split).
 
@@ -56,7 +58,7 @@ class GatherA:
         if split:
             self.params, self.k_split = PARAMS + ", tps", "tps"
 
-    def rows(self, w: Callable, e: int, m: str) -> None:
+    def rows(self, w: Writer, e: int, m: str, batch: str | None) -> None:
         w(f"aok{e} = {m} < M")
         w(f"mm = {m} if aok{e} else U(0)")
         w("pq = U(mm % PQ)")
@@ -64,32 +66,32 @@ class GatherA:
         w(f"aw{e} = U(U(U(U(pq % Q) * sw) + pwn) - pw)")
         w(f"ab{e} = U(U(U(mm // PQ) * HWC) + U(U(U(ah{e} * W) + aw{e}) * Cin))")
 
-    def start(self, w: Callable, kk: str) -> None:
+    def start(self, w: Writer, kk: str) -> None:
         w(f"ci = U({kk} % Cin)  # this thread's first chunk: channel, filter column and row")
         w(f"rs = U({kk} // Cin)")
         w("si = U(rs % S)")
         w("ds = U(si * dw)")
         w("dr = U(U(rs // S) * dh)")
 
-    def ktile(self, w: Callable, d: int) -> None:
-        w("koff = U(U(U(U(dr * W) + ds) * Cin) + ci)", d)
+    def ktile(self, w: Writer, k0: str, kk: str) -> None:
+        w("koff = U(U(U(U(dr * W) + ds) * Cin) + ci)")
 
-    def chunk(self, e: int) -> tuple[str, str]:
-        return f"aok{e} and kok and U(ah{e} + dr) < H and U(aw{e} + ds) < W", f"U(ab{e} + koff)"
+    def chunk(self, e: int, kk: str, k_ok: str) -> tuple[str, str]:
+        return f"aok{e} and {k_ok} and U(ah{e} + dr) < H and U(aw{e} + ds) < W", f"U(ab{e} + koff)"
 
-    def advance(self, w: Callable, d: int, bk: int) -> None:
-        w(f"ci = U(ci + {bk})  # the next k tile: carry into s, then r", d)
-        w("while ci >= Cin:", d)
-        w("ci = U(ci - Cin)", d + 1)
-        w("si = U(si + 1)", d + 1)
-        w("ds = U(ds + dw)", d + 1)
-        w("if si == S:", d + 1)
-        w("si = U(0)", d + 2)
-        w("ds = U(0)", d + 2)
-        w("dr = U(dr + dh)", d + 2)
+    def advance(self, w: Writer, bk: int) -> None:
+        w(f"ci = U(ci + {bk})  # the next k tile: carry into s, then r")
+        with w.block("while ci >= Cin:"):
+            w("ci = U(ci - Cin)")
+            w("si = U(si + 1)")
+            w("ds = U(ds + dw)")
+            with w.block("if si == S:"):
+                w("si = U(0)")
+                w("ds = U(0)")
+                w("dr = U(dr + dh)")
 
 
-class NchwA:
+class NchwA(ALoader):
     """A[m, c] = x[n, c, pq] (m = n*P*Q + pq) of a 1x1, stride-1, unpadded convolution, read straight
     from the NCHW input (no NHWC copy): A is m-contiguous (the pipeline's ``a_km``), a 16-byte chunk is
     EPC pixels of one channel (8 halves, 4 floats), so P*Q must be a multiple of EPC and x 16-byte
@@ -103,37 +105,34 @@ class NchwA:
         if split:
             self.params, self.k_split = self.params + ", tps", "tps"
 
-    def km_cols(self, w: Callable, m: str) -> None:
+    def km_cols(self, w: Writer, m: str) -> None:
         w(f"amok = {m} < M")
         w(f"mm = {m} if amok else U(0)")
         w("ax = U(U(U(mm // PQ) * CPQ) + U(mm % PQ))  # x[n, 0, pq] of the chunk's first pixel")
 
-    def ktile(self, w: Callable, d: int) -> None:
-        pass
-
-    def km_chunk(self, e: int) -> tuple[str, str]:
-        return f"amok and U(k0 + akr{e}) < K", f"U(ax + U(U(k0 + akr{e}) * PQ))"
+    def km_chunk(self, e: int, k0: str, k_row: str) -> tuple[str, str]:
+        return f"amok and U({k0} + {k_row}) < K", f"U(ax + U(U({k0} + {k_row}) * PQ))"
 
 
-class NchwStore:
+class NchwStore(Store):
     """y[n, col, pq] (flat NCHW) = value (+ bias[col]), converted to the output type; with ``partial``
     (split-K) the fp32 value unchanged at part[z] (z = blockIdx.z, each part M*N elements, no bias).
     Contiguous along the GEMM's rows (pixels of one image)."""
 
     contig, array = "m", "Y"
-    #: the flat offset of (row, col) from the row's ``yb``
+    #: the flat offset of (row, col) from the row's ``yb``; the row's ``yb`` (``{0}``: the row)
     step = "U(yb + U({} * PQ))"
-    base = "yb = U(U(U(row // PQ) * U(N * PQ)) + U(row % PQ))"
+    base = "yb = U(U(U({0} // PQ) * U(N * PQ)) + U({0} % PQ))"
 
     def __init__(self, itype: str, bias: bool, partial: bool = False) -> None:
         self.convert = "{}" if partial else OUT_CONVERT[OUT_OF[itype]]
         self.bias, self.partial = None if partial or not bias else BIAS_OF[itype], partial
         self.dtype = np.float32 if partial else ITYPES[itype][0]  # the input's storage type
 
-    def row(self, w: Callable, d: int) -> None:
-        w(self.base, d)
-        if self.partial:
-            w("yb = U(yb + U(U(cuda.blockIdx.z) * U(M * N)))", d)
+    def row(self, w: Writer, row: str, batch: str | None) -> None:
+        w(self.base.format(row))
+        if self.partial:  # split z = grid z
+            w("yb = U(yb + U(U(cuda.blockIdx.z) * U(M * N)))")
 
     def addr(self, col: str) -> str:
         return self.step.format(col)
@@ -149,7 +148,7 @@ class NhwcStore(NchwStore):
 
     contig = "n"
     step = "U(yb + {})"
-    base = "yb = U(row * N)"
+    base = "yb = U({0} * N)"
 
 
 def _source(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool, split: bool, nchw_in: bool) -> str:

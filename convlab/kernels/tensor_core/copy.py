@@ -1,17 +1,18 @@
 """The loading half of the tensor-core main loops (tc_pipeline's mma.sync warps, tc_wgmma's wgmma
 warpgroups): where a block's tile and k range are, each thread's 16-byte ``cp.async`` copies of a k
 tile into the swizzled shared stages, the prologue and the in-loop prefetch, and the :class:`ALoader`
-hooks that say where A's chunks come from. The layout they write is tc_pipeline's module doc's; one dynamic
+interface that says where A's chunks come from. The layout they write is tc_pipeline's module doc's; one dynamic
 shared array holds A's stages, then B's (:func:`shared_arrays`).
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 
+from convlab.kernels.source import Writer
 from convlab.kernels.tensor_core.config import ITYPES, TcConfig
-from convlab.kernels.tensor_core.epilogue import CTYPE, Store
+from convlab.kernels.tensor_core.epilogue import BATCH, CTYPE, Store
 
 
 def km_tile_ok(bm: int, size: int) -> bool:
@@ -25,33 +26,71 @@ def km_tile_ok(bm: int, size: int) -> bool:
     return chunks % 8 == 0 or chunks in (1, 2, 4)
 
 
-class ALoader(Protocol):
-    """Where the A chunks come from. ``params``: the kernel's parameters (A first, then Bt, C ...);
-    ``rows(w, e, m)``: lines defining copy e's row state (m: the expression of its global row);
-    ``ktile(w, d)``: lines run once per k tile (k0 and kk = k0 + this thread's chunk start known);
-    ``chunk(e)``: (in-bounds expression, flat element offset expression) of copy e's chunk.
-    Optional ``b_offset``: a batched kernel (grid z = batch, ``bz`` its index): the expression added
-    to every Bt offset (e.g. ``U(bz * sB)``); the loader and the store add their own.
-    Optional ``b_stride``: the name of Bt's row length when it is not K (a batched loader that runs
-    a slice of each row: tc_gemm's parted GEMM).
-    Optional ``a_km``: A is stored [K][M], m contiguous (a 1x1 convolution's NCHW input): each thread
-    copies chunk ``acm`` of k rows ``akr<e>`` (k0 + akr<e> global), with ``km_cols(w, m)`` (lines for
-    the thread's chunk of rows m..m+EPC-1) and ``km_chunk(e)`` (as ``chunk``) in place of ``rows`` and
-    ``chunk``; the fragments come through ``ldmatrix .trans`` (16-bit), or 32-bit shared loads (TF32:
-    each k row's chunks XOR 2 * (k % 4), so the 4 k rows of one load hit distinct banks; BM a multiple
-    of 32: :func:`km_tile_ok`).
-    Optional ``start(w, kk)`` and ``advance(w, d, bk)``: lines run once before the first k tile (kk: this
-    thread's first chunk column) and after each issued k tile (the k tiles are issued in order), for a
-    loader that tracks its position incrementally instead of dividing per k tile.
-    Optional ``k_split``: split-K (grid z = split; not with ``b_offset``): the name of the kernel
-    parameter tps (k tiles per split); block z runs k tiles [z*tps, min((z+1)*tps, ktiles)) only and
-    the store writes split z's partial (its ``row`` reads ``cuda.blockIdx.z``)."""
+class ALoader:
+    """Where A's 16-byte chunks come from: the interface between a loader and the pipeline.
+
+    Attributes (class defaults: a dense, unbatched, unsplit, k-contiguous A):
+        ``params``   the kernel's parameters, A first, then Bt and the output (the loader's and the
+                     store's expressions read them by name)
+        ``batched``  grid z = batch: the pipeline defines the batch index and passes its name
+                     (``batch``) to ``rows`` and ``b_offset``
+        ``b_stride`` the name of Bt's row length ("K"; a loader running a slice of each row: ``ld``)
+        ``k_split``  split-K (grid z = split; not with ``batched``): the name of the parameter tps (k tiles
+                     per split); block z runs k tiles [z*tps, min((z+1)*tps, ktiles)) and the store
+                     writes split z's partial
+        ``a_km``     A stored [K][M], m contiguous (a 1x1 convolution's NCHW input): the ``km_*``
+                     methods replace ``rows`` and ``chunk``; the fragments come through
+                     ``ldmatrix .trans`` (16-bit) or 32-bit shared loads (TF32; :func:`km_tile_ok`)
+
+    Methods write lines with ``w`` (a :class:`~convlab.kernels.source.Writer` at the depth where they
+    go) or return expressions. Their inputs are the pipeline's names, passed as arguments; a loader's own
+    state lives in locals it writes itself (``rows`` writes per-copy state read back by ``chunk``):
+        ``rows(w, e, m, batch)``   copy e's row state (m: the expression of its global row)   required
+        ``chunk(e, kk, k_ok)``     (in-bounds, flat element offset) expressions of copy e's chunk at
+                                   chunk column ``kk``, ``k_ok`` the name of ``kk < K``         required
+        ``km_cols(w, m)``          a_km: the thread's chunk of rows m .. m+EPC-1               a_km
+        ``km_chunk(e, k0, k_row)`` a_km: as ``chunk`` for k row ``k0 + k_row``                  a_km
+        ``b_offset(batch)``        batched: the expression added to every Bt offset           batched
+        ``start(w, kk)``           once before the first k tile (kk: this thread's first chunk column)
+        ``ktile(w, k0, kk)``       once per issued k tile, before its copies (k0: its first column)
+        ``advance(w, bk)``         after each issued k tile (issued in order; a loader that tracks its
+                                   position incrementally instead of dividing per k tile)
+    The last three write nothing unless a loader overrides them."""
 
     params: str
+    batched = False
+    b_stride = "K"
+    k_split: str | None = None
+    a_km = False
 
-    def rows(self, w: Callable, e: int, m: str) -> None: ...
-    def ktile(self, w: Callable, d: int) -> None: ...
-    def chunk(self, e: int) -> tuple[str, str]: ...
+    @property
+    def array(self) -> str:
+        """The name of the A parameter (the first of ``params``)."""
+        return self.params.split(",")[0]
+
+    def rows(self, w: Writer, e: int, m: str, batch: str | None) -> None:
+        raise NotImplementedError(f"{type(self).__name__} reads a k-contiguous A: it must define rows")
+
+    def chunk(self, e: int, kk: str, k_ok: str) -> tuple[str, str]:
+        raise NotImplementedError(f"{type(self).__name__} reads a k-contiguous A: it must define chunk")
+
+    def km_cols(self, w: Writer, m: str) -> None:
+        raise NotImplementedError(f"{type(self).__name__} sets a_km: it must define km_cols")
+
+    def km_chunk(self, e: int, k0: str, k_row: str) -> tuple[str, str]:
+        raise NotImplementedError(f"{type(self).__name__} sets a_km: it must define km_chunk")
+
+    def b_offset(self, batch: str) -> str:
+        raise NotImplementedError(f"{type(self).__name__} is batched: it must define b_offset")
+
+    def start(self, w: Writer, kk: str) -> None:
+        pass
+
+    def ktile(self, w: Writer, k0: str, kk: str) -> None:
+        pass
+
+    def advance(self, w: Writer, bk: int) -> None:
+        pass
 
 
 class Copies(NamedTuple):
@@ -65,7 +104,7 @@ class Copies(NamedTuple):
     CHA: int  # a_km: chunks along a k row of A's tile (else 0)
 
 
-def block_tiles(w: Callable, cfg: TcConfig, loader: ALoader) -> str:
+def block_tiles(w: Writer, cfg: TcConfig, loader: ALoader) -> str:
     """Lines placing the block: its output tile (m0, n0), batch ``bz``, k tiles [k_first, ktiles); returns
     the expression of the first k tile."""
     BM, BN, BK = cfg.BM, cfg.BN, cfg.BK
@@ -75,34 +114,33 @@ def block_tiles(w: Callable, cfg: TcConfig, loader: ALoader) -> str:
     w("bid = U(cuda.blockIdx.x)")
     w(f"m0 = U(U(bid // nblk) * {BM})")
     w(f"n0 = U(U(bid % nblk) * {BN})")
-    b_offset = getattr(loader, "b_offset", None)  # a batched loader: grid z = batch, Bt's offset per z
-    if b_offset is not None:
-        w("bz = U(cuda.blockIdx.z)")
+    if loader.batched:  # grid z = batch
+        w(f"{BATCH} = U(cuda.blockIdx.z)")
     w(f"ktiles = U(U(K + {BK - 1}) // {BK})")
-    k_split = getattr(loader, "k_split", None)  # split-K: grid z = split, k tiles [kb, ktiles)
+    k_split = loader.k_split  # split-K: grid z = split, k tiles [kb, ktiles)
     if k_split is not None:
-        if b_offset is not None:
-            raise ValueError("a loader cannot be both batched (b_offset) and split-K (k_split): grid z")
+        if loader.batched:
+            raise ValueError("a loader cannot be both batched and split-K (k_split): grid z")
         w(f"kb = U(U(cuda.blockIdx.z) * {k_split})  # split-K: this block's first k tile and its end")
         w(f"ke = U(kb + {k_split})")
         w("ktiles = ke if ke < ktiles else ktiles")
     return "U(0)" if k_split is None else "kb"
 
 
-def copy_setup(w: Callable, cfg: TcConfig, itype: str, loader: ALoader) -> Copies:
+def copy_setup(w: Writer, cfg: TcConfig, itype: str, loader: ALoader) -> Copies:
     """Lines fixing each thread's cp.async copies of a k tile (rows, swizzled shared offsets, row state)."""
     BM, BN, BK, S, T = cfg.BM, cfg.BN, cfg.BK, cfg.STAGES, cfg.threads
     size = ITYPES[itype][1]
     EPC, CH = 16 // size, BK * size // 16  # elements per chunk, chunks per row
     per = 8 // CH  # rows sharing one swizzle value
     B0 = S * BM * BK
-    b_offset = getattr(loader, "b_offset", None)
+    batch = BATCH if loader.batched else None
     w(f"cc = U(tid % {CH})  # this thread's chunk of a row (global), and its copies' rows:")
     w(f"ck = U(cc * {EPC})")
     # copies per thread of each operand's k tile: rows * CH chunks over T threads; a tile of fewer
     # chunks than threads (a narrow BN) is copied by threads tid < rows * CH (guarded in ``issue``)
     copies = {op: max(1, rows * CH // T) for op, rows in (("a", BM), ("b", BN))}
-    a_km = getattr(loader, "a_km", False)  # A stored [K][M] (m contiguous): its own copy rows and swizzle
+    a_km = loader.a_km  # A stored [K][M] (m contiguous): its own copy rows and swizzle
     lds_a = a_km and size == 4  # TF32: no .trans for 32-bit elements, the fragments come by 32-bit loads
     CHA = 0
     if a_km:
@@ -125,70 +163,62 @@ def copy_setup(w: Callable, cfg: TcConfig, itype: str, loader: ALoader) -> Copie
             w(f"{op}s{e} = U(U(U({op}r{e} * {BK}) + U(U(cc ^ U(U({op}r{e} // {per}) % {CH})) * {EPC}))"
               f" + {B0 if op == 'b' else 0})")
             if op == "a":
-                loader.rows(w, e, f"U(m0 + ar{e})")
+                loader.rows(w, e, f"U(m0 + ar{e})", batch)
             else:
                 w(f"bok{e} = U(n0 + br{e}) < N")
-                base = f"U(U(n0 + br{e}) * {getattr(loader, 'b_stride', 'K')})"
-                if b_offset is not None:
-                    base = f"U({base} + {b_offset})"
+                base = f"U(U(n0 + br{e}) * {loader.b_stride})"
+                if batch is not None:
+                    base = f"U({base} + {loader.b_offset(batch)})"
                 w(f"bg{e} = {base} if bok{e} else U(0)")
     return Copies(EPC, CH, B0, copies, a_km, CHA)
 
 
-def issue_tile(w: Callable, d: int, cfg: TcConfig, loader: ALoader, cp: Copies) -> None:
-    """Lines (at depth d) issuing the cp.async of k tile ``kl`` into stage ``ls``."""
+def issue_tile(w: Writer, cfg: TcConfig, loader: ALoader, cp: Copies) -> None:
+    """Lines issuing the cp.async of k tile ``kl`` into stage ``ls``."""
     BM, BN, BK, T = cfg.BM, cfg.BN, cfg.BK, cfg.threads
-    w(f"k0 = U(kl * {BK})", d)
-    w("kk = U(k0 + ck)", d)
-    w("kok = kk < K", d)
-    loader.ktile(w, d)
-    da = d
+    w(f"k0 = U(kl * {BK})")
+    w("kk = U(k0 + ck)")
+    w("kok = kk < K")
+    loader.ktile(w, "k0", "kk")
     a_chunks = BK * cp.CHA if cp.a_km else BM * cp.CH
-    if a_chunks < T:
-        w(f"if tid < {a_chunks}:", d)
-        da = d + 1
-    for e in range(cp.copies["a"]):
-        ok, off = loader.km_chunk(e) if cp.a_km else loader.chunk(e)
-        w(f"ok = {ok}", da)
-        w(f"cp_async16(As, U(U(ls * {BM * BK}) + as{e}), {loader.params.split(',')[0]}, "
-          f"{off} if ok else U(0), 16 if ok else 0)", da)
-    db = d
-    if BN * cp.CH < T:
-        w(f"if tid < {BN * cp.CH}:", d)
-        db = d + 1
-    for e in range(cp.copies["b"]):
-        w(f"ok = bok{e} and kok", db)
-        w(f"cp_async16(Bs, U(U(ls * {BN * BK}) + bs{e}), Bt, U(bg{e} + kk) if ok else U(0), "
-          "16 if ok else 0)", db)
-    if hasattr(loader, "advance"):
-        loader.advance(w, d, BK)
+    with w.block(f"if tid < {a_chunks}:" if a_chunks < T else None):
+        for e in range(cp.copies["a"]):
+            ok, off = loader.km_chunk(e, "k0", f"akr{e}") if cp.a_km else loader.chunk(e, "kk", "kok")
+            w(f"ok = {ok}")
+            w(f"cp_async16(As, U(U(ls * {BM * BK}) + as{e}), {loader.array}, {off} if ok else U(0), "
+              "16 if ok else 0)")
+    with w.block(f"if tid < {BN * cp.CH}:" if BN * cp.CH < T else None):
+        for e in range(cp.copies["b"]):
+            w(f"ok = bok{e} and kok")
+            w(f"cp_async16(Bs, U(U(ls * {BN * BK}) + bs{e}), Bt, U(bg{e} + kk) if ok else U(0), "
+              "16 if ok else 0)")
+    loader.advance(w, BK)
 
 
-def prologue(w: Callable, cfg: TcConfig, loader: ALoader, cp: Copies, k_first: str) -> None:
+def prologue(w: Writer, cfg: TcConfig, loader: ALoader, cp: Copies, k_first: str) -> None:
     """Lines issuing the first ``cfg.depth`` k tiles into stages 0..depth-1 (one group each), leaving ``kl``
     (the next k tile to issue) and ``ls`` (its stage)."""
     w(f"kl = {k_first}")
-    if hasattr(loader, "start"):
-        loader.start(w, f"U(U(kl * {cfg.BK}) + ck)")
+    loader.start(w, f"U(U(kl * {cfg.BK}) + ck)")
     for s in range(cfg.depth):
         w(f"ls = U({s})")
-        w("if kl < ktiles:")
-        issue_tile(w, 2, cfg, loader, cp)
+        with w.block("if kl < ktiles:"):
+            issue_tile(w, cfg, loader, cp)
         w("cp_async_commit()")
         w("kl = U(kl + 1)")
     w(f"ls = U({cfg.depth})")
 
 
-def issue_next(w: Callable, d: int, cfg: TcConfig, loader: ALoader, cp: Copies) -> None:
-    """Lines (at depth d) of the loop's prefetch: k tile ``kl`` (if any) into stage ``ls``, one group."""
-    w("if kl < ktiles:", d)
-    issue_tile(w, d + 1, cfg, loader, cp)
-    w("cp_async_commit()", d)
-    w("kl = U(kl + 1)", d)
-    w(f"ls = U(ls + 1) if ls < {cfg.STAGES - 1} else U(0)", d)
+def issue_next(w: Writer, cfg: TcConfig, loader: ALoader, cp: Copies) -> None:
+    """Lines of the loop's prefetch: k tile ``kl`` (if any) into stage ``ls``, one group."""
+    with w.block("if kl < ktiles:"):
+        issue_tile(w, cfg, loader, cp)
+    w("cp_async_commit()")
+    w("kl = U(kl + 1)")
+    w(f"ls = U(ls + 1) if ls < {cfg.STAGES - 1} else U(0)")
 
 
-def shared_arrays(w: Callable, store: Store) -> None:
+def shared_arrays(w: Writer, store: Store) -> None:
     """One dynamic shared array: A's stages, then B's; the staged epilogue reuses it (Cs, the output type)."""
     w("As = cuda.shared.array(0, stype, alignment=align)")
     w("Bs = As")

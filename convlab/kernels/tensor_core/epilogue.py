@@ -15,29 +15,46 @@ wrote 2-byte elements at best in 16-byte runs (results/h200/session8).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any
 
 import numpy as np
 
 from convlab import runtime
+from convlab.kernels.source import Writer
 
 STATIC_LIMIT = 48 * 1024  # static shared memory per block (more needs the opt-in attribute)
+#: the kernel local holding the batch index (grid z) of a batched kernel, passed to loaders and stores
+BATCH = "bz"
 
 
-class Store(Protocol):
-    """Where C goes. ``contig``: the GEMM dimension contiguous in memory ("n": row-major C, NHWC; "m":
-    NCHW, whose pixels are the rows); ``dtype``: the output's numpy dtype (its staging type too);
-    ``array``: the output parameter's name (a flat array); ``row(w, d)``: lines run once ``row``
-    (global, < M) is known; ``addr(col)``: the flat offset of (row, col) after them; ``value(col, v)``:
-    the stored expression for the float32 accumulator ``v`` of column ``col`` (< N; bias, conversion)."""
+class Store:
+    """Where C goes: the interface between a store and the epilogue.
+
+    Attributes:
+        ``contig`` the GEMM dimension contiguous in memory ("n": row-major C, NHWC; "m": NCHW, whose
+                   pixels are the rows)
+        ``dtype``  the output's numpy dtype (its staging type too)
+        ``array``  the output parameter's name (a flat array)
+    Methods (inputs: the epilogue's names, passed as arguments; a store's own state lives in locals it
+    writes in ``row`` and reads in ``addr``):
+        ``row(w, row, batch)`` lines run once the global row ``row`` (< M) is known (batch: the name of
+                               the batch index of a batched kernel, else None)
+        ``addr(col)``          the flat offset of (row, col) after them
+        ``value(col, v)``      the stored expression for the float32 accumulator ``v`` of column
+                               ``col`` (< N; bias, conversion)"""
 
     contig: str
     dtype: Any
     array: str
 
-    def row(self, w: Callable, d: int) -> None: ...
-    def addr(self, col: str) -> str: ...
-    def value(self, col: str, v: str) -> str: ...
+    def row(self, w: Writer, row: str, batch: str | None) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define row")
+
+    def addr(self, col: str) -> str:
+        raise NotImplementedError(f"{type(self).__name__} must define addr")
+
+    def value(self, col: str, v: str) -> str:
+        raise NotImplementedError(f"{type(self).__name__} must define value")
 
 
 def epilogue_plan(cfg: Any, itype: str, out_dtype: Any, contig: str) -> tuple[int, int, int]:
@@ -68,7 +85,7 @@ def dynamic_bytes(cfg: Any, itype: str, out_dtype: Any, contig: str) -> int:
 CTYPE = {"float32": "c_float32", "float16": "c_float16", "uint16": "c_uint16", "int16": "c_uint16"}
 
 
-def staged_epilogue(w: Callable, cfg: Any, itype: str, store: Store) -> None:
+def staged_epilogue(w: Writer, cfg: Any, itype: str, store: Store, batched: bool = False) -> None:
     """acc -> Cs (shared, the output type, bias added) -> the output in 16-byte vectors along the
     contiguous dimension (``vec``, a kernel parameter: the launcher's alignment verdict), or element by
     element with consecutive threads on consecutive addresses.
@@ -76,45 +93,44 @@ def staged_epilogue(w: Callable, cfg: Any, itype: str, store: Store) -> None:
     The kernel defines ``wm0`` / ``wn0`` (this warp's first row and column in the tile) and the
     accumulators ``c{i}_{j}_{r}``: mma.sync's m16n8 C fragment (r = 0..3) of the warp's row block i
     (``cfg.frag_rows`` rows apart: 16 for mma.sync, 64 for a wgmma warpgroup's m64 slices, whose warp w
-    owns rows 16 (w % 4) of each) and column block j (8 columns)."""
+    owns rows 16 (w % 4) of each) and column block j (8 columns); ``batched``: the batch index
+    :data:`BATCH` too."""
     WN = cfg.WN
     MI, NI = cfg.WM // cfg.frag_rows, WN // 8  # a warp's accumulator blocks: rows frag_rows apart
     passes, RP, LD = epilogue_plan(cfg, itype, store.dtype, store.contig)
     EPV = 16 // np.dtype(store.dtype).itemsize
     m_major = store.contig == "m"
+    batch = BATCH if batched else None
     w("wait_all()")
     w("cuda.syncthreads()  # every warp is done with the stages: Cs may overwrite them")
     w("g = U(lane // 4)")
     w("t2 = U(U(lane % 4) * 2)")
     w("bmax = U(N - 1)")
     for p in range(passes):
-        d = 1
-        if passes > 1:
-            w(f"if U(warp // {cfg.warps_n}) == {p}:")
-            d = 2
-        w(f"rw = U(U(wm0 - {p * RP}) + g)", d)
-        for j in range(NI):
-            w(f"cl = U(U(wn0 + t2) + {8 * j})", d)
-            w("c0 = U(n0 + cl)", d)
-            w("c0 = c0 if c0 < N else bmax", d)
-            w("c1 = U(c0 + 1)", d)
-            w("c1 = c1 if c1 < N else bmax", d)
-            for i in range(MI):
-                for h in range(2):
-                    rl = f"U(rw + {cfg.frag_rows * i + 8 * h})"
-                    for u in range(2):
-                        at = f"U(U(U(cl + {u}) * {LD}) + {rl})" if m_major else f"U(U({rl} * {LD}) + U(cl + {u}))"
-                        w(f"Cs[{at}] = {store.value(f'c{u}', f'c{i}_{j}_{2 * h + u}')}", d)
+        with w.block(f"if U(warp // {cfg.warps_n}) == {p}:" if passes > 1 else None):
+            w(f"rw = U(U(wm0 - {p * RP}) + g)")
+            for j in range(NI):
+                w(f"cl = U(U(wn0 + t2) + {8 * j})")
+                w("c0 = U(n0 + cl)")
+                w("c0 = c0 if c0 < N else bmax")
+                w("c1 = U(c0 + 1)")
+                w("c1 = c1 if c1 < N else bmax")
+                for i in range(MI):
+                    for h in range(2):
+                        rl = f"U(rw + {cfg.frag_rows * i + 8 * h})"
+                        for u in range(2):
+                            at = f"U(U(U(cl + {u}) * {LD}) + {rl})" if m_major else f"U(U({rl} * {LD}) + U(cl + {u}))"
+                            w(f"Cs[{at}] = {store.value(f'c{u}', f'c{i}_{j}_{2 * h + u}')}")
         w("cuda.syncthreads()")
-        w("if vec:")
-        _write_out(w, cfg, p * RP, RP, LD, store, EPV, f"copy16({store.array}, {{}}, Cs, {{}})")
-        w("else:")
-        _write_out(w, cfg, p * RP, RP, LD, store, 1, f"{store.array}[{{}}] = Cs[{{}}]")
+        with w.block("if vec:"):
+            _write_out(w, cfg, p * RP, RP, LD, store, batch, EPV, f"copy16({store.array}, {{}}, Cs, {{}})")
+        with w.block("else:"):
+            _write_out(w, cfg, p * RP, RP, LD, store, batch, 1, f"{store.array}[{{}}] = Cs[{{}}]")
         if p < passes - 1:
             w("cuda.syncthreads()")
 
 
-def _write_out(w: Callable, cfg: Any, row0: int, RP: int, LD: int, store: Store, width: int,
+def _write_out(w: Writer, cfg: Any, row0: int, RP: int, LD: int, store: Store, batch: str | None, width: int,
                statement: str) -> None:
     """Lines copying the staged RP x BN tile (rows from ``row0``) out in items of ``width`` elements along
     the contiguous dimension, consecutive threads on consecutive items: ``statement`` with the global
@@ -128,29 +144,26 @@ def _write_out(w: Callable, cfg: Any, row0: int, RP: int, LD: int, store: Store,
     major, minor = ("cl", "rl") if m_major else ("rl", "cl")
     staged = f"U(U({major} * {LD}) + {minor})"
     if m_major and T % run == 0 and items % T == 0:
-        w(f"rl = U(U(tid % {run}) * {width})", 2)
-        w(f"row = U(U(m0 + {row0}) + rl)", 2)
-        w("if row < M:", 2)
-        store.row(w, 3)
-        w(f"for e in range({items // T}):", 3)
-        w(f"cl = U(U(tid // {run}) + U(e * {T // run}))", 4)
-        w("col = U(n0 + cl)", 4)
-        w("if col < N:", 4)
-        w(statement.format(store.addr("col"), staged), 5)
+        w(f"rl = U(U(tid % {run}) * {width})")
+        w(f"row = U(U(m0 + {row0}) + rl)")
+        with w.block("if row < M:"):
+            store.row(w, "row", batch)
+            with w.block(f"for e in range({items // T}):"):
+                w(f"cl = U(U(tid // {run}) + U(e * {T // run}))")
+                w("col = U(n0 + cl)")
+                with w.block("if col < N:"):
+                    w(statement.format(store.addr("col"), staged))
         return
-    w(f"for e in range({-(-items // T)}):", 2)
-    w(f"vi = U(tid + U(e * {T}))", 3)
-    d = 3
-    if items % T:
-        w(f"if vi < {items}:", 3)
-        d = 4
-    w(f"{major} = U(vi // {run})", d)
-    w(f"{minor} = U(U(vi % {run}) * {width})", d)
-    w(f"row = U(U(m0 + {row0}) + rl)", d)
-    w("col = U(n0 + cl)", d)
-    w("if row < M and col < N:", d)
-    store.row(w, d + 1)
-    w(statement.format(store.addr("col"), staged), d + 1)
+    with w.block(f"for e in range({-(-items // T)}):"):
+        w(f"vi = U(tid + U(e * {T}))")
+        with w.block(f"if vi < {items}:" if items % T else None):
+            w(f"{major} = U(vi // {run})")
+            w(f"{minor} = U(U(vi % {run}) * {width})")
+            w(f"row = U(U(m0 + {row0}) + rl)")
+            w("col = U(n0 + cl)")
+            with w.block("if row < M and col < N:"):
+                store.row(w, "row", batch)
+                w(statement.format(store.addr("col"), staged))
 
 
 def vector_ok(out: Any, *extents: int) -> bool:

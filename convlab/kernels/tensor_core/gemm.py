@@ -22,8 +22,10 @@ import numpy as np
 
 from convlab import runtime
 from convlab.kernels.arch.intrinsics import u32 as U
+from convlab.kernels.source import Writer
 from convlab.kernels.tensor_core.config import ITYPES, TcConfig
-from convlab.kernels.tensor_core.epilogue import vector_ok
+from convlab.kernels.tensor_core.copy import ALoader
+from convlab.kernels.tensor_core.epilogue import Store, vector_ok
 from convlab.kernels.tensor_core.launch import compile_kernel, configure
 from convlab.kernels.tensor_core.warp import DEFAULT_TF32_ROUND, OUT_CONVERT, pipeline_source
 
@@ -56,31 +58,31 @@ SIM_WGMMA = {"f16": TcConfig(64, 32, 16, 64, 32, 3, 0, "wgmma"), "bf16": TcConfi
              "tf32": TcConfig(64, 32, 8, 64, 32, 3, 0, "wgmma")}
 
 
-class DenseA:
+class DenseA(ALoader):
     """A[M, K] row-major: chunk kk of row m at element m * K + kk."""
 
     params = "A, Bt, C, M, N, K"
 
-    def rows(self, w: Callable, e: int, m: str) -> None:
+    def rows(self, w: Writer, e: int, m: str, batch: str | None) -> None:
         w(f"aok{e} = {m} < M")
         w(f"ag{e} = U({m} * K) if aok{e} else U(0)")
 
-    def ktile(self, w: Callable, d: int) -> None:
-        pass
-
-    def chunk(self, e: int) -> tuple[str, str]:
-        return f"aok{e} and kok", f"U(ag{e} + kk)"
+    def chunk(self, e: int, kk: str, k_ok: str) -> tuple[str, str]:
+        return f"aok{e} and {k_ok}", f"U(ag{e} + {kk})"
 
 
 class BatchedA(DenseA):
     """A[z, M, K] flat, Bt[z, N, K] and C[z, M, N] flat too: grid z = the batch (one matrix each)."""
 
     params = "A, Bt, C, M, N, K, sA, sB, sC"
-    b_offset = "U(bz * sB)"
+    batched = True
 
-    def rows(self, w: Callable, e: int, m: str) -> None:
+    def b_offset(self, batch: str) -> str:
+        return f"U({batch} * sB)"
+
+    def rows(self, w: Writer, e: int, m: str, batch: str | None) -> None:
         w(f"aok{e} = {m} < M")
-        w(f"ag{e} = U(U(bz * sA) + U({m} * K)) if aok{e} else U(0)")
+        w(f"ag{e} = U(U({batch} * sA) + U({m} * K)) if aok{e} else U(0)")
 
 
 class PartedA(BatchedA):
@@ -89,15 +91,17 @@ class PartedA(BatchedA):
     long), into C[z] (grid z = batch * parts: a split-K inside each matrix of a batch)."""
 
     params = "A, Bt, C, M, N, K, sA, sB, sC, ld, parts"
-    b_offset = "U(U(U(bz // parts) * sB) + U(U(bz % parts) * K))"
     b_stride = "ld"
 
-    def rows(self, w: Callable, e: int, m: str) -> None:
+    def b_offset(self, batch: str) -> str:
+        return f"U(U(U({batch} // parts) * sB) + U(U({batch} % parts) * K))"
+
+    def rows(self, w: Writer, e: int, m: str, batch: str | None) -> None:
         w(f"aok{e} = {m} < M")
-        w(f"ag{e} = U(U(U(U(bz // parts) * sA) + U(U(bz % parts) * K)) + U({m} * ld)) if aok{e} else U(0)")
+        w(f"ag{e} = U(U(U(U({batch} // parts) * sA) + U(U({batch} % parts) * K)) + U({m} * ld)) if aok{e} else U(0)")
 
 
-class DenseStore:
+class DenseStore(Store):
     """C[row, col] (row-major, flat) = value, converted to the output kind."""
 
     contig, array = "n", "C"
@@ -106,8 +110,8 @@ class DenseStore:
         self.convert = OUT_CONVERT[out]
         self.dtype = {"f32": np.float32, "bf16": np.uint16, "in": ITYPES[itype][0]}[out]
 
-    def row(self, w: Callable, d: int) -> None:
-        w("cb = U(row * N)", d)
+    def row(self, w: Writer, row: str, batch: str | None) -> None:
+        w(f"cb = U({row} * N)")
 
     def addr(self, col: str) -> str:
         return f"U(cb + {col})"
@@ -119,8 +123,8 @@ class DenseStore:
 class BatchedStore(DenseStore):
     """C[z, row, col] of a flat C, matrices sC elements apart."""
 
-    def row(self, w: Callable, d: int) -> None:
-        w("cb = U(U(bz * sC) + U(row * N))", d)
+    def row(self, w: Writer, row: str, batch: str | None) -> None:
+        w(f"cb = U(U({batch} * sC) + U({row} * N))")
 
 
 def _source(cfg: TcConfig, itype: str, out: str, batched: bool = False, parted: bool = False,

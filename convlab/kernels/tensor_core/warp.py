@@ -23,11 +23,13 @@ WM x WN tile of (WM/16) x (WN/8) mma tiles; S = STAGES shared buffers of A (BM x
 A wgmma config (``TcConfig.MMA``) gets :mod:`convlab.kernels.tensor_core.warpgroup`'s warpgroup loop instead, on the
 same loads (:mod:`convlab.kernels.tensor_core.copy`: tile placement, copies, prologue, prefetch) and epilogue.
 
-Where A's 16-byte chunks come from and where C goes are the two hooks: an :class:`ALoader` (a dense
+Where A's 16-byte chunks come from and where C goes are two interfaces: an :class:`ALoader` (a dense
 row-major A, or the convolution's gather from an NHWC tensor) and a :class:`Store` (a dense C, or
-the convolution's NCHW or NHWC output with bias). Bt is always dense [N, K] (k-contiguous). Two optional
-loader attributes use grid z: ``b_offset`` (a batch of GEMMs) or ``k_split`` (split-K: block z runs
-only its range of k tiles, the store writing partial z; the caller sums the partials).
+the convolution's NCHW or NHWC output with bias); the pipeline passes them the names of its locals
+they read (copy.ALoader, epilogue.Store list them). Bt is always dense [N, K] (k-contiguous). Two
+loader attributes use grid z: ``batched`` (a batch of GEMMs, Bt offset by ``b_offset``) or ``k_split``
+(split-K: block z runs only its range of k tiles, the store writing partial z; the caller sums the
+partials).
 
 Shared rows are BK elements = CH 16-byte chunks (CH = 2, 4 or 8), unpadded; chunk c of row r is stored
 at chunk c ^ ((r // (8 // CH)) % CH), an XOR swizzle that makes the 8 row reads of one ldmatrix (and the
@@ -43,8 +45,10 @@ from __future__ import annotations
 
 import os
 import warnings
+from typing import Callable
 
 from convlab import runtime
+from convlab.kernels.source import Writer
 from convlab.kernels.tensor_core.config import ITYPES, TcConfig
 from convlab.kernels.tensor_core.epilogue import Store, staged_epilogue
 from convlab.kernels.tensor_core.copy import (ALoader, block_tiles, copy_setup, issue_next, km_tile_ok,
@@ -87,8 +91,8 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     EPC, CH = 16 // size, BK * size // 16  # elements per chunk, chunks per row
     per = 8 // CH  # rows sharing one swizzle value
     MI, NI = WM // 16, WN // 8
-    L = [f"def {name}({loader.params}, vec):"]  # vec: the staged epilogue's 16-byte stores allowed
-    w = lambda line, d=1: L.append("    " * d + line)  # noqa: E731
+    w = Writer(f"def {name}({loader.params}, vec):")  # vec: the staged epilogue's 16-byte stores allowed
+    w.indent()
     shared_arrays(w, store)
     w("tid = U(cuda.threadIdx.x)")
     w("lane = U(tid % 32)")
@@ -132,48 +136,53 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     prologue(w, cfg, loader, cp, k_first)
     w("cs = U(0)")
     w(f"kt = {k_first}")
-    w("while kt < ktiles:")
-    w("wait()", 2)
-    w("cuda.syncthreads()", 2)
-    issue_next(w, 2, cfg, loader, cp)
-    w(f"a_st = U(U(cs * {BM * BK}) + a_ld)", 2)
-    w(f"b_st = U(U(cs * {BN * BK}) + b_ld)", 2)
-    for kk in range(BK // kstep):
+    with w.block("while kt < ktiles:"):
+        w("wait()")
+        w("cuda.syncthreads()")
+        issue_next(w, cfg, loader, cp)
+        w(f"a_st = U(U(cs * {BM * BK}) + a_ld)")
+        w(f"b_st = U(U(cs * {BN * BK}) + b_ld)")
+        for kk in range(BK // kstep):
+            _mma_step(w, cfg, itype, kk, lds_a, a_km, rnd)
+        w(f"cs = U(cs + 1) if cs < {S - 1} else U(0)")
+        w("kt = U(kt + 1)")
+    staged_epilogue(w, cfg, itype, store, loader.batched)
+    return w.source
+
+
+def _mma_step(w: Writer, cfg: TcConfig, itype: str, kk: int, lds_a: bool, a_km: bool, rnd: Callable) -> None:
+    """Lines of k step ``kk`` of a k tile: the A and B fragments from stage ``cs`` (``a_st``, ``b_st``),
+    TF32 rounding or splitting, and the warp's mma.sync."""
+    BM, BK = cfg.BM, cfg.BK
+    MI, NI = cfg.WM // 16, cfg.WN // 8
+    for i in range(MI):
+        if lds_a:
+            rows = (f"U(a_st + {kk * 8 * BM})", f"U(a_st + {kk * 8 * BM + 4 * BM})")
+            w(f"a{i}_0, a{i}_1, a{i}_2, a{i}_3 = " + ", ".join(
+                f"Au[U({rows[r >> 1]} + a_{('lo', 'hi')[r & 1]}{i})]" for r in range(4)))
+        elif a_km:
+            w(f"a{i}_0, a{i}_1, a{i}_2, a{i}_3 = ldmatrix_x4_trans(As, U(U(a_st + {kk * 16 * BM}) + a_m{i}))")
+        else:
+            w(f"a{i}_0, a{i}_1, a{i}_2, a{i}_3 = ldmatrix_x4(As, U(a_st + {i * 16 * BK}) + a_c{kk})")
+    for j in range(0, NI, 2):
+        w(f"b{j}_0, b{j}_1, b{j + 1}_0, b{j + 1}_1 = ldmatrix_x4(Bs, U(b_st + {j * 8 * BK}) + b_c{kk})")
+    if itype == "tf32":
         for i in range(MI):
-            if lds_a:
-                rows = (f"U(a_st + {kk * 8 * BM})", f"U(a_st + {kk * 8 * BM + 4 * BM})")
-                w(f"a{i}_0, a{i}_1, a{i}_2, a{i}_3 = " + ", ".join(
-                    f"Au[U({rows[r >> 1]} + a_{('lo', 'hi')[r & 1]}{i})]" for r in range(4)), 2)
-            elif a_km:
-                w(f"a{i}_0, a{i}_1, a{i}_2, a{i}_3 = ldmatrix_x4_trans(As, U(U(a_st + {kk * 16 * BM}) + a_m{i}))",
-                  2)
+            w(", ".join(f"a{i}_{r}" for r in range(4)) + " = " + ", ".join(rnd(f"a{i}_{r}") for r in range(4)))
+        for j in range(NI):
+            w(f"b{j}_0, b{j}_1 = {rnd(f'b{j}_0')}, {rnd(f'b{j}_1')}")
+    if itype == "tf32x3":  # a{i}_{r} / b{j}_{r} become the big parts, a{i}_{r}s / b{j}_{r}s the small
+        for name in [f"a{i}_{r}" for i in range(MI) for r in range(4)] + \
+                [f"b{j}_{r}" for j in range(NI) for r in range(2)]:
+            w(f"{name}, {name}s = split_tf32({name})")
+    for i in range(MI):
+        for j in range(NI):
+            acc = ", ".join(f"c{i}_{j}_{r}" for r in range(4))
+            if itype == "tf32x3":  # small parts, big parts (a: 4 registers, b: 2), accumulators
+                w(f"{acc} = mma_tf32x3(a{i}_0s, a{i}_1s, a{i}_2s, a{i}_3s, a{i}_0, a{i}_1, a{i}_2, a{i}_3, "
+                  f"b{j}_0s, b{j}_1s, b{j}_0, b{j}_1, {acc})")
             else:
-                w(f"a{i}_0, a{i}_1, a{i}_2, a{i}_3 = ldmatrix_x4(As, U(a_st + {i * 16 * BK}) + a_c{kk})", 2)
-        for j in range(0, NI, 2):
-            w(f"b{j}_0, b{j}_1, b{j + 1}_0, b{j + 1}_1 = ldmatrix_x4(Bs, U(b_st + {j * 8 * BK}) "
-              f"+ b_c{kk})", 2)
-        if itype == "tf32":
-            for i in range(MI):
-                w(", ".join(f"a{i}_{r}" for r in range(4)) + " = "
-                  + ", ".join(rnd(f"a{i}_{r}") for r in range(4)), 2)
-            for j in range(NI):
-                w(f"b{j}_0, b{j}_1 = {rnd(f'b{j}_0')}, {rnd(f'b{j}_1')}", 2)
-        if itype == "tf32x3":  # a{i}_{r} / b{j}_{r} become the big parts, a{i}_{r}s / b{j}_{r}s the small
-            for name in [f"a{i}_{r}" for i in range(MI) for r in range(4)] + \
-                    [f"b{j}_{r}" for j in range(NI) for r in range(2)]:
-                w(f"{name}, {name}s = split_tf32({name})", 2)
-        for i in range(MI):
-            for j in range(NI):
-                acc = ", ".join(f"c{i}_{j}_{r}" for r in range(4))
-                if itype == "tf32x3":  # small parts, big parts (a: 4 registers, b: 2), accumulators
-                    w(f"{acc} = mma_tf32x3(a{i}_0s, a{i}_1s, a{i}_2s, a{i}_3s, a{i}_0, a{i}_1, a{i}_2, a{i}_3, "
-                      f"b{j}_0s, b{j}_1s, b{j}_0, b{j}_1, {acc})", 2)
-                else:
-                    w(f"{acc} = mma(a{i}_0, a{i}_1, a{i}_2, a{i}_3, b{j}_0, b{j}_1, {acc})", 2)
-    w(f"cs = U(cs + 1) if cs < {S - 1} else U(0)", 2)
-    w("kt = U(kt + 1)", 2)
-    staged_epilogue(w, cfg, itype, store)
-    return "\n".join(L) + "\n"
+                w(f"{acc} = mma(a{i}_0, a{i}_1, a{i}_2, a{i}_3, b{j}_0, b{j}_1, {acc})")
 
 
 if runtime.SIMULATOR:  # numpy scalars warn where the uint32 index math wraps on purpose, as on the GPU

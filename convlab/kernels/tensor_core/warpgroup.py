@@ -42,6 +42,7 @@ import numpy as np
 
 from convlab.kernels.arch import wgmma
 from convlab.kernels.arch.mma import cp_async_wait
+from convlab.kernels.source import Writer
 from convlab.kernels.tensor_core.config import ITYPES, TcConfig
 from convlab.kernels.tensor_core.epilogue import Store, staged_epilogue
 from convlab.kernels.tensor_core.copy import (ALoader, block_tiles, copy_setup, issue_next, prologue,
@@ -52,7 +53,7 @@ from convlab.kernels.arch.wgmma_desc import desc_hi
 def check(cfg: TcConfig, itype: str, loader: ALoader, tf32_round: str | None = None) -> None:
     """Raise ValueError unless this loop can run ``loader`` for ``itype`` (see the module doc)."""
     cfg.validate(itype)
-    if getattr(loader, "a_km", False):
+    if loader.a_km:
         raise ValueError("wgmma configs read A K-major: an m-contiguous A (a 1x1 NCHW read) needs mma.sync")
     if itype == "tf32" and (tf32_round or "trunc") != "trunc":
         raise ValueError(f"wgmma truncates TF32 operands in shared memory: tf32_round {tf32_round!r} needs mma.sync")
@@ -77,8 +78,8 @@ def wgmma_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name:
     size = ITYPES[itype][1]
     R = BK * size  # bytes per shared row (the swizzle width)
     steps, slices = R // 32, WM // 64
-    L = [f"def {name}({loader.params}, vec):"]
-    w = lambda line, d=1: L.append("    " * d + line)  # noqa: E731
+    w = Writer(f"def {name}({loader.params}, vec):")
+    w.indent()
     shared_arrays(w, store)
     w("tid = U(cuda.threadIdx.x)")
     w("lane = U(tid % 32)")
@@ -102,23 +103,23 @@ def wgmma_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name:
     prologue(w, cfg, loader, cp, k_first)
     w("cs = U(0)")
     w(f"kt = {k_first}")
-    w("while kt < ktiles:")
-    w("wait()", 2)
-    w("fence_proxy_async()  # this thread's landed copies, visible to the async proxy (wgmma)", 2)
-    w("cuda.syncthreads()", 2)
-    issue_next(w, 2, cfg, loader, cp)
-    w(f"{every} = wgmma_fence({every})", 2)
-    w(f"da = U64(da0 + U64(U(cs * {BM * R // 16})))", 2)
-    w(f"db = U64(db0 + U64(U(cs * {BN * R // 16})))", 2)
-    for kk in range(steps):
-        for s in range(slices):
-            w(f"a{s} = mma(U64(da + U64({(s * 64 * R + 32 * kk) // 16})), U64(db + U64({2 * kk})), 1, a{s})", 2)
-    w("wgmma_commit()", 2)
-    w(f"{every} = wgmma_wait({every})", 2)
-    w(f"cs = U(cs + 1) if cs < {S - 1} else U(0)", 2)
-    w("kt = U(kt + 1)", 2)
+    with w.block("while kt < ktiles:"):
+        w("wait()")
+        w("fence_proxy_async()  # this thread's landed copies, visible to the async proxy (wgmma)")
+        w("cuda.syncthreads()")
+        issue_next(w, cfg, loader, cp)
+        w(f"{every} = wgmma_fence({every})")
+        w(f"da = U64(da0 + U64(U(cs * {BM * R // 16})))")
+        w(f"db = U64(db0 + U64(U(cs * {BN * R // 16})))")
+        for kk in range(steps):
+            for s in range(slices):
+                w(f"a{s} = mma(U64(da + U64({(s * 64 * R + 32 * kk) // 16})), U64(db + U64({2 * kk})), 1, a{s})")
+        w("wgmma_commit()")
+        w(f"{every} = wgmma_wait({every})")
+        w(f"cs = U(cs + 1) if cs < {S - 1} else U(0)")
+        w("kt = U(kt + 1)")
     w(f"{every} = wgmma_wait_all({every})")
     for s in range(slices):
         w(", ".join(f"c{s}_{j}_{r}" for j in range(WN // 8) for r in range(4)) + f", = a{s}")
-    staged_epilogue(w, cfg, itype, store)
-    return "\n".join(L) + "\n"
+    staged_epilogue(w, cfg, itype, store, loader.batched)
+    return w.source

@@ -40,6 +40,8 @@ def add_parser(sub: Any, common: Any) -> None:
                    help="this config (its name, as 'convlab explain' lists them) instead of the plugin's first")
     p.add_argument("--precision", choices=FLOAT32_PRECISIONS, default="highest",
                    help="float32 precision ('high' lets tensor-core plugins run TF32)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="a module to import first, e.g. one that registers your plugin")
     g = p.add_argument_group("one shape (PyTorch conventions)")
     g.add_argument("--x", type=shape4, required=True, metavar="N,C,H,W", help="input shape")
     g.add_argument("--w", type=shape4, required=True, metavar="K,C,R,S", help="weight shape K,C/groups,R,S")
@@ -65,6 +67,7 @@ def problem_of(args: argparse.Namespace) -> Any:
 
 def cmd_source(args: argparse.Namespace) -> int:
     import dataclasses
+    import importlib
 
     from convlab.compile.sources import run_isolated
     from convlab.plugin.registry import get as get_plugin
@@ -73,11 +76,14 @@ def cmd_source(args: argparse.Namespace) -> int:
     from convlab.runtime.settings import float32_precision, get_workspace_limit
     from convlab.runtime.targets import get
 
+    for module in args.imports:
+        importlib.import_module(module)
     get_plugin(args.plugin)  # ValueError listing the registered plugins
     problem = problem_of(args)
     with float32_precision(args.precision):  # a plugin that declines, or a config it does not offer: here
         strategy.resolve(problem, args.plugin if args.config is None else (args.plugin, args.config),
                          get_workspace_limit(), get(args.target))
     print(run_isolated({"plugin": args.plugin, "target": args.target, "config": args.config,
-                        "precision": args.precision, "problem": dataclasses.asdict(problem)}), end="")
+                        "precision": args.precision, "problem": dataclasses.asdict(problem),
+                        "imports": args.imports}), end="")
     return 0

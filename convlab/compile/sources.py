@@ -17,6 +17,7 @@ is not.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import linecache
@@ -59,7 +60,8 @@ def kernel_text(kernel: Any) -> str:
     if fn is None:
         return f"# {kernel!r}: no Python source\n"
     if _generated(fn):
-        return f"# generated: {fn.__code__.co_filename}\n" + "".join(linecache.getlines(fn.__code__.co_filename))
+        text = getattr(fn, "generated_source", None) or "".join(linecache.getlines(fn.__code__.co_filename))
+        return f"# generated: {fn.__code__.co_filename}\n" + text
     where = f"{fn.__module__}.{fn.__qualname__} (line {fn.__code__.co_firstlineno})"
     lines = [f"# {where}"]
     called = []
@@ -129,8 +131,9 @@ def sources_text(plugin: str, problem: Problem, target: str, config: Any = None,
 
 
 def run_isolated(request: dict) -> str:
-    """:func:`sources_text` of ``request`` (its keyword arguments, the problem as ``Problem`` fields) in
-    a compile-only child process; ValueError with the child's message when it fails."""
+    """:func:`sources_text` of ``request`` (its keyword arguments, the problem as ``Problem`` fields,
+    ``imports``: modules to import first) in a compile-only child process; ValueError with the child's
+    message when it fails."""
     env = dict(os.environ, **ENV)
     proc = subprocess.run([sys.executable, "-m", "convlab.compile.sources"], input=json.dumps(request),
                           capture_output=True, text=True, env=env)
@@ -144,6 +147,8 @@ def _main() -> None:
     from convlab.problem import make_problem
 
     request = json.loads(sys.stdin.read())
+    for module in request.pop("imports", ()):  # modules that register more plugins
+        importlib.import_module(module)
     problem = make_problem(**request.pop("problem"))
     request["layouts"] = tuple(request.get("layouts", ("nchw",) * 3))
     try:

@@ -55,7 +55,13 @@ class Writer:
 
 def compile_source(source: str, filename: str, namespace: dict[str, Any]) -> dict[str, Any]:
     """Execute ``source`` in ``namespace`` (which it extends and returns) under ``filename``, a
-    ``<...>`` name that tracebacks show with the generated lines."""
+    ``<...>`` name that tracebacks show with the generated lines. Each function it defines keeps its
+    source as ``generated_source`` (``convlab source`` prints it; kernels of one family may share a
+    file name, whose ``linecache`` entry is the last one's)."""
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
+    for value in namespace.values():
+        code = getattr(value, "__code__", None)
+        if code is not None and code.co_filename == filename:
+            value.generated_source = source
     return namespace

@@ -90,7 +90,7 @@ def test_argument_types():
     assert cli.op_list("wgrad,forward") == ("wgrad", "forward")
 
 
-@pytest.mark.parametrize("command", ["demo", "list", "explain", "bench", "plot", "tune", "check"])
+@pytest.mark.parametrize("command", ["demo", "list", "explain", "bench", "plot", "tune", "check", "compile", "source"])
 def test_help_of_every_command(capsys, command):
     with pytest.raises(SystemExit) as exc:
         cli.main([command, "--help"])

@@ -40,6 +40,12 @@ NDIMS = (1, 2, 3)
 Pair = tuple[int, int]
 
 
+class LengthError(ValueError, TypeError):
+    """A stride / padding / dilation / output_padding tuple whose length is not the problem's N: a
+    ValueError (the value is wrong for this N) and a TypeError (what a 2D op raised for a non-pair),
+    as numpy's AxisError is both a ValueError and an IndexError."""
+
+
 def as_tuple(value: int | Iterable[int], name: str, *, length: int, minimum: int) -> tuple[int, ...]:
     """Normalise an int-or-``length``-tuple argument, checking that every entry is an int >= ``minimum``."""
     form = "a pair of ints" if length == 2 else f"a tuple of {length} ints"
@@ -55,7 +61,7 @@ def as_tuple(value: int | Iterable[int], name: str, *, length: int, minimum: int
         if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
             raise TypeError(f"{name} must be an int or {form}, got {value!r}")
         if len(items) != length:
-            raise ValueError(f"{name} must be an int or {form} (one per spatial dimension), got "
+            raise LengthError(f"{name} must be an int or {form} (one per spatial dimension), got "
                              f"{len(items)} entries: {value!r}")
         items = tuple(int(v) for v in items)
     if min(items) < minimum:

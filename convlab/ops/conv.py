@@ -22,7 +22,7 @@ from convlab.ops import strategy
 from convlab.ops.arguments import (array_spec, check_fits, check_out_aliasing, dgrad_problem, forward_problem,
                                    problem_for, transpose_problem, wgrad_problem)
 from convlab.plugin import registry
-from convlab.problem import ND_OP_NAMES, Problem
+from convlab.problem import Problem
 from convlab.runtime import context, launch
 from convlab.runtime.settings import check_workspace_limit
 
@@ -259,33 +259,6 @@ def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0,
                                             dilation),
                  {"x": x, "weight": weight}, bias, out, (stride, padding, output_padding, groups, dilation),
                  algorithm, workspace_limit, stream)
-
-
-def call_problem(problem: Problem, a: Any, b: Any, bias: Any = None, *, transpose: bool = False,
-                 **kw: Any) -> Any:
-    """Run ``problem`` on operands ``a``, ``b`` (and ``bias``) through the public op of its N that builds
-    it, with the op's keyword arguments ``kw`` (``algorithm=``, ``out=``, ...): conv{N}d (forward),
-    conv{N}d_backward_weight (wgrad), conv{N}d_backward_data (dgrad), or conv_transpose{N}d for a dgrad
-    with a bias, of a transpose entry (``transpose``), or whose dx is larger than the forward formula of
-    dy allows, with the output padding that gives dx's size."""
-    from convlab.ops import conv_nd
-
-    pr = problem
-    ops = {name: globals()[name] if pr.ndim == 2 else getattr(conv_nd, name)
-           for name in ND_OP_NAMES[pr.ndim].values()}
-    names = ND_OP_NAMES[pr.ndim]
-    conv = (pr.strides, pr.paddings, pr.dilations, pr.groups)
-    if pr.ndim == 2:  # the 2D ops' own spellings (their plan keys)
-        conv = (pr.stride, pr.padding, pr.dilation, pr.groups)
-    if pr.op == "forward":
-        return ops[names["forward"]](a, b, bias, *conv, **kw)
-    if pr.op == "wgrad":
-        return ops[names["wgrad"]](a, b, pr.w_shape, *conv, **kw)
-    extra = tuple(size - ((o - 1) * st - 2 * pad + d * (k - 1) + 1) for size, o, st, pad, d, k in
-                  zip(pr.spatial_in, pr.spatial_out, pr.strides, pr.paddings, pr.dilations, pr.kernel_size))
-    if bias is None and not transpose and all(0 <= e < st for e, st in zip(extra, pr.strides)):
-        return ops[names["dgrad"]](a, b, pr.x_shape, *conv, **kw)
-    return ops[names["transpose"]](a, b, bias, conv[0], conv[1], extra, pr.groups, conv[2], **kw)
 
 
 def explain(*args: Any, op: str = "conv2d", algorithm: Any = "auto",

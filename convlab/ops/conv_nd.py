@@ -19,7 +19,9 @@ from convlab import runtime
 from convlab.call import operands
 from convlab.ops.arguments import (array_spec, dgrad_problem, forward_problem, transpose_problem,
                                    wgrad_problem)
+from convlab.ops import conv
 from convlab.ops.conv import _call
+from convlab.problem import ND_OP_NAMES, Problem
 
 
 # ---- the unit-height views of 1D operands ---------------------------------------------------------
@@ -149,3 +151,28 @@ def conv_transpose3d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0,
                                            dilation, nd=3),
                  {"x": x, "weight": weight}, bias, out, (stride, padding, output_padding, groups, dilation),
                  algorithm, workspace_limit, stream)
+
+
+# ---- a Problem through the public op of its N -----------------------------------------------------
+def call_problem(problem: Problem, a: Any, b: Any, bias: Any = None, *, transpose: bool = False,
+                 **kw: Any) -> Any:
+    """Run ``problem`` on operands ``a``, ``b`` (and ``bias``) through the public op of its N that builds
+    it, with the op's keyword arguments ``kw`` (``algorithm=``, ``out=``, ...): conv{N}d (forward),
+    conv{N}d_backward_weight (wgrad), conv{N}d_backward_data (dgrad), or conv_transpose{N}d for a dgrad
+    with a bias, of a transpose entry (``transpose``), or whose dx is larger than the forward formula of
+    dy allows, with the output padding that gives dx's size."""
+    pr = problem
+    ops = {name: getattr(conv, name) if pr.ndim == 2 else globals()[name] for name in ND_OP_NAMES[pr.ndim].values()}
+    names = ND_OP_NAMES[pr.ndim]
+    conv = (pr.strides, pr.paddings, pr.dilations, pr.groups)
+    if pr.ndim == 2:  # the 2D ops' own spellings (their plan keys)
+        conv = (pr.stride, pr.padding, pr.dilation, pr.groups)
+    if pr.op == "forward":
+        return ops[names["forward"]](a, b, bias, *conv, **kw)
+    if pr.op == "wgrad":
+        return ops[names["wgrad"]](a, b, pr.w_shape, *conv, **kw)
+    extra = tuple(size - ((o - 1) * st - 2 * pad + d * (k - 1) + 1) for size, o, st, pad, d, k in
+                  zip(pr.spatial_in, pr.spatial_out, pr.strides, pr.paddings, pr.dilations, pr.kernel_size))
+    if bias is None and not transpose and all(0 <= e < st for e, st in zip(extra, pr.strides)):
+        return ops[names["dgrad"]](a, b, pr.x_shape, *conv, **kw)
+    return ops[names["transpose"]](a, b, bias, conv[0], conv[1], extra, pr.groups, conv[2], **kw)

@@ -276,7 +276,16 @@ class Problem:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
     def replace(self, **changes) -> "Problem":
+        """A copy with ``changes`` (fields; a 1D or 3D problem's stride / padding / dilation may be
+        given as N-tuples, depth first), validated again."""
         fields = self._fields()
+        nd = changes.get("ndim", self.ndim)
+        for name, unit in (("stride", 1), ("padding", 0), ("dilation", 1)):
+            value = changes.get(name)
+            if nd != 2 and isinstance(value, (tuple, list)) and len(value) == nd:
+                changes = {**changes, name: (unit, value[0]) if nd == 1 else tuple(value[1:])}
+                if nd == 3:
+                    changes[f"{name}_d"] = value[0]
         fields.update(changes)
         if fields["ndim"] == 2:
             for f in ("ndim", "d", "t", "do", "stride_d", "padding_d", "dilation_d"):

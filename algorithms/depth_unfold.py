@@ -75,6 +75,7 @@ class DepthUnfold(Algorithm):
     dtypes = frozenset({"float32", "float16", "bfloat16"})
     ndims = (3,)
     priority = 5
+    simulator_examples = 2  # convlab.testing.suite.examples_for: its inner plugins are checked on their own
     description = ("3D as 2D over depth windows: x (N,C,D,H,W) -> x' (N*Do, C*T, H, W), a 2D plugin, "
                    "the output permuted (dgrad: depth fold)")
 

@@ -156,6 +156,12 @@ class Direct(Algorithm):
     def check(self, problem: Problem, target: Target) -> Verdict:
         return Verdict.yes()
 
+    def sample_problems(self, op: str) -> list[Problem]:
+        """One 3D problem per op (2D ones come from every random draw): the 3D kernels in the corpus."""
+        from convlab.problem import make_problem_nd
+        return [make_problem_nd(op, 1, 4, (3, 4, 3), 2, (2, 2, 2), stride=(2, 1, 1), padding=(1, 0, 1),
+                                groups=2, bias=op != "wgrad")]
+
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int,
                         target: Target) -> int:
         if problem.op != "wgrad":

@@ -140,6 +140,12 @@ class ColumnGemmAlgorithm(Algorithm):
     def check(self, problem: Problem, target: Target) -> Verdict:
         return check_indexing(problem, target)
 
+    def sample_problems(self, op: str) -> list[Problem]:
+        """One 3D problem per op: vol2col / col2vol in the corpus."""
+        from convlab.problem import make_problem_nd
+        return [make_problem_nd(op, 1, 4, (3, 4, 3), 2, (2, 2, 2), stride=(2, 1, 1), padding=(1, 0, 1),
+                                groups=2, bias=op != "wgrad")]
+
     def configs(self, problem: Problem, target: Target) -> list[Config]:
         return tile_configs(problem, target)
 

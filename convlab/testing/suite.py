@@ -77,12 +77,18 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
     return len(ran)
 
 
+#: examples a check draws on the simulator for a plugin declaring ``simulator_examples`` (a composite
+#: that runs another plugin's kernels, each conformance-checked on its own: depth_unfold's 18 checks
+#: took 157 s at the profile's 6 examples on 2 loaded cores, its inner implicit GEMM being the cost)
 def examples_for(plugin: Algorithm, simulator: bool | None = None) -> int | None:
     """The examples a check draws for ``plugin``: the active profile's (None), except a quarter of
     them (at least 5) on a GPU for a plugin declaring ``compiles_per_shape``: each drawn shape compiles
-    new kernels there (seconds each; the profile's 60 examples x 3 ops x 4 checks did not finish).
+    new kernels there (seconds each; the profile's 60 examples x 3 ops x 4 checks did not finish), and
+    on the simulator a plugin's ``simulator_examples`` when it declares them.
     ``simulator``: whether kernels run on the simulator (default: this process's target)."""
     simulator = runtime.target().simulator if simulator is None else simulator
+    if simulator and getattr(plugin, "simulator_examples", None):
+        return min(int(plugin.simulator_examples), settings.default.max_examples)
     if simulator or not getattr(plugin, "compiles_per_shape", False):
         return None
     return max(5, settings.default.max_examples // 4)

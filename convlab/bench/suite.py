@@ -117,8 +117,9 @@ def make_entry(spec: dict[str, Any], where: str = "shape") -> SuiteEntry:
     if kind not in KINDS:
         raise ValueError(f"{where}: kind must be one of {KINDS}, got {kind!r}")
     if len(w) != len(x) or not kind.endswith(f"{len(x) - 2}d"):
-        raise ValueError(f"{where}: a {kind} entry has x and w of {int(kind[-2]) + 2} entries, got x {list(x)} "
-                         f"and w {list(w)}")
+        size = int(kind[-2]) + 2
+        raise ValueError(f"{where}: a {kind} entry has x and w of {size} entries (each a list of {size} ints), "
+                         f"got x {list(x)} and w {list(w)}")
     dtype = spec.get("dtype", "float32")
     common = {k: (tuple(v) if isinstance(v, list) else v) for k, v in spec.items()
               if k in ("stride", "padding", "dilation", "groups")}

@@ -164,15 +164,15 @@ def call_problem(problem: Problem, a: Any, b: Any, bias: Any = None, *, transpos
     pr = problem
     ops = {name: getattr(conv, name) if pr.ndim == 2 else globals()[name] for name in ND_OP_NAMES[pr.ndim].values()}
     names = ND_OP_NAMES[pr.ndim]
-    conv = (pr.strides, pr.paddings, pr.dilations, pr.groups)
+    geo = (pr.strides, pr.paddings, pr.dilations, pr.groups)
     if pr.ndim == 2:  # the 2D ops' own spellings (their plan keys)
-        conv = (pr.stride, pr.padding, pr.dilation, pr.groups)
+        geo = (pr.stride, pr.padding, pr.dilation, pr.groups)
     if pr.op == "forward":
-        return ops[names["forward"]](a, b, bias, *conv, **kw)
+        return ops[names["forward"]](a, b, bias, *geo, **kw)
     if pr.op == "wgrad":
-        return ops[names["wgrad"]](a, b, pr.w_shape, *conv, **kw)
+        return ops[names["wgrad"]](a, b, pr.w_shape, *geo, **kw)
     extra = tuple(size - ((o - 1) * st - 2 * pad + d * (k - 1) + 1) for size, o, st, pad, d, k in
                   zip(pr.spatial_in, pr.spatial_out, pr.strides, pr.paddings, pr.dilations, pr.kernel_size))
     if bias is None and not transpose and all(0 <= e < st for e, st in zip(extra, pr.strides)):
-        return ops[names["dgrad"]](a, b, pr.x_shape, *conv, **kw)
-    return ops[names["transpose"]](a, b, bias, conv[0], conv[1], extra, pr.groups, conv[2], **kw)
+        return ops[names["dgrad"]](a, b, pr.x_shape, *geo, **kw)
+    return ops[names["transpose"]](a, b, bias, geo[0], geo[1], extra, pr.groups, geo[2], **kw)

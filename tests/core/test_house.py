@@ -142,3 +142,28 @@ def test_every_import_inside_a_function_is_listed_with_its_reason():
     assert not unlisted, ("import at module level, or list the import in LAZY_IMPORTS with the path "
                           "that needs it:\n" + "\n".join(unlisted))
     assert not stale, f"listed imports that are gone: {sorted(stale)}"
+
+
+def _imports_numba_cuda(tree: ast.AST) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name == "numba.cuda" or a.name.startswith("numba.cuda.")
+                                                for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (
+                (node.module or "").startswith("numba.cuda")
+                or (node.module == "numba" and any(a.name == "cuda" for a in node.names))):
+            return True
+    return False
+
+
+def test_only_the_runtime_package_imports_numba_cuda():
+    """Every form (``import numba.cuda as c``, ``from numba import jit, cuda``, ``from numba.cuda.x import
+    y``, inside functions too); kernels and plugins take ``cuda`` from convlab.runtime (test_runtime.py
+    pins the one module inside the package: device.py)."""
+    assert _imports_numba_cuda(ast.parse("def f():\n    from numba import float32, cuda as c\n"))
+    assert not _imports_numba_cuda(ast.parse("from convlab.runtime import cuda\nimport numba\n"))
+    runtime = ROOT / "convlab" / "runtime"
+    offenders = [str(p.relative_to(ROOT)) for p in
+                 sorted([*(ROOT / "convlab").rglob("*.py"), *(ROOT / "algorithms").rglob("*.py")])
+                 if runtime not in p.parents and _imports_numba_cuda(ast.parse(p.read_text()))]
+    assert not offenders, f"import cuda from convlab.runtime instead: {offenders}"

@@ -1,9 +1,11 @@
 """House rules over the source tree, checked without importing it: no source or doc file narrates the
-project's development history, and every import inside a function is one listed here with its reason
-(the floors, the plugin boundary and ``__init__.py`` are tests/core/test_layout.py's)."""
+project's development history, every import inside a function is one listed here with its reason, only
+the runtime package imports numba.cuda, and results/ keeps its layout (the floors, the plugin boundary
+and ``__init__.py`` are tests/core/test_layout.py's)."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -167,3 +169,27 @@ def test_only_the_runtime_package_imports_numba_cuda():
                  sorted([*(ROOT / "convlab").rglob("*.py"), *(ROOT / "algorithms").rglob("*.py")])
                  if runtime not in p.parents and _imports_numba_cuda(ast.parse(p.read_text()))]
     assert not offenders, f"import cuda from convlab.runtime instead: {offenders}"
+
+
+FOLDER = re.compile(r"^[a-z][a-z0-9_]*/[a-z0-9-]+/[0-9a-f]{7,40}(?:-\d+)?$")
+
+
+def test_results_are_kept_by_what_device_and_commit_each_with_its_readme():
+    """results/<what>/<device>/<commit>[-<run>]/ with a README naming the command, the version, the
+    date and the device; runs.json lists exactly these folders (the order tools rank by)."""
+    results = ROOT / "results"
+    runs = json.loads((results / "runs.json").read_text())["folders"]
+    listed = [r["folder"] for r in runs]
+    assert len(listed) == len(set(listed))
+    folders = sorted({"/".join(p.relative_to(results).parts[:3]) for p in results.rglob("*")
+                      if p.is_file() and len(p.relative_to(results).parts) >= 4})
+    assert sorted(listed) == folders, set(listed) ^ set(folders)
+    for folder in folders:
+        assert FOLDER.match(folder), f"results/{folder}: not <what>/<device>/<commit>[-<run>]"
+        readme = (results / folder / "README.md").read_text()
+        for field in ("**Command**", "**Version**", "**Date**", "**Device**"):
+            assert field in readme, f"results/{folder}/README.md names no {field}"
+        commit = folder.split("/")[2].split("-")[0]
+        assert f"`{commit}`" in readme
+    loose = [p.name for p in results.iterdir() if p.is_file()]
+    assert sorted(loose) == ["FINDINGS.md", "README.md", "runs.json"], loose

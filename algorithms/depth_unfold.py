@@ -33,8 +33,9 @@ from convlab.kernels.conv.depth import depth_fold, depth_unfold, swap_axes
 from convlab.plugin import registry
 from convlab.plugin.contract import Algorithm, Config, Verdict
 from convlab.plugin.registry import register
-from convlab.problem import Problem, make_problem, np_dtype
+from convlab.problem import Problem, make_problem, make_problem_nd, np_dtype
 from convlab.runtime.scratch import scratch
+from convlab.runtime.settings import get_deterministic
 from convlab.runtime.targets import Target
 
 VIA_CONFIGS = 2  # configs tried per inner plugin (its preferred ones)
@@ -80,8 +81,6 @@ class DepthUnfold(Algorithm):
                    "the output permuted (dgrad: depth fold)")
 
     def _via(self, problem: Problem, target: Target) -> list:
-        from convlab.runtime.settings import get_deterministic
-
         inner = inner_problem(problem)
         return [p for p in registry.plugins(problem.op)
                 if p is not self and 2 in p.ndims and 3 not in p.ndims
@@ -120,7 +119,6 @@ class DepthUnfold(Algorithm):
         return max(found, default=float(np.finfo(np.float32).eps))
 
     def sample_problems(self, op: str) -> list[Problem]:
-        from convlab.problem import make_problem_nd
         return [make_problem_nd(op, 1, 4, (3, 4, 3), 4, (2, 2, 1), stride=(2, 1, 1), padding=(1, 1, 0),
                                 groups=2, bias=op != "wgrad"),
                 make_problem_nd(op, 2, 3, (4, 3, 3), 3, (1, 3, 3), padding=(0, 1, 1), groups=3,

@@ -23,7 +23,7 @@ import numpy as np
 from convlab import runtime
 from convlab.plugin.contract import Algorithm, Config, Verdict
 from convlab.plugin.registry import register
-from convlab.problem import Problem
+from convlab.problem import Problem, make_problem_nd
 from convlab.kernels.conv.direct3d import kernels3d
 from convlab.kernels.data.splitk import sum_partials
 from convlab.runtime import cuda
@@ -158,7 +158,6 @@ class Direct(Algorithm):
 
     def sample_problems(self, op: str) -> list[Problem]:
         """One 3D problem per op (2D ones come from every random draw): the 3D kernels in the corpus."""
-        from convlab.problem import make_problem_nd
         return [make_problem_nd(op, 1, 4, (3, 4, 3), 2, (2, 2, 2), stride=(2, 1, 1), padding=(1, 0, 1),
                                 groups=2, bias=op != "wgrad")]
 

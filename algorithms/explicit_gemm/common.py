@@ -20,7 +20,7 @@ import numpy as np
 from convlab import runtime
 from convlab.kernels.simt.gemm import Tile, pick_tiles, tiles_for
 from convlab.plugin.contract import Algorithm, Config, Verdict
-from convlab.problem import Problem
+from convlab.problem import Problem, make_problem_nd
 from convlab.runtime.scratch import scratch
 from convlab.runtime.targets import Target
 
@@ -142,7 +142,6 @@ class ColumnGemmAlgorithm(Algorithm):
 
     def sample_problems(self, op: str) -> list[Problem]:
         """One 3D problem per op: vol2col / col2vol in the corpus."""
-        from convlab.problem import make_problem_nd
         return [make_problem_nd(op, 1, 4, (3, 4, 3), 2, (2, 2, 2), stride=(2, 1, 1), padding=(1, 0, 1),
                                 groups=2, bias=op != "wgrad")]
 

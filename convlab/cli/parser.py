@@ -22,12 +22,14 @@ from .commands import cmd_bench, cmd_check, cmd_demo, cmd_explain, cmd_list, cmd
 def _add_shape(p: argparse.ArgumentParser, required: bool) -> None:
     g = p.add_argument_group("one shape (PyTorch conventions)")
     g.add_argument("--x", type=shape4, required=required, metavar="N,C,H,W",
-                   help="input shape (for --transpose: the conv_transpose2d input N,C_in,H,W)")
+                   help="input shape (for --transpose: the conv_transpose2d input N,C_in,H,W); N,C,L is a "
+                        "conv1d, N,C,D,H,W a conv3d")
     g.add_argument("--w", type=shape4, required=required, metavar="K,C,R,S",
-                   help="weight shape K,C/groups,R,S (for --transpose: C_in,C_out/groups,R,S)")
-    g.add_argument("--stride", type=pair, default=1, metavar="S|SH,SW")
-    g.add_argument("--padding", type=padding, default=0, metavar="P|PH,PW|same|valid")
-    g.add_argument("--dilation", type=pair, default=1, metavar="D|DH,DW")
+                   help="weight shape K,C/groups,R,S (for --transpose: C_in,C_out/groups,R,S); K,C,S for "
+                        "1D, K,C,T,R,S for 3D")
+    g.add_argument("--stride", type=pair, default=1, metavar="S|SH,SW|SD,SH,SW")
+    g.add_argument("--padding", type=padding, default=0, metavar="P|PH,PW|PD,PH,PW|same|valid")
+    g.add_argument("--dilation", type=pair, default=1, metavar="D|DH,DW|DD,DH,DW")
     g.add_argument("--groups", type=int, default=1)
     g.add_argument("--bias", action="store_true", help="with a bias operand (forward / transpose)")
     g.add_argument("--dtype", choices=("float32", "float64"), default="float32")
@@ -41,9 +43,9 @@ _EPILOG = """examples:
   convlab demo                                    every plugin on a small problem, checked; what auto picks
   convlab list                                    plugins and built-in suites
   convlab explain --x 16,3,227,227 --w 96,3,11,11 --stride 4
-  convlab bench --suite burn --ops forward --out results/h200
+  convlab bench --suite burn --ops forward --out bench-results
   convlab bench --x 16,64,56,56 --w 64,64,3,3 --padding 1 --plugins direct
-  convlab plot results/h200/burn.json -o results/h200/plots
+  convlab plot bench-results/burn.json -o bench-results/plots
   convlab tune --suite resnet50
   convlab tune --suite resnet50 --dtypes float32,float16,bfloat16 --workers 2     one process per GPU
   convlab tune --suite resnet50 --scheduler tcp://host:8786                      an existing Dask cluster

@@ -102,8 +102,12 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
 
     here = current_target()
     target = here if target is None else get_target(target)
-    rows = plugin_rows(prob, workspace_limit, target)
     notes: list[str] = []
+    if prob.ndim == 1:  # the ops run a conv1d as its 2D embedding (convlab.ops.conv_nd)
+        notes.append(f"1D problem {prob.describe()} runs as its 2D embedding (H = R = P = 1, operands "
+                     f"viewed with a unit height) on the 2D plugins")
+        prob = prob.lowered()
+    rows = plugin_rows(prob, workspace_limit, target)
     if prob.dtype == "float32":  # TF32 plugins are candidates only under "high"
         notes.append(f"float32 precision: {get_float32_precision()}")
     tuning = None

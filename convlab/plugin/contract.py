@@ -25,7 +25,10 @@ kernels are specialised on the layer's sizes, so every new shape compiles: the c
 quarter of the profile's examples for it on a GPU, where each compile costs seconds), ``layouts`` (the
 memory layouts of the 4-D operands ``run`` takes: ``"nchw"``, C-contiguous; ``"nhwc"``, channels-last
 strides, handed over as they are, and checked by ``check_channels_last_operands``; a plugin without it
-gets NCHW copies: convlab.kernels.data.layouts). ``tensor_core`` takes ``"nhwc"``.
+gets NCHW copies: convlab.kernels.data.layouts). ``tensor_core`` takes ``"nhwc"``. ``ndims`` (default
+``(2,)``): the spatial dimensions N its kernels take; :meth:`Algorithm.applicable` declines the others,
+naming N. 1D problems reach a plugin as their 2D embedding (``Problem.lowered()``: H = 1), so a 2D
+plugin runs every conv1d; a plugin claims 3 only when its ``run`` takes 5-D operands (NCDHW, KCTRS).
 """
 from __future__ import annotations
 
@@ -143,6 +146,7 @@ class Algorithm:
     description: ClassVar[str] = ""
     compiles_per_shape: ClassVar[bool] = False
     layouts: ClassVar[frozenset[str]] = frozenset({"nchw"})
+    ndims: ClassVar[tuple[int, ...]] = (2,)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -193,6 +197,10 @@ class Algorithm:
             return Verdict.no(f"implements {sorted(self.ops)}, not {problem.op}")
         if problem.dtype not in self.dtypes:
             return Verdict.no(f"supports dtypes {sorted(self.dtypes)}, not {problem.dtype}")
+        if problem.ndim not in self.ndims:
+            lowered = " (a 1D problem runs as its 2D embedding: Problem.lowered())" if problem.ndim == 1 else ""
+            return Verdict.no(f"runs {'/'.join(f'{n}D' for n in self.ndims)} convolutions, not "
+                              f"{problem.ndim}D{lowered}")
         verdict = self.check(problem, target=target)
         if not verdict:
             return verdict

@@ -56,7 +56,8 @@ def test_list_and_explain(capsys):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["explain", "--x", "16,3,227", "--w", "96,3,11,11"], "4 comma-separated ints"),
+    (["explain", "--x", "16,3", "--w", "96,3,11,11"], "4 or 3 or 5 comma-separated ints"),
+    (["explain", "--x", "16,3,227", "--w", "96,3,11,11"], "x and w of 3 entries"),
     (["explain", "--x", "1,3,2,2", "--w", "4,3,5,5"], "output would be empty"),
     (["explain", "--x", "1,4,8,8", "--w", "4,4,3,3", "--stride", "0"], "stride must be >= 1"),
     (["explain", "--x", "1,4,8,8", "--w", "4,4,3,3", "--workspace-limit", "12Q"], "byte count"),

@@ -144,12 +144,11 @@ def run_isolated(request: dict) -> str:
 
 
 def _main() -> None:
-    from convlab.problem import make_problem
-
     request = json.loads(sys.stdin.read())
     for module in request.pop("imports", ()):  # modules that register more plugins
         importlib.import_module(module)
-    problem = make_problem(**request.pop("problem"))
+    fields = request.pop("problem")  # JSON made the Problem's tuples lists
+    problem = Problem(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
     request["layouts"] = tuple(request.get("layouts", ("nchw",) * 3))
     try:
         sys.stdout.write(sources_text(problem=problem, **request))

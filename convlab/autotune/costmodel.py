@@ -38,7 +38,7 @@ import numpy as np
 
 from convlab.target import TARGETS, Target, nearest
 
-from .features import ARITH_CEILING, Features
+from .features_base import ARITH_CEILING, Features
 
 FORMAT = "convlab-costmodel/1"
 #: the feature definitions a file was fitted on (features.py, families.py): a file of another version is

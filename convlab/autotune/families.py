@@ -28,9 +28,11 @@ from convlab.plugin.contract import Algorithm, Config
 from convlab.problem import Problem
 from convlab.target import Target
 
-from .features import Features, blocks_per_sm, default_arith, gemm_tiles, operand_loads
+from .features_base import Features, blocks_per_sm, default_arith, gemm_tiles, operand_loads
 
-Extractor = Callable[[Algorithm, Problem, Config, Target, int], Features]
+#: (plugin, problem, config, target, workspace limit, recurse) -> Features; ``recurse`` is
+#: :func:`convlab.autotune.features.features` (widen asks it for its float32 plugin's features)
+Extractor = Callable[..., Features]
 HALF = ("float16", "bfloat16")
 
 
@@ -38,7 +40,8 @@ def _prod(shape: tuple[int, ...]) -> int:
     return math.prod(shape)
 
 
-def _direct(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int) -> Features:
+def _direct(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int,
+        recurse: Callable | None = None) -> Features:
     from convlab.algorithms import direct
 
     out = _prod(pr.operand_shapes[2])
@@ -55,7 +58,8 @@ def _simt_tile(config: Config):
     return Tile.from_config(config)
 
 
-def _implicit_gemm(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int) -> Features:
+def _implicit_gemm(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int,
+        recurse: Callable | None = None) -> Features:
     from convlab.algorithms.implicit_gemm import common, gathers
 
     tile = _simt_tile(config)
@@ -80,7 +84,8 @@ def _implicit_gemm(plugin: Algorithm, pr: Problem, config: Config, target: Targe
                     blocks_per_sm(target, tile.threads, shared, common.register_cap(tile.threads)), l2)
 
 
-def _columns(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int) -> Features:
+def _columns(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int,
+        recurse: Callable | None = None) -> Features:
     from convlab.algorithms import _columns as columns
 
     tile = _simt_tile(config)
@@ -101,7 +106,8 @@ def _columns(plugin: Algorithm, pr: Problem, config: Config, target: Target, lim
                     operand_loads(m, n, k, tile.bm, tile.bn, pr.itemsize) * pr.groups * max(pr.n, 1))
 
 
-def _tensor_core(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int) -> Features:
+def _tensor_core(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int,
+        recurse: Callable | None = None) -> Features:
     from convlab.algorithms import tensor_core as tc
     from convlab.algorithms.tensor_core import strided, wgrad
 
@@ -149,7 +155,8 @@ def _tensor_core(plugin: Algorithm, pr: Problem, config: Config, target: Target,
                     operand_loads(m, n, k, cfg.BM, cfg.BN, size))
 
 
-def _depthwise(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int) -> Features:
+def _depthwise(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int,
+        recurse: Callable | None = None) -> Features:
     from convlab.algorithms import depthwise as dw
 
     tile = dw._tile(config)
@@ -171,15 +178,14 @@ def _depthwise(plugin: Algorithm, pr: Problem, config: Config, target: Target, l
                     float(pr.bytes) * halo)
 
 
-def _widen(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int) -> Features | None:
+def _widen(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int,
+           recurse: Callable) -> Features:
     from convlab.plugin import registry
-
-    from .features import features
 
     name = config["via"]
     inner = Config({k: v for k, v in config.items() if k != "via"})
     wide = pr.replace(dtype="float32")
-    via = features(registry.get(name), wide, inner, target, limit)
+    via = recurse(registry.get(name), wide, inner, target, limit)
     elems = sum(_prod(s) for s in pr.operand_shapes) + (pr.bias_shape[0] if pr.bias else 0)
     copies = float(elems * (pr.itemsize + 4))  # each operand read in half, written (read) in float32
     return Features(via.family, via.arith, via.flops, via.bytes, via.aux_bytes + copies,

@@ -27,12 +27,11 @@ from convlab.target import TARGETS, get as get_target
 
 from . import evaluate, measured, modes
 from .costmodel import Model, target_class
+from .fit_report import COMMAND, markdown
 from .fitting import fit, rms_log_error
 
 K_CHOICES = (1, 2, 3, 4)
 FIGURES = "figures.json"  # the report's figures as JSON, written beside it
-COMMAND = ("python -m convlab.autotune.fit --results results --out convlab/autotune/model/sm_90.json "
-           "--report results/autotune_model/README.md")
 
 
 def fit_all(layers: Sequence[evaluate.LayerOp], target_name: str, files: dict[str, int]) -> Model:
@@ -87,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="FILE.json", help="the model file to write")
     p.add_argument("--report", default=None, metavar="FILE.md",
                    help="also judge the model (leave one network out) and write this Markdown table")
-    p.add_argument("--target", default="sm_90", choices=sorted(n for n, t in TARGETS.items() if not t.simulator),
+    gpus = sorted(n for n, t in TARGETS.items() if not t.simulator)
+    p.add_argument("--target", default="sm_90", choices=gpus,
                    help="the named target whose ceilings the results were measured against (sm_90)")
     return p
 
@@ -109,8 +109,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {args.out}: {len(model.groups)} groups from {model.meta['rows']} rows "
           f"(rms log error {model.meta['rms_log_error']})")
     if args.report:
-        from .fit_report import markdown
-
         data = figures(judge_all(layers, args.target))
         data["files"], data["model"] = files, model.to_dict()
         data["plugins"] = {p: dict(sorted(collections.Counter(m.file for m in rows if m.plugin == p).items()))

@@ -1,5 +1,6 @@
-"""The Markdown report of ``python -m convlab.autotune.fit --report``: the data used, the leave-one-network-out
-table against the issue's targets, the choice of k, the worst picks and the fitted constants.
+"""The Markdown report of ``python -m convlab.autotune.fit --report``: the data used, the
+leave-one-network-out table against the issue's targets, the choice of k, the worst picks and the
+fitted constants.
 
 Input: the dict :func:`convlab.autotune.fit.main` builds (``figures`` plus ``files`` and ``model``).
 """
@@ -9,8 +10,10 @@ import math
 from typing import Any
 
 from .evaluate import HIT_MARGIN
-from .fit import COMMAND
 
+#: the refit command (the report names it; the model file's meta records it)
+COMMAND = ("python -m convlab.autotune.fit --results results --out convlab/autotune/model/sm_90.json "
+           "--report results/autotune_model/README.md")
 #: the issue's targets: heuristic geomean regret, and the share of layer-ops whose top-k set holds a
 #: candidate within HIT_MARGIN of the best
 TARGET_GEOMEAN, TARGET_HIT = 0.15, 0.90
@@ -85,11 +88,12 @@ def markdown(data: dict[str, Any]) -> str:
     out += _targets(data["all"], k) + ["", "By dtype (all held-out networks):", "", HEADER]
     out += [_row(d, s) for d, s in data["dtypes"].items()] + [""]
     out += ["## Choice of k (configs timed per plugin in mode 'tune')", "",
-            "| k | top-k hit (all) | layer-ops a plugin has > k configs | top-k hit there |", "|---|---|---|---|"]
+            "| k | top-k hit (all) | layer-ops a plugin has > k configs | top-k hit there |",
+            "|---|---|---|---|"]
     out += [f"| {kk} | {_pct(s['topk_hit'])} | {s['topk_informative']} | {_pct(s['topk_hit_informative'])} |"
             for kk, s in sorted(data["k_choices"].items(), key=lambda kv: int(kv[0]))] + [""]
-    out += ["## Worst held-out heuristic picks", "", "| held out | layer-op | precision | pick | ms | best | ms "
-            "| regret |", "|---|---|---|---|---|---|---|---|"]
+    out += ["## Worst held-out heuristic picks", "",
+            "| held out | layer-op | precision | pick | ms | best | ms | regret |", "|---|---|---|---|---|---|---|---|"]
     out += [f"| {w['network']} | {w['problem']} | {w['precision']} | {w['pick']} | {w['pick_ms']:.4g} | "
             f"{w['best']} | {w['best_ms']:.4g} | {_pct(w['regret'])} |" for w in data["worst"]] + [""]
     meta = model.get("meta", {})
@@ -97,7 +101,8 @@ def markdown(data: dict[str, Any]) -> str:
             f"{meta.get('rows')} rows of {meta.get('layer_ops')} layer-ops, rms of log(t_model / t_measured) "
             f"{meta.get('rms_log_error')}; shared: e_aux {model['e_aux']:.3g}, launch "
             f"{1e3 * model['launch_ms']:.3g} us, base {1e3 * model['base_ms']:.3g} us.", "",
-            "| group (family, arithmetic, op) | rows | e_compute | e_memory | l2 ratio |", "|---|---|---|---|---|"]
+            "| group (family, arithmetic, op) | rows | e_compute | e_memory | l2 ratio |",
+            "|---|---|---|---|---|"]
     out += [f"| {g} | {int(v[3])} | {v[0]:.3g} | {v[1]:.3g} | {v[2]:.3g} |" for g, v in model["groups"].items()]
     out += ["", "## Result files the fit uses", "", "| file (under --results) | rows |", "|---|---|"]
     out += [f"| `{f}` | {n} |" for f, n in data["files"].items()]

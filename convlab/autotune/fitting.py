@@ -26,13 +26,14 @@ import numpy as np
 from convlab.target import Target
 
 from .costmodel import Group, Model, default_group, formula
-from .features import ARITH_CEILING, Features
+from .features_base import ARITH_CEILING, Features
 
 MIN_GROUP_ROWS = 6  # rows an op-specific group needs to be fitted on its own
 ROUNDS = 3
 #: clip ranges: compute efficiency (at most the ceiling), memory efficiency (above 1: operands served
 #: from L2), l2 ratio (multiples of DRAM bandwidth), e_aux, launch and base ms
-BOUNDS = {"compute": (1e-4, 1.0), "memory": (1e-4, 1.5), "ratio": (0.3, 30.0), "aux": (0.02, 1.5), "launch": (1e-4, 0.05),
+BOUNDS = {"compute": (1e-4, 1.0), "memory": (1e-4, 1.5), "ratio": (0.3, 30.0), "aux": (0.02, 1.5),
+          "launch": (1e-4, 0.05),
           "base": (1e-4, 0.1)}
 
 
@@ -89,7 +90,8 @@ class _Batch:
     def __init__(self, rows: Sequence[Row], target: Target) -> None:
         f = [r.features for r in rows]
         col = lambda name: np.array([getattr(x, name) for x in f], float)  # noqa: E731
-        self.flops, self.bytes, self.l2, self.aux = col("flops"), col("bytes"), col("l2_bytes"), col("aux_bytes")
+        self.flops, self.bytes = col("flops"), col("bytes")
+        self.l2, self.aux = col("l2_bytes"), col("aux_bytes")
         self.launches = col("launches")
         self.wave = np.array([x.wave_efficiency(target.sm_count) for x in f])
         self.peak = np.array([target.tflops.get(ARITH_CEILING[x.arith][0], 0.0) * 1e12 *

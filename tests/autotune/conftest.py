@@ -1,11 +1,13 @@
 """tests/autotune: every test gets a private cache folder, a registry of ``direct`` plus the throw-away
-plugins of ``tuning_fakes``, and default autotuner settings (the autouse fixture ``isolated``)."""
+plugins of ``tuning_fakes``, and default autotuner settings (the autouse fixture ``isolated``); ``real``
+registers the built-in plugins again for a test that needs them (the cost model's tests)."""
 from __future__ import annotations
 
 import pytest
 
 import convlab
 from convlab import autotune
+from convlab.autotune import costmodel
 from convlab.plugin import registry
 
 from tuning_fakes import Crashy, HostExact, NonDet, Picky, Wrong
@@ -28,3 +30,19 @@ def isolated(tmp_path, monkeypatch):
     autotune.set_key_policy(policy)
     autotune.set_deterministic(det)
     autotune.clear_cache(memory=True, disk=False)
+
+
+@pytest.fixture
+def real():
+    """The built-in plugins registered again (``isolated`` restores its registry afterwards)."""
+    import importlib
+
+    for name in ("direct", "implicit_gemm", "im2col", "col2im", "tensor_core", "tf32x3", "depthwise", "widen"):
+        module = importlib.import_module(f"convlab.algorithms.{name}")
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, convlab.Algorithm) and value.name \
+                    and value.__module__ == module.__name__:
+                convlab.register(value, replace=True)
+    costmodel.forget()
+    yield
+    costmodel.forget()

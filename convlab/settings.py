@@ -8,7 +8,7 @@
 | simulator thread budget: simulated threads per launch above which convlab warns | ``CONVLAB_SIM_THREAD_BUDGET`` (10000) | the variable |
 | float32 precision: ``"highest"`` (fp32-class: fp32 FMA, or the ``tf32x3`` plugin's 3xTF32) or ``"high"`` (TF32 tensor cores allowed for float32) | ``CONVLAB_FLOAT32_PRECISION`` (highest) | :func:`set_float32_precision`, :func:`float32_precision` |
 | cache directory: tuning results (and compiled kernels) | ``CONVLAB_CACHE_DIR`` (user cache dir) | the variable |
-| tuning depth: configs per plugin the autotuner compiles and times (its preferred first; all by default) | ``CONVLAB_TUNE_CONFIGS`` (all) | :func:`set_tune_configs` |
+| tuning depth: configs per plugin the autotuner considers in every mode (its preferred first; all by default) | ``CONVLAB_TUNE_CONFIGS`` (all) | :func:`set_tune_configs` |
 | tuning mode of ``algorithm="auto"``: ``"heuristic"`` (the cost model's pick, nothing timed), ``"tune"`` (the model's top candidates timed), ``"exhaustive"`` (every candidate timed) | ``CONVLAB_TUNE_MODE`` (tune) | :func:`set_tune_mode` (``convlab.autotune.set_mode``) |
 | tuning budget: seconds of checking and timing per shape in mode ``"tune"`` (``none``: no limit) | ``CONVLAB_TUNE_BUDGET`` (20) | :func:`set_tune_budget` |
 | warpgroup MMA on a GPU: the wgmma kernels (sm_90) offered on a device (always on the simulator and for named targets) | ``CONVLAB_WGMMA`` (0) | the variable, read when the device's target is first made |
@@ -188,10 +188,12 @@ def get_tune_configs() -> int | None:
 
 
 def set_tune_configs(count: int | None) -> int | None:
-    """Let the autotuner compile and time only each plugin's first ``count`` configs (its preferred
-    ones; None: all). A cold first call of a new shape compiles every candidate it times: 1 or 2 cut
-    that cost several-fold, at the price of picks among fewer tiles. Entries tuned under another
-    depth are re-tuned (their candidate lists differ). Returns the previous value."""
+    """Let the autotuner consider only each plugin's first ``count`` configs (its preferred ones;
+    None: all), in every tuning mode: they are the only candidates ranked, timed or picked (mode
+    "tune" then times at most its top k of them a plugin). A cold first call of a new shape compiles
+    every candidate it times: 1 or 2 cut that cost several-fold, at the price of picks among fewer
+    tiles. Entries tuned under another depth are re-tuned (their candidate lists differ). Returns
+    the previous value."""
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise ValueError(f"count must be None (all configs) or an int >= 1, got {count!r}")
     return _swap("tune_configs", count)

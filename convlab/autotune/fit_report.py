@@ -53,13 +53,15 @@ def _limits(data: dict[str, Any]) -> list[str]:
     out = [f"- {a['single']} of {total} held-out layer-ops have one measured candidate (most fp16 / bf16 "
            "layers: `tc_conv_bench` timed only the tensor_core plugin's first config); they say "
             "nothing about a choice and are left out of the regrets.",
-            f"- Per-config times of today's kernels exist for {a['topk_informative']} layer-ops only (the "
+            f"- Several configs of one plugin were measured on {a['topk_informative']} held-out layer-ops "
+            f"only (the "
             f"per-config sweeps among the files below; `convlab bench` timed each plugin's first config), "
             f"so the top-{k} hit rate over all layer-ops is a hit by construction wherever no plugin has "
             f"more than {k} measured configs: the column 'top-k hit there' is the informative one.",
-            "- Candidates never measured on a GPU are ranked on the fitted family constants alone: the "
-            "wgmma configs of tensor_core (sm_90, off on a device unless CONVLAB_WGMMA=1), widen on "
-            "most layers, tensor_core under float32 'high' on MobileNetV2 / EfficientNet-B0 / ResNeXt-50.",
+            "- Candidates never measured on a GPU are ranked on constants fitted on other layers: widen "
+            "on most layers, tensor_core under float32 'high' on MobileNetV2 / EfficientNet-B0 / "
+            "ResNeXt-50; the wgmma configs of tensor_core (sm_90, off on a device unless "
+            "CONVLAB_WGMMA=1) are a group of their own on the physics defaults, never timed.",
             "- Rows of older sessions time `plugin.run` (Numba's launch marshalling included) where newer "
             "ones time the public op with CUDA graphs; the newest session per group is used, so a layer-op "
             "may compare candidates timed both ways. Where each plugin's rows come from:"]

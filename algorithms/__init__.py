@@ -1,8 +1,14 @@
-"""Built-in algorithm plugins, installed as ``convlab.algorithms``: one module (or package) per family.
+"""Built-in algorithm plugins, installed as ``convlab.algorithms``: one module or package per family.
 
-The registry imports every module and package here whose name does not start with ``_``; a module
-registers its plugin classes with ``@convlab.register``. ``_``-prefixed modules hold what several
-plugins share (``_columns``: the column-buffer plan of im2col and col2im; ``_unfold``: the unfold
-kernel of im2col and the tensor-core wgrad). The GPU building blocks
-every kernel family uses live in ``convlab.kernels``. See ``direct.py`` for the smallest complete example.
+    direct.py        one thread per output element: every problem, the fallback
+    explicit_gemm/   im2col (forward, wgrad) and col2im (dgrad): a column buffer and the SIMT GEMM
+    implicit_gemm/   the SIMT implicit GEMM: operand tiles gathered into shared memory, any shape
+    tensor_core/     the tensor-core implicit GEMM (mma.sync, wgmma) and its 3xTF32 variant tf32x3
+    depthwise.py     depthwise convolutions (groups == C), generated per layer shape
+    widen.py         fp16 / bf16 problems on the float32 plugins
+
+The registry imports every module and package here; each registers its plugin classes with
+``@register`` (convlab.plugin.registry). A plugin imports the kernel layer (``convlab.kernels``), the
+contract (``convlab.plugin``), the problem and the runtime, never another plugin: what two plugins
+share lives in the kernel layer. See ``direct.py`` for the smallest complete example.
 """

@@ -16,7 +16,7 @@ one tile of 8, 16 or 32 (GPU; 4 or 8 on the simulator), plane tiles with PL = 25
 stride-1 correlation per output residue class (h + ph) mod sh, (w + pw) mod sw, with only the filter taps
 that reach it. wgrad reduces in a fixed order: each block sums its chunk of units in sequence, then a
 shared-memory tree per filter; with splits > 1 the partials go to a workspace and are summed in split
-order by ``convlab.kernels.splitk.sum_partials`` (plane tiles offer SPLIT=1: never split, one launch).
+order by ``convlab.kernels.data.splitk.sum_partials`` (plane tiles offer SPLIT=1: never split, one launch).
 No atomics: every result is deterministic. Every layer size is a compile-time constant of its kernels,
 so a launch passes the arrays only (host time per call counts on small layers).
 
@@ -30,15 +30,17 @@ import functools
 import math
 from typing import Any, NamedTuple
 
-import convlab
-from convlab import Algorithm, Config, Problem, Verdict, register, runtime
-from convlab.kernels.splitk import MAX_INDEX, sum_partials  # the ordered split sum
-from convlab.scratch import scratch
-from convlab.target import Target
+from convlab import runtime
+from convlab.plugin.contract import Algorithm, Config, Verdict
+from convlab.plugin.registry import register
+from convlab.problem import Problem, make_problem
+from convlab.kernels.data.splitk import MAX_INDEX, sum_partials  # the ordered split sum
+from convlab.runtime.scratch import scratch
+from convlab.runtime.targets import Target
 
-from ._depthwise_common import MAX_SHARED, axis, shared_bytes
-from ._depthwise_conv import conv_kernel
-from ._depthwise_wgrad import wgrad_kernel
+from convlab.kernels.conv.depthwise_common import MAX_SHARED, axis, shared_bytes
+from convlab.kernels.conv.depthwise_conv import conv_kernel
+from convlab.kernels.conv.depthwise_wgrad import wgrad_kernel
 
 MAX_GRID_YZ = 65535  # grid y and z: channel groups and images (wgrad: filter groups)
 MAX_TAPS = 121  # R*S: up to 11x11 (the unrolled per-thread code and wgrad's accumulators grow with it)
@@ -157,7 +159,8 @@ class _Plan(NamedTuple):
 
 @functools.lru_cache(maxsize=1024)
 def _launch(problem: Problem, config: Config, workspace_limit: int, target: Target) -> _Plan:
-    """The configured kernel launches of one call (cached: host time per call counts)."""
+    """The configured kernel launches of one call on ``target`` (cached: replays skip this, the first
+    call of a shape and the simulator do not)."""
     tile = _tile(config)
     th, tw, vh, pl = tile
     threads = tw * th // vh * pl
@@ -175,23 +178,6 @@ def _launch(problem: Problem, config: Config, workspace_limit: int, target: Targ
     grid = (blocks, math.ceil(out_c / pl), problem.n)
     return _Plan(*(conv_kernel(problem.dtype, problem.op == "dgrad", tile, geometry, sizes, b)[grid, threads]
                    for b in (False, True)), 1)
-
-
-_PLANS: dict[tuple[int, int, int, int], tuple[Problem, Config, Target, _Plan]] = {}
-
-
-def _plan(problem: Problem, config: Config, workspace_limit: int) -> _Plan:
-    """``_launch`` on the current target, looked up by the identity of its arguments (hashing a Problem
-    and a Config costs a few microseconds per call); the entry keeps them alive, so their ids are not
-    reused while it exists."""
-    target = runtime.target()
-    key = (id(problem), id(config), workspace_limit, id(target))
-    hit = _PLANS.get(key)
-    if hit is None:
-        if len(_PLANS) >= 1024:
-            _PLANS.clear()
-        hit = _PLANS[key] = (problem, config, target, _launch(problem, config, workspace_limit, target))
-    return hit[3]
 
 
 @register
@@ -235,7 +221,7 @@ class Depthwise(Algorithm):
 
     def sample_problems(self, op: str) -> list[Problem]:
         bias = op != "wgrad"
-        mk = convlab.make_problem
+        mk = make_problem
         return [mk(op, 2, 3, 7, 6, 3, 3, 3, padding=1, groups=3, bias=bias),  # M = 1, odd sizes
                 mk(op, 1, 2, 9, 8, 4, 3, 3, stride=2, padding=1, groups=2, bias=bias,  # M = 2, stride 2
                    dtype="float64"),
@@ -245,7 +231,7 @@ class Depthwise(Algorithm):
                    groups=2, bias=bias)]  # dgrad: the shortened dy of conv_transpose2d's output_padding
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
-        plan = _plan(problem, config, workspace_limit)
+        plan = _launch(problem, config, workspace_limit, runtime.target())
         if problem.op != "wgrad":
             if bias is None:
                 plan.launch(a, b, out, out)  # no bias: the kernel never reads its bias argument

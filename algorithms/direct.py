@@ -9,7 +9,7 @@ Loop nests (C' = C/groups, K' = K/groups, g = the element's group):
 
 Every option (stride, padding, dilation, groups, bias) is supported, so this plugin is the fallback that
 accepts every valid problem. wgrad's long reduction (N*P*Q) is split into chunks summed in order by a
-second kernel (``convlab.kernels.splitk.sum_partials``: deterministic) when the split buffer fits the
+second kernel (``convlab.kernels.data.splitk.sum_partials``: deterministic) when the split buffer fits the
 workspace limit; otherwise one thread sums it all.
 """
 from __future__ import annotations
@@ -19,10 +19,13 @@ import math
 
 import numpy as np
 
-from convlab import Algorithm, Config, Problem, Verdict, register, runtime
-from convlab.kernels.splitk import sum_partials
+from convlab import runtime
+from convlab.plugin.contract import Algorithm, Config, Verdict
+from convlab.plugin.registry import register
+from convlab.problem import Problem
+from convlab.kernels.data.splitk import sum_partials
 from convlab.runtime import cuda
-from convlab.target import Target
+from convlab.runtime.targets import Target
 
 THREADS = 128  # threads per block, every kernel
 _WGRAD_CHUNK = 256  # target products per thread in split wgrad

@@ -17,14 +17,16 @@ Priority -10: without tuning (the simulator) a native half plugin goes first whe
 """
 from __future__ import annotations
 
-from convlab import Algorithm, Config, Problem, Verdict, register, runtime
-from convlab.kernels import convert
-from convlab.plugin import registry
-from convlab.problem import unit_roundoff
-from convlab.scratch import scratch
-from convlab.target import Target
-
 import numpy as np
+
+from convlab import runtime
+from convlab.kernels.data import convert
+from convlab.plugin import registry
+from convlab.plugin.contract import Algorithm, Config, Verdict
+from convlab.plugin.registry import register
+from convlab.problem import Problem, unit_roundoff
+from convlab.runtime.scratch import scratch
+from convlab.runtime.targets import Target
 
 VIA_CONFIGS = 2  # configs tried per float32 plugin (its preferred ones)
 
@@ -55,14 +57,14 @@ class Widen(Algorithm):
         plugins and this one excluded: they are candidates of the half problem themselves; so is a
         float32 variant of a native half plugin that runs the problem, e.g. tf32x3 of tensor_core on a
         stride-1 fp16 forward: the same kernels in fp16 are a candidate already)."""
-        from convlab.settings import get_deterministic
+        from convlab.runtime.settings import get_deterministic
         wide = _float32(problem)
         found = registry.plugins(problem.op)
         native = tuple(type(p) for p in found
-                       if problem.dtype in p.dtypes and p is not self and p.check(problem, target))
+                       if problem.dtype in p.dtypes and p is not self and registry.verdict(p, problem, target=target))
         via = [p for p in found
                if problem.dtype not in p.dtypes and "float32" in p.dtypes and not isinstance(p, native)
-               and (p.deterministic or not get_deterministic()) and p.check(wide, target)]
+               and (p.deterministic or not get_deterministic()) and registry.verdict(p, wide, target=target)]
         return [p for p in via if p.name != "direct"] or via  # direct: only when nothing else runs it
 
     def check(self, problem: Problem, target: Target) -> Verdict:
@@ -81,8 +83,8 @@ class Widen(Algorithm):
         name, inner = _inner(config)
         copies = sum(int(np.prod(s)) for s in problem.operand_shapes)
         copies += int(np.prod(problem.bias_shape)) if problem.bias else 0
-        return 4 * copies + registry.get(name).workspace_bytes(_float32(problem), inner, workspace_limit,
-                                                               target)
+        return 4 * copies + registry.workspace(registry.get(name), _float32(problem), inner, workspace_limit,
+                                               target)
 
     def compute_eps(self, dtype: str) -> float:
         """float32 arithmetic (measure.tolerance adds the output's rounding to ``dtype``)."""
@@ -108,5 +110,5 @@ class Widen(Algorithm):
             for arr, dst in zip((a, b, bias), wide[:3]):
                 if arr is not None:
                     convert.widen(view(arr), dst.reshape(-1), kind)
-            registry.get(name).run(_float32(problem), inner, *wide, workspace_limit=workspace_limit)
+            registry.run(registry.get(name), _float32(problem), inner, *wide, workspace_limit=workspace_limit)
             convert.narrow(wide[3].reshape(-1), view(out), kind)

@@ -121,7 +121,8 @@ def make_timer(problem, repeat: int):
     """(timer(candidate) -> ms samples, ops) on fresh operands: CUDA events on a GPU, wall clock on the
     simulator (where the tuner needs an injected timer to measure at all)."""
     import numpy as np
-    from convlab import measure, runtime, settings
+    from convlab import measure, runtime
+    from convlab.runtime import settings
 
     limit = settings.get_workspace_limit()
     a, b, bias = measure.random_operands(problem, np.random.default_rng(0))
@@ -139,7 +140,8 @@ def make_timer(problem, repeat: int):
 
 
 def bench_problem(label: str, problem, args: argparse.Namespace) -> dict:
-    from convlab import autotune, settings
+    from convlab import autotune
+    from convlab.runtime import settings
     from convlab.plugin import registry
 
     timer = make_timer(problem, args.repeat)
@@ -189,7 +191,8 @@ def _simulator() -> bool:
 
 def child(args: argparse.Namespace) -> dict:
     """The second process: every problem through autotune.choose; nothing should be timed."""
-    from convlab import autotune, settings
+    from convlab import autotune
+    from convlab.runtime import settings
 
     t0 = time.perf_counter()
     autotune.reset_stats()
@@ -223,7 +226,7 @@ def summarize(shapes: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="convlab-autotune-bench-")
-    os.environ["CONVLAB_CACHE_DIR"] = cache_dir  # read at call time by convlab.settings.cache_dir
+    os.environ["CONVLAB_CACHE_DIR"] = cache_dir  # read at call time by convlab.runtime.settings.cache_dir
     import convlab
     from convlab import autotune, runtime
 

@@ -62,7 +62,8 @@ if spec["torch"]:
     sync()
 t2 = time.perf_counter()
 import convlab
-from convlab import kernel_cache, runtime, autotune
+from convlab import runtime, autotune
+from convlab.runtime import kernel_cache
 t_imported = time.perf_counter()
 if not spec["torch"]:
     sync = runtime.synchronize
@@ -93,7 +94,7 @@ for op in spec["ops"]:
     sync()
     firsts.append(time.perf_counter() - s)
 if spec["precompile"]:  # the fill step: compile (and save) every tuning candidate's kernels of these
-    from convlab import settings  # shapes by running each once, without tuning them (nothing is timed)
+    from convlab.runtime import settings  # shapes by running each once, without tuning them (nothing is timed)
     from convlab.plugin import registry
     for xs, ws, pad in spec["precompile"]:
         x, w = (rng.standard_normal(s).astype(np.float32) for s in (xs, ws))
@@ -101,7 +102,7 @@ if spec["precompile"]:  # the fill step: compile (and save) every tuning candida
         limit = settings.get_workspace_limit()
         poison = np.full(prob.operand_shapes[2], np.nan, np.float32)
         if spec["torch"]:  # the operands' kind as the timed steps see it (Numba views of torch tensors)
-            from convlab import operands
+            from convlab.call import operands
             arrays = [operands.as_device(dev(x)), operands.as_device(dev(w)), None,
                       operands.as_device(dev(poison))]
         else:

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 import convlab
 from convlab import measure, runtime
-from convlab.settings import get_workspace_limit
+from convlab.runtime.settings import get_workspace_limit
 
 # (name, C, H, kernel, stride, count in the network)
 MOBILENET_V2 = [("mbv2_112_c32_s1", 32, 112, 3, 1, 1), ("mbv2_112_c96_s2", 96, 112, 3, 2, 1),

@@ -1,4 +1,4 @@
-"""Time the tiled GEMM kernel family (convlab.kernels.gemm) against cuBLAS (torch) on one fp32 GEMM.
+"""Time the tiled GEMM kernel family (convlab.kernels.simt.gemm) against cuBLAS (torch) on one fp32 GEMM.
 
     python benchmarks/gemm_bench.py OUT.json [--size 4096] [--tiles 128x128x8/8x8 ...] [--repeat 20]
 
@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from convlab import runtime
-from convlab.kernels.gemm import TILES, Tile, matmul
+from convlab.kernels.simt.gemm import GPU_TILES, Tile, matmul
 
 
 def _median_ms(fn: Callable[[], object], warmup: int, repeat: int) -> float:
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     result["cublas"] = {"ms": cublas_ms, "tflops": flops / cublas_ms / 1e9,
                         "rel_error": float(torch.linalg.norm(c_torch.double() - want)) / want_norm}
     print(f"cuBLAS: {cublas_ms:.3f} ms, {flops / cublas_ms / 1e9:.1f} TFLOP/s", flush=True)
-    tiles = TILES if args.tiles is None else [parse_tile(t) for t in args.tiles]
+    tiles = GPU_TILES if args.tiles is None else [parse_tile(t) for t in args.tiles]
     da, db = runtime.as_device_array(a), runtime.as_device_array(b)
     c = torch.full((m, n), float("nan"), device="cuda")
     dc = runtime.as_device_array(c)

@@ -3,7 +3,7 @@
     python benchmarks/host_path_bench.py [--n 500] [--profile]
 
 Each op is called once on device operands (the plan is recorded), then every recorded launch's
-``replay`` is stubbed out (``convlab.launch.Launch.replay``: nothing is launched) and the plan is
+``replay`` is stubbed out (``convlab.runtime.launch.Launch.replay``: nothing is launched) and the plan is
 marked thin, so what is timed is exactly the Python of a steady-state call: key, plan lookup and
 validity, stream, output allocation, pointers. Two operand kinds: Numba device arrays, and stand-ins
 for torch CUDA tensors (convlab.testing.torch_standin), whose plans are copied from the Numba ones. Prints us per call per op (the best batch of ``n`` calls: robust on a loaded machine); ``--profile`` adds cProfile's top
@@ -21,7 +21,9 @@ import time
 import numpy as np
 
 import convlab
-from convlab import launch, plan, runtime
+from convlab import runtime
+from convlab.runtime import launch
+from convlab.call import plan
 from convlab.testing.torch_standin import Tensor, adopt_plan, fake_torch
 
 
@@ -52,21 +54,22 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sys.modules.setdefault("torch", fake_torch())
     rng = np.random.default_rng(0)
+    plans = plan._table().plans  # the current device's plan table (the context's "plans" store)
     calls = {}
     for op, (shapes, extra) in CASES.items():
         fn = getattr(convlab, op)
         devs = [runtime.to_device(rng.standard_normal(s).astype(np.float32)) for s in shapes]
         fn(*devs, *extra, padding=1)  # records the plan (simulated kernels run once)
-        key = next(reversed(plan._plans))
+        key = next(reversed(plans))
         tens = [Tensor(s) for s in shapes]
         adopt_plan(key, tens)
-        plan._plans[key].thin = True
+        plans[key].thin = True
         calls[op] = {"numba": (lambda f=fn, d=devs, e=extra: f(*d, *e, padding=1)),
                      "torch": (lambda f=fn, t=tens, e=extra: f(*t, *e, padding=1))}
     launch.Launch.replay = lambda self, operands, bases, stream: None  # nothing is launched
     print(f"{'op':<24}{'numba us':>10}{'torch us':>10}{'launches':>10}")
     for op, kinds in calls.items():
-        nlaunch = len(plan._plans[next(k for k in plan._plans if k[0] == op)].launches)
+        nlaunch = len(plans[next(k for k in plans if k[0] == op)].launches)
         print(f"{op:<24}{_per_call_us(kinds['numba'], args.n):>10.2f}"
               f"{_per_call_us(kinds['torch'], args.n):>10.2f}{nlaunch:>10}")
     if args.profile:

@@ -13,7 +13,7 @@ grad.conv2d_input / conv2d_weight and the convlab ops on torch CUDA tensors (1x1
 16x16x3x3; conv2d also on a tensor requiring grad); an empty Numba kernel with 4 array arguments
 launched by Numba and by the thin path (and its ``cuLaunchKernel`` alone, ``launch_only/``); the
 relative error of each convlab op against torch;
-``convlab_nograph/<op>``: the same with the plans' CUDA graphs off (convlab.graphs);
+``convlab_nograph/<op>``: the same with the plans' CUDA graphs off (convlab.call.graphs);
 ``gpu/<op>``: the device time per call (torch's and convlab's), measured behind a
 ``torch.cuda._sleep`` spin kernel that hides the host's enqueueing: a ``median_us`` near ``gpu_us``
 and above ``issue_us`` is bound by the GPU, not by the host path; each plan's launch count; with
@@ -30,7 +30,9 @@ import sys
 import time
 from typing import Any, Callable
 
-from convlab import driver_launch, graphs, launch, plan, runtime
+from convlab import runtime
+from convlab.runtime import driver as driver_launch, launch
+from convlab.call import graphs, plan
 from convlab.runtime import cuda
 from thin_selftest import _empty, _guard, _span
 
@@ -38,7 +40,7 @@ SHAPE_X, SHAPE_W = (1, 16, 8, 8), (16, 16, 3, 3)
 
 
 def _without_graphs(fn: Callable[[], Any]) -> Any:
-    """``fn()`` with the plans' CUDA graphs off (convlab.graphs): each launch issued alone."""
+    """``fn()`` with the plans' CUDA graphs off (convlab.call.graphs): each launch issued alone."""
     with graphs.disabled():
         return fn()
 
@@ -227,7 +229,7 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False, la
         _guard(res, "launch_only/empty_kernel_4_arrays", lambda: per_call_us(
             lambda: driver_launch.cu_launch(thin.function, thin.dims, thin.shared, 0, thin.address),
             sync, n, batches))
-    from convlab import operands  # the pieces of a planned call on torch tensors, each alone
+    from convlab.call import operands  # the pieces of a planned call on torch tensors, each alone
     raw = operands.raw_stream_getter()
     pieces = {"signature_x4": lambda: [operands.signature(t) for t in (x, w, gy, x)],
               "raw_stream": lambda: raw(0), "torch_empty_out": lambda: torch.empty(shape_y, device="cuda",
@@ -236,9 +238,9 @@ def benchmark(n: int, batches: int, alg: str = "auto", profile: bool = False, la
         _guard(res, f"piece/{name}", lambda: per_call_us(fn, sync, n, batches)["median_us"])
     res["plans"] = plan.stats()
     res["graphs"] = dict(graphs.stats)
-    res["plans_thin"] = [p.thin for p in plan._plans.values()]
+    res["plans_thin"] = [p.thin for p in plan._table().plans.values()]
     res["plan_launches"] = {f"{k[0]}/{p.candidate.plugin.name}/{p.candidate.config.name}": len(p.launches)
-                            for k, p in plan._plans.items()}
+                            for k, p in plan._table().plans.items()}
     return res
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from convlab import plan, runtime
+from convlab import runtime
+from convlab.call import plan
 
 
 #: case: (op, array shapes (a, b[, bias]), the op's shape argument or None, keyword arguments)
@@ -76,7 +77,7 @@ def plugins_replay_check(cases: tuple[str, ...] | None = None, budget_s: float |
                 replayed = plan.stats()["replayed"] == before + 1
                 want = reference.solve(prob, *[h.astype(np.float64) for h in host])
                 err = rel_error(out.copy_to_host(), want)
-                thin = [p.thin for p in plan._plans.values()]
+                thin = [p.thin for p in plan._table().plans.values()]
                 good = bool(replayed and err <= tolerance(prob, np.finfo(np.float32).eps)
                             and (runtime.SIMULATOR or all(thin)))
                 rows[f"{case}/{name}"] = {"ok": good, "rel_err": err, "replayed": replayed, "thin": thin}

@@ -16,7 +16,7 @@ op also on channels-last tensors, ``op_cl_ms``, against channels-last cuDNN); th
 float64 (and the public op's output again after its timing: ``op_rel_err``), then CUDA-event medians of
 20 runs after warm-up, against cuDNN in the same dtype and math mode (TF32:
 ``torch.backends.cudnn.allow_tf32 = True``), in NCHW and in channels_last. The public op runs its plan
-as one CUDA graph (convlab.graphs: the same tensors every call); ``op_nograph_ms`` times it again with
+as one CUDA graph (convlab.call.graphs: the same tensors every call); ``op_nograph_ms`` times it again with
 graphs off (each launch issued alone). Summary: geometric means of cuDNN (its faster layout) / ours per
 op and dtype, through the public op (the user's path) and through plugin.run (above 1: ours is faster),
 and the shapes where the public op is faster. Every measurement is in its own try/except: failures
@@ -34,7 +34,8 @@ import time
 import numpy as np
 
 import convlab
-from convlab import graphs, runtime
+from convlab import runtime
+from convlab.call import graphs
 from convlab.bench.baseline import torch_call
 from convlab.bench.suite import load_suite
 from convlab.measure import rel_error, tolerance
@@ -154,8 +155,8 @@ def _public_op(convlab, pr, ta, tb, tbias, tout, config):
 def _parts_ms(pr, run, operands) -> dict:
     """Device time of each launch of one ``plugin.run`` (layout changes, then the GEMM), each replayed
     alone through the thin path and timed with CUDA events."""
-    from convlab import launch
-    from convlab.operands import pointer
+    from convlab.runtime import launch
+    from convlab.call.operands import pointer
     spans = [None if v is None else pointer(v) for v in operands]
     with launch.recording(spans) as recs:
         run()
@@ -171,8 +172,9 @@ def _parts_ms(pr, run, operands) -> dict:
 
 def _resources(pr, config) -> dict:
     """Registers and local memory (spills) per thread of the GEMM kernel, from Numba's dispatcher."""
-    from convlab.algorithms.tensor_core import ITYPE, split_k, tc_config
-    from convlab.kernels import tc_conv
+    from convlab.algorithms.tensor_core import split_k, tc_config
+    from convlab.algorithms.tensor_core.plugin import ITYPE
+    from convlab.kernels.tensor_core import conv as tc_conv
     if pr.op == "wgrad":
         return {}  # the tensor-core GEMM of tc_gemm (see tc_gemm_bench for its registers)
     split = split_k(pr, tc_config(config))[0] > 1  # split-K: the partials' kernel (bias after the sum)

@@ -1,4 +1,4 @@
-"""GPU probe of the tensor-core GEMM (convlab.kernels.tc_gemm) against cuBLAS (torch.matmul), same process.
+"""GPU probe of the tensor-core GEMM (convlab.kernels.tensor_core.gemm) against cuBLAS (torch.matmul), same process.
 
     python benchmarks/tc_gemm_bench.py [--selftest] [--out FILE.json] [--size 4096 [N K]]
                                        [--itypes f16 bf16 tf32] [--configs 0 1 ...] [--repeat 20] [--inner 5]
@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 
 from convlab import runtime
-from convlab.kernels import tc_gemm
+from convlab.kernels.tensor_core import gemm as tc_gemm
 from convlab.runtime import cuda
 
 TORCH_DTYPE = {"f16": "float16", "bf16": "bfloat16", "tf32": "float32"}

@@ -3,7 +3,7 @@
     python benchmarks/thin_selftest.py [--full] [--budget-s 150] [--out SELFTEST.json]
     (also ``python benchmarks/overhead_bench.py --selftest ...``)
 
-Checks the thin launch (convlab.launch) on the device: a kernel with array, float32,
+Checks the thin launch (convlab.runtime.launch) on the device: a kernel with array, float32,
 int32, bool, uint32, Python int and float64 parameters is recorded once, then replayed with patched
 pointers on new arrays, on a view at an offset and on a second stream; results compared with numpy
 (the packed values and the driver's parameter sizes are written as diagnostics). Then each public op
@@ -27,7 +27,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from convlab import launch, plan, runtime
+from convlab import runtime
+from convlab.runtime import launch
+from convlab.call import plan
 from convlab.runtime import cuda
 from replay_checks import QUICK_CASES, plugins_replay_check
 
@@ -65,7 +67,7 @@ def _span(a: Any) -> tuple[int, int]:
 
 def _thin_info(rec: Any) -> dict:
     """What the thin path packed (values read back from its buffer) and the driver's parameter sizes."""
-    from convlab import thin
+    from convlab.runtime import thin
 
     if rec.thin is None:
         return {"thin": False}
@@ -144,14 +146,14 @@ def _ops_replay_check(algorithm: str = "implicit_gemm") -> dict:
             prob = convlab.problem_for(op_name, *args, padding=1)
             arrays = [a.astype(np.float64) for a in args if isinstance(a, np.ndarray)]
             errors[op_name] = rel_error(got, reference.solve(prob, *arrays))
-    thin = [p.thin for p in plan._plans.values()]
+    thin = [p.thin for p in plan._table().plans.values()]
     return {"ok": max(errors.values()) < 1e-4 and (runtime.SIMULATOR or all(thin)), "rel_err": errors,
             "plans": plan.stats(), "plans_thin": thin}
 
 
 _DISK_CHILD = ("import json, sys, time; t0 = time.perf_counter(); sys.path.insert(0, {here!r}); "
                "import thin_selftest as b; t1 = time.perf_counter(); "
-               "from convlab import kernel_cache; r = b._ops_replay_check(); t2 = time.perf_counter(); "
+               "from convlab.runtime import kernel_cache; r = b._ops_replay_check(); t2 = time.perf_counter(); "
                "print(json.dumps(dict(r, cache=kernel_cache.stats, enabled=kernel_cache.enabled(), "
                "import_s=t1 - t0, ops_s=t2 - t1)))")
 

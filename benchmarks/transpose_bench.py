@@ -1,5 +1,5 @@
 """GPU probe of the layout copy every NCHW call of the tensor-core plugin makes (and every channels-last
-operand of a plugin that reads NCHW): :func:`convlab.kernels.transpose.to_channels_last`, timed per
+operand of a plugin that reads NCHW): :func:`convlab.kernels.data.transpose.to_channels_last`, timed per
 (tile edge, thread rows) of its tiled transpose, as bandwidth against the H200's ~4.8 TB/s.
 
     python benchmarks/transpose_bench.py [--out FILE.json]
@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from convlab import runtime
-from convlab.kernels import transpose
+from convlab.kernels.data import transpose
 
 #: (label, batch, channels, spatial, padded): the seed layer's input at batch 16 and 4, ResNet-50's
 #: 64- and 256-channel 56x56 inputs at batch 32, a 3-channel stem padded to 8, and NHWC -> NCHW of
@@ -34,9 +34,9 @@ PAIRS = [(64, 8), (64, 4), (32, 8)]
 def time_case(batch: int, channels: int, spatial: int, padded: int, dtype: str, tile: int, rows: int,
               pairs: bool = False) -> float:
     """Median ms of one to_channels_last-shaped transpose with the given kernel and tile, each launch
-    through the thin path (convlab.launch), so that Numba's ~50 us launch cost is not timed."""
-    from convlab import launch
-    from convlab.operands import pointer
+    through the thin path (convlab.runtime.launch), so that Numba's ~50 us launch cost is not timed."""
+    from convlab.runtime import launch
+    from convlab.call.operands import pointer
     src = runtime.to_device(np.random.default_rng(0).standard_normal(batch * channels * spatial).astype(dtype))
     dst = runtime.full((batch * spatial * padded,), 0, dtype)
     grid = ((spatial + tile - 1) // tile, (padded + tile - 1) // tile, batch)

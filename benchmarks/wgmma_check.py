@@ -5,7 +5,7 @@
 
 Needs a GPU of compute capability 9.0 (sm_90a), numba-cuda, numpy and torch, the repo on PYTHONPATH and
 NUMBA_ENABLE_CUDASIM unset. In order, each step in its own try/except, the JSON rewritten after each:
-(a) the one-warpgroup probes (convlab.kernels.wgmma.warpgroup_mma: each input type, the 128B / 64B /
+(a) the one-warpgroup probes (convlab.kernels.arch.wgmma.warpgroup_mma: each input type, the 128B / 64B /
     32B swizzles, N 8..256, descriptors starting inside the tile, scale_d 0 over NaN accumulators)
     against numpy, and the dynamic shared array's address (must be a multiple of 1024);
 (b) tc_gemm on each timed wgmma config against float64 (NaN-poisoned outputs, ragged shapes);
@@ -30,7 +30,8 @@ from typing import Any, Callable
 import numpy as np
 
 from convlab import runtime
-from convlab.kernels import tc_gemm, wgmma
+from convlab.kernels.tensor_core import gemm as tc_gemm
+from convlab.kernels.arch import wgmma
 from convlab.runtime import cuda
 
 TORCH_DTYPE = {"f16": "float16", "bf16": "bfloat16", "tf32": "float32"}

@@ -8,7 +8,7 @@ Needs numba-cuda's CUDA 13 compiler libraries (libNVVM; ``numba-cuda[cu13]``); e
 cannot be loaded, 1 when a kernel fails a check, 0 otherwise. Sets NUMBA_ENABLE_CUDASIM=0 before convlab
 is imported and compiles for ``sm_90a`` (``cc=(9, 0, "a")``: what numba-cuda picks on a 9.0 device, and
 what wgmma needs). For each tc_gemm wgmma config (tc_gemm.WGMMA_CONFIGS, the first per input type or
-all) and, with --probes, the one-warpgroup probes of convlab.kernels.wgmma (wgmma N : row bytes, each
+all) and, with --probes, the one-warpgroup probes of convlab.kernels.arch.wgmma (wgmma N : row bytes, each
 input type), it counts the PTX of
 wgmma.mma_async / fence / commit_group / wait_group, fence.proxy.async, cp.async, ``.local`` (must be
 absent) and the 1024-byte alignment of the dynamic shared array; then ``ptxas -arch=sm_90a -v`` (the
@@ -62,8 +62,9 @@ def _setup():
 def _kernel(spec: tuple):
     """(name, py_func, signature) of one kernel spec: ("gemm", itype, cfg tuple) or ("probe", itype, n, R)."""
     from numba import types
-    from convlab.kernels import tc_gemm, wgmma
-    from convlab.kernels.tc_config import TcConfig
+    from convlab.kernels.tensor_core import gemm as tc_gemm
+    from convlab.kernels.arch import wgmma
+    from convlab.kernels.tensor_core.config import TcConfig
     store = {"f16": types.float16, "bf16": types.uint16, "tf32": types.float32}
     if spec[0] == "gemm":
         itype, cfg = spec[1], TcConfig(*spec[2])
@@ -143,7 +144,7 @@ def nvvm_available() -> str | None:
 
 
 def specs(configs: str, itypes: list[str], probes: list[tuple[int, int]]) -> list[tuple]:
-    from convlab.kernels import tc_gemm
+    from convlab.kernels.tensor_core import gemm as tc_gemm
     out = [("gemm", itype, tuple(cfg)) for itype in itypes
            for cfg in tc_gemm.WGMMA_CONFIGS[itype][: None if configs == "all" else 1]]
     return out + [("probe", itype, n, rb) for itype in itypes for n, rb in probes]

@@ -6,7 +6,6 @@ candidate the same way.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 import time
@@ -15,7 +14,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import reference, runtime, settings
+from convlab import reference, runtime
+from convlab.runtime import settings
 from .plugin import registry
 from .plugin.contract import Config
 from .plugin.registry import Candidate
@@ -76,41 +76,23 @@ def run_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias: 
 
 
 def time_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias: Any, out: Any, *,
-                   workspace_limit: int, warmup: int = 3, repeat: int = 20) -> list[float] | None:
-    """Per-call milliseconds (CUDA events) of a candidate as a user's call runs it: the public op with
-    the candidate forced (:func:`op_call`: its launch plan replayed, thin launches, one CUDA graph),
-    after ``warmup`` calls; None on the simulator. ``plugin.run`` alone would time Numba's per-launch
-    marshalling as well, tens of microseconds a launch that no planned call pays. The first call records
-    the plan and the graph is made on the ``convlab.graphs.CAPTURE_AFTER``-th replay: a caller timing
-    the same operands again keeps the plan between calls (the autotuner wraps its rounds in
-    :func:`timing_scope`, which then drops it)."""
-    return runtime.time_ms(op_call(candidate, problem, (a, b, bias), out, workspace_limit),
-                           warmup=warmup, repeat=repeat)
+                   workspace_limit: int, warmup: int = 3, repeat: int = 20,
+                   plans: dict | None = None) -> list[float] | None:
+    """Per-call milliseconds (CUDA events) of a candidate as a planned call runs it: its launches
+    recorded once on these device operands (convlab.call.plan.record: what the public op records), then
+    replayed after ``warmup`` replays (thin launches; one CUDA graph from the
+    ``convlab.call.graphs.CAPTURE_AFTER``-th); None without a GPU. ``plugin.run`` alone would time
+    Numba's per-launch marshalling as well, tens of microseconds a launch that no planned call pays.
+    ``plans``: a dict keeping each candidate's recorded plan between calls (the autotuner's rounds)."""
+    from convlab.call import operands, plan
 
-
-#: [the public-op caller, the scope that puts the plans back], registered by :mod:`convlab.ops` at its
-#: import (the autotuner, which times through the public op, sits below the ops in the import order)
-_public_op: list = []
-
-
-def use_public_op(factory: Callable[..., Callable[[], Any]], scope: Callable[[], Any]) -> None:
-    """Register :func:`convlab.ops.op_call` and :func:`convlab.plan.transient` (done by convlab.ops
-    when it is imported)."""
-    _public_op[:] = [factory, scope]
-
-
-def op_call(cand: Candidate, problem: Problem, dev: tuple, out: Any, limit: int,
-            transpose: bool = False) -> Callable[[], Any]:
-    """``fn()``: the public op of ``problem`` with ``cand`` forced (:func:`convlab.ops.op_call`)."""
-    if not _public_op:  # convlab/__init__ imports convlab.ops, which registers it
-        raise RuntimeError("convlab.ops is not imported: no public op to time through")
-    return _public_op[0](cand, problem, dev, out, limit, transpose)
-
-
-def timing_scope() -> Any:
-    """``with timing_scope():`` around repeated :func:`time_candidate` calls: the plans they make are
-    kept inside and dropped at the end, the caller's own put back (:func:`convlab.plan.transient`)."""
-    return _public_op[1]() if _public_op else contextlib.nullcontext()
+    recorded = None if plans is None else plans.get(candidate.label)
+    if recorded is None:
+        recorded = plan.record(candidate, problem, (a, b, bias, out), workspace_limit=workspace_limit)
+        if plans is not None:
+            plans[candidate.label] = recorded
+    recs = tuple(operands.adapt(v) for v in (a, b, bias, out))
+    return runtime.time_ms(lambda: recorded.run(recs, 0), warmup=warmup, repeat=repeat)
 
 
 def wall_clock_ms(candidate: Candidate, problem: Problem, a: Any, b: Any, bias: Any, out: Any,

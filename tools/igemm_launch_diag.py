@@ -11,7 +11,9 @@ import time
 import numpy as np
 
 import convlab
-from convlab import launch, measure, runtime
+from convlab import measure, runtime
+from convlab.runtime import launch
+from convlab.runtime.kernel import Kernel
 from convlab.plugin import registry
 import sys
 
@@ -50,7 +52,7 @@ def main():
         out = runtime.empty(prob.operand_shapes[2], prob.dtype)
         row = {"as_is": time_run(prob, cand, dev, out)}
         launch.launch = lambda kernel, grid, block, args, stream=None, shared=0: (
-            kernel.dispatcher if isinstance(kernel, launch.Kernel) else kernel)[grid, block](*args)
+            kernel.dispatcher if isinstance(kernel, Kernel) else kernel)[grid, block](*args)
         row["numba_launch"] = time_run(prob, cand, dev, out)
         fixed = {}
 

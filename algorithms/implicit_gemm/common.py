@@ -2,14 +2,14 @@
 backward-weight): the family's tile rules, the unrolled slice of FMAs, the epilogue with its in-kernel
 split-K reduction, and the split-K workspace.
 
-The block tile (geometry, thread fragments, shared layout) is :class:`convlab.kernels.tile.Tile`; this
+The block tile (geometry, thread fragments, shared layout) is :class:`convlab.kernels.simt.tile.Tile`; this
 family also needs every size a power of two, bk % 8 == 0 and 32..512 threads in whole warps, and lays
 its warps out as LM x (32 / LM) threads (m x n; LM chosen per kernel with ``Tile.lanes_m``).
 
-Split-K (planned by :func:`convlab.kernels.splitk.split_plan`) cuts the reduction into ``splits`` chunks
+Split-K (planned by :func:`convlab.kernels.data.splitk.split_plan`) cuts the reduction into ``splits`` chunks
 of ``chunk`` (a multiple of BK); each chunk writes its partial output tile to a workspace slice, and the
 block finishing a tile last (an atomic counter per tile) sums that tile's slices in the fixed order
-z = 0, 1, ... (``store_tile``): the order of :func:`convlab.kernels.splitk.sum_partials`, in the same
+z = 0, 1, ... (``store_tile``): the order of :func:`convlab.kernels.data.splitk.sum_partials`, in the same
 launch, bit-for-bit deterministic.
 """
 from __future__ import annotations
@@ -22,14 +22,16 @@ from typing import Any, ContextManager, NamedTuple
 import numpy as np
 from numba import uint32
 
-from convlab import Problem, runtime
-from convlab.kernels.intrinsics import load_cg, u32, vector_load
+from convlab import runtime
+from convlab.runtime import context
+from convlab.problem import Problem
+from convlab.kernels.arch.intrinsics import load_cg, u32, vector_load
 from convlab.kernels.resources import allow_spills
 from convlab.kernels.source import Writer, compile_source
-from convlab.kernels.splitk import split_plan
-from convlab.kernels.tile import PAD, Tile
+from convlab.kernels.data.splitk import split_plan
+from convlab.kernels.simt.tile import PAD, Tile
 from convlab.runtime import cuda
-from convlab.scratch import scratch
+from convlab.runtime.scratch import scratch
 
 
 def validate(tile: Tile) -> Tile:
@@ -253,13 +255,12 @@ def lend_workspace(shape: tuple[int, int] | None) -> ContextManager[Any]:
 
 def workspace(partial: int, tiles: int) -> ContextManager[Any]:
     """``with workspace(partial, tiles) as ws``: a float32 buffer of ``partial`` split-K partials, then
-    ``tiles`` counters that are zero on entry, lent by :func:`convlab.scratch.scratch`. The kernels
+    ``tiles`` counters that are zero on entry, lent by :func:`convlab.runtime.scratch.scratch`. The kernels
     return every counter to zero; the pool re-zeroes them when the buffer's last use did not end
     normally (a launch that raised may leave counters non-zero) or was not a split-K workspace."""
     return scratch(partial + tiles, np.float32, zeroed=tiles)
 
 
-@functools.cache
 def dummy():
-    """A 1-element float32 device array standing in for an absent bias or workspace."""
-    return runtime.empty((1,), np.float32)
+    """A 1-element float32 device array standing in for an absent bias or workspace (one per device)."""
+    return context.current().cached("implicit_gemm.dummy", np.float32, lambda: runtime.empty((1,), np.float32))

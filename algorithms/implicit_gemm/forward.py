@@ -32,9 +32,11 @@ from typing import Any
 import numpy as np
 from numba import float32, int32, int64, uint32
 
-from convlab import Problem, runtime
-from convlab.kernels.intrinsics import SHARED_ALIGN, u32
-from convlab.kernels.tile import Tile
+from convlab import runtime
+from convlab.runtime import context
+from convlab.problem import Problem
+from convlab.kernels.arch.intrinsics import SHARED_ALIGN, u32
+from convlab.kernels.simt.tile import Tile
 from convlab.runtime import cuda
 
 from .common import (capped, dummy, layout, lend_workspace, plan, register_cap, slice_fma, store_tile,
@@ -258,11 +260,10 @@ PARAMS = ("M", "N", "Kg", "OHW", "OW", "a_img", "a_row", "lim_h", "lim_w", "sh",
 EXTRA = ("tiles_per_group", "a_grp", "b_grp", "n_grp", "o0", "sth", "stw", "och")  # general kernel only
 
 
-@functools.lru_cache(maxsize=128)
 def _params(problem: Problem, index: int, tile: Tile, splits: int, chunk: int, n_tiles: int,
             general: bool):
     """Device int32 array: the PARAMS values (the general kernel: and EXTRA's), then the kk table of
-    GEMM ``index`` of ``gathers(problem)`` (cached: one upload per shape)."""
+    GEMM ``index`` of ``gathers(problem)``."""
     ga = gathers(problem)[index]
     values = (ga.m, ga.n, ga.k) + ga.geo + (ga.out_img, chunk, n_tiles, splits, int(problem.bias))
     if general:
@@ -270,14 +271,19 @@ def _params(problem: Problem, index: int, tile: Tile, splits: int, chunk: int, n
     return runtime.to_device(np.concatenate([np.array(values, np.int64), ga.table]).astype(np.int32))
 
 
-@functools.lru_cache(maxsize=256)
 def _prepared(problem: Problem, tile: Tile, workspace_limit: int, target: Any):
     """[(kernel, grid, params, workspace or None)] of one (problem, tile, limit, target), one per GEMM
-    (dgrad: per stride phase): one lookup per call.
+    (dgrad: per stride phase), kept in the device's context (the parameter tables live on the device:
+    one upload per shape, one lookup per call; convlab.reset drops them).
 
     The grid is configured at each launch, not cached: the simulator's ``kernel[grid, block]`` sets the
     grid on the one kernel object of this tile and returns it, so a cached configured kernel would launch
     with the grid of whichever problem configured that tile last."""
+    return context.current().cached("implicit_gemm.forward", (problem, tile, workspace_limit, target),
+                                    lambda: _prepare(problem, tile, workspace_limit, target), limit=256)
+
+
+def _prepare(problem: Problem, tile: Tile, workspace_limit: int, target: Any) -> list:
     general = not is_aligned(problem, tile)
     kern = gather_kernel(tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, problem.op == "forward", general)
     launches = []

@@ -27,8 +27,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from convlab import Problem
-from convlab.kernels.tile import Tile
+from convlab.problem import Problem
+from convlab.kernels.simt.tile import Tile
 
 from .common import plan, workspace_shape
 

@@ -30,9 +30,11 @@ from typing import Any
 import numpy as np
 from numba import float32, int32, int64, uint32
 
-from convlab import Problem, runtime
-from convlab.kernels.intrinsics import SHARED_ALIGN, u32
-from convlab.kernels.tile import Tile
+from convlab import runtime
+from convlab.runtime import context
+from convlab.problem import Problem
+from convlab.kernels.arch.intrinsics import SHARED_ALIGN, u32
+from convlab.kernels.simt.tile import Tile
 from convlab.runtime import cuda
 
 from .common import (capped, layout, lend_workspace, plan, register_cap, slice_fma, store_tile,
@@ -215,10 +217,9 @@ def is_aligned(problem: Problem) -> bool:
     return problem.groups == 1 and problem.gemm_shape()[2] % BK == 0
 
 
-@functools.lru_cache(maxsize=128)
 def _params(problem: Problem, splits: int, chunk: int, n_tiles: int, tiles_per_group: int):
     """Device int32 array of the kernel's parameters, the general kernel's four after the aligned
-    kernel's twenty (cached: one upload per shape)."""
+    kernel's twenty."""
     pr = problem
     m, n, k = pr.gemm_shape()
     values = (m, n, k, pr.p, pr.q, pr.k * pr.p * pr.q, pr.c * pr.h * pr.w, pr.h, pr.w, pr.r * pr.s, pr.s,
@@ -227,10 +228,14 @@ def _params(problem: Problem, splits: int, chunk: int, n_tiles: int, tiles_per_g
     return runtime.to_device(np.array(values, np.int32))
 
 
-@functools.lru_cache(maxsize=256)
 def _prepared(problem: Problem, tile: Tile, workspace_limit: int, target: Any):
-    """(kernel, grid, params, workspace shape or None) of one (problem, tile, limit, target), as
-    ``forward._prepared`` (which says why the grid is not configured here)."""
+    """(kernel, grid, params, workspace shape or None) of one (problem, tile, limit, target), kept in
+    the device's context as ``forward._prepared`` (which says why the grid is not configured here)."""
+    return context.current().cached("implicit_gemm.wgrad", (problem, tile, workspace_limit, target),
+                                    lambda: _prepare(problem, tile, workspace_limit, target), limit=256)
+
+
+def _prepare(problem: Problem, tile: Tile, workspace_limit: int, target: Any) -> tuple:
     splits, chunk, n_tiles = plan(problem, tile, workspace_limit, target=target)
     kern = wgrad_kernel(tile.bm, tile.bn, tile.tm, tile.tn, not is_aligned(problem))
     tiles_per_group = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles

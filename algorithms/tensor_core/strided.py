@@ -4,10 +4,10 @@
     dx[n, c, h, w] = bias[c] + sum over the taps (r, s) with h + ph - r*dh = p*sh, w + pw - s*dw = q*sw
                      of cols[(n, p, q), (c, r, s)]                         (col2im's fold, pixel-major)
 
-The GEMM is :func:`convlab.kernels.tc_gemm.launcher` on dense k-contiguous operands: A = dy in NHWC
+The GEMM is :func:`convlab.kernels.tensor_core.gemm.launcher` on dense k-contiguous operands: A = dy in NHWC
 ([N*P*Q, Kp], K zero-padded to whole 16-byte chunks) and Bt = w as [C*R*S, Kp], both written by
-:func:`convlab.kernels.transpose.to_channels_last` into scratch. The fold (one thread per dx element,
-its taps in a fixed order: deterministic, no atomics) is :func:`convlab.algorithms.col2im.fold`. The
+:func:`convlab.kernels.data.transpose.to_channels_last` into scratch. The fold (one thread per dx element,
+its taps in a fixed order: deterministic, no atomics) is :func:`convlab.kernels.conv.fold.fold`. The
 column buffer holds ``images_per_pass`` images at a time, so that it fits the workspace limit.
 
 Why not a phase decomposition in the implicit-GEMM kernel (as implicit_gemm does on the SIMT path):
@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from convlab import Problem, runtime
-from convlab.kernels import tc_gemm, transpose
-from convlab.kernels.splitk import MAX_INDEX
-from convlab.kernels.tc_config import TcConfig
-from convlab.scratch import scratch
+from convlab import runtime
+from convlab.problem import Problem
+from convlab.kernels.tensor_core import gemm as tc_gemm
+from convlab.kernels.data import transpose
+from convlab.kernels.data.splitk import MAX_INDEX
+from convlab.kernels.tensor_core.config import TcConfig
+from convlab.runtime.scratch import scratch
 
-from ..col2im import fold
+from convlab.kernels.conv.fold import fold
 
 ALIGN = 4  # float32 elements per 16-byte chunk
 

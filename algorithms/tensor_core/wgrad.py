@@ -5,8 +5,8 @@
     GEMM  M = K,  N = C*R*S,  reduction over j = (n, pq), PQ padded to PQp (16-byte chunks, zeros)
 
 The images are cut into ``splits`` equal groups of ipb = N / splits images (split-K over images). Both
-operands are written once by the column unfold of :mod:`convlab.algorithms._unfold`, split-major so
-that every split is a dense, k-contiguous matrix for :func:`convlab.kernels.tc_gemm.launcher`:
+operands are written once by the column unfold of :mod:`convlab.kernels.conv.unfold`, split-major so
+that every split is a dense, k-contiguous matrix for :func:`convlab.kernels.tensor_core.gemm.launcher`:
 
     A [z, k, jj]        = dy[n, k, pq]                        (dy unfolded as a 1x1 "convolution")
     Bt[z, (c, r, s), jj] = x[n, c, p*sh - ph + r*dh, ...]      (im2col's taps, 0 in the padding)
@@ -37,15 +37,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from convlab import Problem, runtime
-from convlab.kernels import convert, tc_gemm
-from convlab.kernels.splitk import sum_partials
-from convlab.kernels.tc_config import TcConfig
+from convlab import runtime
+from convlab.problem import Problem
+from convlab.kernels.data import convert
+from convlab.kernels.tensor_core import gemm as tc_gemm
+from convlab.kernels.data.splitk import sum_partials
+from convlab.kernels.tensor_core.config import TcConfig
 from convlab.problem import make_problem
-from convlab.scratch import scratch
-from convlab.target import Target
+from convlab.runtime.scratch import scratch
+from convlab.runtime.targets import Target
 
-from .._unfold import unfold_into
+from convlab.kernels.conv.unfold import unfold_into
 
 #: k tiles each split keeps at least (fewer: the prologue and epilogue dominate); 1 on the simulator,
 #: so that its tiny test problems split

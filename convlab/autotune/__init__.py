@@ -7,11 +7,11 @@ checked and timed), :mod:`.cache` (the per-device JSON file and its keys), :mod:
 reports); the cost model: :mod:`.costmodel` (the formula, its JSON files per target class),
 :mod:`.features` and :mod:`.families` (what it knows of a candidate), :mod:`.ranking`; its fit:
 ``python -m convlab.autotune.fit`` (:mod:`.fit`, :mod:`.fitting`, :mod:`.measured`, :mod:`.evaluate`).
-The key policy, deterministic mode, tuning depth, mode and budget live in :mod:`convlab.settings` and
+The key policy, deterministic mode, tuning depth, mode and budget live in :mod:`convlab.runtime.settings` and
 are re-exported here.
 """
-from convlab.settings import (get_deterministic, get_key_policy, get_tune_configs, set_deterministic,
-                              set_key_policy, set_tune_configs)
+from convlab.runtime.settings import (get_deterministic, get_key_policy, get_tune_configs, set_deterministic,
+                                      set_key_policy, set_tune_configs)
 
 from .modes import TOP_K, TUNE_MODES, get_budget, get_mode, mode, set_budget, set_mode
 from .result import CandidateResult, TuneResult

@@ -27,9 +27,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
-from convlab.fileio import atomic_write_json
-from convlab import settings
-from convlab.settings import KEY_POLICIES
+from convlab.runtime.fileio import atomic_write_json
+from convlab.runtime import settings
+from convlab.runtime.settings import KEY_POLICIES
 from convlab.plugin.contract import Algorithm, Config
 from convlab.problem import Problem
 

@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 
 from convlab.plugin import registry
 from convlab.problem import Problem
-from convlab.target import Target
+from convlab.runtime.targets import Target
 
 from . import measured
 from .costmodel import Model

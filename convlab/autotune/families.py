@@ -26,7 +26,7 @@ from typing import Callable
 
 from convlab.plugin.contract import Algorithm, Config
 from convlab.problem import Problem
-from convlab.target import Target
+from convlab.runtime.targets import Target
 
 from .features_base import Features, blocks_per_sm, default_arith, gemm_tiles, operand_loads
 
@@ -53,7 +53,7 @@ def _direct(plugin: Algorithm, pr: Problem, config: Config, target: Target, limi
 
 
 def _simt_tile(config: Config):
-    from convlab.kernels.tile import Tile
+    from convlab.kernels.simt.tile import Tile
 
     return Tile.from_config(config)
 
@@ -86,7 +86,7 @@ def _implicit_gemm(plugin: Algorithm, pr: Problem, config: Config, target: Targe
 
 def _columns(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int,
         recurse: Callable | None = None) -> Features:
-    from convlab.algorithms import _columns as columns
+    from convlab.algorithms.explicit_gemm import common as columns
 
     tile = _simt_tile(config)
     plan = columns.column_plan(pr, tile, limit, target)
@@ -108,7 +108,7 @@ def _columns(plugin: Algorithm, pr: Problem, config: Config, target: Target, lim
 
 def _tensor_core(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int,
         recurse: Callable | None = None) -> Features:
-    from convlab.algorithms import tensor_core as tc
+    from convlab.algorithms.tensor_core import plugin as tc
     from convlab.algorithms.tensor_core import strided, wgrad
 
     cfg = tc.tc_config(config)

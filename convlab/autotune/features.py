@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from convlab.plugin.contract import Algorithm, Config
 from convlab.problem import Problem
-from convlab.target import Target
+from convlab.runtime.targets import Target
 
 from . import families
 from .features_base import (ARITH_CEILING, HINT_FIELDS, WAVE_BLOCKS_PER_SM,  # noqa: F401  (re-exported)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from convlab.problem import Problem
-from convlab.target import Target
+from convlab.runtime.targets import Target
 
 #: arithmetic -> the Target.tflops entry it runs at and the share of it one product gets (3xTF32: three
 #: TF32 mma a product)

@@ -22,8 +22,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from convlab.fileio import atomic_write, atomic_write_json
-from convlab.target import TARGETS, get as get_target
+from convlab.runtime.fileio import atomic_write, atomic_write_json
+from convlab.runtime.targets import TARGETS, get as get_target
 
 from . import evaluate, measured, modes
 from .costmodel import Model, target_class

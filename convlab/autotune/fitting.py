@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from convlab.target import Target
+from convlab.runtime.targets import Target
 
 from .costmodel import Group, Model, default_group, formula
 from .features_base import ARITH_CEILING, Features

@@ -18,7 +18,7 @@ from typing import Any
 from convlab.measure import CandidateResult
 from convlab.plugin.registry import Candidate
 from convlab.problem import Problem
-from convlab.target import current as current_target
+from convlab.runtime.targets import current as current_target
 
 from . import costmodel, modes
 from .ranking import Ranking, model_identity, rank, top_per_plugin

@@ -23,8 +23,8 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from convlab import settings
-from convlab.settings import TUNE_MODES
+from convlab.runtime import settings
+from convlab.runtime.settings import TUNE_MODES
 
 #: configs per plugin mode "tune" times. Held out of the fit (results/autotune_model/README.md), the
 #: model's best 2 a plugin hold a candidate within 5 % of the best measured on all 57 layer-ops where a

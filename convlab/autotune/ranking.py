@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from convlab.plugin.registry import Candidate
 from convlab.problem import Problem
-from convlab.target import Target, current as current_target
+from convlab.runtime.targets import Target, current as current_target
 
 from . import costmodel
 from .features import features

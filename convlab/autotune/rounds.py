@@ -7,8 +7,8 @@ On fresh random operands of the real shape::
     for cand in candidates:                                  # registry order
         measure.check_candidate: run once into a NaN-poisoned output;
             rel err > tolerance -> status "wrong", exception -> "error" (neither is timed)
-        probe: WARMUP calls, PROBE timed samples (CUDA events; each call the public op with the
-               candidate forced, as a user's planned call runs: measure.time_candidate)
+        probe: WARMUP calls, PROBE timed samples (CUDA events; each call a replay of the candidate's
+               recorded plan, as a user's planned call runs: measure.time_candidate)
         probe median > SLOW_FACTOR x leader's median -> dropped early
         else REPEAT samples in all; leader = lowest median so far
     final round: the candidates within FINAL_MARGIN of the leader are re-timed interleaved
@@ -47,7 +47,7 @@ FINAL_MARGIN, FINAL_ROUNDS, FINAL_REPEAT = 0.10, 4, 5  # final round: who, how m
 
 #: how the candidates are timed; a cache entry timed otherwise (before: ``plugin.run`` alone, Numba's
 #: launch marshalling included) is tuned again
-TIMED = "through the public op"
+TIMED = "by plan replay"
 Timer = Callable[[Candidate], "list[float]"]
 
 
@@ -56,9 +56,9 @@ def _samples(cand: Candidate, timer: Timer | None, run_args: tuple, warmup: int,
     """``repeat`` samples in ms (an injected timer's list as it comes)."""
     if timer is not None:
         return [float(t) for t in (timer(cand) or [])]
-    problem, da, db, dbias, out, limit = run_args
+    problem, da, db, dbias, out, limit, plans = run_args
     return measure.time_candidate(cand, problem, da, db, dbias, out, workspace_limit=limit,
-                                  warmup=warmup, repeat=repeat) or []
+                                  warmup=warmup, repeat=repeat, plans=plans) or []
 
 
 def _timed(cand: Candidate, timer: Timer | None, run_args: tuple, leader: float | None,
@@ -93,11 +93,9 @@ def measure_candidates(problem: Problem, key: str, cands: list[Candidate], limit
                        budget_s: float | None = None) -> TuneResult:
     """Check and time the candidates in order (see the module docstring; ``budget_s``: seconds since
     ``start``, None for no limit); the TuneResult names the winner.
-    Each candidate's plan (made by its first timed call) is kept through every round, so later samples
-    replay it as a user's calls would, and all of them are dropped at the end
-    (:func:`convlab.measure.timing_scope`)."""
-    with measure.timing_scope():
-        return _measure(problem, key, cands, limit, timer, start, stats, budget_s)
+    Each candidate's plan (recorded by its first timed call: convlab.call.plan.record) is kept through
+    every round, so later samples replay it as a user's calls would; all are dropped at the end."""
+    return _measure(problem, key, cands, limit, timer, start, stats, budget_s)
 
 
 def _spent(start: float, budget_s: float | None) -> bool:
@@ -111,7 +109,7 @@ def _measure(problem: Problem, key: str, cands: list[Candidate], limit: int, tim
     poison = np.full(problem.operand_shapes[2], np.nan, problem.dtype)
     out = runtime.empty(problem.operand_shapes[2], problem.dtype)
     trusted = trusted_output(problem, host, dev, limit)
-    run_args = (problem, *dev, out, limit)
+    run_args = (problem, *dev, out, limit, {})  # the last: each candidate's recorded plan
     rows, ran, leader, cut = [], [], None, 0
     for cand in cands:
         row = CandidateResult(cand.plugin.name, cand.config.name)

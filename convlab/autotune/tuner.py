@@ -7,7 +7,7 @@ For a problem, :func:`tune` does, in order (the tuning mode, :mod:`.modes`, deci
    plugins declaring ``deterministic = False`` when :func:`set_deterministic` is on;
 2. cache: the entry under ``cache.tuning_key(problem, key policy, deterministic)`` answers at once
    (nothing runs, nothing is timed) when it was written by this convlab version, timed the same way
-   (``rounds.TIMED``: through the public op), for the same candidate labels and the same plugin
+   (``rounds.TIMED``: by plan replay), for the same candidate labels and the same plugin
    fingerprints (source + config names) and its winner is still eligible (an entry shared by a
    neighbouring shape under the pow2 policy: the labels and fingerprints of the shape it was tuned
    on, and its winner eligible for this one) and it was made in a mode at least as thorough as the
@@ -41,8 +41,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from convlab import _version, runtime, settings
-from convlab.settings import cache_dir
+from convlab import _version, runtime
+from convlab.runtime import context, settings
+from convlab.runtime.settings import cache_dir
 from convlab.plugin import registry
 from convlab.problem import Problem
 from convlab.plugin.registry import Candidate
@@ -54,21 +55,44 @@ from . import mode_steps, modes
 log = logging.getLogger("convlab")
 
 _lock = threading.RLock()
-_caches: dict[Path, TuningCache] = {}
-_decisions: dict[tuple, "TuneResult"] = {}  # this process's last result per exact problem
-_stats = {"timed": 0, "checked": 0, "tuned": 0, "cache_hits": 0, "priority": 0, "heuristic": 0}
+_COUNTERS = ("timed", "checked", "tuned", "cache_hits", "priority", "heuristic")
+
+
+def _decisions() -> dict[tuple, "TuneResult"]:
+    """The current device's last result per exact problem (the context's "tuner.decisions" store)."""
+    return context.current().store("tuner.decisions")
+
+
+def _caches() -> dict[Path, TuningCache]:
+    """The tuning-cache files read on the current device (the context's "tuner.caches" store)."""
+    return context.current().store("tuner.caches")
+
+
+class _Counters(dict):
+    """The tuner's counters on the current device (a context store: reset to zero, not emptied)."""
+
+    def __init__(self) -> None:
+        super().__init__(dict.fromkeys(_COUNTERS, 0))
+
+    def clear(self) -> None:
+        self.update(dict.fromkeys(_COUNTERS, 0))
+
+
+def _counters() -> dict[str, int]:
+    return context.current().store("tuner.stats", _Counters)
 
 
 # ---- counters -----------------------------------------------------------------------------------
 def stats() -> dict[str, int]:
     """Counters since start (or :func:`reset_stats`): candidates timed and checked, keys tuned, cache
     hits, choices made by priority, heuristic picks (mode "heuristic": nothing checked or timed)."""
-    return dict(_stats)
+    return dict(_counters())
 
 
 def reset_stats() -> None:
-    for k in _stats:
-        _stats[k] = 0
+    counters = _counters()
+    for k in counters:
+        counters[k] = 0
 
 
 # ---- the cache ----------------------------------------------------------------------------------
@@ -80,16 +104,16 @@ def cache_path() -> Path:
 def _cache() -> TuningCache:
     path = cache_path()
     with _lock:
-        return _caches.setdefault(path, TuningCache(path))
+        return _caches().setdefault(path, TuningCache(path))
 
 
 def clear_cache(memory: bool = True, disk: bool = True) -> None:
     """Forget tuning results in this process (``memory``) and/or delete this device's file (``disk``)."""
     with _lock:
         if memory:
-            _decisions.clear()
+            _decisions().clear()
             settings.bump_generation()  # "auto" launch plans re-check their decision
-            for cache in _caches.values():
+            for cache in _caches().values():
                 cache.clear(memory=True, disk=False)
         if disk:
             _cache().clear(memory=False, disk=True)
@@ -197,7 +221,7 @@ def seed(entries: dict[str, dict]) -> int:
 
 def remembered(key: tuple) -> TuneResult | None:
     """This process's last result under a :func:`memo_key` (what ``choose`` answers from)."""
-    return _decisions.get(key)
+    return _decisions().get(key)
 
 
 def memo_key(problem: Problem, limit: int) -> tuple:
@@ -229,10 +253,10 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
         if not stale:
             stale = mode_steps.mode_stale(entry, mode)
         if not stale:
-            _stats["cache_hits"] += 1
+            _counters()["cache_hits"] += 1
             result = _from_entry(problem, key, entry, cands, start)
         elif problem.n == 0 or (mode != "heuristic" and not runtime.HAS_DEVICE and timer is None):
-            _stats["priority"] += 1
+            _counters()["priority"] += 1
             why = ("an empty batch (N = 0) has nothing to time" if problem.n == 0 else
                    "CUDA simulator: timings mean nothing")
             result = TuneResult(problem, key, [CandidateResult(c.plugin.name, c.config.name)
@@ -244,7 +268,7 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
             result = _decide(problem, key, cands, limit, timer, start, mode, prints)
             if entry is not None and not force:
                 result.notes.append(f"cache entry replaced: {stale}")
-        _decisions[memo_key(problem, limit)] = result
+        _decisions()[memo_key(problem, limit)] = result
         settings.bump_generation()
     return result
 
@@ -253,19 +277,19 @@ def _decide(problem: Problem, key: str, cands: list[Candidate], limit: int, time
             start: float, mode: str, prints: dict[str, str]) -> TuneResult:
     """A pick made now in ``mode`` (heuristic, or checked and timed), stored when there is a winner."""
     if mode == "heuristic":
-        _stats["heuristic"] += 1
+        _counters()["heuristic"] += 1
         result, ranking = mode_steps.heuristic(problem, key, cands, limit, start)
         _store(result, cands, prints, mode_steps.entry_fields(result, None, ranking))
         return result
-    _stats["tuned"] += 1
+    _counters()["tuned"] += 1
     timed, ranking = mode_steps.to_time(problem, cands, limit, mode)
     budget = settings.get_tune_budget() if mode == "tune" else None
     log.info("tuning %s (mode %s): compiling/checking %d of %d candidates", problem.describe(), mode,
              len(timed), len(cands))
-    result = measure_candidates(problem, key, timed, limit, timer, start, _stats, budget)
+    result = measure_candidates(problem, key, timed, limit, timer, start, _counters(), budget)
     rest = [c for c in (ranking.order if ranking else []) if c not in timed]
     if result.winner is None and rest:  # every candidate timed failed its check: on down the ranking
-        more = measure_candidates(problem, key, rest, limit, timer, start, _stats)
+        more = measure_candidates(problem, key, rest, limit, timer, start, _counters())
         more.candidates[:0], more.notes[:0] = result.candidates, result.notes
         more.notes.append(f"none of the top {modes.TOP_K} a plugin ran correctly: the other "
                           f"{len(rest)} candidates were checked and timed too")
@@ -283,7 +307,7 @@ def choose(problem: Problem, workspace_limit: int) -> Candidate:
 
     ValueError when no plugin can run the problem; RuntimeError when every candidate failed its check.
     """
-    result = _decisions.get(memo_key(problem, workspace_limit))
+    result = _decisions().get(memo_key(problem, workspace_limit))
     if result is not None and result.winner is not None and not registry.verdict(
             result.winner.plugin, problem, result.winner.config, workspace_limit):
         result = None  # the remembered winner was excluded since (e.g. its kernel raised)

@@ -28,7 +28,7 @@ import numpy as np
 from convlab import runtime
 from convlab.plugin.contract import Algorithm
 from convlab.problem import HALF_DTYPES, OPS, Problem, unit_roundoff
-from convlab.settings import get_float32_precision
+from convlab.runtime.settings import get_float32_precision
 
 
 def transpose_output_padding(problem: Problem) -> tuple[int, int]:

@@ -29,15 +29,17 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from convlab import measure, runtime, scratch
-from convlab.measure import CandidateResult, Trusted, check_candidate, judge, op_call, trusted_output
-from convlab.plugin import registry, strategy
+from convlab import measure, runtime
+from convlab.runtime import scratch
+from convlab.measure import CandidateResult, Trusted, check_candidate, judge, trusted_output
+from convlab.plugin import registry
+from convlab.ops import call_problem, strategy
 from .baseline import Cudnn
 from convlab.plugin.contract import Config
 from convlab.problem import OPS, Problem
 from convlab.plugin.registry import Candidate
 from .report import ProblemResult, rank, summary
-from convlab.settings import get_workspace_limit
+from convlab.runtime.settings import get_workspace_limit
 from .suite import Suite, SuiteEntry
 
 #: Suites whose largest problem exceeds this many flops are refused on the simulator (without force).
@@ -68,6 +70,14 @@ def _time(fn: Callable[[], Any], opts: BenchOptions) -> list[float] | None:
         repeat = max(3, min(repeat, int(opts.max_seconds * 1e3 / probe[0])))
         warmup = min(warmup, max(1, repeat // 3))
     return runtime.time_ms(fn, warmup=warmup, repeat=repeat)
+
+
+def op_call(cand: Candidate, problem: Problem, dev: tuple, out: Any, limit: int,
+            transpose: bool = False) -> Callable[[], Any]:
+    """``fn()``: the public op of ``problem`` on ``dev`` = (a, b, bias) into ``out`` with ``cand`` forced
+    (``algorithm=(plugin, config)``; convlab.ops.call_problem picks the op), as a user calls it."""
+    kw = {"algorithm": (cand.plugin.name, cand.config), "out": out, "workspace_limit": limit}
+    return lambda: call_problem(problem, *dev, transpose=transpose, **kw)
 
 
 def allocated_during(fn: Callable[[], Any]) -> int | None:
@@ -151,7 +161,7 @@ def _bench_candidate(cand: Candidate, problem: Problem, dev: tuple, out: Any, po
             launch = lambda: measure.run_candidate(cand, problem, *dev, out, limit)  # noqa: E731
             row.steady_mem_bytes = allocated_during(launch)
             row.fill_times(problem, _time(launch, opts))
-            op_times = _time(op_call(cand, problem, dev, out, limit, transpose), opts)  # plan + replays
+            op_times = _time(op_call(cand, problem, dev, out, limit, transpose), opts)  # the op, planned
             row.op_median_ms = statistics.median(op_times) if op_times else None
         elif usable and opts.simulator_wall_clock:  # no rates: not GPU speed
             row.median_ms = measure.wall_clock_ms(cand, problem, *dev, out, limit)

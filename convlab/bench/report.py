@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from convlab import runtime
-from convlab.fileio import atomic_write, atomic_write_json
+from convlab.runtime.fileio import atomic_write, atomic_write_json
 from convlab.measure import CandidateResult
 from convlab._version import __version__
 

@@ -39,7 +39,7 @@ def padding(text: str) -> int | list[int] | str:
 
 def nbytes(text: str) -> int:
     """'268435456', '256M', '1GiB' -> bytes (the same forms as ``convlab.set_workspace_limit``)."""
-    from convlab.settings import parse_bytes
+    from convlab.runtime.settings import parse_bytes
 
     try:
         return parse_bytes(text, "byte count")

@@ -194,7 +194,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from convlab import runtime, settings
+    from convlab import runtime
+    from convlab.runtime import settings
     from convlab.bench import harness as bench
 
     suites = _suites(args, None)

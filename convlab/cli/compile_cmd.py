@@ -16,7 +16,7 @@ from convlab.problem import DTYPES
 
 
 def add_parser(sub: Any, common: Any, shape: Any) -> None:
-    from convlab.target import GPU_TARGETS
+    from convlab.runtime.targets import GPU_TARGETS
 
     from .arg_types import nbytes, op_list, positive
 

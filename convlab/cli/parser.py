@@ -93,7 +93,7 @@ def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
     p.add_argument("--deterministic", action="store_true", default=default(False),
                    help="deterministic mode: exclude plugins whose results may vary bit-wise between runs "
                         "(as convlab.set_deterministic(True) or CONVLAB_DETERMINISTIC=1)")
-    from convlab.settings import TUNE_MODES
+    from convlab.runtime.settings import TUNE_MODES
 
     p.add_argument("--tune-mode", choices=TUNE_MODES, default=default(None), metavar="MODE",
                    help=f"how algorithm='auto' decides, one of {', '.join(TUNE_MODES)}: the cost model's "
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'auto', a plugin name, or NAME[CONFIG] such as 'im2col[BK=8,BM=64,BN=64]' "
                         "(default: auto)")
     p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES")
-    from convlab.target import TARGETS
+    from convlab.runtime.targets import TARGETS
 
     p.add_argument("--target", choices=sorted(TARGETS), default=None,
                    help="explain for a named target instead of this machine (nothing is timed then)")
@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``convlab`` console script; returns the exit status."""
-    from convlab import settings
+    from convlab.runtime import settings
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -74,7 +74,8 @@ def tune_sweep(args: argparse.Namespace, work: list, limit: int) -> int:
 
     from tqdm import tqdm
 
-    from convlab import runtime, settings
+    from convlab import runtime
+    from convlab.runtime import settings
     from convlab.autotune.cache import TuningCache
     from convlab.sweep.tune import sweep_tune
 

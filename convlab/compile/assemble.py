@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from convlab.target import Target
+from convlab.runtime.targets import Target
 
 INSTALL_HINT = ('pip install "convlab[compile]" (the nvidia-cuda-nvcc wheel), or put a CUDA 13 ptxas '
                 "on PATH")
@@ -38,7 +38,7 @@ FATAL_WARNINGS = ("C7510", "C7515")
 
 def lower(dispatcher: Any, argtypes: tuple) -> Any:
     """The code library of ``dispatcher`` compiled for ``argtypes`` with its own jit options (the
-    current target's compute capability: call inside ``convlab.target.using``)."""
+    current target's compute capability: call inside ``convlab.runtime.targets.using``)."""
     from convlab import runtime
 
     return runtime.lower_kernel(dispatcher, argtypes)

@@ -1,10 +1,10 @@
 """Running corpus cases in the compile-only runtime: which kernels each case launches, and how.
 
 :func:`launches` runs one :class:`~convlab.compile.corpus.Case` as the public op would (operands in the
-case's layouts, the plugin's layout copies, its ``run``) with :class:`convlab.offline.OfflineArray`
+case's layouts, the plugin's layout copies, its ``run``) with :class:`convlab.runtime.offline.OfflineArray`
 operands, and returns the launches it asked for. A kernel is identified across processes by
 :func:`kernel_id`: the kernel cache's key of its code, closure constants, jit options and argument
-types (:func:`convlab.kernel_cache.kernel_key`), without the target, since one lowering serves every
+types (:func:`convlab.runtime.kernel_cache.kernel_key`), without the target, since one lowering serves every
 target (:mod:`convlab.compile.assemble`).
 
 Must run in the compile-only runtime (``CONVLAB_RUNTIME=compile``).
@@ -14,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from convlab import kernel_cache, layouts, offline, runtime
+from convlab import runtime
+from convlab.runtime import kernel_cache, offline
+from convlab.kernels.data import layouts
 from convlab.plugin import registry
-from convlab.settings import float32_precision, get_workspace_limit
-from convlab.target import Target, using
+from convlab.runtime.settings import float32_precision, get_workspace_limit
+from convlab.runtime.targets import Target, using
 
 from .corpus import Case
 

@@ -30,7 +30,7 @@ from typing import Iterable, Sequence
 from convlab.plugin import registry
 from convlab.plugin.contract import Config
 from convlab.problem import DTYPES, OPS, Problem
-from convlab.target import Target
+from convlab.runtime.targets import Target
 
 LAYOUTS = ("nchw", "nhwc")
 
@@ -99,7 +99,7 @@ def cases(problems: Iterable[Problem], target: Target, *, plugins: Iterable[str]
           workspace_limit: int | None = None) -> list[Case]:
     """The cases of ``problems`` on ``target`` (see the module docstring); ``configs``: each plugin's
     first ``configs`` configs only (None: all)."""
-    from convlab.settings import float32_precision, get_workspace_limit
+    from convlab.runtime.settings import float32_precision, get_workspace_limit
 
     limit = get_workspace_limit() if workspace_limit is None else workspace_limit
     chosen = None if plugins is None else set(plugins)

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from convlab.problem import DTYPES, OPS
-from convlab.target import GPU_TARGETS, get
+from convlab.runtime.targets import GPU_TARGETS, get
 
 from .report import Report
 

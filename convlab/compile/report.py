@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from convlab.target import get
+from convlab.runtime.targets import get
 
 FORMAT, HASHES_FORMAT = "convlab-compile/1", "convlab-ptx-hashes/1"
 NEAR = 0.9  # a fraction of a limit that counts as near it

@@ -39,7 +39,7 @@ def _problems(spec: dict) -> list:
 
 def start(spec: dict) -> None:
     """Collect the corpus of every target of ``spec`` (the worker initializer)."""
-    from convlab.target import get
+    from convlab.runtime.targets import get
 
     from . import collect
     from .corpus import cases, cover
@@ -85,7 +85,7 @@ def corpus() -> dict:
 
 def compile_kernel(kid: str) -> dict:
     """Lower kernel ``kid`` once and assemble it for every target that launches it: {target: result}."""
-    from convlab.target import get, using
+    from convlab.runtime.targets import get, using
 
     from .assemble import assemble, lower, ptx_hash, ptx_of
 

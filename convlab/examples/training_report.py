@@ -110,7 +110,7 @@ def write_report(data: dict[str, Any], runs: list[dict[str, Any]], config: Any, 
     ``train_cnn``'s command line (``config`` its ``TrainConfig``). Returns the exit status, 0."""
     print(summary_text(data["summary"]))
     if out:
-        from convlab.fileio import atomic_write_json
+        from convlab.runtime.fileio import atomic_write_json
 
         print(f"results: {atomic_write_json(out, data, indent=1)}")
     if figure:

@@ -1,30 +1,23 @@
-"""The shared GPU building blocks of convlab's kernels: each defined once, used by every kernel family.
+"""The shared GPU building blocks of convlab's kernels: each defined once, used by every plugin.
 
-    tile.py         Tile: block/thread tile geometry, shared-memory size, validation rules
-    intrinsics.py   u32 (the 32-bit index cast), vector shared loads, copy16, store4, load_cg, shared alignment
-    source.py       Writer + compile_source: generated kernel source with tracebacks into it
-    splitk.py       split-K planning (split_plan, sm_count) and the ordered reduction sum_partials
-    gemm.py         the tiled GEMM family's launchers: gemm, matmul, Strided, pick_tiles, tile presets
-    gemm_source.py  the tiled GEMM family's source generator and cached kernel factory
-    mma.py          tensor-core intrinsics (inline PTX): mma.sync f16/bf16/tf32, ldmatrix, cp.async, to_tf32
-    mma_ptx.py      their GPU definitions: llvmlite inline-PTX intrinsics (imported by mma.py on a GPU)
-    mma_sim.py      their simulator stand-ins (same per-lane semantics, through a shared staging buffer)
-    wgmma.py        warpgroup tensor-core intrinsics (sm_90a): wgmma.mma_async, its fences and groups, probes
-    wgmma_ptx.py    their GPU definitions (inline PTX); wgmma_sim.py: simulator stand-ins + ordering checks
-    wgmma_desc.py   wgmma matrix descriptors and the swizzled K-major layout they address (host arithmetic)
-    tc_config.py    TcConfig: the tensor-core kernels' block / warp tiles, stages, register cap, instruction, rules
-    tc_loads.py     the tensor-core loops' loading half: cp.async copies into swizzled stages, loader hooks
-    tc_pipeline.py  the tensor-core main loop: multi-stage cp.async pipeline, swizzled shared tiles, mma.sync,
-                    loader hooks (k-contiguous or m-contiguous A, batches, split-K)
-    tc_wgmma.py     the same loop on wgmma warpgroups (Hopper): same loads, split-K, batches, epilogue
-    tc_epilogue.py  its epilogue: the C tile staged through shared memory, stored in 16-byte vectors
-    tc_launch.py    compiling a generated tensor-core kernel and configuring its launch (grid, shared memory)
-    tc_gemm.py      the tensor-core GEMM (dense, batched, parted) on that pipeline
-    tc_conv.py      the tensor-core implicit-GEMM convolution: NHWC gather or an NCHW 1x1 read, NCHW/NHWC stores
-    transpose.py    layout copies (NCHW <-> NHWC, channel padding, filter flips, short rows) for the tensor-core path
-    convert.py      fp16 / bf16 <-> fp32 device conversions shared by the kernels
+    source.py      Writer + compile_source: the one idiom for generated kernel source
+    resources.py   what a kernel declares for ``convlab compile`` (the spills it may have, and why)
+    arch/          the instructions, each with its simulator stand-in
+                   intrinsics.py (u32, vector loads and stores, copy16, load_cg), mma.py (mma.sync,
+                   ldmatrix, cp.async, TF32 / bf16 conversions: mma_ptx / mma_sim), wgmma.py (warpgroup
+                   MMA and its fences: wgmma_ptx / wgmma_sim, descriptors in wgmma_desc)
+    data/          moving data: transpose.py (layout copies), layouts.py (channels-last operands for a
+                   plugin that takes NCHW), convert.py (fp16 / bf16 <-> fp32), splitk.py (split-K plans,
+                   the ordered sum of partials)
+    simt/          the SIMT GEMM: tile.py (Tile), gemm.py (launchers), gemm_source.py (the generator)
+    tensor_core/   the tensor-core GEMM family: config.py (TcConfig), copy.py (cp.async loads into
+                   swizzled stages, the A-loader interface), warp.py (the mma.sync loop), warpgroup.py
+                   (the wgmma loop), epilogue.py (the staged epilogue, the store interface), launch.py,
+                   gemm.py (dense, batched, parted GEMMs), conv.py (the implicit-GEMM loaders)
+    conv/          convolution building blocks: columns.py (column-buffer plans, unfold / fold
+                   launches), unfold.py, fold.py, depthwise_common / depthwise_conv / depthwise_wgrad.py
+                   (the depthwise kernel generators)
 
-Each building block has a simulator stand-in where the GPU version is an LLVM intrinsic, so the same
-kernels run on Numba's CUDA simulator. Import the submodules directly (``from convlab.kernels.gemm
-import gemm``); this package imports nothing itself.
+Import the modules directly (``from convlab.kernels.simt.gemm import gemm``); the packages import
+nothing themselves.
 """

@@ -12,10 +12,10 @@ answers these questions about a :class:`~convlab.problem.Problem`:
     cost_hints(problem, config, target)             -> dict      optional: what the autotuner's cost model
                                                                  should know (default {}: its generic view)
 
-``target`` (a :class:`convlab.target.Target`) is the machine the kernels are meant for: its compute
+``target`` (a :class:`convlab.runtime.targets.Target`) is the machine the kernels are meant for: its compute
 capability, SM count, shared-memory and register limits and features (``target.simulator`` for the
 simulator's tiny tiles). The planning questions take it so that a plugin's configs for any GPU can be
-computed on a machine without one; ``run`` executes on :func:`convlab.target.current`, the target the
+computed on a machine without one; ``run`` executes on :func:`convlab.runtime.targets.current`, the target the
 plan was made for. A config that cannot fit the target is left out of ``configs`` (``target.fits``),
 and a problem no config fits is declined with that reason. Callers may leave the target out (the
 current one is used), and a plugin whose methods take no ``target`` still works: it is dropped for it.
@@ -27,7 +27,7 @@ kernels are specialised on the layer's sizes, so every new shape compiles: the c
 quarter of the profile's examples for it on a GPU, where each compile costs seconds), ``layouts`` (the
 memory layouts of the 4-D operands ``run`` takes: ``"nchw"``, C-contiguous; ``"nhwc"``, channels-last
 strides, handed over as they are, and checked by ``check_channels_last_operands``; a plugin without it
-gets NCHW copies: convlab.layouts). ``tensor_core`` takes ``"nhwc"``.
+gets NCHW copies: convlab.kernels.data.layouts). ``tensor_core`` takes ``"nhwc"``.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping
 import numpy as np
 
 from convlab.problem import Problem
-from convlab.target import Target
+from convlab.runtime.targets import Target
 
 #: the planning methods that take a ``target``, with the count of positional parameters before it
 TARGETED = {"check": 1, "configs": 1, "workspace_bytes": 3}
@@ -52,7 +52,7 @@ def _takes_target(fn: Callable) -> bool:
 
 def _with_target(fn: Callable, positional: int) -> Callable:
     """``fn`` (a plugin's planning method) callable with or without a target: a missing one is the
-    current target (:func:`convlab.target.current`), and a method written without a ``target``
+    current target (:func:`convlab.runtime.targets.current`), and a method written without a ``target``
     parameter gets none."""
     takes = _takes_target(fn)
 
@@ -63,7 +63,7 @@ def _with_target(fn: Callable, positional: int) -> Callable:
         if not takes:
             return fn(self, *args, **kwargs)
         if target is None:
-            from convlab.target import current
+            from convlab.runtime.targets import current
 
             target = current()
         return fn(self, *args, target=target, **kwargs)
@@ -194,9 +194,9 @@ class Algorithm:
     def applicable(self, problem: Problem, config: Config | None = None,
                    workspace_limit: int | None = None, target: Target | None = None) -> Verdict:
         """The op, dtype, plugin-specific and workspace conditions together on ``target`` (default:
-        :func:`convlab.target.current`), with the first failing condition as the reason."""
-        from convlab.settings import get_workspace_limit
-        from convlab.target import current
+        :func:`convlab.runtime.targets.current`), with the first failing condition as the reason."""
+        from convlab.runtime.settings import get_workspace_limit
+        from convlab.runtime.targets import current
 
         target = current() if target is None else target
         if problem.op not in self.ops:

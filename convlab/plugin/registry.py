@@ -4,7 +4,8 @@ Built-in plugins live in ``convlab.algorithms`` (the repository's ``algorithms/`
 there not starting with ``_`` is imported, and each ``@register``-decorated class becomes a plugin.
 Plugins from other installed packages are found through the entry-point group ``convlab.algorithms``
 (each entry point names a module or a plugin class). A plugin that fails to import, or whose predicate
-raises, is reported by name and excluded; it never breaks the others.
+raises, is reported by name and excluded; it never breaks the others. A plugin whose kernel raises on a
+problem under "auto" is set aside for that problem only (:func:`set_aside`, kept in the device's context).
 """
 from __future__ import annotations
 
@@ -17,15 +18,16 @@ from typing import Any, Iterable, TypeVar
 
 from .contract import Algorithm, Config, Verdict
 from convlab.problem import Problem
-from convlab.settings import bump_generation
-from convlab.target import Target, current as current_target
+from convlab.runtime import context
+from convlab.runtime.settings import bump_generation
+from convlab.runtime.targets import Target, current as current_target
 
 ENTRY_POINT_GROUP = "convlab.algorithms"
 
 _plugins: dict[str, Algorithm] = {}
 _load_errors: dict[str, str] = {}
-_broken: dict[str, str] = {}  # plugins whose kernel raised during an "auto" call, with the error
 _loaded = False
+_loading = False
 
 A = TypeVar("A", bound=type)
 
@@ -42,6 +44,8 @@ def register(cls: A | None = None, *, replace: bool = False) -> Any:
         raise TypeError(f"@register expects a subclass of convlab.Algorithm, got {cls!r}")
     if not cls.name or not isinstance(cls.name, str):
         raise ValueError(f"plugin class {cls.__qualname__} needs a non-empty string 'name'")
+    if not _loading:
+        load()  # the built-ins first: a user's class cannot take a built-in's name unless replacing it
     unknown = set(cls.ops) - {"forward", "dgrad", "wgrad"}
     if not cls.ops or unknown:
         raise ValueError(f"plugin {cls.name!r}: ops must be a non-empty subset of forward/dgrad/wgrad")
@@ -91,40 +95,54 @@ def _report(where: str, exc: BaseException) -> None:
 
 def load(*, reload: bool = False) -> None:
     """Import built-in and entry-point plugins (idempotent; ``reload`` re-scans entry points)."""
-    global _loaded
-    if _loaded and not reload:
+    global _loaded, _loading
+    if (_loaded and not reload) or _loading:
         return
-    _loaded = True
-    _load_builtin()
-    _load_entry_points()
+    _loaded, _loading = True, True
+    try:
+        _load_builtin()
+        _load_entry_points()
+    finally:
+        _loading = False
 
 
-def mark_broken(name: str, exc: BaseException) -> None:
-    """Exclude a plugin whose kernel raised, for the rest of the process, with a warning naming it."""
-    _broken[name] = f"{type(exc).__name__}: {exc}"
+def _set_aside() -> dict:
+    """The current device's plugins set aside per problem: {problem key: {plugin name: error}}."""
+    return context.current().store("set_aside")
+
+
+def set_aside(name: str, problem: Problem, exc: BaseException) -> None:
+    """Decline plugin ``name`` for ``problem`` from now on (its kernel raised ``exc`` under "auto"), with
+    a warning naming it; other problems are not affected. ``convlab.reset()`` or :func:`clear_set_aside`
+    give it another chance."""
+    with context.current().lock:
+        _set_aside().setdefault(problem.key(), {})[name] = f"{type(exc).__name__}: {exc}"[:500]
     bump_generation()
-    warnings.warn(f"convlab: plugin {name!r} raised {exc!r} and is excluded from 'auto'",
-                  RuntimeWarning, stacklevel=3)
+    warnings.warn(f"convlab: plugin {name!r} raised {exc!r} on {problem.describe()} and is set aside for "
+                  f"that problem", RuntimeWarning, stacklevel=3)
+
+
+def set_aside_for(problem: Problem) -> dict[str, str]:
+    """The plugins set aside for ``problem``, with the error each raised."""
+    return dict(_set_aside().get(problem.key(), {}))
+
+
+def clear_set_aside(name: str | None = None) -> None:
+    """Give plugins set aside (``name``'s, or all) another chance on every problem."""
+    with context.current().lock:
+        table = _set_aside()
+        for key in list(table):
+            if name is None:
+                table.pop(key)
+            else:
+                table[key].pop(name, None)
+    bump_generation()
 
 
 def state() -> tuple:
-    """A cheap snapshot of what registered and excluded plugins there are (object ids and names): it
-    changes whenever a plugin is registered, unregistered or marked broken (convlab.plan keys on it)."""
-    return tuple(map(id, _plugins.values())), tuple(_broken)
-
-
-def broken_plugins() -> dict[str, str]:
-    """Plugins excluded because their kernel raised, with the error (see :func:`mark_broken`)."""
-    return dict(_broken)
-
-
-def unmark_broken(name: str | None = None) -> None:
-    """Give excluded plugins (one, or all) another chance."""
-    if name is None:
-        _broken.clear()
-    else:
-        _broken.pop(name, None)
-    bump_generation()
+    """A cheap snapshot of the registered plugins (object ids): it changes whenever a plugin is
+    registered or unregistered (convlab.call.plan keys on it)."""
+    return tuple(map(id, _plugins.values()))
 
 
 def load_errors() -> dict[str, str]:
@@ -154,10 +172,13 @@ def get(name: str) -> Algorithm:
 def verdict(plugin: Algorithm, problem: Problem, config: Config | None = None,
             workspace_limit: int | None = None, target: Target | None = None) -> Verdict:
     """``plugin.applicable(...)`` on ``target`` (default: the current one), with an exception in the
-    predicate turned into a declining verdict, and a plugin whose kernel raised earlier in this
-    process declined with that error."""
-    if plugin.name in _broken:
-        return Verdict.no(f"excluded: its kernel raised {_broken[plugin.name]}")
+    predicate turned into a declining verdict, and a plugin set aside for this problem (its kernel
+    raised on it: :func:`set_aside`) declined with that error."""
+    aside = _set_aside()
+    if aside:
+        error = aside.get(problem.key(), {}).get(plugin.name)
+        if error is not None:
+            return Verdict.no(f"set aside for this problem: its kernel raised {error}")
     try:
         result = plugin.applicable(problem, config, workspace_limit, target=target)
         if not isinstance(result, Verdict):
@@ -165,6 +186,22 @@ def verdict(plugin: Algorithm, problem: Problem, config: Config | None = None,
         return result
     except Exception as exc:
         return Verdict.no(f"predicate raised {type(exc).__name__}: {exc}")
+
+
+def workspace(plugin: Algorithm, problem: Problem, config: Config, workspace_limit: int,
+              target: Target | None = None) -> int:
+    """``plugin.workspace_bytes(...)`` on ``target`` (default: the current one)."""
+    return int(plugin.workspace_bytes(problem, config, workspace_limit, target=target))
+
+
+def run(plugin: Algorithm, problem: Problem, config: Config, a: Any, b: Any, bias: Any, out: Any, *,
+        workspace_limit: int, target: Target | None = None) -> None:
+    """Run ``plugin`` with ``config`` as the ops do: only when its verdict accepts the problem (a plugin
+    that routes through another, as widen, runs it this way); ValueError quoting the reason otherwise."""
+    found = verdict(plugin, problem, config, workspace_limit, target)
+    if not found:
+        raise ValueError(f"{plugin.name}[{config.name}] cannot run {problem.describe()}: {found.reason}")
+    plugin.run(problem, config, a, b, bias, out, workspace_limit=workspace_limit)
 
 
 def safe_configs(plugin: Algorithm, problem: Problem, target: Target | None = None) -> list[Config]:

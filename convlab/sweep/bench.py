@@ -75,7 +75,7 @@ class Journal:
 
     def start(self, keep: dict[str, dict]) -> None:
         """Rewrite the journal as the header plus ``keep`` (what :meth:`load` returned)."""
-        from convlab.fileio import atomic_write
+        from convlab.runtime.fileio import atomic_write
 
         lines = [self.header] + [{"task": k, "result": v} for k, v in keep.items()]
         atomic_write(self.path, "".join(json.dumps(r, default=str) + "\n" for r in lines))

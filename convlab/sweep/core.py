@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from convlab import settings
+from convlab.runtime import settings
 from convlab.problem import DTYPES, OPS, Problem
 
 #: Retries of a task that raised (a dead worker is handled by the scheduler's allowed-failures).

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from convlab import settings
+from convlab.runtime import settings
 from convlab.autotune.cache import TuningCache, tuning_key
 from .cluster import worker_info
 from .core import Task, applied, client_settings, run_tasks
@@ -30,7 +30,8 @@ from .core import Task, applied, client_settings, run_tasks
 
 def tune_task(spec: dict[str, Any]) -> dict[str, Any]:
     """Run on a worker: tune one problem under the client's settings (see the module docstring)."""
-    from convlab import autotune, kernel_cache
+    from convlab import autotune
+    from convlab.runtime import kernel_cache
     from convlab.autotune import tuner
 
     info = worker_info()

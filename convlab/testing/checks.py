@@ -14,8 +14,8 @@ from .. import ops, reference, runtime
 from ..plugin import registry
 from ..measure import random_operands, rel_error, to_device, tolerance
 from ..plugin.contract import Algorithm
-from ..problem import Problem, conv_output_size, np_dtype
-from ..settings import get_workspace_limit
+from ..problem import Problem, np_dtype
+from convlab.runtime.settings import get_workspace_limit
 
 
 def _accepted(plugin: Algorithm, problem: Problem):
@@ -91,7 +91,7 @@ def check_channels_last_operands(plugin: Algorithm, problem: Problem, rng: np.ra
     config = _accepted(plugin, problem)
     if config is None:
         return
-    from ..layouts import channels_last_copy
+    from convlab.kernels.data.layouts import channels_last_copy
 
     host = random_operands(problem, rng)
     shapes = problem.operand_shapes
@@ -147,25 +147,8 @@ def check_declined_never_launched(plugin: Algorithm, problem: Problem,
 
 
 def call_op(problem: Problem, a: Any, b: Any, bias: Any = None, **kw: Any) -> Any:
-    """Run ``problem`` through the public op that builds it (conv_transpose2d for dgrad with a bias or
-    a shortened dy)."""
-    common = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation,
-                  groups=problem.groups)
-    if problem.op == "forward":
-        return ops.conv2d(a, b, bias, **common, **kw)
-    if problem.op == "wgrad":
-        return ops.conv2d_backward_weight(a, b, problem.w_shape, **common, **kw)
-    full = (conv_output_size(problem.h, problem.r, problem.stride[0], problem.padding[0],
-                             problem.dilation[0]),
-            conv_output_size(problem.w, problem.s, problem.stride[1], problem.padding[1],
-                             problem.dilation[1]))
-    if bias is None and (problem.p, problem.q) == full:
-        return ops.conv2d_backward_data(a, b, problem.x_shape, **common, **kw)
-    out_pad = tuple(size - ((pq - 1) * st - 2 * pd + dl * (k - 1) + 1) for size, pq, st, pd, dl, k in
-                    zip((problem.h, problem.w), (problem.p, problem.q), problem.stride, problem.padding,
-                        problem.dilation, (problem.r, problem.s)))
-    return ops.conv_transpose2d(a, b, bias, problem.stride, problem.padding, out_pad, problem.groups,
-                                problem.dilation, **kw)
+    """Run ``problem`` through the public op that builds it (convlab.ops.call_problem)."""
+    return ops.call_problem(problem, a, b, bias, **kw)
 
 
 Check = Callable[[Algorithm, Problem, np.random.Generator], None]

@@ -1,6 +1,6 @@
 """Stand-ins for torch CUDA tensors, to run the planned call path without torch or a GPU.
 
-convlab's fast path reads a torch tensor only through a few attributes (convlab.operands: ``shape``,
+convlab's fast path reads a torch tensor only through a few attributes (convlab.call.operands: ``shape``,
 ``stride()``, ``dtype``, ``get_device()``, ``data_ptr()``, ``is_cuda``, ``device``, ``numel()``,
 ``element_size()``, ``detach()``) and the torch module only through ``torch.empty``, its dtypes,
 ``torch.device`` and ``torch._C._cuda_getCurrentRawStream``. :class:`Tensor` and :func:`fake_torch`
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from convlab import operands, plan
+from convlab.call import operands, plan
 
 
 class _Device:
@@ -85,11 +85,13 @@ def fake_torch() -> types.ModuleType:
 def adopt_plan(key: tuple, tensors: Sequence[Any]) -> plan.Plan:
     """Store a copy of the plan under ``key`` (recorded on Numba arrays) under the key of the same call
     on ``tensors`` (a, b[, bias[, out]]; stand-ins), marked thin; returns the copy."""
-    recorded = plan._plans[key]
+    recorded = plan.lookup(key)  # the current device's plan table (convlab.call.plan)
+    if recorded is None:
+        raise KeyError(f"no valid plan under {key!r}")
     slots = (list(tensors) + [None, None])[:4]
     torch_key = (key[0], tuple(operands.signature(v) for v in slots)) + key[2:]
-    copy = plan.Plan(recorded.candidate, recorded.launches, recorded.state, recorded.out_shape,
-                     recorded.dtype, recorded.decision, torch_key[1])
+    copy = plan.Plan(recorded.candidate, recorded.launches, recorded.out_shape, recorded.dtype,
+                     torch_key[1], recorded.channels_last_out, recorded.check)
     copy.thin = True
     plan.store(torch_key, copy)
     return copy

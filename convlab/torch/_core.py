@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from convlab import ops
-from convlab.operands import is_channels_last
+from convlab.call.operands import is_channels_last
 from convlab.plugin import registry
 from convlab.problem import conv_output_size
 
@@ -41,7 +41,7 @@ def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
 
 def empty_output(first: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """An empty tensor shaped like the op's output in the layout the op gives it: channels-last when
-    the first operand is a channels-last CUDA tensor (convlab.layouts; CPU tensors give C-contiguous
+    the first operand is a channels-last CUDA tensor (convlab.kernels.data.layouts; CPU tensors give C-contiguous
     results), else C-contiguous (the fake implementations of convlab.torch._library)."""
     channels_last = first.is_cuda and is_channels_last(first)
     return torch.empty(tuple(shape), dtype=first.dtype, device=first.device,

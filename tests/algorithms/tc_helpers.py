@@ -3,8 +3,9 @@ spy and one checked run."""
 import numpy as np
 import pytest
 
-from convlab import layouts, reference, runtime
-from convlab.algorithms import tensor_core
+from convlab import reference, runtime
+from convlab.kernels.data import layouts
+from convlab.algorithms.tensor_core import plugin as tc_plugin, wgrad as tc_wgrad
 from convlab.measure import random_operands, rel_error, tolerance
 from convlab.plugin import registry
 from convlab.problem import np_dtype
@@ -16,8 +17,8 @@ TC = registry.get("tensor_core")
 def split_like_the_simulator(monkeypatch):
     """Split-K plans as on the simulator (MIN_SPLIT_K_GPU 1, wgrad's MIN_KTILES_GPU 1), so that these tiny
     problems split the same way on a GPU; a test that wants another value sets its own."""
-    monkeypatch.setattr(tensor_core, "MIN_SPLIT_K_GPU", 1)
-    monkeypatch.setattr(tensor_core.wgrad, "MIN_KTILES_GPU", 1)
+    monkeypatch.setattr(tc_plugin, "MIN_SPLIT_K_GPU", 1)
+    monkeypatch.setattr(tc_wgrad, "MIN_KTILES_GPU", 1)
 
 
 def spy(monkeypatch, module, name):

@@ -5,9 +5,9 @@ import pytest
 
 import convlab
 from convlab import measure, reference, runtime
-from convlab.plugin import strategy
+from convlab.ops import strategy
 from convlab.algorithms import depthwise as dw
-from convlab.algorithms._depthwise_common import axis
+from convlab.kernels.conv.depthwise_common import axis
 from convlab.testing.checks import check_matches_reference
 
 PLUGIN = convlab.get_plugin("depthwise")

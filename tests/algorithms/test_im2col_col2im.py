@@ -5,24 +5,25 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import make_problem, reference, runtime, scratch
-from convlab.algorithms._columns import column_plan, tile_of
+from convlab import make_problem, reference, runtime
+from convlab.runtime import device, scratch
+from convlab.algorithms.explicit_gemm.common import column_plan, tile_of
 from convlab.measure import random_operands, rel_error, to_device, tolerance
 
 
 @pytest.fixture
 def allocations(monkeypatch):
-    """Element counts of every device allocation made through convlab.runtime.empty (the scratch pool
-    is emptied first, so each column buffer the plugin lends is a new allocation)."""
+    """Element counts of every device allocation made through convlab.runtime.device.empty (the scratch
+    pool is emptied first, so each column buffer the plugin lends is a new allocation)."""
     scratch.release()
     sizes = []
-    original = runtime.empty
+    original = device.empty
 
     def recording(shape, dtype):
         sizes.append(int(np.prod(shape)))
         return original(shape, dtype)
 
-    monkeypatch.setattr(runtime, "empty", recording)
+    monkeypatch.setattr(device, "empty", recording)
     return sizes
 
 
@@ -104,13 +105,13 @@ def test_registered_with_priority_above_direct():
 
 
 def test_flat_launches_cover_whole_images():
-    from convlab.algorithms._columns import flat_launches, launch_shape
-    from convlab.kernels.splitk import sm_count
+    from convlab.kernels.conv.columns import flat_launches, launch_shape
+    from convlab.kernels.data.splitk import sm_count
     threads, per_sm = launch_shape()
     assert flat_launches(6, 49) == [(0, 6, min(per_sm * sm_count(), -(-6 * 49 // threads)), threads)]
     big = flat_launches(12, 2**30, whole=3)  # 3 rows of an image per launch: 3 * 2**30 < 2**32
     assert [(r0, rows) for r0, rows, _, _ in big] == [(0, 3), (3, 3), (6, 3), (9, 3)]
-    from convlab.target import get, using
+    from convlab.runtime.targets import get, using
     with using("sm_90"):  # a GPU's launches, planned on the CPU: 256 threads, 16 blocks an SM
         assert flat_launches(6, 49)[0][2:] == (min(16 * 132, -(-6 * 49 // 256)), 256)
     assert launch_shape(get("sm_80")) == (256, 16)
@@ -123,7 +124,7 @@ def test_flat_launches_cover_whole_images():
 def test_unfold_and_fold_in_several_launches(name, op, bias, monkeypatch):
     """Images past the 32-bit pair limit go to further launches, each starting at its own image (the
     limit shrunk here to two images' (row, pixel) pairs)."""
-    from convlab.algorithms import _columns, _unfold, col2im
+    from convlab.kernels.conv import columns as _columns, fold as _fold, unfold as _unfold
     problem = _problem(op, bias=bias)
     # pairs per row: the fold's dx pixels; the unfold's 16-byte chunks of columns (P*Q = 24 fp32: 6)
     pixels = problem.h * problem.w if op == "dgrad" else problem.p * problem.q // 4
@@ -134,7 +135,7 @@ def test_unfold_and_fold_in_several_launches(name, op, bias, monkeypatch):
         launches.append(original(*args, **kwargs))
         return launches[-1]
 
-    for module in (_unfold, col2im):
+    for module in (_unfold, _fold):
         monkeypatch.setattr(module, "flat_launches", recording)
     _run(name, problem, 10 ** 9, np.random.default_rng(5))
     assert launches and all(len(one) == 3 for one in launches)  # 5 images: 2 + 2 + 1
@@ -146,7 +147,7 @@ def test_unfold_into_split_major_layout(dtype, vector):
     left unwritten), each image's P*Q = 25 padded to 40 with zeros; chunks of 8 halves or 4 floats
     cross output rows (Q = 5), taps read the padding. ``vector``: 16-byte stores (an aligned buffer) or the scalar kernel (a view one element
     off, so not 16-byte aligned)."""
-    from convlab.algorithms._unfold import _vector_width, unfold_into
+    from convlab.kernels.conv.unfold import _vector_width, unfold_into
     pr = make_problem("wgrad", 3, 2, 5, 7, 4, 3, 2, padding=(1, 0), dilation=(1, 2), dtype=dtype)
     assert (pr.p, pr.q) == (5, 5)
     pqo, ipb = 40, 2

@@ -13,7 +13,8 @@ import pytest
 import convlab
 from convlab import Config, make_problem, reference, runtime
 from convlab.algorithms import implicit_gemm
-from convlab.algorithms.implicit_gemm import forward, wgrad
+from convlab.algorithms.implicit_gemm import forward, plugin as ig_plugin, wgrad
+from convlab.kernels.simt.tile import Tile
 from convlab.measure import random_operands, rel_error, to_device, tolerance
 
 PLUGIN = convlab.get_plugin("implicit_gemm")
@@ -59,7 +60,7 @@ def test_accepts_any_size_groups_and_stride_and_picks_the_kernel(kwargs, aligned
     predicate's kind (one group, stride-1 dgrad, K % BK == 0), the general one the rest."""
     prob = make_problem(n=2, w=kwargs["h"], r=3, s=3, **kwargs)
     assert PLUGIN.applicable(prob)
-    tile = implicit_gemm.Tile(16, 16, 8, 2, 2)
+    tile = Tile(16, 16, 8, 2, 2)
     if prob.op == "wgrad":
         assert wgrad.is_aligned(prob) == aligned
         kern = wgrad._prepared(prob, tile, LIMIT, runtime.target())[0]
@@ -87,12 +88,12 @@ def test_configs_differ_and_validate(op):
     assert len(set(tiles)) == len(tiles) >= 3
     assert len({(t.bm, t.bn) for t in tiles}) >= 2 and len({(t.tm, t.tn) for t in tiles}) >= 2
     check = wgrad.check_tile if op == "wgrad" else forward.check_tile
-    gpu = implicit_gemm.WGRAD_TILES_GPU if op == "wgrad" else implicit_gemm.GATHER_TILES_GPU
+    gpu = ig_plugin.WGRAD_TILES_GPU if op == "wgrad" else ig_plugin.GATHER_TILES_GPU
     for t in gpu:  # the GPU list obeys the loaders' rules too (checked here without compiling)
-        check(implicit_gemm.Tile(*t))
-    assert len({implicit_gemm.Tile(*t).threads for t in gpu}) >= 2
-    assert all(implicit_gemm.Tile(*t).bm * implicit_gemm.Tile(*t).bn <= 1024 for t in
-               (implicit_gemm.GATHER_TILES_SIM + implicit_gemm.WGRAD_TILES_SIM))
+        check(Tile(*t))
+    assert len({Tile(*t).threads for t in gpu}) >= 2
+    assert all(Tile(*t).bm * Tile(*t).bn <= 1024 for t in
+               (ig_plugin.GATHER_TILES_SIM + ig_plugin.WGRAD_TILES_SIM))
 
 
 @pytest.mark.parametrize("bad, rule", [(dict(BK=4), "multiple of 8"), (dict(TM=3), "power of two"),
@@ -176,7 +177,7 @@ def test_general_split_k_is_deterministic_and_bounded(kwargs):
 def test_narrow_gpu_tile_on_grouped_layers(op):
     """The GPU list's 256x8 tile (ResNeXt's 4..8 channels per group) on a small grouped problem."""
     config = Config(BM=256, BN=8, BK=8, TM=8, TN=4)
-    assert implicit_gemm.tile_of(config) in map(implicit_gemm.Tile._make, implicit_gemm.GATHER_TILES_GPU)
+    assert implicit_gemm.tile_of(config) in map(Tile._make, ig_plugin.GATHER_TILES_GPU)
     prob = make_problem(op, 1, 8, 6, 6, 12, 3, 3, padding=1, groups=2, bias=True)  # N = 4 or 6
     _, err = _run(prob, config)
     assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
@@ -236,9 +237,9 @@ def test_cached_launch_keeps_its_own_grid(op, big, small):
 
 
 def test_workspace_counters_are_zero_even_after_a_launch_that_raised():
-    """The split-K workspace comes from convlab.scratch with its counters zero on entry: fresh, after a
+    """The split-K workspace comes from convlab.runtime.scratch with its counters zero on entry: fresh, after a
     normal return (kernels reset them) and after a launch that raised (which may leave them non-zero)."""
-    from convlab import scratch
+    from convlab.runtime import scratch
     from convlab.algorithms.implicit_gemm import common
 
     scratch.release()
@@ -262,10 +263,11 @@ def test_registry_discovers_the_plugin_package():
     import convlab.algorithms
     from convlab.plugin import registry
 
-    assert type(PLUGIN).__module__ == "convlab.algorithms.implicit_gemm"
+    assert type(PLUGIN).__module__ == "convlab.algorithms.implicit_gemm.plugin"
     assert not registry.load_errors()
     found = {(m.name, m.ispkg) for m in pkgutil.iter_modules(convlab.algorithms.__path__)}
-    assert ("implicit_gemm", True) in found and ("_columns", False) in found
+    assert {("implicit_gemm", True), ("explicit_gemm", True), ("tensor_core", True), ("direct", False)} <= found
     modules = {type(p).__module__ for p in convlab.plugins()}
-    assert {f"convlab.algorithms.{n}" for n in ("direct", "im2col", "col2im", "implicit_gemm")} <= modules
+    assert {f"convlab.algorithms.{n}" for n in ("direct", "explicit_gemm.im2col", "explicit_gemm.col2im",
+                                                 "implicit_gemm.plugin", "tensor_core.plugin")} <= modules
     assert not any(m.startswith("convlab.algorithms._") for m in modules)

@@ -10,9 +10,12 @@ import pytest
 
 import convlab
 from convlab import reference, runtime
-from convlab.target import get as get_target
+from convlab.runtime.targets import get as get_target
 from convlab.algorithms import tensor_core
-from convlab.kernels import tc_conv, transpose
+from convlab.algorithms.tensor_core import configs as tc_configs, plugin as tc_plugin
+from convlab.kernels.tensor_core.config import TcConfig
+from convlab.kernels.tensor_core import conv as tc_conv
+from convlab.kernels.data import transpose
 from convlab.measure import rel_error, tolerance
 from convlab.problem import make_problem, unit_roundoff
 from tc_helpers import TC, run_tc as _run, split_like_the_simulator, spy  # noqa: F401  (a fixture)
@@ -33,7 +36,7 @@ def _simulator_splits(split_like_the_simulator):
 @pytest.mark.parametrize("split", [True, False], ids=["split", "one"])
 def test_half_precision_cases(problem, split, monkeypatch):
     if not split:  # the one-pass kernel (bias and rounding in its epilogue), as large layers run it
-        monkeypatch.setattr(tensor_core, "MIN_SPLIT_K_SIM" if runtime.target().simulator
+        monkeypatch.setattr(tc_plugin, "MIN_SPLIT_K_SIM" if runtime.target().simulator
                             else "MIN_SPLIT_K_GPU", 10**9)
     assert (tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]), runtime.target())[0] > 1) == split
     err, tol = _run(problem)
@@ -43,7 +46,7 @@ def test_half_precision_cases(problem, split, monkeypatch):
 @pytest.mark.parametrize("split", [True, False], ids=["split", "one"])
 def test_tf32_only_under_high_precision(split, monkeypatch):
     if not split:
-        monkeypatch.setattr(tensor_core, "MIN_SPLIT_K_SIM" if runtime.target().simulator
+        monkeypatch.setattr(tc_plugin, "MIN_SPLIT_K_SIM" if runtime.target().simulator
                             else "MIN_SPLIT_K_GPU", 10**9)
     problem = make_problem("forward", 1, 4, 5, 5, 8, 3, 3, padding=1, dtype="float32", bias=True)
     verdict = TC.applicable(problem)
@@ -66,7 +69,7 @@ def test_narrow_tile_for_few_output_channels(op, dtype):
         assert TC.configs(problem)[0]["BN"] == 16
         err, tol = _run(problem, seed=3)
     assert err <= tol, (err, tol)
-    cfg = tensor_core.SIM_NARROW[16][0]
+    cfg = tc_configs.SIM_NARROW[16][0]
     assert f"if tid < {cfg.BN * cfg.BK * 2 // 16}:" in tc_conv.kernel_source("f16", cfg)
 
 
@@ -156,15 +159,15 @@ def test_split_k_plan_and_workspace(monkeypatch):
     144 k tiles of 32 -> 3 splits of 48 (each at least 1024 long: 32 k tiles); the workspace counts the
     fp32 partials (the sum rounds to fp16 as it stores); enough output tiles, or too short a reduction
     -> no split. Planned for the named sm_90 target on this machine."""
-    monkeypatch.setattr(tensor_core, "MIN_SPLIT_K_GPU", 1024)  # the GPU's (the module's fixture sets 1)
+    monkeypatch.setattr(tc_plugin, "MIN_SPLIT_K_GPU", 1024)  # the GPU's (the module's fixture sets 1)
     sm90 = get_target("sm_90")
     problem = make_problem("forward", 16, 512, 7, 7, 512, 3, 3, padding=1, dtype="float16", bias=True)
-    cfg = tensor_core.TcConfig(64, 64, 32, 32, 32, 4)
+    cfg = TcConfig(64, 64, 32, 32, 32, 4)
     assert tensor_core.split_k(problem, cfg, sm90) == (3, 48)
-    assert tensor_core.split_k(problem, tensor_core.TcConfig(128, 128, 32, 64, 64, 3), sm90) == (4, 36)
+    assert tensor_core.split_k(problem, TcConfig(128, 128, 32, 64, 64, 3), sm90) == (4, 36)
     mn = 16 * 7 * 7 * 512
     base = (16 * 7 * 7 + 512 * 9) * 512 * 2
-    config = tensor_core._config(cfg)
+    config = tensor_core.to_config(cfg)
     assert TC.workspace_bytes(problem, config, 2**30, sm90) == base + 4 * 3 * mn  # the partials
     big = make_problem("forward", 64, 512, 14, 14, 512, 3, 3, padding=1, dtype="float16")
     assert tensor_core.split_k(big, cfg, sm90) == (1, 144)
@@ -173,7 +176,7 @@ def test_split_k_plan_and_workspace(monkeypatch):
 
 
 def test_kernel_source_gathers_and_stores_nchw():
-    cfg = tensor_core.SIM_TILES[16][0]
+    cfg = tc_configs.SIM_TILES[16][0]
     src = tc_conv.kernel_source("bf16", cfg, bias=True)
     assert "cp_async16(As" in src and "bf16_to_f32(bias[c0])" in src and "f32_to_bf16(" in src
     assert "copy16(Y, U(yb + U(col * PQ))" in src and "blockIdx.z" not in src and "kl = U(0)" in src

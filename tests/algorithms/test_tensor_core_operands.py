@@ -8,9 +8,10 @@ import pytest
 
 import convlab
 from convlab import reference, runtime
-from convlab import target as targets
+from convlab.runtime import targets
 from convlab.algorithms import tensor_core
-from convlab.kernels import tc_conv, transpose
+from convlab.kernels.tensor_core import conv as tc_conv
+from convlab.kernels.data import transpose
 from convlab.measure import random_operands, rel_error, tolerance
 from convlab.problem import make_problem
 from tc_helpers import TC, run_tc as _run, split_like_the_simulator, spy as _spy  # noqa: F401  (a fixture)
@@ -89,7 +90,7 @@ def test_1x1_reads_the_nchw_input_as_it_is(monkeypatch, op, dtype, bias, nhwc_ou
 def test_nchw_read_with_a_64_row_tile(itype, split):
     """The m-contiguous A of a 64-row tile (the GPU tiles' swizzle: one XOR per row, 8 or 16 chunks per
     k row; TF32's 32-bit fragment loads) and split-K, against float64."""
-    from convlab.kernels.tc_config import TcConfig
+    from convlab.kernels.tensor_core.config import TcConfig
     cfg = TcConfig(64, 32, 16, 32, 32, 2)
     n, c, h, w, k = 3, 24, 4, 8, 16
     dtype = np.float16 if itype == "f16" else np.float32
@@ -138,8 +139,8 @@ def test_m_contiguous_tiles_that_swizzle(bm, size, ok):
     """An m-contiguous A's k rows XOR their 16-byte chunks with values below 8: a row of 12 chunks (BM 48
     TF32) or 6 (BM 48 fp16) would send chunks out of the row, so such tiles do not read NCHW, and the
     generator refuses them."""
-    from convlab.kernels.tc_config import TcConfig
-    from convlab.kernels.tc_pipeline import km_tile_ok
+    from convlab.kernels.tensor_core.config import TcConfig
+    from convlab.kernels.tensor_core.warp import km_tile_ok
     assert km_tile_ok(bm, size) == ok
     x = runtime.to_device(np.zeros(2 * 8 * 16, np.float16 if size == 2 else np.float32))
     itype = "f16" if size == 2 else "tf32"
@@ -154,7 +155,7 @@ def test_single_image_groups_keep_dy_unpadded(monkeypatch):
     """One image per split (dy read as it is) and a reduction whose chunk count is prime: the slices take
     a divisor of it (here 1) instead of padding every image, which would bring dy's copy back."""
     from convlab.algorithms.tensor_core import wgrad
-    from convlab.kernels.tc_config import TcConfig
+    from convlab.kernels.tensor_core.config import TcConfig
     problem = make_problem("wgrad", 2, 8, 8, 419, 16, 1, 1, dtype="float16")  # P*Q = 8 * 419 chunks
     plan = wgrad.plan(problem, TcConfig(128, 64, 32, 64, 32, 3), 8, targets.get("sm_90"))  # 132 SMs
     assert plan.splits == 2 and plan.pqp == 8 * 419 and wgrad.as_is(problem, plan.splits, 8, plan.pqp)[0]

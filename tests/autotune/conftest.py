@@ -37,7 +37,8 @@ def real():
     """The built-in plugins registered again (``isolated`` restores its registry afterwards)."""
     import importlib
 
-    for name in ("direct", "implicit_gemm", "im2col", "col2im", "tensor_core", "tf32x3", "depthwise", "widen"):
+    for name in ("direct", "implicit_gemm.plugin", "explicit_gemm.im2col", "explicit_gemm.col2im",
+                 "tensor_core.plugin", "tensor_core.tf32x3", "depthwise", "widen"):
         module = importlib.import_module(f"convlab.algorithms.{name}")
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, convlab.Algorithm) and value.name \

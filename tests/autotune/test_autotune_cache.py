@@ -117,7 +117,7 @@ def test_invalidation_on_source_configs_and_version(tmp_path, monkeypatch):
     from convlab.autotune import tuner
     monkeypatch.setattr(tuner, "TIMED", "some other way")  # entries timed otherwise are tuned again
     result = tune()
-    assert result.source == "tuned" and any("timed through the public op, now some other way" in n
+    assert result.source == "tuned" and any("timed by plan replay, now some other way" in n
                                             for n in result.notes)
     assert tune().source == "cache"
     monkeypatch.setattr(convlab._version, "__version__", "99.0")

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import Config, autotune, settings
+from convlab import Config, autotune
+from convlab.runtime import settings
 from convlab.autotune import costmodel, modes, tuner
 from convlab.plugin import registry
 
@@ -74,7 +75,7 @@ def test_mode_setting_context_manager_and_bad_names():
                                                  (" Exhaustive ", "exhaustive", False), ("fast", "tune", True)])
 def test_environment_variable(value, mode, warned):
     env = dict(os.environ, CONVLAB_TUNE_MODE=value, PYTHONWARNINGS="default")
-    code = "from convlab import settings; print(settings.get_tune_mode())"
+    code = "from convlab.runtime import settings; print(settings.get_tune_mode())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO.parent,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == mode, done.stderr[-800:]

@@ -18,7 +18,7 @@ from convlab.autotune import costmodel, features as feat
 from convlab.autotune.costmodel import Model
 from convlab.autotune.ranking import rank
 from convlab.plugin import registry
-from convlab.target import get as get_target
+from convlab.runtime.targets import get as get_target
 
 SM90 = get_target("sm_90")
 LIMIT = 256 * 2**20

@@ -16,7 +16,7 @@ from convlab.autotune.costmodel import Group, Model
 from convlab.autotune.features import Features
 from convlab.bench.suite import load_suite
 from convlab.plugin import registry
-from convlab.target import get as get_target
+from convlab.runtime.targets import get as get_target
 
 SM90 = get_target("sm_90")
 TRUTH = Model("sm_90", {"fa|fp32|*": Group(0.4, 0.7, 3.0), "fb|f16|*": Group(0.6, 0.5, 5.0),

@@ -16,7 +16,8 @@ import pytest
 import convlab
 from convlab import Algorithm, runtime
 from convlab.bench import harness as bench
-from convlab.plugin import registry, strategy
+from convlab.plugin import registry
+from convlab.ops import strategy
 from convlab.bench.report import ProblemResult, rank, table
 from convlab.measure import CandidateResult
 from convlab.bench.suite import load_suite

@@ -18,7 +18,8 @@ from convlab import runtime
 from convlab.cli import parser as cli
 from convlab.bench import harness as bench
 from convlab.cli import commands
-from convlab.plugin import registry, strategy
+from convlab.plugin import registry
+from convlab.ops import strategy
 from convlab.bench.suite import load_suite, single_shape_suite
 
 from cli_helpers import Broken, auto_label, run_cli

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 import convlab
-from convlab import runtime, settings
+from convlab import runtime
+from convlab.runtime import settings
 from convlab.cli import parser as cli
 
 from cli_helpers import TINY_RUN, run_cli

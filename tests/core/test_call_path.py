@@ -1,7 +1,7 @@
 """What a replayed call does and does not do: launches per call, no plugin or pool work, tensors that
 require grad, and plans owning their workspace.
 
-Launches are counted by wrapping ``convlab.launch.Launch.replay``; torch CUDA tensors are the
+Launches are counted by wrapping ``convlab.runtime.launch.Launch.replay``; torch CUDA tensors are the
 stand-ins of convlab.testing.torch_standin (the plan recorded on Numba arrays is adopted for them).
 """
 import sys
@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import launch, plan, reference, runtime, scratch
+from convlab import reference, runtime
+from convlab.runtime import launch, scratch
+from convlab.call import plan
 from convlab.algorithms.implicit_gemm import gathers
 from convlab.measure import rel_error, tolerance
 from convlab.plugin import registry
@@ -110,7 +112,7 @@ def test_a_tensor_that_requires_grad_replays_the_plan(count_launches, monkeypatc
         fn, args, kwargs = CALLS[op_name](1)
         kwargs = dict(kwargs, padding=1, algorithm="implicit_gemm")
         fn(*args, **kwargs)
-        key = next(reversed(plan._plans))
+        key = next(reversed(plan._table().plans))
         arrays = [a for a in args if hasattr(a, "copy_to_host")]
         shape_arg = [a for a in args if not hasattr(a, "copy_to_host")]
         adopt_plan(key, [Tensor(a.shape) for a in arrays])
@@ -135,7 +137,7 @@ def test_a_plan_owns_its_workspace():
         pytest.skip("no implicit_gemm config of this device splits K on this problem")
     convlab.conv2d(xi, wi, padding=1, algorithm="im2col")  # leaves a large column buffer in the pool
     convlab.conv2d(dev(1, 16, 4, 4), dev(8, 16, 3, 3), padding=1, algorithm=SPLIT)  # records split-K
-    assert any(rec.owned for p in plan._plans.values() for rec in p.launches)
+    assert any(rec.owned for p in plan._table().plans.values() for rec in p.launches)
     convlab.conv2d(xi, wi, padding=1, algorithm="im2col")  # replays: writes its whole column buffer
     x, w = rand(1, 16, 4, 4, seed=3), rand(8, 16, 3, 3, seed=4)
     for out in (None, runtime.full((1, 8, 4, 4), np.nan, np.float32)):  # replay, then a new plan
@@ -154,7 +156,7 @@ def test_a_sub_batched_call_keeps_its_plan_and_counts_its_column_buffer_once(mon
     col_bytes = 2 * 3 * 3 * 4 * 4 * 4  # C*R*S x P*Q floats of one image
     kwargs = {"padding": 1, "algorithm": "im2col", "workspace_limit": col_bytes}  # one image a batch
     convlab.conv2d(x, w, **kwargs)
-    (only,) = plan._plans.values()
+    (only,) = plan._table().plans.values()
     launches = [rec for rec in only.launches if rec.owned]
     assert len(launches) >= 4 and only.held_bytes <= col_bytes  # four sub-batches, one buffer
     plan.clear()

@@ -1,4 +1,4 @@
-"""Channels-last device operands (convlab.layouts): each op matches the float64 reference with any mix
+"""Channels-last device operands (convlab.kernels.data.layouts): each op matches the float64 reference with any mix
 of C-contiguous and channels-last operands, gives channels-last outputs for a channels-last first
 input, writes a channels-last ``out``; the transposes round-trip; other strided layouts are refused;
 channels-last calls are planned (a plan per layout) and replay with new operands; tensor_core takes
@@ -15,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import convlab
-from convlab import layouts, operands, plan, reference, runtime
+from convlab import reference, runtime
+from convlab.kernels.data import layouts
+from convlab.call import operands, plan
 from convlab.measure import random_operands, rel_error, tolerance
 from convlab.plugin import registry
 from convlab.problem import np_dtype
@@ -69,7 +71,7 @@ def test_op_with_channels_last_operands(op, lasts):
     _check(op, args, kwargs, a, b, y.copy_to_host())
     a2, b2 = rand(*ashape, seed=3), rand(*bshape, seed=4)  # the same signature again: a planned call
     y2 = getattr(convlab, op)(on_device(a2, lasts[0]), on_device(b2, lasts[1]), *args, **kwargs)
-    assert len(plan._plans) == 1 and operands.is_channels_last(y2) == lasts[0]
+    assert len(plan._table().plans) == 1 and operands.is_channels_last(y2) == lasts[0]
     _check(op, args, kwargs, a2, b2, y2.copy_to_host())
 
 
@@ -129,17 +131,17 @@ def test_each_layout_has_its_own_plan_and_replays_with_new_operands():
     x, w = rand(1, 2, 5, 5, seed=9), rand(3, 2, 3, 3, seed=10)
     for _ in range(2):
         y = convlab.conv2d(runtime.to_device(x), runtime.to_device(w))
-    assert len(plan._plans) == 1 and y.is_c_contiguous()
+    assert len(plan._table().plans) == 1 and y.is_c_contiguous()
     y = convlab.conv2d(channels_last(x), runtime.to_device(w))  # same shapes, other strides: a new plan
-    assert operands.is_channels_last(y) and len(plan._plans) == 2
+    assert operands.is_channels_last(y) and len(plan._table().plans) == 2
     assert rel_error(y.copy_to_host(), convlab.conv2d(x, w)) <= 4 * EPS
-    built = plan._stats["built"]
+    built = plan._table().stats["built"]
     for seed in (20, 21):  # replays: a new channels-last output each call, the new operands' values
         x2 = rand(1, 2, 5, 5, seed=seed)
         y2 = convlab.conv2d(channels_last(x2), runtime.to_device(w))
         assert operands.is_channels_last(y2) and y2 is not y
         assert rel_error(y2.copy_to_host(), convlab.conv2d(x2, w)) <= 4 * EPS
-    assert len(plan._plans) == 2 and plan._stats["built"] == built
+    assert len(plan._table().plans) == 2 and plan._table().stats["built"] == built
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -155,7 +157,7 @@ def test_tensor_core_takes_channels_last_as_they_are_and_replays(dtype):
         want = reference.solve(prob, xs.astype(np.float64), ws.astype(np.float64))
         got = runtime.to_host(y).astype(np.float64)
         assert rel_error(got, want) <= tolerance(prob, registry.get("tensor_core").compute_eps(dtype))
-    (recorded,) = plan._plans.values()
+    (recorded,) = plan._table().plans.values()
     names = [getattr(rec.dispatcher, "__name__", "?") for rec in recorded.launches]
     # the conv kernel alone, no layout copy (split-K on the simulator's 2 "SMs": its ordered sum,
     # rounding to the input type as it stores, follows)

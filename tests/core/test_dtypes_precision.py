@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import arguments, plan, settings
+from convlab.ops import arguments
+from convlab.call import plan
+from convlab.runtime import settings
 from convlab.autotune import tuner
 from convlab.autotune.cache import tuning_key
 from convlab.measure import random_operands, tolerance

@@ -48,7 +48,7 @@ def test_out_aliasing_an_input_raises_before_any_launch(op, plugin, which, monke
             "b": {"conv2d_backward_weight": "grad_out"}.get(op, "weight")}[which]
     before = (a.copy_to_host(), b.copy_to_host())
     launched = []
-    monkeypatch.setattr(convlab.launch, "launch", lambda *a, **k: launched.append(a))
+    monkeypatch.setattr(convlab.runtime.launch, "launch", lambda *a, **k: launched.append(a))
     with pytest.raises(ValueError, match=f"out overlaps {name}"):
         fn(a, b, *extra, out=out, algorithm=plugin)
     assert not launched
@@ -195,7 +195,7 @@ def test_duplicate_plugin_name_raises_unless_replace():
 def test_simulator_warns_once_per_launch_above_the_thread_budget(monkeypatch):
     import warnings
 
-    from convlab import launch
+    from convlab.runtime import launch
 
     monkeypatch.setattr(launch, "_cost_warned", set())
     x, w = _rand(1, 4, 5, 5), _rand(4, 4, 3, 3)
@@ -220,7 +220,7 @@ def test_atomic_writes_get_the_modes_a_plain_open_would(tmp_path, umask):
     import os
     import stat
 
-    from convlab.fileio import atomic_write, atomic_write_json
+    from convlab.runtime.fileio import atomic_write, atomic_write_json
 
     old = os.umask(umask)
     try:

@@ -1,4 +1,4 @@
-"""CUDA graphs of launch plans (convlab.graphs): when a plan captures, launches, falls back and stops.
+"""CUDA graphs of launch plans (convlab.call.graphs): when a plan captures, launches, falls back and stops.
 
 The rules run against a fake driver (the simulator has no graphs); the last test checks graph replays
 on a GPU against the float64 reference."""
@@ -11,13 +11,14 @@ import pytest
 from cuda.bindings import driver as _real  # the driver's own result codes (no GPU needed to read them)
 
 import convlab
-from convlab import graphs, plan, reference, runtime
+from convlab import reference, runtime
+from convlab.call import graphs, plan
 
 OK, ERROR = _real.CUresult.CUDA_SUCCESS, _real.CUresult.CUDA_ERROR_UNKNOWN
 
 
 class FakeDriver:
-    """The cuda.bindings calls convlab.graphs makes, logged; ``fail`` names one that returns an error."""
+    """The cuda.bindings calls convlab.call.graphs makes, logged; ``fail`` names one that returns an error."""
 
     def __init__(self, fail: str | None = None) -> None:
         self.calls, self.fail, self.capturing, self.graphs, self.alive = [], fail, False, 0, set()
@@ -131,7 +132,7 @@ def test_a_failed_capture_keeps_the_thin_path_for_that_plan(fake, fail, caplog):
     fake.fail = fail
     thins = [FakeThin(fake), FakeThin(fake)]
     g = graphs.Graphs(thins)
-    with caplog.at_level(logging.WARNING, logger="convlab.graphs"):
+    with caplog.at_level(logging.WARNING, logger="convlab.call.graphs"):
         assert g.run((1, 2, 0, 3), 0) is False and g.run((1, 2, 0, 3), 0) is False
     assert f"{fail} failed" in caplog.text
     assert not fake.capturing  # a begun capture is ended
@@ -158,7 +159,7 @@ def test_graph_replays_read_new_values_and_follow_new_operands():
         convlab.conv2d(x, w, padding=1, out=out, algorithm="im2col")
         ref = reference.solve(convlab.problem_for("conv2d", hx, hw, padding=1), hx, hw)
         np.testing.assert_allclose(out.copy_to_host(), ref, rtol=1e-4, atol=1e-4)
-    assert len(plan._plans[next(reversed(plan._plans))].launches) >= 2
+    assert len(plan._table().plans[next(reversed(plan._table().plans))].launches) >= 2
     if graphs.enabled():
         assert graphs.stats["captured"] > before["captured"]
         assert graphs.stats["launched"] >= before["launched"] + 2
@@ -179,7 +180,7 @@ def test_a_launch_failing_mid_capture_ends_the_capture_and_frees_everything(fake
         with pytest.raises(KeyboardInterrupt):
             g.run((1, 2, 0, 3), 0)
     else:
-        with caplog.at_level(logging.WARNING, logger="convlab.graphs"):
+        with caplog.at_level(logging.WARNING, logger="convlab.call.graphs"):
             assert g.run((1, 2, 0, 3), 0) is False
         assert "capture failed" in caplog.text and not g.usable
     assert not fake.capturing and fake.destroyed == ["graph"]  # ended, and its graph destroyed
@@ -202,7 +203,7 @@ def test_a_call_on_a_stream_being_captured_takes_the_thin_path(fake):
 def test_a_failed_graph_launch_turns_graphs_off_for_that_plan_only(fake, caplog):
     g = graphs.Graphs([FakeThin(fake), FakeThin(fake)])
     fake.fail = "cuGraphLaunch"
-    with caplog.at_level(logging.WARNING, logger="convlab.graphs"):
+    with caplog.at_level(logging.WARNING, logger="convlab.call.graphs"):
         assert g.run((1, 2, 0, 3), 0) is False and g.run((1, 2, 0, 3), 0) is False
     assert "launch failed" in caplog.text and not g.usable
     assert g.run((1, 2, 0, 3), 0) is False and fake.calls.count("cuGraphLaunch") == 1

@@ -1,4 +1,4 @@
-"""The disk cache of compiled kernels (convlab.kernel_cache): file format, damage, concurrent writers,
+"""The disk cache of compiled kernels (convlab.runtime.kernel_cache): file format, damage, concurrent writers,
 and the key. Payloads are fake bytes (no cubins on the simulator); the GPU path is exercised by
 ``benchmarks/overhead_bench.py --selftest``."""
 import multiprocessing
@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from convlab import kernel_cache, runtime
+from convlab import runtime
+from convlab.runtime import kernel_cache
 
 
 def test_entries_round_trip(tmp_path):
@@ -69,7 +70,7 @@ def _factory(constant):
 
 
 KEY_SCRIPT = ("import sys; sys.path.insert(0, {path!r}); import {module} as t; "
-              "from convlab import kernel_cache; "
+              "from convlab.runtime import kernel_cache; "
               "print(kernel_cache.kernel_key(t._factory(3), ('float32[::1]',), (9, 0)))")
 
 
@@ -163,7 +164,8 @@ def test_a_kernel_that_cannot_be_cached_is_not_retried_every_launch(monkeypatch,
             return type(value).__name__
 
     monkeypatch.setattr(kernel_cache, "_load_or_compile", failing)
-    monkeypatch.setattr(kernel_cache, "_memo", {})
+    memo = {}
+    monkeypatch.setattr(kernel_cache, "_memo", lambda: memo)  # the context's memo, fresh
     disp = Dispatcher()
     assert kernel_cache.compiled(disp, (1, 2.0)) is None
     assert kernel_cache.compiled(disp, (1, 2.0)) is None
@@ -182,11 +184,13 @@ def test_a_new_kernel_at_a_freed_kernels_address_gets_its_own_code(monkeypatch):
 
     made = []
     monkeypatch.setattr(kernel_cache, "_load_or_compile", lambda d, argtypes: made.append(d) or ("code", d))
-    monkeypatch.setattr(kernel_cache, "_memo", {})
+    memo = {}
+    monkeypatch.setattr(kernel_cache, "_memo", lambda: memo)  # the context's memo, fresh
     old, new = Dispatcher(), Dispatcher()
     assert kernel_cache.compiled(old, (1,)) == ("code", old)
-    (entry,) = kernel_cache._memo.values()
-    kernel_cache._memo = {(id(new), ("int",)): entry}  # as if ``new`` took ``old``'s freed address
+    (entry,) = memo.values()
+    memo.clear()
+    memo[(id(new), ("int",))] = entry  # as if ``new`` took ``old``'s freed address
     assert kernel_cache.compiled(new, (1,)) == ("code", new) and made == [old, new]
     assert kernel_cache.compiled(new, (1,)) == ("code", new) and len(made) == 2  # then memoized
 
@@ -196,7 +200,7 @@ def test_every_plugin_kernel_has_a_key(monkeypatch):
     unrolled slices, depthwise, tensor-core, the tiled GEMM of im2col) gets a key without error:
     a key that raised left the kernel uncached and, with the cache on, its plans off the thin path."""
     import convlab
-    from convlab import launch
+    from convlab.runtime import launch
     from convlab.plugin import registry
 
     launched = []
@@ -226,3 +230,31 @@ def test_every_plugin_kernel_has_a_key(monkeypatch):
         dispatcher = getattr(kernel, "dispatcher", kernel)
         keys[id(dispatcher)] = kernel_cache.kernel_key(dispatcher, ("float32[::1]",), (9, 0))
     assert len(keys) >= 6 and len(set(keys.values())) == len(keys)
+
+
+def test_the_saved_cubin_is_the_one_numba_linked_for_its_launch(monkeypatch):
+    """get_cubin() without a cc: Numba's own arch (sm_90a on a 9.0 device), the one get_cufunc loaded;
+    an explicit (9, 0) would link again for sm_90, which rejects wgmma."""
+    asked, saved = [], []
+
+    class Library:
+        _setup_functions = _teardown_functions = ()
+
+        def get_cufunc(self):
+            return type("F", (), {"name": "entry", "handle": 7})()
+
+        def get_cubin(self, *args, **kwargs):
+            asked.append((args, kwargs))
+            return b"\x7fELF"
+
+    class Dispatcher:
+        py_func = staticmethod(_factory(1))
+        targetoptions: dict = {}
+        overloads = {("int",): type("O", (), {"_codelibrary": Library(), "argument_types": ("int",)})()}
+
+    monkeypatch.setattr(kernel_cache, "kernel_key", lambda *a: "k" * 16)
+    monkeypatch.setattr(kernel_cache, "load", lambda key: None)
+    monkeypatch.setattr(kernel_cache, "save", lambda key, name, payload: saved.append((key, name, payload)))
+    monkeypatch.setattr(kernel_cache.runtime, "target", lambda: type("T", (), {"key": "sm_90"})())
+    found = kernel_cache._load_or_compile(Dispatcher(), ("int",))
+    assert asked == [((), {})] and saved == [("k" * 16, "entry", b"\x7fELF")] and found.handle == 7

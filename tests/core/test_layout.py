@@ -1,6 +1,7 @@
-"""The package's import structure: every import inside ``convlab`` points down (no cycles, not even
-through imports inside functions), no core module reaches for the names of the top-level package,
-and the entry modules import alone in a fresh interpreter."""
+"""The package's import structure: every import inside ``convlab`` and its plugins points down the
+floors below (no cycles, not even through imports inside functions), no module reaches for the names
+of the top-level package, no plugin imports another, ``__init__.py`` files hold re-exports only, and
+the entry modules import alone in a fresh interpreter."""
 from __future__ import annotations
 
 import ast
@@ -13,14 +14,38 @@ import pytest
 import convlab
 
 ROOT = Path(convlab.__file__).parent
+PLUGINS = Path(convlab.algorithms.__file__).parent if hasattr(convlab, "algorithms") else ROOT.parent / "algorithms"
 
 
 def _module_name(path: Path) -> str:
-    parts = ["convlab", *path.relative_to(ROOT).with_suffix("").parts]
+    base, prefix = (PLUGINS, ["convlab", "algorithms"]) if PLUGINS in path.parents else (ROOT, ["convlab"])
+    parts = [*prefix, *path.relative_to(base).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+MODULES = {_module_name(p): p for p in sorted([*ROOT.rglob("*.py"), *PLUGINS.rglob("*.py")])}
+#: the floors, lowest first: a module imports modules of its own floor or below only
+FLOORS = [("convlab._version", "convlab.runtime", "convlab.problem", "convlab.reference"),
+          ("convlab.kernels",),
+          ("convlab.plugin",),
+          ("convlab.algorithms", "convlab.call", "convlab.measure"),
+          ("convlab.autotune",),
+          ("convlab.ops",),
+          ("convlab.bench", "convlab.compile", "convlab.sweep", "convlab.testing", "convlab.torch"),
+          ("convlab.examples", "convlab.cli"),
+          ("convlab",)]
+#: what a plugin may import besides its own package: the kernel layer and the plugin contract
+PLUGIN_MAY_IMPORT = ("convlab.runtime", "convlab.problem", "convlab.kernels", "convlab.plugin")
+
+
+def floor(module: str) -> int:
+    """The floor of a module: that of its longest matching prefix."""
+    best = (-1, len(FLOORS) - 1)
+    for level, prefixes in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best[0]:
+                best = (len(prefix), level)
+    return best[1]
 
 
 def _imports(name: str, path: Path) -> set[str]:
@@ -47,6 +72,45 @@ def _imports(name: str, path: Path) -> set[str]:
 
 
 GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def test_every_import_points_to_its_floor_or_below():
+    up = sorted(f"{name} (floor {floor(name)}) imports {dep} (floor {floor(dep)})"
+                for name, deps in GRAPH.items() if name != "convlab"
+                for dep in deps if dep != "convlab" and floor(dep) > floor(name))
+    assert not up, "imports pointing up:\n" + "\n".join(up)
+
+
+def _plugin_of(module: str) -> str | None:
+    parts = module.split(".")
+    return ".".join(parts[:3]) if parts[:2] == ["convlab", "algorithms"] and len(parts) > 2 else None
+
+
+def test_no_plugin_imports_another_or_above_the_contract():
+    found = []
+    for name, deps in GRAPH.items():
+        mine = _plugin_of(name)
+        if mine is None:
+            continue
+        for dep in deps:
+            if dep == "convlab" or _plugin_of(dep) == mine:
+                continue
+            if _plugin_of(dep) is not None or not dep.startswith(PLUGIN_MAY_IMPORT):
+                found.append(f"{name} imports {dep}")
+    assert not found, "\n".join(found)
+
+
+def test_init_files_hold_no_logic():
+    long = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()
+            if path.name == "__init__.py" and len(path.read_text().splitlines()) > 40 and name != "convlab"}
+    assert not long, f"__init__.py files over 40 lines: {long}"
+    for name, path in MODULES.items():
+        if path.name != "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        logic = [type(node).__name__ for node in tree.body
+                 if not isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr, ast.Assign, ast.If, ast.Try))]
+        assert not logic, f"{name} defines {logic}: keep __init__.py to docstrings and re-exports"
 
 
 def test_no_core_module_imports_the_top_level_package():
@@ -91,8 +155,8 @@ def test_cycle_finder_finds_a_planted_cycle():
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-@pytest.mark.parametrize("module", ["convlab.autotune", "convlab.plugin.strategy", "convlab.bench.harness",
-                                    "convlab.cli", "convlab.testing", "convlab.fileio", "convlab.settings"])
+@pytest.mark.parametrize("module", ["convlab.autotune", "convlab.ops.strategy", "convlab.bench.harness",
+                                    "convlab.cli", "convlab.testing", "convlab.runtime.fileio", "convlab.runtime.settings"])
 def test_module_imports_alone(module):
     proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
                           timeout=120)

@@ -1,4 +1,4 @@
-"""Launch plans (convlab.plan), the launch module's recording/replay and the caller's stream.
+"""Launch plans (convlab.call.plan), the launch module's recording/replay and the caller's stream.
 
 Device operands (Numba device arrays) take the planned path; tiny problems keep the simulator fast.
 """
@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import launch, plan, reference, runtime
+from convlab import reference, runtime
+from convlab.runtime import launch
+from convlab.call import plan
 from convlab.plugin import registry
 from convlab.measure import rel_error, tolerance
 from convlab.runtime import cuda
@@ -36,12 +38,12 @@ def test_same_signature_reuses_the_plan():
     x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
     before = built_replayed()
     convlab.conv2d(x, w, padding=1)
-    key = next(reversed(plan._plans))
-    first = plan._plans[key]
+    key = next(reversed(plan._table().plans))
+    first = plan._table().plans[key]
     convlab.conv2d(dev(1, 2, 5, 5), dev(3, 2, 3, 3), padding=1)
     after = built_replayed()
     assert (after[0] - before[0], after[1] - before[1]) == (1, 1)
-    assert plan._plans[key] is first and len(plan._plans) == 1
+    assert plan._table().plans[key] is first and len(plan._table().plans) == 1
 
 
 CHANGES = {
@@ -62,13 +64,13 @@ def test_any_change_of_signature_builds_a_new_plan(change):
     before = built_replayed()
     convlab.conv2d(*args, **kwargs)
     after = built_replayed()
-    assert after == (before[0] + 1, before[1]) and len(plan._plans) == 2
+    assert after == (before[0] + 1, before[1]) and len(plan._table().plans) == 2
 
 
 def test_alignment_is_part_of_the_signature():
     """Kernels choose 16-byte loads and stores by their operands' alignment (tensor_core's epilogue,
     its NCHW read): a view one element off a planned operand's alignment builds a plan of its own."""
-    from convlab import operands
+    from convlab.call import operands
     base = runtime.to_device(rand(2 * 2 * 5 * 5 + 4))
     aligned, off = base[:100].reshape(2, 2, 5, 5), base[1:101].reshape(2, 2, 5, 5)
     assert operands.signature(aligned) != operands.signature(off)
@@ -173,22 +175,32 @@ def test_the_plan_cache_is_bounded(monkeypatch):
 
 
 def test_a_host_state_change_rebuilds_the_plan():
+    """Setting aside the plugin a plan runs (its kernel raised on that problem) drops the plan: the
+    next call records a new one, with another plugin."""
+    from convlab import autotune
+
     x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
     convlab.conv2d(x, w)
-    with pytest.warns(RuntimeWarning, match="im2col"):
-        registry.mark_broken("im2col", RuntimeError("test"))
+    (found,) = plan._table().plans.values()
+    name = found.candidate.plugin.name
+    problem = convlab.problem_for("conv2d", x.copy_to_host(), w.copy_to_host())
+    with pytest.warns(RuntimeWarning, match=name):
+        registry.set_aside(name, problem, RuntimeError("test"))
     try:
         before = built_replayed()
         convlab.conv2d(x, w)
         assert built_replayed() == (before[0] + 1, before[1])
+        (rebuilt,) = plan._table().plans.values()
+        assert rebuilt.candidate.plugin.name != name
     finally:
-        registry.unmark_broken("im2col")
+        registry.clear_set_aside(name)
+        autotune.clear_cache(memory=True, disk=False)  # the decision re-made while it was set aside
 
 
 def test_a_precision_mode_change_rebuilds_the_plan():
     """float32 precision "high" lets TF32 plugins take float32: a plan made under "highest" is not
     replayed under "high", and one made under "high" not after returning to "highest"."""
-    from convlab import settings
+    from convlab.runtime import settings
 
     x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
     convlab.conv2d(x, w)
@@ -204,7 +216,7 @@ def test_a_precision_mode_change_rebuilds_the_plan():
 
 def _same_stream(seen, stream) -> bool:
     """``seen`` is ``stream`` itself or its CUstream handle (what a thin replay receives)."""
-    from convlab.thin import stream_handle
+    from convlab.runtime.thin import stream_handle
 
     if seen is stream:
         return True
@@ -278,21 +290,25 @@ def test_a_new_auto_decision_rebuilds_the_plan():
 
 
 def test_a_failing_thin_replay_falls_back_to_the_full_path(monkeypatch):
-    """On a GPU, a thin launch that raises switches the process to Numba's launch, with a warning,
-    and the call still returns the full path's result (simulated: a plan marked thin that raises)."""
+    """On a GPU, a thin launch that raises switches the device to Numba's launch (the context's
+    launch store, until convlab.reset()), with a warning, and the call still returns the full path's
+    result (simulated: a plan marked thin that raises)."""
+    from convlab.runtime import context
+
     x, w = rand(1, 2, 5, 5), rand(3, 2, 3, 3)
     convlab.conv2d(runtime.to_device(x), runtime.to_device(w))
-    found, = plan._plans.values()
+    found, = plan._table().plans.values()
     monkeypatch.setattr(found, "thin", True)
 
     def broken(*args):
         raise RuntimeError("cuLaunchKernel failed: simulated")
 
     monkeypatch.setattr(found, "replay", broken)
-    monkeypatch.setattr(launch, "THIN", True)
+    store = context.current().store("launch")
+    monkeypatch.setitem(store, "thin_off", False)  # the thin path on (and the flag removed after)
     with pytest.warns(RuntimeWarning, match="thin kernel launch failed"):
         y = convlab.conv2d(runtime.to_device(x), runtime.to_device(w))
-    assert launch.THIN is False
+    assert store["thin_off"] is True and not launch.thin_enabled()
     want = reference.forward(convlab.problem_for("conv2d", x, w), x, w)
     assert rel_error(y.copy_to_host(), want) < 1e-5
 
@@ -305,7 +321,7 @@ def test_a_replay_whose_out_overlaps_an_input_takes_the_full_path_and_raises():
     w, bias = dev(2, 2, 3, 3), dev(2)
     x, out = buf[:50].reshape(1, 2, 5, 5), buf[50:100].reshape(1, 2, 5, 5)
     convlab.conv2d(x, w, bias, padding=1, out=out, algorithm="direct")  # records the plan
-    assert plan.extents_of(next(reversed(plan._plans))[1]) == [200, 144, 8, 200]
+    assert plan.extents_of(next(reversed(plan._table().plans))[1]) == [200, 144, 8, 200]
     replayed = plan.stats()["replayed"]
     late = buf[6:56].reshape(1, 2, 5, 5)  # overlaps x's first 4 elements (same alignments as before)
     with pytest.raises(ValueError, match="out overlaps x"):
@@ -325,47 +341,56 @@ def test_a_replay_whose_out_overlaps_an_input_takes_the_full_path_and_raises():
     np.testing.assert_allclose(out2.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
 
 
-def test_the_tuner_times_a_candidate_through_the_public_op_and_restores_the_plans(monkeypatch):
-    """measure.time_candidate (the autotuner's clock) calls the public op with the candidate forced, so
-    the samples are planned replays as a user's calls; measure.timing_scope (plan.transient, around the
-    tuner's rounds) puts the plans back as they were, the user's own included even when the bounds
-    pushed them out."""
+def test_the_tuner_times_a_candidates_recorded_replays_and_leaves_the_plans_alone(monkeypatch):
+    """measure.time_candidate (the autotuner's clock) records the candidate's launches once
+    (plan.record, as the public op records a call) and times replays of that plan, as a user's planned
+    calls run; a ``plans`` dict keeps the recording between calls (the tuner's rounds). The current
+    device's plan table, the user's own plans, is not touched."""
     from convlab import measure
 
     x, w = dev(1, 2, 5, 5), dev(3, 2, 3, 3)
     convlab.conv2d(x, w, padding=1, algorithm="direct")  # the user's plans
     convlab.conv2d(x, w, padding=1, algorithm="im2col")
-    mine = list(plan._plans.items())
-    monkeypatch.setattr(plan, "MAX_PLANS", 2)
+    mine = list(plan._table().plans.items())
     monkeypatch.setattr(runtime, "time_ms", lambda fn, warmup, repeat: [fn() is not None and 1.0
                                                                          for _ in range(warmup + repeat)])
     problem = convlab.problem_for("conv2d", x.copy_to_host(), w.copy_to_host(), padding=1)
     im2col = registry.get("im2col")
     cand = registry.Candidate(im2col, registry.safe_configs(im2col, problem)[-1])
+    runs, replays = [], []
+    real_run, real_replay = im2col.run, launch.Launch.replay
+    monkeypatch.setattr(im2col, "run", lambda *a, **k: (runs.append(1), real_run(*a, **k))[1])
+    monkeypatch.setattr(launch.Launch, "replay", lambda self, *a: (replays.append(self),
+                                                                   real_replay(self, *a))[1])
     out = runtime.to_device(np.full((1, 3, 5, 5), np.nan, np.float32))
-    built, replayed = built_replayed()
-    with measure.timing_scope():
-        times = measure.time_candidate(cand, problem, x, w, None, out, workspace_limit=2**30, warmup=1,
-                                       repeat=2)
-        assert built_replayed() == (built + 1, replayed + 2)  # recorded once, then replayed
-        measure.time_candidate(cand, problem, x, w, None, out, workspace_limit=2**30, warmup=0, repeat=1)
-        assert built_replayed() == (built + 1, replayed + 3)  # the same plan again: no new recording
-        assert len(plan._plans) == 2 and mine[0][0] not in plan._plans  # the bound pushed one out
+    stats = plan.stats()
+    kept = {}
+    times = measure.time_candidate(cand, problem, x, w, None, out, workspace_limit=2**30, warmup=1,
+                                   repeat=2, plans=kept)
     assert times == [1.0, 1.0, 1.0]
-    assert list(plan._plans.items()) == mine
+    assert len(runs) == 1 and list(kept) == [cand.label]  # recorded once, then replayed
+    launches = len(kept[cand.label].launches)
+    assert launches >= 1 and len(replays) == 3 * launches
+    measure.time_candidate(cand, problem, x, w, None, out, workspace_limit=2**30, warmup=0, repeat=1,
+                           plans=kept)
+    assert len(runs) == 1 and len(replays) == 4 * launches  # the same plan again: no new recording
+    assert plan.stats() == stats and list(plan._table().plans.items()) == mine
     hx, hw = x.copy_to_host(), w.copy_to_host()
     np.testing.assert_allclose(out.copy_to_host(), reference.solve(problem, hx, hw), rtol=1e-4, atol=1e-4)
 
 
-def test_a_dgrad_with_more_output_padding_than_stride_is_timed_through_conv_transpose2d():
+def test_a_dgrad_with_more_output_padding_than_stride_is_called_through_conv_transpose2d():
     """A conv_transpose2d whose output padding is at least its stride (allowed below the dilation) gives
-    a dgrad that conv2d_backward_data refuses; the tuner's op call takes conv_transpose2d for it."""
-    from convlab import measure
+    a dgrad that conv2d_backward_data refuses; ops.call_problem (the benchmarks' op column, the
+    conformance checks) takes conv_transpose2d for it."""
+    from convlab.ops import call_problem
 
     x, w = rand(1, 2, 3, 3), rand(2, 2, 3, 3)
     y = convlab.conv_transpose2d(x, w, stride=1, output_padding=1, dilation=2, algorithm="direct")
     problem = convlab.problem_for("conv_transpose2d", x, w, stride=1, output_padding=1, dilation=2)
     cand = registry.Candidate(registry.get("direct"), registry.safe_configs(registry.get("direct"), problem)[0])
     out = runtime.to_device(np.full(y.shape, np.nan, np.float32))
-    measure.op_call(cand, problem, (runtime.to_device(x), runtime.to_device(w), None), out, 2**30)()
+    got = call_problem(problem, runtime.to_device(x), runtime.to_device(w), None,
+                       algorithm=(cand.plugin.name, cand.config), out=out, workspace_limit=2**30)
+    assert got is out
     np.testing.assert_allclose(out.copy_to_host(), y, rtol=1e-5, atol=1e-5)

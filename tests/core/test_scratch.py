@@ -1,10 +1,11 @@
-"""convlab.scratch: lent device buffers are reused, never shared while lent, and bounded in number."""
+"""convlab.runtime.scratch: lent device buffers are reused, never shared while lent, and bounded in number."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from convlab import runtime, scratch
+from convlab import runtime
+from convlab.runtime import scratch
 
 
 @pytest.fixture(autouse=True)

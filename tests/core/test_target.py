@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import target as targets
+from convlab.runtime import targets
 from convlab.problem import make_problem
 
 

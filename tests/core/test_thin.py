@@ -1,4 +1,4 @@
-"""The thin launch's parameter packing (convlab.thin), checkable without a GPU.
+"""The thin launch's parameter packing (convlab.runtime.thin), checkable without a GPU.
 
 Every parameter of a packed launch must live in memory the record owns (no ctypes temporaries behind
 the ``void**``), carry exactly the value and width Numba's own ``_prepare_args`` gives it, and a replay
@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from numba.core import types as T
 
-from convlab import runtime, thin
+from convlab import runtime
+from convlab.runtime import thin
 
 # (Numba type, value) of every scalar kind the plugin kernels pass, and the ctypes type they take
 SCALARS = [(T.uint32, np.uint32(4000000000), ctypes.c_uint32), (T.int32, np.int32(-3), ctypes.c_int32),
@@ -81,7 +82,8 @@ CHILD = r"""
 import ctypes, json, numpy as np
 from numba.core import types as T
 from numba.cuda.cudadrv.devicearray import DeviceNDArray
-from convlab import runtime, thin
+from convlab import runtime
+from convlab.runtime import thin
 assert not runtime.SIMULATOR
 class Mem:  # device memory stand-in: only its address is read
     __cuda_memory__ = True
@@ -117,7 +119,7 @@ def test_a_launch_passes_its_arguments_and_the_stream_s_wrapper_made_once(monkey
     """``driver_launch.cu_launch``: function, grid, block, shared size and the ``void**`` as given; the
     stream (an int handle, or a Numba stream with a cuda.bindings or ctypes handle) as its CUstream
     wrapper, made once per handle; a failed launch raises naming the CUresult."""
-    from convlab import driver_launch
+    from convlab.runtime import driver as driver_launch
 
     calls, made, result = [], [], [0]
 

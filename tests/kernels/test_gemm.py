@@ -1,4 +1,4 @@
-"""The tiled GEMM kernel family (convlab.kernels.gemm): transposes, accumulate, batching, batch-reduce,
+"""The tiled GEMM kernel family (convlab.kernels.simt.gemm): transposes, accumulate, batching, batch-reduce,
 k-splits, bias, ragged edges, argument checking. Float64 numpy products are the reference."""
 import math
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from convlab import runtime
-from convlab.kernels.gemm import Strided, Tile, gemm, matmul, pick_tiles, tiles_for
+from convlab.kernels.simt.gemm import Strided, Tile, gemm, matmul, pick_tiles, tiles_for
 
 TILES = tiles_for()
-from convlab.kernels.gemm_source import kernel_source, make_gemm_kernel
-from convlab.kernels.splitk import sum_partials
+from convlab.kernels.simt.gemm_source import kernel_source, make_gemm_kernel
+from convlab.kernels.data.splitk import sum_partials
 
 gpu_only = pytest.mark.skipif(runtime.SIMULATOR, reason="needs a real CUDA GPU")
 
@@ -107,7 +107,7 @@ def test_bad_arguments_raise_before_launch():
 def test_pick_tiles_orders_presets_and_source_is_unrolled():
     tiles = pick_tiles(16, 100_000, 144)
     assert sorted(tiles) == sorted(TILES)
-    from convlab.target import get
+    from convlab.runtime.targets import get
     on_gpu = pick_tiles(16, 100_000, 144, target=get("sm_90"))  # the GPU's presets, ordered on the CPU
     assert sorted(on_gpu) == sorted(tiles_for(get("sm_90"))) and on_gpu[0].bm <= 32  # not a 128-row tile
     src = kernel_source("float32", TILES[0], False, True)

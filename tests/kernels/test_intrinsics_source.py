@@ -1,4 +1,4 @@
-"""convlab.kernels.intrinsics and .source: the vector load, the u32 cast, generated source."""
+"""convlab.kernels.arch.intrinsics and .source: the vector load, the u32 cast, generated source."""
 from __future__ import annotations
 
 import linecache
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from convlab import runtime
-from convlab.kernels.intrinsics import load_cg, u32, vector_load
+from convlab.kernels.arch.intrinsics import load_cg, u32, vector_load
 from convlab.kernels.source import Writer, compile_source
 from convlab.runtime import cuda
 

@@ -1,12 +1,12 @@
-"""The tensor-core intrinsics (convlab.kernels.mma), one warp each, against numpy and the PTX spec.
+"""The tensor-core intrinsics (convlab.kernels.arch.mma), one warp each, against numpy and the PTX spec.
 
-On the simulator these exercise the stand-ins (convlab.kernels.mma_sim); on a GPU the inline PTX.
+On the simulator these exercise the stand-ins (convlab.kernels.arch.mma_sim); on a GPU the inline PTX.
 """
 import numpy as np
 import pytest
 
-from convlab.kernels import mma
-from convlab.kernels.tc_gemm import to_storage
+from convlab.kernels.arch import mma
+from convlab.kernels.tensor_core.gemm import to_storage
 
 K_OF = {"f16": 16, "bf16": 16, "tf32": 8}
 

@@ -1,11 +1,11 @@
-"""convlab.kernels.splitk: the split-K plan and the ordered, bit-deterministic sum of partials."""
+"""convlab.kernels.data.splitk: the split-K plan and the ordered, bit-deterministic sum of partials."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from convlab import runtime
-from convlab.kernels.splitk import MAX_INDEX, sm_count, split_plan, sum_partials
+from convlab.kernels.data.splitk import MAX_INDEX, sm_count, split_plan, sum_partials
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -1,9 +1,9 @@
-"""The tensor-core GEMM (convlab.kernels.tc_gemm) against float64 numpy, smallest tiles on the simulator."""
+"""The tensor-core GEMM (convlab.kernels.tensor_core.gemm) against float64 numpy, smallest tiles on the simulator."""
 import numpy as np
 import pytest
 
 from convlab import runtime
-from convlab.kernels import tc_gemm
+from convlab.kernels.tensor_core import gemm as tc_gemm
 from convlab.runtime import cuda
 
 
@@ -110,8 +110,8 @@ def test_tc_gemm_gpu_configs(itype):
 def test_configure_folds_output_tiles_into_grid_x_and_names_its_limits():
     """Output tiles go along blockIdx.x (up to 2**31 - 1; grid y stops at 65535, which a 4M-row dgrad
     in 64-row tiles passes); beyond the grid's limits, a ValueError before any launch."""
-    from convlab.kernels.tc_config import TcConfig
-    from convlab.kernels.tc_launch import configure
+    from convlab.kernels.tensor_core.config import TcConfig
+    from convlab.kernels.tensor_core.launch import configure
     cfg = TcConfig(64, 64, 32, 32, 32, 3)
 
     class Kernel:
@@ -161,7 +161,7 @@ def test_staged_epilogue_stores_vectors_or_elements(n, offset, vec):
     """The C tile goes through shared memory, then out in 16-byte vectors when the output is aligned and
     its rows are whole vectors (N = 24 fp16), else element by element (N = 20; or a view one element off
     alignment): every element written once, right (NaN-poisoned around the view too)."""
-    from convlab.kernels.tc_epilogue import vector_ok
+    from convlab.kernels.tensor_core.epilogue import vector_ok
     m, k = 40, 32
     rng = np.random.default_rng(n + offset)
     A, A64 = tc_gemm.to_storage("f16", rng.standard_normal((m, k)))
@@ -179,7 +179,7 @@ def test_staged_epilogue_stores_vectors_or_elements(n, offset, vec):
 def test_staged_epilogue_in_passes_per_warp_row(monkeypatch):
     """A C tile larger than the stages' shared memory is staged one row of warps at a time (here forced
     by a zero static limit: fp32 32 x 32 outputs > two f16 stages)."""
-    from convlab.kernels import tc_epilogue
+    from convlab.kernels.tensor_core import epilogue as tc_epilogue
     monkeypatch.setattr(tc_epilogue, "STATIC_LIMIT", 0)
     cfg = tc_gemm.TcConfig(32, 32, 16, 16, 16, 2)  # a config no other test compiles (2 x 2 warps)
     assert tc_epilogue.epilogue_plan(cfg, "f16", np.float32, "n") == (2, 16, 36)  # 2 warp rows

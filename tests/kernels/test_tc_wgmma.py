@@ -1,12 +1,12 @@
-"""The warpgroup (wgmma) tensor-core loop (convlab.kernels.tc_wgmma) through tc_gemm and tc_conv, against
+"""The warpgroup (wgmma) tensor-core loop (convlab.kernels.tensor_core.warpgroup) through tc_gemm and tc_conv, against
 float64 numpy; its config rules; the simulator's checks of the cp.async / wgmma ordering it relies on."""
 import numpy as np
 import pytest
 
 from convlab import runtime
-from convlab.kernels import tc_conv, tc_gemm, tc_wgmma
-from convlab.kernels.tc_config import TcConfig
-from convlab.kernels.tc_launch import compile_kernel, configure
+from convlab.kernels.tensor_core import conv as tc_conv, gemm as tc_gemm, warpgroup as tc_wgmma
+from convlab.kernels.tensor_core.config import TcConfig
+from convlab.kernels.tensor_core.launch import compile_kernel, configure
 from convlab.runtime import cuda
 
 U = np.uint32
@@ -191,7 +191,7 @@ def test_simulator_catches_a_stage_overwritten_under_a_pending_wgmma(monkeypatch
 def test_simulator_catches_an_unfenced_or_unwaited_copy(broken):
     """wgmma reading a stage whose cp.async its thread has not fenced (fence.proxy.async), or not waited
     for (cp.async.wait_group one group too loose)."""
-    from convlab.kernels.mma import cp_async_wait
+    from convlab.kernels.arch.mma import cp_async_wait
     cfg = SIM["f16"]
     extra = {"fence_proxy_async": lambda: None} if broken == "fence" else {"wait": cp_async_wait(cfg.depth)}
     with pytest.raises(RuntimeError, match="waited for and fenced"):

@@ -1,12 +1,12 @@
-"""convlab.kernels.tile: one Tile for every GEMM-like family; geometry and validation messages."""
+"""convlab.kernels.simt.tile: one Tile for every GEMM-like family; geometry and validation messages."""
 from __future__ import annotations
 
 import pytest
 
 from convlab import Config
 from convlab.algorithms.implicit_gemm import common as igemm
-from convlab.kernels.gemm_source import check_tile as gemm_rules
-from convlab.kernels.tile import PAD, Tile
+from convlab.kernels.simt.gemm_source import check_tile as gemm_rules
+from convlab.kernels.simt.tile import PAD, Tile
 
 
 def test_geometry_and_config_round_trip():

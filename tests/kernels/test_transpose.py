@@ -1,10 +1,10 @@
-"""convlab.kernels.transpose: the layout copy, element kernel, 16-bit pairs kernel and short-rows
+"""convlab.kernels.data.transpose: the layout copy, element kernel, 16-bit pairs kernel and short-rows
 kernel, against numpy."""
 import numpy as np
 import pytest
 
 from convlab import runtime
-from convlab.kernels import transpose
+from convlab.kernels.data import transpose
 
 
 def _copy(src: np.ndarray, padded: int, flip: int = 0) -> np.ndarray:

@@ -1,12 +1,12 @@
-"""The warpgroup intrinsics (convlab.kernels.wgmma): descriptors, the one-warpgroup probes against numpy,
+"""The warpgroup intrinsics (convlab.kernels.arch.wgmma): descriptors, the one-warpgroup probes against numpy,
 and the simulator's ordering checks. On the simulator these run the stand-ins (wgmma_sim); on a Hopper
 GPU the inline PTX (the probes are what a GPU run checks first: benchmarks/wgmma_check.py)."""
 import numpy as np
 import pytest
 
 from convlab import runtime
-from convlab.kernels import wgmma, wgmma_desc
-from convlab.kernels.tc_gemm import to_storage
+from convlab.kernels.arch import wgmma, wgmma_desc
+from convlab.kernels.tensor_core.gemm import to_storage
 
 hopper = pytest.mark.skipif(not runtime.SIMULATOR and runtime.compute_capability() < (9, 0),
                             reason="wgmma needs sm_90a")

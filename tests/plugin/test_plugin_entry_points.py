@@ -101,10 +101,12 @@ def test_raising_kernel_does_not_break_auto(example_plugins, monkeypatch):
             y = convlab.conv2d(x, w, b)  # "auto" must step past the raising kernel
         err = measure.rel_error(y, reference.solve(ONE_BY_ONE, x, w, b))
         assert err <= measure.tolerance(ONE_BY_ONE, float(np.finfo(np.float32).eps))
-        assert "example_faulty_kernel" in registry.broken_plugins()
-        assert "kernel raised" in registry.verdict(registry.get("example_faulty_kernel"), ONE_BY_ONE).reason
+        faulty = registry.get("example_faulty_kernel")
+        assert "example_faulty_kernel" in registry.set_aside_for(ONE_BY_ONE)  # for this problem only
+        assert "kernel raised" in registry.verdict(faulty, ONE_BY_ONE).reason
+        assert registry.verdict(faulty, ONE_BY_ONE.replace(n=ONE_BY_ONE.n + 1))
         with pytest.raises(RuntimeError, match="exploded"):  # forcing it still shows its error
-            registry.unmark_broken("example_faulty_kernel")
+            registry.clear_set_aside("example_faulty_kernel")
             convlab.conv2d(x, w, b, algorithm="example_faulty_kernel")
     finally:
-        registry.unmark_broken()
+        registry.clear_set_aside()

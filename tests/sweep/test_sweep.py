@@ -17,7 +17,8 @@ import pytest
 pytest.importorskip("dask.distributed")
 import cloudpickle  # noqa: E402  (a dependency of distributed)
 
-from convlab import autotune, settings  # noqa: E402
+from convlab import autotune  # noqa: E402
+from convlab.runtime import settings
 from convlab.bench.harness import BenchOptions  # noqa: E402
 from convlab.bench.suite import load_suite  # noqa: E402
 from convlab.cli import parser as cli  # noqa: E402

@@ -12,7 +12,7 @@ import convlab.torch as ct  # noqa: E402
 @pytest.fixture
 def no_launch(monkeypatch):
     """Any convlab kernel launch fails the test."""
-    from convlab.plugin import strategy
+    from convlab.ops import strategy
 
     monkeypatch.setattr(strategy, "resolve", lambda *a, **k: pytest.fail("launched"))
 

@@ -1,0 +1,246 @@
+"""The GPU definitions of the tensor-core intrinsics of :mod:`convlab.kernels.arch.mma`: inline PTX.
+
+numba-cuda has no MMA API (numba-cuda#309); each name here is a ``cuda.extending.intrinsic`` that
+emits an llvmlite ``ir.InlineAsm``. The semantics, fragment layouts and argument rules are in
+:mod:`convlab.kernels.arch.mma`'s docstring; import the names from there, which picks these on a GPU and
+the stand-ins of :mod:`convlab.kernels.arch.mma_sim` on the simulator.
+
+Not for the simulator (it has no ``cuda.extending``): :mod:`convlab.kernels.arch.mma` imports this module
+only on a GPU.
+"""
+from __future__ import annotations
+
+import functools
+
+from llvmlite import ir
+from numba import types
+
+from convlab.runtime import cuda
+
+_I32, _F32, _I64 = ir.IntType(32), ir.FloatType(), ir.IntType(64)
+
+
+def _as_i32(builder, value, ty):
+    """An integer argument as i32 (truncated or extended)."""
+    width = value.type.width
+    if width == 32:
+        return value
+    if width > 32:
+        return builder.trunc(value, _I32)
+    return (builder.sext if ty.signed else builder.zext)(value, _I32)
+
+
+def _as_f32(context, builder, value, ty):
+    """A float32 operand from a float (converted) or from fp32 bits in an integer (reinterpreted)."""
+    if isinstance(ty, types.Integer):
+        return builder.bitcast(_as_i32(builder, value, ty), _F32)
+    return context.cast(builder, value, ty, types.float32)
+
+
+def _element_ptr(context, builder, aryty, ary, off, offty):
+    """Pointer to element ``off`` (flat, from the data start) of an array argument."""
+    data = context.make_array(aryty)(context, builder, ary).data
+    if off.type.width < 64:
+        off = (builder.sext if offty.signed else builder.zext)(off, _I64)
+    return builder.gep(data, [off])
+
+
+def _shared_u32(context, builder, aryty, ary, off, offty):
+    """32-bit shared-window address of element ``off`` of a shared array (cvta.to.shared of the
+    base, then 32-bit arithmetic: no 64-bit index math in the loop)."""
+    i8 = ir.IntType(8)
+    data = context.make_array(aryty)(context, builder, ary).data
+    generic = builder.bitcast(data, i8.as_pointer())
+    base = builder.ptrtoint(builder.addrspacecast(generic, i8.as_pointer(3)), _I32)
+    size = ir.Constant(_I32, context.get_abi_sizeof(context.get_data_type(aryty.dtype)))
+    return builder.add(base, builder.mul(_as_i32(builder, off, offty), size))
+
+
+def _asm(builder, ret, args, text, constraints, side_effect=False):
+    fnty = ir.FunctionType(ret, [a.type for a in args])
+    return builder.call(ir.InlineAsm(fnty, text, constraints, side_effect=side_effect), args)
+
+
+def _make_mma(shape: str, itype: str):
+    text = (f"mma.sync.aligned.{shape}.row.col.f32.{itype}.{itype}.f32 "
+            "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};")
+
+    @cuda.extending.intrinsic
+    def mma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        ints, floats = (a0, a1, a2, a3, b0, b1), (c0, c1, c2, c3)
+        if not all(isinstance(x, types.Integer) for x in ints):
+            return None
+        if not all(isinstance(x, (types.Float, types.Integer)) for x in floats):
+            return None
+        sig = types.UniTuple(types.float32, 4)(*ints, *floats)
+
+        def codegen(context, builder, signature, args):
+            tys = signature.args
+            ops = [_as_i32(builder, v, t) for v, t in zip(args[:6], tys[:6])]
+            ops += [context.cast(builder, v, t, types.float32) for v, t in zip(args[6:], tys[6:])]
+            out = _asm(builder, ir.LiteralStructType([_F32] * 4), ops, text,
+                       "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3")
+            items = [builder.extract_value(out, i) for i in range(4)]
+            return context.make_tuple(builder, signature.return_type, items)
+
+        return sig, codegen
+
+    return mma
+
+
+@cuda.extending.intrinsic
+def mma_tf32x3(typingctx, s0, s1, s2, s3, a0, a1, a2, a3, t0, t1, b0, b1, c0, c1, c2, c3):
+    """D = As @ B + A @ Bs + A @ B + C: three m16n8k8 TF32 mma in one asm block (small parts first)."""
+    ints, floats = (s0, s1, s2, s3, a0, a1, a2, a3, t0, t1, b0, b1), (c0, c1, c2, c3)
+    if not all(isinstance(x, types.Integer) for x in ints):
+        return None
+    if not all(isinstance(x, (types.Float, types.Integer)) for x in floats):
+        return None
+    sig = types.UniTuple(types.float32, 4)(*ints, *floats)
+    one = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{$0,$1,$2,$3}}, {{{}}}, {{{}}}, {{$0,$1,$2,$3}};"
+    text = " ".join(one.format(a, b) for a, b in (("$4,$5,$6,$7", "$14,$15"), ("$8,$9,$10,$11", "$12,$13"),
+                                                  ("$8,$9,$10,$11", "$14,$15")))
+
+    def codegen(context, builder, signature, args):
+        tys = signature.args
+        ops = [_as_i32(builder, v, t) for v, t in zip(args[:12], tys[:12])]
+        ops += [context.cast(builder, v, t, types.float32) for v, t in zip(args[12:], tys[12:])]
+        out = _asm(builder, ir.LiteralStructType([_F32] * 4), ops, text,
+                   "=f,=f,=f,=f," + ",".join(["r"] * 12) + ",0,1,2,3")
+        items = [builder.extract_value(out, i) for i in range(4)]
+        return context.make_tuple(builder, signature.return_type, items)
+
+    return sig, codegen
+
+
+mma_f16 = _make_mma("m16n8k16", "f16")
+mma_bf16 = _make_mma("m16n8k16", "bf16")
+mma_tf32 = _make_mma("m16n8k8", "tf32")
+
+
+@cuda.extending.intrinsic
+def to_tf32(typingctx, x):
+    if not isinstance(x, (types.Float, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        value = _as_f32(context, builder, args[0], signature.args[0])
+        return _asm(builder, _I32, [value], "cvt.rna.tf32.f32 $0, $1;", "=r,f")
+
+    return types.uint32(x), codegen
+
+
+@cuda.extending.intrinsic
+def split_tf32(typingctx, x):
+    """(big, small): big = cvt.rna.tf32(x), small = cvt.rna.tf32(x - big) (the difference is exact)."""
+    if not isinstance(x, (types.Float, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        value = _as_f32(context, builder, args[0], signature.args[0])
+        out = _asm(builder, ir.LiteralStructType([_I32] * 2), [value],
+                   "{ .reg .f32 big, rest; cvt.rna.tf32.f32 $0, $2; mov.b32 big, $0; "
+                   "sub.f32 rest, $2, big; cvt.rna.tf32.f32 $1, rest; }", "=r,=r,f")
+        items = [builder.extract_value(out, i) for i in range(2)]
+        return context.make_tuple(builder, signature.return_type, items)
+
+    return types.UniTuple(types.uint32, 2)(x), codegen
+
+
+@cuda.extending.intrinsic
+def f32_to_bf16(typingctx, x):
+    if not isinstance(x, (types.Float, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        value = context.cast(builder, args[0], signature.args[0], types.float32)
+        return _asm(builder, ir.IntType(16), [value], "cvt.rn.bf16.f32 $0, $1;", "=h,f")
+
+    return types.uint16(x), codegen
+
+
+@cuda.extending.intrinsic
+def bf16_to_f32(typingctx, bits):
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        word = _as_i32(builder, args[0], types.uint32)  # zero-extended: the high half is 0
+        return builder.bitcast(builder.shl(word, ir.Constant(_I32, 16)), _F32)
+
+    return types.float32(bits), codegen
+
+
+def _make_ldmatrix(count: int, trans: bool):
+    regs = ",".join(f"${i}" for i in range(count))
+    text = (f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 "
+            f"{{{regs}}}, [${count}];")
+    constraints = ",".join(["=r"] * count) + ",r,~{memory}"
+
+    @cuda.extending.intrinsic
+    def ldmatrix(typingctx, arr, off):
+        if not isinstance(arr, types.Array) or not isinstance(off, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            aryty, offty = signature.args
+            addr = _shared_u32(context, builder, aryty, args[0], args[1], offty)
+            out = _asm(builder, ir.LiteralStructType([_I32] * count), [addr], text, constraints,
+                       side_effect=True)
+            items = [builder.extract_value(out, i) for i in range(count)]
+            return context.make_tuple(builder, signature.return_type, items)
+
+        return types.UniTuple(types.uint32, count)(arr, off), codegen
+
+    return ldmatrix
+
+
+ldmatrix_x4 = _make_ldmatrix(4, False)
+ldmatrix_x2 = _make_ldmatrix(2, False)
+ldmatrix_x4_trans = _make_ldmatrix(4, True)
+ldmatrix_x2_trans = _make_ldmatrix(2, True)
+
+
+@cuda.extending.intrinsic
+def cp_async16(typingctx, sarr, soff, garr, goff, src_bytes):
+    if not (isinstance(sarr, types.Array) and isinstance(garr, types.Array)
+            and all(isinstance(x, types.Integer) for x in (soff, goff, src_bytes))):
+        return None
+
+    def codegen(context, builder, signature, args):
+        st, sot, gt, got, nt = signature.args
+        saddr = _shared_u32(context, builder, st, args[0], args[1], sot)
+        gptr = _element_ptr(context, builder, gt, args[2], args[3], got)
+        ops = [saddr, builder.ptrtoint(gptr, _I64), _as_i32(builder, args[4], nt)]
+        _asm(builder, ir.VoidType(), ops, "cp.async.cg.shared.global [$0], [$1], 16, $2;",
+             "r,l,r,~{memory}", side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(sarr, soff, garr, goff, src_bytes), codegen
+
+
+@cuda.extending.intrinsic
+def cp_async_commit(typingctx):
+    def codegen(context, builder, signature, args):
+        _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}", side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+@functools.cache
+def cp_async_wait(n: int):
+    """The intrinsic ``wait()`` for ``cp.async.wait_group n``: at most n committed groups pending."""
+    if not 0 <= int(n) <= 7:
+        raise ValueError(f"cp_async_wait n must be in 0..7, got {n!r}")
+
+    @cuda.extending.intrinsic
+    def wait(typingctx):
+        def codegen(context, builder, signature, args):
+            _asm(builder, ir.VoidType(), [], f"cp.async.wait_group {int(n)};", "~{memory}",
+                 side_effect=True)
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    return wait

@@ -1,0 +1,146 @@
+"""Forward and backward-data kernels of the depthwise plugin: PL planes x one output tile per block, the
+input halo tiles and the filters in shared memory, VH output rows per thread in registers; generated per
+layer shape and config (geometry in ``_depthwise_common``).
+
+Grid: x = (phase f, tile row bh, tile column bw), y = channel group (PL output channels co0 .. co0+PL-1),
+z = image n. Thread (l, ty, tx) owns output channel co = co0 + l, rows ty*VH + v of column tx:
+
+    for j < J (forward J = 1: ci = co // M, filter co;  dgrad J = M: ci = filter = co*M + j):
+        ws[l][:] <- w[filter of co0 + l],  tile[l] <- in[n, ci(co0 + l), org_h + i, org_w + jj]  (l < PL;
+                    0 outside the plane: the padding)
+        syncthreads
+        for v < VH, taps (r, s) of phase f: acc[v] += tile[l][row(v, r)][col(tx, s)] * ws[l][r, s]
+        syncthreads
+    out[n, co, (t0h + ty*VH + v)*OSTEP_H + o0h, (t0w + tx)*OSTEP_W + o0w] = acc[v] (+ bias[co])
+
+Each tile value a thread needs is read from shared memory once (literal offsets in the generated code).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import from_dtype, int32, int64, uint32
+
+from convlab import runtime
+from convlab.runtime import cuda
+
+from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads
+
+
+@functools.cache
+def conv_compute(ah, aw, vh: int, hw: int, s_: int):
+    """``acc = compute(f, tile, ws, base, wb, acc)``: one thread's VH rows of phase f = fh * len(aw.phases)
+    + fw, every tile value read once (acc[v] += tile[base + literal] * ws[wb + r*S + s])."""
+    accs = names("a", vh)
+    lines = ["def compute(f, tile, ws, base, wb, acc):", f"    {accs}= acc"]
+    for f in range(len(ah.phases) * len(aw.phases)):
+        fh, fw = divmod(f, len(aw.phases))
+        lines.append(f"    {'if' if f == 0 else 'elif'} f == {f}:")
+        uses_at = reads(ah, aw, fh, fw, vh, hw)
+        taps = sorted({(r, s) for uses in uses_at.values() for _, r, s in uses})
+        lines += [f"        w{r}_{s} = ws[wb + u32({r * s_ + s})]" for r, s in taps] or ["        pass"]
+        for at, uses in sorted(uses_at.items()):
+            lines.append(f"        x = tile[base + u32({at})]")
+            lines += [f"        a{v} += x * w{r}_{s}" for v, r, s in uses]
+    lines.append(f"    return ({accs})")
+    return device(lines, "compute", {})
+
+
+@functools.cache
+def row_store(vh: int, ostep: int, out_h: int, out_w: int):
+    """``store(out, plane, oh0, ow, acc, b)``: out[plane + (oh0 + v*ostep)*out_w + ow] = acc[v] + b for
+    the rows and column inside the out_h x out_w output plane."""
+    lines = ["def store(out, plane, oh0, ow, acc, b):", f"    if u32(ow) < u32({out_w}):"]
+    for v in range(vh):
+        lines += [f"        oh = u32(oh0 + i32({v * ostep}))", f"        if oh < u32({out_h}):",
+                  f"            out[i64(u32(plane + u32(oh * u32({out_w})) + u32(ow)))] = acc[{v}] + b"]
+    return device(lines, "store", {"i32": np.int32})
+
+
+def _consts(values) -> tuple:
+    return tuple(np.int32(v) for v in values)
+
+
+@functools.cache
+def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geometry: tuple[int, ...],
+                sizes: tuple[int, ...], has_bias: bool):
+    """The forward (``dgrad`` False) or backward-data kernel ``kernel(a, w, bias, out)`` of one tile
+    (TH, TW, VH, PL), filter geometry (R, S, sh, sw, ph, pw, dh, dw) and layer ``sizes`` (in_h, in_w,
+    out_h, out_w, in_c, out_c, M, tiles_h, tiles_w); ``bias`` is read only when ``has_bias``.
+    Grid: x = (phase, tile row, tile column), y = channel group of PL, z = image; TP * PL threads."""
+    th, tw, vh, pl = tile
+    r_, s_, sh, sw, ph, pw, dh, dw = geometry
+    in_h, in_w, out_h, out_w, in_c, out_c, mult, tiles_h, tiles_w = sizes
+    ah, aw = axis(dgrad, r_, sh, ph, dh), axis(dgrad, s_, sw, pw, dw)
+    HH, HW, TP, RS = ah.halo(th), aw.halo(tw), tw * (th // vh), r_ * s_
+    T, HALO, NT, zero = TP * pl, HH * HW, from_dtype(np.dtype(dtype)), np.dtype(dtype).type(0)
+    # dgrad: plane l of group co0 reads dy channel (co0 + l) * M + j; forward: x channel (co0 + l) // M
+    load = halo_loader(dtype, HH, HW, T, pl, in_h, in_w, out_c, 1 if dgrad else mult,
+                       mult if dgrad else 1)
+    compute = conv_compute(ah, aw, vh, HW, s_)
+    store = row_store(vh, ah.ostep, out_h, out_w)
+    TLO_H, TLO_W = _consts(p.t_lo for p in ah.phases), _consts(p.t_lo for p in aw.phases)
+    ORG_H, ORG_W = _consts(p.min_off for p in ah.phases), _consts(p.min_off for p in aw.phases)
+    O0_H, O0_W = _consts(p.o0 for p in ah.phases), _consts(p.o0 for p in aw.phases)
+    IST_H, IST_W, OST_H, OST_W = _consts((ah.istep, aw.istep, ah.ostep, aw.ostep))
+    u0, u1, uT, uTP, uRS, uPL, uNPW = (np.uint32(v) for v in (0, 1, T, TP, RS, pl, len(aw.phases)))
+    uTH, uTW, uVH, uTHW, uTILES_W = (np.uint32(v) for v in (th, tw, vh, tiles_h * tiles_w, tiles_w))
+    uCA, uCO, uM, uOUT_HW, uPLRS = (np.uint32(v) for v in (in_c, out_c, mult, out_h * out_w, pl * RS))
+    ROWSTEP, uISW, uHALO = np.uint32(vh * ah.istep * HW), np.uint32(aw.istep), np.uint32(HALO)
+    ZEROS, DGRAD, PHASED = (zero,) * vh, dgrad, len(ah.phases) * len(aw.phases) > 1
+    JN = np.uint32(mult if dgrad else 1)
+    ONE, HAS_BIAS, TILE_N, WS_N = pl == 1, has_bias, pl * HALO, pl * RS  # shared sizes: literals
+
+    @runtime.jit
+    def kernel(a4, wt4, bias, out4):
+        a, wt, out = a4.flat, wt4.flat, out4.flat  # C-contiguous: flat indexing
+        tile = cuda.shared.array(TILE_N, NT)
+        ws = cuda.shared.array(WS_N, NT)
+        tid = uint32(cuda.threadIdx.x)
+        rem = uint32(cuda.blockIdx.x)
+        co0 = uint32(uint32(cuda.blockIdx.y) * uPL)
+        n = uint32(cuda.blockIdx.z)
+        lp = u0 if ONE else uint32(tid // uTP)
+        t = uint32(tid - uint32(lp * uTP))
+        f = u0
+        if PHASED:
+            f = uint32(rem // uTHW)
+            rem = uint32(rem - uint32(f * uTHW))
+        bh = uint32(rem // uTILES_W)
+        fh = uint32(f // uNPW)
+        fw = uint32(f - uint32(fh * uNPW))
+        t0h = int32(int32(uint32(bh * uTH)) + TLO_H[fh])
+        t0w = int32(int32(uint32(uint32(rem - uint32(bh * uTILES_W)) * uTW)) + TLO_W[fw])
+        org_h = int32(int32(t0h * IST_H) + ORG_H[fh])
+        org_w = int32(int32(t0w * IST_W) + ORG_W[fw])
+        ty = uint32(t // uTW)
+        tx = uint32(t - uint32(ty * uTW))
+        base = uint32(uint32(lp * uHALO) + uint32(uint32(ty * ROWSTEP) + uint32(tx * uISW)))
+        wb = uint32(lp * uRS)
+        acc = ZEROS
+        j = u0
+        while j < JN:
+            e = tid
+            while e < uPLRS:
+                le = u0 if ONE else uint32(e // uRS)
+                c = uint32(co0 + le)
+                if c < uCO:
+                    fk = uint32(uint32(c * uM) + j) if DGRAD else c
+                    ws[e] = wt[int64(uint32(uint32(fk * uRS) + uint32(e - uint32(le * uRS))))]
+                e = uint32(e + uT)
+            load(a, uint32(n * uCA), co0, j, org_h, org_w, tile, tid)
+            cuda.syncthreads()
+            acc = compute(f, tile, ws, base, wb, acc)
+            cuda.syncthreads()
+            j = uint32(j + u1)
+        co = uint32(co0 + lp)
+        if co < uCO:
+            b = zero
+            if HAS_BIAS:
+                b = bias[co]
+            store(out, uint32(uint32(uint32(n * uCO) + co) * uOUT_HW),
+                  int32(int32(int32(t0h + int32(ty * uVH)) * OST_H) + O0_H[fh]),
+                  int32(int32(int32(t0w + int32(tx)) * OST_W) + O0_W[fw]), acc, b)
+
+    return kernel

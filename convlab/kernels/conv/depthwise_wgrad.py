@@ -1,0 +1,144 @@
+"""Backward-weight kernel of the depthwise plugin: PL filters per block, each summing its chunk of (image,
+tile) units with all R*S taps in registers per thread, then a fixed-order tree per filter; generated per
+layer shape and config (geometry in ``_depthwise_common``).
+
+Grid: x = split z, y = filter group (PL filters k0 .. k0+PL-1). Thread (l, ty, tx) works for filter
+k = k0 + l; units u = (n, bh, bw) in [z*chunk, z*chunk + chunk), the same for every filter of the block:
+
+    for u: tile[l] <- x[n, (k0 + l) // M] halo (l < PL); g[v] <- dy[n, k, t0h + ty*VH + v, t0w + tx]
+           syncthreads
+           acc[r, s] += tile[l][row(v, r)][col(tx, s)] * g[v]  for v, r, s;  syncthreads
+    part[z, k, r, s] = tree sum of acc[r, s] over the TP threads of filter k (fixed pairing, up to
+                       16 KiB of taps per tree: log2(TP) + 2 barriers per group of taps; k < K)
+    (splits > 1: dw = sum over z of part[z], in order z = 0, 1, ...: convlab.kernels.data.splitk.sum_partials)
+
+With small planes one unit is a whole image plane and PL filters share the block: few blocks, each with
+a long serial chain, and usually no split (no workspace, no second launch).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import from_dtype, int32, uint32
+
+from convlab import runtime
+from convlab.runtime import cuda
+
+from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads, reduce_group
+
+
+@functools.cache
+def wgrad_compute(ah, aw, vh: int, hw: int, s_: int, r_: int):
+    """``acc = compute(tile, base, g, acc)``: acc[r*S + s] += tile[base + literal] * g[v]."""
+    accs, gs = names("a", r_ * s_), names("g", vh)
+    lines = ["def compute(tile, base, g, acc):", f"    {accs}= acc", f"    {gs}= g"]
+    for at, uses in sorted(reads(ah, aw, 0, 0, vh, hw).items()):
+        lines.append(f"    x = tile[base + u32({at})]")
+        lines += [f"    a{r * s_ + s} += x * g{v}" for v, r, s in uses]
+    lines.append(f"    return ({accs})")
+    return device(lines, "compute", {})
+
+
+@functools.cache
+def dy_loader(vh: int, out_h: int, out_w: int):
+    """``g = load(dy, at, p0, ok, zero)``: g[v] = dy[at + v*out_w] if ``ok`` (column and filter inside)
+    and row p0 + v < out_h, else 0."""
+    lines = ["def load(dy, at, p0, ok, zero):"]
+    for v in range(vh):
+        lines += [f"    g{v} = zero", f"    if ok and u32(p0 + u32({v})) < u32({out_h}):",
+                  f"        g{v} = dy[i64(u32(at + u32({v * out_w})))]"]
+    lines.append(f"    return ({names('g', vh)})")
+    return device(lines, "load", {})
+
+
+@functools.cache
+def block_reduce(taps: int, tp: int, pl: int, group: int):
+    """``reduce(acc, red, tid, lane, ok, out, at)``: out[at + i] = sum of acc[i] over the TP threads
+    of the caller's plane (threads tid - lane .. tid - lane + TP - 1, lane = tid % TP), written when
+    ``ok``. ``group`` taps at a time go to red[g * T + tid], then one tree per plane for all of them
+    (fixed pairing: deterministic; log2(TP) + 2 barriers per group); lane g of each plane writes tap g."""
+    t = tp * pl
+    lines = ["def reduce(acc, red, tid, lane, ok, out, at):", f"    {names('a', taps)}= acc"]
+    for i0 in range(0, taps, group):
+        size = min(group, taps - i0)
+        lines += [f"    red[u32({g * t}) + tid] = a{i0 + g}" for g in range(size)]
+        lines += ["    cuda.syncthreads()", f"    h = u32({tp // 2})", "    while h > u32(0):",
+                  "        if lane < h:"]
+        lines += [f"            red[u32({g * t}) + tid] += red[u32({g * t}) + tid + h]" for g in range(size)]
+        lines += ["        cuda.syncthreads()", "        h >>= u32(1)", "    g = lane",
+                  f"    while ok and g < u32({size}):",
+                  f"        out[i64(u32(at + u32({i0}) + g))] = red[u32(u32(g * u32({t})) + tid) - lane]",
+                  f"        g += u32({tp})", "    cuda.syncthreads()"]
+    return device(lines, "reduce", {"cuda": cuda})
+
+
+@functools.cache
+def wgrad_kernel(dtype: str, tile: tuple[int, int, int, int], geometry: tuple[int, ...],
+                 sizes: tuple[int, ...]):
+    """The backward-weight kernel ``kernel(x, dy, part)`` of one tile (TH, TW, VH, PL; TP = TW*TH/VH a
+    power of two), filter geometry (R, S, sh, sw, ph, pw, dh, dw) and layer ``sizes`` (in_h, in_w, out_h,
+    out_w, C, K, M, tiles_h, tiles_w, units, chunk). Grid: x = split, y = filter group of PL."""
+    th, tw, vh, pl = tile
+    r_, s_, sh, sw, ph, pw, dh, dw = geometry
+    in_h, in_w, out_h, out_w, c_n, k_n, mult, tiles_h, tiles_w, units, chunk = sizes
+    ah, aw = axis(False, r_, sh, ph, dh), axis(False, s_, sw, pw, dw)
+    HH, HW, TP, RS = ah.halo(th), aw.halo(tw), tw * (th // vh), r_ * s_
+    T, HALO, NT, zero = TP * pl, HH * HW, from_dtype(np.dtype(dtype)), np.dtype(dtype).type(0)
+    load = halo_loader(dtype, HH, HW, T, pl, in_h, in_w, k_n, mult, 1)
+    compute = wgrad_compute(ah, aw, vh, HW, s_, r_)
+    load_dy = dy_loader(vh, out_h, out_w)
+    GROUP = reduce_group(RS, T, np.dtype(dtype).itemsize)
+    reduce = block_reduce(RS, TP, pl, GROUP)
+    RED = GROUP * T
+    u0, u1, uRS, uTH, uTW, uVH, uTP, uPL = (np.uint32(v) for v in (0, 1, RS, th, tw, vh, TP, pl))
+    uC, uK, uOUT_W, uOUT_HW, uHALO = (np.uint32(v) for v in (c_n, k_n, out_w, out_h * out_w, HALO))
+    uTILES_H, uTILES_W, uTHW = (np.uint32(v) for v in (tiles_h, tiles_w, tiles_h * tiles_w))
+    uUNITS, uCHUNK = np.uint32(units), np.uint32(chunk)
+    SH, SW, PH, PW = (np.int32(v) for v in (sh, sw, ph, pw))
+    ROWSTEP, uSW = np.uint32(vh * sh * HW), np.uint32(sw)
+    ZEROS, ONE, TILE_N = (zero,) * RS, pl == 1, pl * HALO  # shared size: a literal
+
+    @runtime.jit
+    def kernel(x4, dy4, part):
+        x, dy, part = x4.flat, dy4.flat, part.flat  # C-contiguous: flat indexing (part: dw or 1-D)
+        tile = cuda.shared.array(TILE_N, NT)
+        red = cuda.shared.array(RED, NT)
+        tid = uint32(cuda.threadIdx.x)
+        z = uint32(cuda.blockIdx.x)
+        k0 = uint32(uint32(cuda.blockIdx.y) * uPL)
+        lp = u0 if ONE else uint32(tid // uTP)
+        t = uint32(tid - uint32(lp * uTP))
+        k = uint32(k0 + lp)
+        ty = uint32(t // uTW)
+        tx = uint32(t - uint32(ty * uTW))
+        base = uint32(uint32(lp * uHALO) + uint32(uint32(ty * ROWSTEP) + uint32(tx * uSW)))
+        acc = ZEROS
+        u = uint32(z * uCHUNK)
+        stop = min(uint32(u + uCHUNK), uUNITS)
+        n = uint32(u // uTHW)  # unit u = (n, bh, bw), advanced without division below
+        bh = uint32(uint32(u - uint32(n * uTHW)) // uTILES_W)
+        bw = uint32(uint32(u - uint32(n * uTHW)) - uint32(bh * uTILES_W))
+        while u < stop:
+            t0h = uint32(bh * uTH)
+            t0w = uint32(bw * uTW)
+            load(x, uint32(n * uC), k0, u0, int32(int32(t0h) * SH - PH), int32(int32(t0w) * SW - PW),
+                 tile, tid)
+            p0 = uint32(t0h + uint32(ty * uVH))
+            q = uint32(t0w + tx)
+            at = uint32(uint32(uint32(uint32(n * uK) + k) * uOUT_HW) + uint32(uint32(p0 * uOUT_W) + q))
+            g = load_dy(dy, at, p0, q < uOUT_W and k < uK, zero)
+            cuda.syncthreads()
+            acc = compute(tile, base, g, acc)
+            cuda.syncthreads()
+            u = uint32(u + u1)
+            bw = uint32(bw + u1)
+            if bw == uTILES_W:
+                bw = u0
+                bh = uint32(bh + u1)
+                if bh == uTILES_H:
+                    bh = u0
+                    n = uint32(n + u1)
+        reduce(acc, red, tid, t, k < uK, part, uint32(uint32(uint32(z * uK) + k) * uRS))
+
+    return kernel

@@ -1,0 +1,1 @@
+"""The SIMT (fp32 / fp64 FMA) tiled GEMM: tile.py, gemm.py, gemm_source.py."""

@@ -1,0 +1,267 @@
+"""Disk cache of compiled kernels (cubins), so a new process compiles nothing an earlier one compiled.
+
+Switched on with ``CONVLAB_KERNEL_CACHE=1`` (GPU only; off by default until the GPU selftest of
+``benchmarks/overhead_bench.py`` has passed on the target machine). Every launch of a
+:func:`convlab.runtime.jit` kernel asks :func:`compiled` for the kernel of its argument types:
+
+1. in this process: the overload Numba already compiled, or a cubin loaded before;
+2. on disk: ``<cache_dir>/kernels/<key>.cubin`` (``cache_dir`` is the autotuner's,
+   ``CONVLAB_CACHE_DIR``), loaded into Numba's context without typing, lowering or linking;
+3. else Numba compiles it, and its cubin is written to disk.
+
+The key (:func:`kernel_key`) hashes the kernel's qualified name, the bytes of its defining source file
+and of every convlab source file, the compile-time constants of factory closures (cell values, numpy
+arrays by their bytes; captured kernels and device functions by their own key), for generated source
+(``convlab.kernels.source.compile_source``: a ``<...>`` file name) the generated code itself and the
+namespace values it names (tile constants, intrinsics), the jit options, the argument types, the
+target (its arch: convlab.runtime.targets) and the numba / numba-cuda versions. A file is a header (magic, format version,
+payload length, SHA-256), the entry name and the cubin; a truncated or corrupted file is reported
+with a warning, removed and recompiled. Files are written to a temporary name in the same directory and
+renamed (atomic), so two processes writing the same kernel at once leave one whole file.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib.util
+import logging
+import os
+import struct
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numba.core import types as nbtypes
+
+from convlab.runtime import context
+from convlab.runtime import device as runtime
+from convlab.runtime.fileio import atomic_write
+
+log = logging.getLogger(__name__)
+MAGIC, FORMAT = b"CVLKC", 1
+_HEADER = struct.Struct("<5sHQ32sH")  # magic, format, payload bytes, sha256(payload), entry-name bytes
+#: kernels by where they came from, and the names of those this process compiled (process-wide counters)
+stats = {"compiled": 0, "loaded": 0, "in_process": 0}
+compiled_names: list[str] = []  # "qualname(argtypes)@key" of each kernel this process compiled (diagnostics)
+
+
+def _memo() -> dict[tuple, tuple[Any, Any]]:
+    """The current device's loaded kernels: (id(dispatcher), argtypes) -> (dispatcher, kernel or False)
+    (the context's "kernel_cache" store: modules loaded into this device's context)."""
+    return context.current().store("kernel_cache")
+
+
+def enabled() -> bool:
+    """True when launches go through this cache (see the module docstring)."""
+    return runtime.MODE == "gpu" and os.environ.get("CONVLAB_KERNEL_CACHE", "0").strip() == "1"
+
+
+def directory() -> Path:
+    """``<autotuner cache dir>/kernels``."""
+    from convlab.runtime.settings import cache_dir
+
+    return cache_dir() / "kernels"
+
+
+@functools.lru_cache(maxsize=None)
+def _file_digest(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return "unreadable:" + path
+
+
+@functools.lru_cache(maxsize=1)
+def _package_digest() -> str:
+    """One hash of every convlab and built-in plugin source file (any edit invalidates all)."""
+    spec = importlib.util.find_spec("convlab.algorithms")  # located, not imported
+    roots = [Path(__file__).parents[1]] + ([Path(spec.origin).parent] if spec and spec.origin else [])
+    files = sorted({str(p) for root in roots for p in root.rglob("*.py")})
+    return hashlib.sha256("".join(_file_digest(f) for f in files).encode()).hexdigest()
+
+
+def _py_func(kernel: Any) -> Any:
+    kernel = getattr(kernel, "dispatcher", kernel)
+    return (getattr(kernel, "py_func", None) or getattr(kernel, "fn", None)
+            or getattr(kernel, "_defn", None) or kernel)  # _defn: a Numba intrinsic's typing function
+
+
+def _describe(value: Any, depth: int = 0) -> str:
+    """A process-independent description of a closure cell / constant."""
+    if isinstance(value, (bool, int, float, str, bytes, type(None), np.generic, np.dtype)):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, nbtypes.Type):  # a Numba type by its name (float16 and bfloat16 differ)
+        return f"nbtype:{value}"
+    if isinstance(value, np.ndarray):
+        return f"ndarray:{value.dtype.str}{value.shape}:{hashlib.sha256(value.tobytes()).hexdigest()}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ",".join(_describe(v, depth) for v in value) + ")"
+    func = _py_func(value)
+    if callable(func) and hasattr(func, "__code__") and depth < 8:
+        return "fn:" + _function_digest(func, depth + 1)
+    return f"type:{type(value).__module__}.{type(value).__qualname__}"
+
+
+def _names(code: Any) -> list[str]:
+    """Every global name ``code`` and its nested code objects read."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names += _names(const)
+    return names
+
+
+def _code_text(code: Any) -> str:
+    """A process-independent text of a code object: bytecode, names and constants (nested code too)."""
+    consts = [_code_text(c) if hasattr(c, "co_code") else
+              repr(sorted(map(repr, c)) if isinstance(c, frozenset) else c) for c in code.co_consts]
+    return "|".join([code.co_code.hex(), repr(code.co_names), repr(code.co_varnames), *consts])
+
+
+def _generated(func: Any, depth: int) -> str:
+    """For a function compiled from generated source (a ``<...>`` file name, which need not encode
+    every parameter and is shared by variants): its code and the values of the namespace globals it
+    names (tile constants, intrinsics)."""
+    code = func.__code__
+    if not code.co_filename.startswith("<"):
+        return ""
+    names = sorted(set(n for n in _names(code) if n in func.__globals__ and not n.startswith("__")))
+    values = ",".join(f"{n}={_describe(func.__globals__[n], depth)}" for n in names)
+    return hashlib.sha256((_code_text(code) + values).encode()).hexdigest()
+
+
+def _function_digest(func: Any, depth: int = 0) -> str:
+    cells = tuple(c.cell_contents for c in (func.__closure__ or ()))
+    parts = [str(func.__module__), func.__qualname__, _file_digest(func.__code__.co_filename),
+             _generated(func, depth), _describe(cells, depth)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+def kernel_key(kernel: Any, argtypes: tuple, target: Any, options: dict | None = None) -> str:
+    """The cache key of ``kernel`` compiled for ``argtypes`` for ``target`` (a target's ``key``, its
+    arch such as ``sm_90a``)."""
+    versions = runtime.versions()
+    parts = [_function_digest(_py_func(kernel)), _package_digest(),
+             _describe(tuple(sorted((options or {}).items()))),
+             repr(tuple(str(t) for t in argtypes)), repr(target), versions["numba"],
+             versions["numba_cuda"], str(FORMAT)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def save(key: str, entry: str, payload: bytes, where: Path | None = None) -> Path:
+    """Write one entry atomically (convlab.runtime.fileio.atomic_write)."""
+    where = where or directory()
+    name = entry.encode()
+    header = _HEADER.pack(MAGIC, FORMAT, len(payload), hashlib.sha256(payload).digest(), len(name))
+    atomic_write(where / f"{key}.cubin", header + name + payload)
+    return where / f"{key}.cubin"
+
+
+def load(key: str, where: Path | None = None) -> tuple[str, bytes] | None:
+    """(entry name, payload) of ``key``; None when absent, or when the file is damaged (a warning;
+    the file is removed so that the recompiled kernel replaces it)."""
+    path = (where or directory()) / f"{key}.cubin"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        magic, fmt, size, digest, name_len = _HEADER.unpack_from(data)
+        body = data[_HEADER.size:]
+        name, payload = body[:name_len], body[name_len:]
+        if magic != MAGIC or fmt != FORMAT or len(payload) != size or \
+                hashlib.sha256(payload).digest() != digest:
+            raise ValueError("header, length or checksum mismatch")
+        return name.decode(), payload
+    except (struct.error, ValueError, UnicodeDecodeError) as exc:
+        warnings.warn(f"convlab: kernel cache file {path} is damaged ({exc}); recompiling",
+                      RuntimeWarning, stacklevel=2)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+
+
+def cubin_bytes(cubin: Any) -> bytes:
+    """The bytes of what ``get_cubin`` returns: bytes (older numba-cuda) or a cuda.core ObjectCode
+    (numba-cuda 0.30: its ``code``), never a ``bytes(obj)`` of the object itself."""
+    if isinstance(cubin, (bytes, bytearray, memoryview)):
+        return bytes(cubin)
+    code = getattr(cubin, "code", None)
+    if isinstance(code, (bytes, bytearray, memoryview)):
+        return bytes(code)
+    raise TypeError(f"cannot read the cubin bytes of a {type(cubin).__name__}")
+
+
+def _object_code(payload: bytes) -> Any:
+    """What numba-cuda's ``create_module_image`` loads: a cuda.core ObjectCode of the cubin."""
+    try:
+        from cuda.core import ObjectCode
+    except ImportError:  # older cuda.core
+        from cuda.core.experimental import ObjectCode
+    return ObjectCode.from_cubin(payload)
+
+
+class CompiledKernel:
+    """A kernel loaded for the current context: its launch handle and Numba argument types."""
+
+    def __init__(self, handle: Any, argtypes: tuple, module: Any = None) -> None:
+        self.handle, self.argtypes, self.module = handle, argtypes, module
+
+
+def compiled(dispatcher: Any, args: tuple) -> CompiledKernel | None:
+    """The compiled kernel for ``args`` (memory, disk, else compiled by Numba and saved); None when
+    it cannot be cached (a failure is logged and the caller takes Numba's ordinary launch)."""
+    try:
+        argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
+    except Exception:
+        return None
+    memo_key = (id(dispatcher), argtypes)
+    memo = _memo()
+    hit = memo.get(memo_key)
+    # An entry holds its dispatcher, so no other kernel takes that id while the entry lives (keyed by
+    # the id alone, a new kernel at a freed kernel's address once ran the old kernel's code on the GPU).
+    if hit is not None and hit[0] is dispatcher:
+        return hit[1] or None  # False: failed before, not retried every launch
+    try:
+        found = _load_or_compile(dispatcher, argtypes)
+    except Exception as exc:  # noqa: BLE001  (the ordinary launch still works)
+        log.warning("kernel cache: %s not cached (%s: %s)", _py_func(dispatcher).__qualname__,
+                    type(exc).__name__, exc)
+        memo[memo_key] = (dispatcher, False)
+        return None
+    memo[memo_key] = (dispatcher, found)
+    return found
+
+
+def _load_or_compile(dispatcher: Any, argtypes: tuple) -> CompiledKernel:
+    options = getattr(dispatcher, "targetoptions", None) or {}
+    if options.get("debug") or options.get("cooperative"):
+        raise ValueError("debug and cooperative kernels are not cached")
+    name = _py_func(dispatcher).__qualname__
+    key = kernel_key(dispatcher, argtypes, runtime.target().key, options)
+    overload = dispatcher.overloads.get(argtypes)
+    if overload is None:
+        hit = load(key)
+        if hit is not None:
+            module = runtime.cuda.current_context().create_module_image(_object_code(hit[1]), [], [])
+            function = module.get_function(hit[0])
+            log.info("kernel cache: %s loaded from disk (%s)", name, key[:12])
+            stats["loaded"] += 1
+            return CompiledKernel(function.handle, argtypes, (module, function))
+        log.info("kernel cache: compiling %s for %s (%s)", name, ", ".join(map(str, argtypes)), key[:12])
+        overload = dispatcher.compile(argtypes)
+        stats["compiled"] += 1
+        compiled_names.append(f"{name}({', '.join(map(str, argtypes))})@{key[:12]}")
+    else:
+        stats["in_process"] += 1
+    library = overload._codelibrary
+    if library._setup_functions or library._teardown_functions:
+        raise ValueError("the kernel needs module setup (NRT); not cached")
+    cufunc = library.get_cufunc()
+    if load(key) is None:
+        # Numba's own arch (get_cufunc's: sm_90a on a 9.0 device); an explicit (9, 0) links for sm_90,
+        # which rejects wgmma (measured on the H200: results/h200/wgmma/README.md)
+        save(key, cufunc.name, cubin_bytes(library.get_cubin()))
+    return CompiledKernel(cufunc.handle, tuple(overload.argument_types))

@@ -1,14 +1,21 @@
 """Tuning modes of ``algorithm="auto"``: how much is timed before a shape's pick.
 
     mode         candidates considered            compiled and timed                 cache entry
-    heuristic    every eligible one (*)           none: the cost model's best one    "heuristic"
+    heuristic    every eligible one (*)           none: the cost model's best one    "heuristic" (**)
+    (default)                                     (compiled by the first call)
     tune         every eligible one (*)           each plugin's TOP_K best by the    "tune" (k, the
-    (default)                                     model, best first, until the       labels timed)
+                                                  model, best first, until the       labels timed)
                                                   per-shape budget is spent
     exhaustive   every eligible one (*)           all of them, in registry order     "exhaustive"
 
 (*) ``set_tune_configs(N)`` caps every mode alike: only each plugin's first N configs (its preferred
 ones) are candidates at all, ranked, timed or picked.
+(**) only a pick the cost model made is stored: where the ranking is the declared priority (no model,
+or a target without ceilings such as the simulator) recomputing it costs what reading it would.
+
+The default (``settings.DEFAULT_TUNE_MODE``) is "heuristic": a shape's first call compiles the one kernel
+it runs and times nothing. Mode "tune" is the measured choice for a long run (a training job, a
+server): about TOP_K compiles a plugin per shape, within the budget.
 
 An entry answers a later call only when it was made by a mode at least as thorough as the one asked for
 (heuristic < tune < exhaustive): a heuristic entry never stands in where ``tune`` is asked for (it is
@@ -34,6 +41,17 @@ TOP_K = 2
 
 #: thoroughness: an entry made in a mode of a lower rank does not answer a call in a higher one
 RANK = {"heuristic": 0, "tune": 1, "exhaustive": 2}
+
+
+def describe(name: str) -> str:
+    """One line on what mode ``name`` does (explain prints it)."""
+    budget = settings.get_tune_budget()
+    within = "no time limit" if budget is None else f"within {budget:g} s a shape"
+    text = {"heuristic": "the cost model's pick; nothing compiled or timed before the first call",
+            "tune": f"each plugin's top {TOP_K} by the cost model compiled, checked and timed, {within}",
+            "exhaustive": "every candidate compiled, checked and timed"}[name]
+    default = " (the default)" if name == settings.DEFAULT_TUNE_MODE else ""
+    return f"tuning mode {name}{default}: {text}"
 
 
 def get_mode() -> str:
@@ -81,5 +99,5 @@ def answers(entry: dict, wanted: str) -> bool:
     return RANK[entry_mode(entry)] >= RANK[wanted]
 
 
-__all__ = ["TOP_K", "TUNE_MODES", "RANK", "get_mode", "set_mode", "mode", "get_budget", "set_budget",
+__all__ = ["TOP_K", "TUNE_MODES", "RANK", "describe", "get_mode", "set_mode", "mode", "get_budget", "set_budget",
            "entry_mode", "answers"]

@@ -12,8 +12,9 @@ For a problem, :func:`tune` does, in order (the tuning mode, :mod:`.modes`, deci
    neighbouring shape under the pow2 policy: the labels and fingerprints of the shape it was tuned
    on, and its winner eligible for this one) and it was made in a mode at least as thorough as the
    current one (heuristic < tune < exhaustive);
-   mode "heuristic": the cost model's best candidate (:mod:`.ranking`), nothing compiled or timed,
-   stored as a heuristic entry (a later "tune" replaces it);
+   mode "heuristic" (the default): the cost model's best candidate (:mod:`.ranking`), nothing
+   compiled or timed, stored as a heuristic entry (a later "tune" replaces it; a pick by declared
+   priority, where no model applies, is not stored);
 3. simulator without an injected timer (timings mean nothing there), or an empty batch (N = 0): the
    highest declared priority wins (nothing runs, nothing is cached) and the result says so;
 4. otherwise, on fresh random operands of the real shape: each candidate runs once into a NaN-poisoned
@@ -279,7 +280,8 @@ def _decide(problem: Problem, key: str, cands: list[Candidate], limit: int, time
     if mode == "heuristic":
         _counters()["heuristic"] += 1
         result, ranking = mode_steps.heuristic(problem, key, cands, limit, start)
-        _store(result, cands, prints, mode_steps.entry_fields(result, None, ranking))
+        if ranking.by_model:  # a priority order is recomputed as fast as it is read (modes.py)
+            _store(result, cands, prints, mode_steps.entry_fields(result, None, ranking))
         return result
     _counters()["tuned"] += 1
     timed, ranking = mode_steps.to_time(problem, cands, limit, mode)

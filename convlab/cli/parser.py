@@ -98,7 +98,7 @@ def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
     p.add_argument("--tune-mode", choices=TUNE_MODES, default=default(None), metavar="MODE",
                    help=f"how algorithm='auto' decides, one of {', '.join(TUNE_MODES)}: the cost model's "
                         "pick with nothing timed, its best candidates timed, or every one timed (as "
-                        "convlab.autotune.set_mode or CONVLAB_TUNE_MODE; default: tune)")
+                        "convlab.autotune.set_mode or CONVLAB_TUNE_MODE; default: heuristic)")
 
 
 def build_parser() -> argparse.ArgumentParser:

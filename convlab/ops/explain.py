@@ -126,6 +126,8 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
     if prob.dtype == "float32":  # TF32 plugins are candidates only under "high"
         notes.append(f"float32 precision: {get_float32_precision()}")
     tuning, estimates = None, {}
+    if isinstance(algorithm, str) and algorithm == "auto":
+        notes.append(autotune.modes.describe(get_tune_mode()))
     try:
         if target != here:
             cand = (strategy.by_priority(prob, workspace_limit, target) if algorithm == "auto" else

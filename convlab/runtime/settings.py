@@ -9,7 +9,7 @@
 | float32 precision: ``"highest"`` (fp32-class: fp32 FMA, or the ``tf32x3`` plugin's 3xTF32) or ``"high"`` (TF32 tensor cores allowed for float32) | ``CONVLAB_FLOAT32_PRECISION`` (highest) | :func:`set_float32_precision`, :func:`float32_precision` |
 | cache directory: tuning results (and compiled kernels) | ``CONVLAB_CACHE_DIR`` (user cache dir) | the variable |
 | tuning depth: configs per plugin the autotuner considers in every mode (its preferred first; all by default) | ``CONVLAB_TUNE_CONFIGS`` (all) | :func:`set_tune_configs` |
-| tuning mode of ``algorithm="auto"``: ``"heuristic"`` (the cost model's pick, nothing timed), ``"tune"`` (the model's top candidates timed), ``"exhaustive"`` (every candidate timed) | ``CONVLAB_TUNE_MODE`` (tune) | :func:`set_tune_mode` (``convlab.autotune.set_mode``) |
+| tuning mode of ``algorithm="auto"``: ``"heuristic"`` (the cost model's pick, nothing timed), ``"tune"`` (the model's top candidates timed), ``"exhaustive"`` (every candidate timed) | ``CONVLAB_TUNE_MODE`` (heuristic) | :func:`set_tune_mode` (``convlab.autotune.set_mode``) |
 | tuning budget: seconds of checking and timing per shape in mode ``"tune"`` (``none``: no limit) | ``CONVLAB_TUNE_BUDGET`` (20) | :func:`set_tune_budget` |
 | the thin launch path of recorded plans on a GPU | ``CONVLAB_THIN_LAUNCH`` (1) | the variable |
 | warpgroup MMA on a GPU: the wgmma kernels (sm_90) offered on a device (always on the simulator and for named targets) | ``CONVLAB_WGMMA`` (0) | the variable, read when the device's target is first made |
@@ -117,6 +117,11 @@ def _parse_budget(value: Any) -> float | None:
     return seconds
 
 
+#: the tuning mode of a fresh process: "heuristic", so that a shape's first call under "auto" compiles one
+#: kernel and times nothing (a cold ResNet-50 step tuned candidate by candidate took minutes on the H200,
+#: issue 31); "tune" or "exhaustive" are asked for where a first call may take that long
+DEFAULT_TUNE_MODE = "heuristic"
+
 #: seconds of checking and timing per shape in mode "tune": results/h200/autotune.json (every candidate
 #: timed, kernels compiled cold) took a median 0.69 s, 42 of 45 shapes under 11 s, the 16x512x512 seed
 #: 28-35 s (its compiles); 20 s cuts only such outliers, after their leading candidates
@@ -129,7 +134,7 @@ _state: dict[str, Any] = {
     "float32_precision": _from_env("CONVLAB_FLOAT32_PRECISION", lambda v: _parse_precision(v.lower()),
                                    "highest"),
     "tune_configs": _from_env("CONVLAB_TUNE_CONFIGS", _parse_tune_configs, None),
-    "tune_mode": _from_env("CONVLAB_TUNE_MODE", _parse_tune_mode, "tune"),
+    "tune_mode": _from_env("CONVLAB_TUNE_MODE", _parse_tune_mode, DEFAULT_TUNE_MODE),
     "tune_budget": _from_env("CONVLAB_TUNE_BUDGET", _parse_budget, DEFAULT_TUNE_BUDGET_S),
 }
 

@@ -1,5 +1,6 @@
 """tests/autotune: every test gets a private cache folder, a registry of ``direct`` plus the throw-away
-plugins of ``tuning_fakes``, and default autotuner settings (the autouse fixture ``isolated``); ``real``
+plugins of ``tuning_fakes``, and default autotuner settings but mode "tune" (these tests time candidates
+with fake timers; the autouse fixture ``isolated``); ``real``
 registers the built-in plugins again for a test that needs them (the cost model's tests)."""
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def isolated(tmp_path, monkeypatch):
     for cls in (HostExact, Wrong, Crashy, Picky, NonDet):
         convlab.register(cls)
     policy, det = autotune.set_key_policy("exact"), autotune.set_deterministic(False)
+    mode = autotune.set_mode("tune")
     autotune.clear_cache(memory=True, disk=False)
     autotune.reset_stats()
     yield tmp_path / "cache"
@@ -29,6 +31,7 @@ def isolated(tmp_path, monkeypatch):
         convlab.unregister(cls.name)
     autotune.set_key_policy(policy)
     autotune.set_deterministic(det)
+    autotune.set_mode(mode)
     autotune.clear_cache(memory=True, disk=False)
 
 

@@ -45,7 +45,6 @@ def ranked_model():
     with costmodel.using(costmodel.Model("sm_90"), ceilings="sm_90") as model:
         yield model
     convlab.unregister(Ranked.name)
-    settings.set_tune_mode("tune")
     settings.set_tune_budget(settings.DEFAULT_TUNE_BUDGET_S)
 
 
@@ -71,10 +70,14 @@ def test_mode_setting_context_manager_and_bad_names():
     assert autotune.set_budget(None) == settings.DEFAULT_TUNE_BUDGET_S and autotune.get_budget() is None
 
 
-@pytest.mark.parametrize("value, mode, warned", [("heuristic", "heuristic", False),
-                                                 (" Exhaustive ", "exhaustive", False), ("fast", "tune", True)])
+@pytest.mark.parametrize("value, mode, warned", [(None, "heuristic", False), ("tune", "tune", False),
+                                                 (" Exhaustive ", "exhaustive", False), ("fast", "heuristic", True)])
 def test_environment_variable(value, mode, warned):
-    env = dict(os.environ, CONVLAB_TUNE_MODE=value, PYTHONWARNINGS="default")
+    """Unset: the default, heuristic; a bad value warns and falls back to it."""
+    env = dict(os.environ, PYTHONWARNINGS="default")
+    env.pop("CONVLAB_TUNE_MODE", None)
+    if value is not None:
+        env["CONVLAB_TUNE_MODE"] = value
     code = "from convlab.runtime import settings; print(settings.get_tune_mode())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO.parent,
                           timeout=120)
@@ -237,6 +240,7 @@ def test_simulator_without_timer_and_without_model():
         result = autotune.tune(problem, workspace_limit=LIMIT, force=True)
     assert result.source == "heuristic" and result.winner_label == registry.candidates(problem, LIMIT)[0].label
     assert "declared priority" in result.reason and not result.estimates
+    assert tuner.stored(result.key) is None  # a priority pick is not stored (modes.py)
 
 
 def test_memo_key_and_explain_follow_the_mode():
@@ -257,3 +261,7 @@ def test_memo_key_and_explain_follow_the_mode():
     with autotune.mode("heuristic"):
         text = str(convlab.explain(tiny(n=2), workspace_limit=LIMIT))
     assert "by the cost model, nothing timed" in text and "est " in text
+    assert "note: tuning mode heuristic (the default): the cost model's pick; nothing compiled" in text
+    with autotune.mode("tune"):
+        text = str(convlab.explain(tiny(n=2), workspace_limit=LIMIT))
+    assert f"note: tuning mode tune: each plugin's top {autotune.TOP_K} by the cost model" in text

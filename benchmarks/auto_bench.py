@@ -277,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     data: dict[str, Any] = {"device": runtime.device_name(), "simulator": runtime.SIMULATOR,
                             "versions": versions, "command": " ".join(["python benchmarks/auto_bench.py",
                                                                        *(sys.argv[1:] if argv is None else argv)]),
-                            "rounds": args.rounds, "repeat": args.repeat, "cudnn": side.why_no_cudnn or "cudnn.benchmark=True",
-                            "rows": []}
+                            "rounds": args.rounds, "repeat": args.repeat,
+                            "cudnn": side.why_no_cudnn or "cudnn.benchmark=True", "rows": []}
     rng = np.random.default_rng(0)
     stem = Path(args.out)
     stem.parent.mkdir(parents=True, exist_ok=True)

@@ -72,9 +72,8 @@ class Side:
     def poison_allocator(self, shape: tuple[int, ...], dtype: Any) -> None:
         """Free a NaN-filled block of the output's size, so torch's caching allocator hands it to the
         next output of that size: an op that leaves its output unwritten returns NaN, not stale data."""
-        if self.gpu:
-            junk = self.torch.full(shape, float("nan"), dtype=dtype, device="cuda")
-            del junk
+        if self.gpu:  # made and dropped at once: its block goes back to the allocator's cache
+            self.torch.full(shape, float("nan"), dtype=dtype, device="cuda")
 
     def time_ms(self, fn: Callable[[], Any], n: int) -> list[float]:
         """``n`` per-call samples: CUDA events on torch's stream (GPU), else the wall clock."""

@@ -173,12 +173,18 @@ def call(torch: Any, p: Any, a: Any, b: Any, cudnn: bool) -> Any:
 
 
 def run_gpu(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        raise SystemExit("gpu needs PyTorch with a CUDA device (on the CPU: counts)")
     out = {"what": "gpu", "dtype": args.dtype, "command": "python benchmarks/cold_start.py " + " ".join(args.argv),
            "suites": {}}
     here = str(Path(__file__).resolve().parent)
     for suite in step_problems(args.suite, args.dtype):
         rows = out["suites"][suite] = {}
-        for mode in MODES + TORCH:
+        for mode in args.modes:
             with tempfile.TemporaryDirectory() as folder:
                 env = dict(os.environ, CONVLAB_CACHE_DIR=folder, CONVLAB_KERNEL_CACHE="1")
                 spec = {"suites": args.suite, "suite": suite, "dtype": args.dtype, "mode": mode, "here": here}
@@ -236,7 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
     ap.add_argument("--out", required=True, help="output stem: writes STEM.json and STEM.md")
     ap.add_argument("--timeout", type=float, default=3600.0, help="gpu: seconds a step process may take")
+    ap.add_argument("--modes", default=",".join(MODES + TORCH),
+                    help="gpu: comma-separated tuning modes and cuDNN settings to run (default: all)")
     args = ap.parse_args(argv)
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in args.modes if m not in MODES + TORCH]
+    if unknown or not args.modes:
+        ap.error(f"--modes: unknown {unknown}; choose from {', '.join(MODES + TORCH)}")
     args.argv = sys.argv[1:] if argv is None else list(argv)
     args.suite = args.suite or ["resnet50", "mobilenetv2"]
     data = run_counts(args) if args.what == "counts" else run_gpu(args)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import sys
 from dataclasses import asdict
 from pathlib import Path

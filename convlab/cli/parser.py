@@ -186,8 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tune", help="pre-tune a suite into the autotuner's cache",
                        description="Tune every problem of the suites (or one shape) into the autotuner's "
-                       "cache file, so that later runs answer from the cache. On the simulator the "
-                       "autotuner picks by declared priority and caches nothing.")
+                       "cache file, so that later runs answer from the cache, in the tuning mode in force "
+                       "(--tune-mode tune or exhaustive times candidates; heuristic, the default, stores "
+                       "the cost model's picks). On the simulator the autotuner picks by declared priority "
+                       "and caches nothing.")
     _bench_args(p, OPS)
     p.add_argument("--retune", action="store_true", help="tune again even where the cache answers")
     p.add_argument("--clear-cache", action="store_true", help="delete this device's cache first")

@@ -1,9 +1,9 @@
 """Cold start of ``algorithm="auto"`` per tuning mode: one training step's convolutions of a network.
 
-    python benchmarks/cold_start.py counts --suite resnet50 --suite mobilenetv2 \\
-        --out results/autotune_cold_start/sm_90_counts                          # CPU: compile-only runtime
+    CONVLAB_RUNTIME=compile python benchmarks/cold_start.py counts --suite resnet50 --suite mobilenetv2 \\
+        --out results/autotune_cold_start/sm90/COMMIT/sm_90_float32        # CPU: the compile-only runtime
     python benchmarks/cold_start.py gpu --suite resnet50 --suite mobilenetv2 \\
-        --out results/autotune_cold_start/h200                                  # a GPU with torch
+        --out results/autotune_cold_start/h200/COMMIT/step                 # a GPU with torch
 
 A step is every distinct conv layer of the suite (its ``conv2d`` entries, batch as the suite gives it),
 forward, dgrad and wgrad once, in suite order, float32 unless ``--dtype``.

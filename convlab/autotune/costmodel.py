@@ -36,7 +36,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from convlab.runtime.targets import TARGETS, Target, nearest
+from convlab.runtime.targets import TARGETS, Target, get as get_target, nearest
 
 from .features_base import ARITH_CEILING, Features
 
@@ -239,9 +239,7 @@ def using(model: Model | None, ceilings: str | Target | None = None) -> Iterator
     (None: rank by declared priority); ``ceilings`` (a target or its name) stands in for the ceilings of
     a target without any (the simulator's), so estimates can be made there. For tests and
     experiments; not thread-local."""
-    from convlab.runtime.targets import get
-
-    _override.append((model, None if ceilings is None else get(ceilings)))
+    _override.append((model, None if ceilings is None else get_target(ceilings)))
     try:
         yield model
     finally:

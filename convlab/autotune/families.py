@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from convlab.kernels.simt.tile import Tile
+from convlab.plugin import registry
 from convlab.plugin.contract import Algorithm, Config
 from convlab.problem import Problem
 from convlab.runtime.targets import Target
@@ -53,8 +55,6 @@ def _direct(plugin: Algorithm, pr: Problem, config: Config, target: Target, limi
 
 
 def _simt_tile(config: Config):
-    from convlab.kernels.simt.tile import Tile
-
     return Tile.from_config(config)
 
 
@@ -180,8 +180,6 @@ def _depthwise(plugin: Algorithm, pr: Problem, config: Config, target: Target, l
 
 def _widen(plugin: Algorithm, pr: Problem, config: Config, target: Target, limit: int,
            recurse: Callable) -> Features:
-    from convlab.plugin import registry
-
     name = config["via"]
     inner = Config({k: v for k, v in config.items() if k != "via"})
     wide = pr.replace(dtype="float32")

@@ -17,8 +17,8 @@ ARITH_CEILING = {"fp32": ("fp32", 1.0), "fp64": ("fp64", 1.0), "tf32": ("tf32", 
                  "tf32x3": ("tf32", 1 / 3), "f16": ("f16", 1.0)}
 #: blocks per SM that count as a full wave: two resident blocks keep an SM busy; more hide latency but
 #: do not make a tail cheaper. Held-out geomean regret (worst): 1.3 % (79 %) with 2, 2.3 % (404 %)
-#: with 1, 1.8 % (133 %) with 4 or with the occupancy itself (python -m convlab.autotune.fit on
-#: results/h200; results/autotune_model/README.md has the table for 2)
+#: with 1, 1.8 % (133 %) with 4 or with the occupancy itself (python -m convlab.autotune.fit at 66078f8:
+#: results/autotune_model/sm90/66078f8/report.md has the table for 2)
 WAVE_BLOCKS_PER_SM = 2
 #: the fields a plugin's ``cost_hints`` may return (each replaces the generic or built-in value)
 HINT_FIELDS = ("family", "arith", "flops", "bytes", "aux_bytes", "launches", "blocks", "passes",

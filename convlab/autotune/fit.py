@@ -1,7 +1,7 @@
 """Refit the cost model on measured results and judge it: ``python -m convlab.autotune.fit``.
 
     python -m convlab.autotune.fit --results results/ --out convlab/autotune/model/sm_90.json \\
-        --report results/autotune_model/README.md [--target sm_90]
+        --report results/autotune_model/<device>/<commit>/report.md [--target sm_90]
 
 1. reads the measurements under ``--results`` (:mod:`.measured`: which files, which rows);
 2. fits the constants on all of them (:mod:`.fitting`) and writes ``--out`` (the JSON that

@@ -13,7 +13,7 @@ from .evaluate import HIT_MARGIN
 
 #: the refit command (the report names it; the model file's meta records it)
 COMMAND = ("python -m convlab.autotune.fit --results results --out convlab/autotune/model/sm_90.json "
-           "--report results/autotune_model/README.md")
+           "--report results/autotune_model/<device>/<commit>/report.md")
 #: the issue's targets: heuristic geomean regret, and the share of layer-ops whose top-k set holds a
 #: candidate within HIT_MARGIN of the best
 TARGET_GEOMEAN, TARGET_HIT = 0.15, 0.90
@@ -62,8 +62,8 @@ def _limits(data: dict[str, Any]) -> list[str]:
             "on most layers, tensor_core under float32 'high' on MobileNetV2 / EfficientNet-B0 / "
             "ResNeXt-50; the wgmma configs of tensor_core (sm_90, off on a device unless "
             "CONVLAB_WGMMA=1) are a group of their own on the physics defaults, never timed.",
-            "- Rows of older sessions time `plugin.run` (Numba's launch marshalling included) where newer "
-            "ones time the public op with CUDA graphs; the newest session per group is used, so a layer-op "
+            "- Rows of older commits time `plugin.run` (Numba's launch marshalling included) where newer "
+            "ones time the public op with CUDA graphs; the newest commit per group is used, so a layer-op "
             "may compare candidates timed both ways. Where each plugin's rows come from:"]
     out += [f"  - {plugin}: " + ", ".join(f"`{f}` ({n})" for f, n in files.items())
             for plugin, files in data["plugins"].items()]

@@ -14,16 +14,17 @@ config). Selection, in order:
 
 1. only GPU files, rows whose status is ok with a positive time; ``history`` folders are left out
    (copies superseded by the files beside them);
-2. only the rows of the newest *session* that measured their group: kernels changed between development
-   sessions, so a suite measured again supersedes the older session's times. Groups: first, among layer
-   rows, (network, op, plugin, dtype, precision); then, among all rows, (problem, plugin) -- whatever the
-   float32 precision, the plugin's kernels are the same: a per-config sweep of an older session gives
-   way to a newer session's time of the same plugin, so one plugin's candidates on a layer-op are never
+2. only the rows of the newest *commit* that measured their group: kernels change between commits, so
+   a suite measured again supersedes the older commit's times. Groups: first, among layer rows,
+   (network, op, plugin, dtype, precision); then, among all rows, (problem, plugin) -- whatever the
+   float32 precision, the plugin's kernels are the same: a per-config sweep at an older commit gives
+   way to a newer commit's time of the same plugin, so one plugin's candidates on a layer-op are never
    a mix of two kernel versions;
-3. per (problem, precision, candidate label) the newest row (of the calls of that session).
+3. per (problem, precision, candidate label) the newest row (the later run at that commit, then date).
 
-A file's session is the ``session<N>/call<M>`` of its path (files outside such folders rank first, by
-their date). Times are in milliseconds.
+A file's run is its ``<what>/<device>/<commit>[-<run>]`` folder; commits and runs rank by their order in
+the results folder's ``runs.json`` (results/README.md: the order measured); files outside the runs
+listed there rank first, by their date. Times are in milliseconds.
 """
 from __future__ import annotations
 
@@ -34,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from convlab.bench.suite import builtin_suites, load_suite
 from convlab.plugin.contract import Config
 from convlab.problem import Problem
 
 DEFAULT_LIMIT = 256 * 2**20  # convlab's default workspace limit, which bench, tuner and caches ran under
 TC_CONV_LIMIT = 2**31  # benchmarks/tc_conv_bench.py's LIMIT
-_SESSION = re.compile(r"session(\d+)(?:/call(\d+))?")
 EXCLUDED_DIRS = ("history",)
 
 
@@ -99,8 +100,6 @@ def network_of(suite: str) -> str:
 
 @functools.cache
 def _suite_names() -> frozenset[str]:
-    from convlab.bench.suite import builtin_suites
-
     return frozenset(builtin_suites())
 
 
@@ -112,8 +111,6 @@ def _shape_key(problem: Problem) -> tuple:
 @functools.cache
 def network_shapes() -> dict[str, frozenset[tuple]]:
     """Network -> the shape keys (dtype aside) of its layers, over the built-in suites."""
-    from convlab.bench.suite import builtin_suites, load_suite
-
     shapes: dict[str, set[tuple]] = {}
     for name in builtin_suites():
         if name != "tiny":
@@ -124,8 +121,6 @@ def network_shapes() -> dict[str, frozenset[tuple]]:
 
 def _suite_index() -> tuple[dict[tuple, str], dict[str, list[tuple[str, Problem]]]]:
     """Problem key -> network, and suite label -> [(network, problem)] over the built-in suites."""
-    from convlab.bench.suite import builtin_suites, load_suite
-
     by_key: dict[tuple, str] = {}
     by_label: dict[str, list[tuple[str, Problem]]] = {}
     for name in builtin_suites():
@@ -137,11 +132,19 @@ def _suite_index() -> tuple[dict[tuple, str], dict[str, list[tuple[str, Problem]
     return by_key, by_label
 
 
-def _order(path: Path, date: str = "") -> tuple:
-    match = _SESSION.search(path.as_posix())
-    if match is None:
-        return (0, 0, date)
-    return (int(match.group(1)), int(match.group(2) or 0), date)
+def run_ranks(root: Path) -> dict[str, tuple[int, int]]:
+    """Run folder -> (its commit's rank, its own rank), both from 1 in the order of ``root/runs.json``
+    (a commit ranks where it first appears); empty without the file."""
+    try:
+        folders = [str(f["folder"]) for f in json.loads((Path(root) / "runs.json").read_text())["folders"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    commits: dict[str, int] = {}
+    ranks = {}
+    for i, folder in enumerate(folders, 1):
+        commit = folder.split("/")[-1].split("-")[0]
+        ranks[folder] = (commits.setdefault(commit, len(commits) + 1), i)
+    return ranks
 
 
 def _precision(problem: Problem, plugin: str, key: str = "") -> str:
@@ -158,6 +161,12 @@ class _Reader:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.by_key, self.by_label = _suite_index()
+        self.ranks = run_ranks(root)
+
+    def _order(self, path: Path, date: str = "") -> tuple:
+        """(commit rank, run rank, date) of a file (module docstring)."""
+        folder = "/".join(path.relative_to(self.root).parts[:3])
+        return (*self.ranks.get(folder, (0, 0)), date)
 
     def row(self, path: Path, problem: Problem, label: str, ms: Any, network: str, kind: str,
             order: tuple, key: str = "", limit: int = DEFAULT_LIMIT) -> Measurement | None:
@@ -169,7 +178,7 @@ class _Reader:
                            path.relative_to(self.root).as_posix(), order, limit)
 
     def bench(self, path: Path, data: dict) -> Iterator[Measurement]:
-        order = _order(path, str(data.get("date", "")))
+        order = self._order(path, str(data.get("date", "")))
         limit = (data.get("settings") or {}).get("workspace_limit") or DEFAULT_LIMIT
         for res in data.get("results", []):
             try:
@@ -185,7 +194,7 @@ class _Reader:
                         yield m
 
     def tc_conv(self, path: Path, rows: list) -> Iterator[Measurement]:
-        order = _order(path)
+        order = self._order(path)
         for r in rows:
             if not isinstance(r, dict) or r.get("part") != "bench" or r.get("status") != "ok":
                 continue
@@ -202,7 +211,7 @@ class _Reader:
                 yield m
 
     def autotune(self, path: Path, data: dict) -> Iterator[Measurement]:
-        order = _order(path, str(data.get("date", "")))
+        order = self._order(path, str(data.get("date", "")))
         for shape in data.get("shapes", []):
             try:
                 problem = Problem.from_dict(shape["problem"])
@@ -221,7 +230,7 @@ class _Reader:
                 problem = Problem.from_dict(entry["problem"])
             except (KeyError, TypeError, ValueError):
                 continue
-            order = _order(path, str(entry.get("written_at", "")))
+            order = self._order(path, str(entry.get("written_at", "")))
             for c in entry.get("results", []):
                 if isinstance(c, dict) and c.get("status") == "ok":
                     ms = c.get("op_median_ms") or c.get("median_ms")
@@ -254,8 +263,8 @@ def result_files(root: Path) -> list[Path]:
                   if not any(part in EXCLUDED_DIRS for part in p.relative_to(root).parts[:-1]))
 
 
-def _newest_session(rows: list[Measurement], group: Callable[[Measurement], tuple]) -> list[Measurement]:
-    """The rows whose session is the newest among the rows of their group."""
+def _newest_commit(rows: list[Measurement], group: Callable[[Measurement], tuple]) -> list[Measurement]:
+    """The rows whose commit is the newest among the rows of their group."""
     newest: dict[tuple, int] = {}
     for m in rows:
         g = group(m)
@@ -266,8 +275,8 @@ def _newest_session(rows: list[Measurement], group: Callable[[Measurement], tupl
 def select(rows: list[Measurement]) -> list[Measurement]:
     """Steps 2 and 3 of the module docstring."""
     layer = [m for m in rows if m.kind == "layer"]
-    layer = _newest_session(layer, lambda m: (m.network, m.problem.op, m.plugin, m.problem.dtype, m.precision))
-    kept = _newest_session(layer + [m for m in rows if m.kind != "layer"],
+    layer = _newest_commit(layer, lambda m: (m.network, m.problem.op, m.plugin, m.problem.dtype, m.precision))
+    kept = _newest_commit(layer + [m for m in rows if m.kind != "layer"],
                            lambda m: (m.problem.key(), m.plugin))
     best: dict[tuple, Measurement] = {}
     for m in kept:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convlab import autotune
+from convlab.autotune.ranking import rank
 from convlab.problem import Problem
 from convlab.runtime.targets import Target, current as current_target
 
@@ -165,7 +166,6 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
 
 def _ranking(prob: Problem, workspace_limit: int, target: Target) -> Any:
     """The cost model's order of the candidates on ``target`` (empty estimates without a model)."""
-    from convlab.autotune.ranking import rank
     from convlab.runtime.settings import get_deterministic, get_tune_configs
 
     cands = registry.candidates(prob, workspace_limit, per_plugin=get_tune_configs(), target=target)

@@ -1,7 +1,7 @@
 """Disk cache of compiled kernels (cubins), so a new process compiles nothing an earlier one compiled.
 
-Switched on with ``CONVLAB_KERNEL_CACHE=1`` (GPU only; off by default until the GPU selftest of
-``benchmarks/overhead_bench.py`` has passed on the target machine). Every launch of a
+Switched on with ``CONVLAB_KERNEL_CACHE=1`` (GPU only; off by default: switch it on where
+``tests/core/test_replay_on_device.py`` passes, whose second process loads every kernel from disk). Every launch of a
 :func:`convlab.runtime.jit` kernel asks :func:`compiled` for the kernel of its argument types:
 
 1. in this process: the overload Numba already compiled, or a cubin loaded before;

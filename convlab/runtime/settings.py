@@ -122,7 +122,7 @@ def _parse_budget(value: Any) -> float | None:
 #: issue 31); "tune" or "exhaustive" are asked for where a first call may take that long
 DEFAULT_TUNE_MODE = "heuristic"
 
-#: seconds of checking and timing per shape in mode "tune": results/h200/autotune.json (every candidate
+#: seconds of checking and timing per shape in mode "tune": results/autotune/h200/9003f63/autotune.json (every candidate
 #: timed, kernels compiled cold) took a median 0.69 s, 42 of 45 shapes under 11 s, the 16x512x512 seed
 #: 28-35 s (its compiles); 20 s cuts only such outliers, after their leading candidates
 DEFAULT_TUNE_BUDGET_S = 20.0

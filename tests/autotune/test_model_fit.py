@@ -1,5 +1,5 @@
 """Fitting and judging the cost model on small synthetic datasets (convlab.autotune.fitting, measured,
-evaluate, fit): the fit recovers known constants, the loader keeps the newest session's ok rows of GPU
+evaluate, fit): the fit recovers known constants, the loader keeps the newest commit's ok rows of GPU
 files, leave-one-network-out scores a right model near zero regret and a wrong one badly, and
 ``python -m convlab.autotune.fit`` writes a model that loads and a report of the figures.
 """
@@ -79,34 +79,42 @@ def _result(suite, problem, cands):
         for p, c, s, ms in cands]}
 
 
-def test_loader_keeps_the_newest_session_and_ok_gpu_rows(tmp_path):
+def _runs(root, *folders):
+    """results/runs.json listing ``folders`` in the order measured."""
+    (root / "runs.json").write_text(json.dumps({"folders": [{"folder": f} for f in folders]}))
+
+
+def test_loader_keeps_the_newest_commit_and_ok_gpu_rows(tmp_path):
     entry, fwd = load_suite("burn").problems(["forward"])[0]
     wg = load_suite("burn").problems(["wgrad"])[0][1]
-    _bench(tmp_path / "s" / "session1" / "call1" / "burn.json", "2026-01-01", [
+    first, cached, second, tc_run = "bench/h200/aaaaaaa", "autotune/h200/aaaaaaa-2", "bench/h200/bbbbbbb", \
+        "tc_conv/h200/ccccccc"
+    _runs(tmp_path, first, cached, second, tc_run)
+    _bench(tmp_path / first / "burn.json", "2026-01-01", [
         _result("burn", fwd, [("implicit_gemm", "A=1", "ok", 2.0), ("im2col", "B=1", "ok", 3.0),
                               ("direct", "default", "wrong", 0.1)]),
         _result("burn", wg, [("implicit_gemm", "A=1", "ok", 4.0)])])
-    _bench(tmp_path / "s" / "session2" / "call1" / "burn.json", "2026-01-02",
+    _bench(tmp_path / second / "burn.json", "2026-01-02",
            [_result("burn", fwd, [("implicit_gemm", "A=2", "ok", 1.5)])])
     cache = {"format": 1, "entries": {"k": {"problem": fwd.to_dict(), "results": [
         {"plugin": "implicit_gemm", "config": "A=3", "status": "ok", "median_ms": 1.0},
         {"plugin": "im2col", "config": "B=2", "status": "ok", "median_ms": 2.5}]}}}
-    (tmp_path / "s" / "session1" / "call2").mkdir(parents=True)
-    (tmp_path / "s" / "session1" / "call2" / "cache.json").write_text(json.dumps(cache))
+    (tmp_path / cached).mkdir(parents=True)
+    (tmp_path / cached / "cache.json").write_text(json.dumps(cache))
     tc = [{"part": "bench", "shape": entry.label, "op": "forward", "dtype": "tf32", "config": "T=1",
            "status": "ok", "op_ms": 0.5}, {"part": "bench", "shape": entry.label, "op": "forward",
                                           "dtype": "float16", "status": "declined"}]
-    (tmp_path / "s" / "session3").mkdir()
-    (tmp_path / "s" / "session3" / "tc_conv_float32.json").write_text(json.dumps(tc))
+    (tmp_path / tc_run).mkdir(parents=True)
+    (tmp_path / tc_run / "tc_conv_float32.json").write_text(json.dumps(tc))
     late = [_result("burn", fwd, [("direct", "default", "ok", 9.0)])]
-    _bench(tmp_path / "s" / "history" / "old.json", "2027-01-01", late)  # superseded copies
+    _bench(tmp_path / "bench" / "history" / "old.json", "2027-01-01", late)  # superseded copies
     _bench(tmp_path / "sim.json", "2027-01-01", late, simulator=True)  # simulator times mean nothing
     (tmp_path / "notes.json").write_text("{not json")
     rows = {(m.problem.op, m.label, m.precision): m for m in measured.load(tmp_path)}
     assert set(rows) == {("forward", "implicit_gemm[A=2]", "highest"), ("forward", "im2col[B=1]", "highest"),
                          ("forward", "im2col[B=2]", "highest"), ("wgrad", "implicit_gemm[A=1]", "highest"),
                          ("forward", "tensor_core[T=1]", "high")}
-    assert rows[("forward", "implicit_gemm[A=2]", "highest")].ms == 1.5  # session 2 supersedes session 1
+    assert rows[("forward", "implicit_gemm[A=2]", "highest")].ms == 1.5  # the later commit supersedes the first
     assert rows[("forward", "tensor_core[T=1]", "high")].workspace_limit == measured.TC_CONV_LIMIT
     assert all(m.network == "burn" for m in rows.values())
     contexts = measured.by_context(rows.values())
@@ -134,7 +142,8 @@ def _synthetic_results(root, model, suites=("burn", "resnet50"), entries=5):
                     f = evaluate.features(plugin, problem, cfg, SM90, measured.DEFAULT_LIMIT)
                     cands.append((name, cfg.name, "ok", model.estimate_ms(f, problem.op, SM90)))
             results.append(_result(suite, problem, cands))
-        _bench(root / "session1" / f"{suite}.json", "2026-01-01", results)
+        _bench(root / "bench" / "h200" / "aaaaaaa" / f"{suite}.json", "2026-01-01", results)
+    _runs(root, "bench/h200/aaaaaaa")
 
 
 def test_leave_one_out_and_the_fit_command(real, tmp_path):
@@ -156,10 +165,10 @@ def test_leave_one_out_and_the_fit_command(real, tmp_path):
     assert fit_cli.main(argv) == 0
     model = costmodel.load(out)
     assert model.target_class == "sm_90" and model.meta["rows"] == sum(len(lay.cands) for lay in layers)
-    assert set(model.meta["files"]) == {"session1/burn.json", "session1/resnet50.json"}
+    assert set(model.meta["files"]) == {"bench/h200/aaaaaaa/burn.json", "bench/h200/aaaaaaa/resnet50.json"}
     text = report.read_text()
     assert "| burn | 15 |" in text and "| resnet50 | 15 |" in text and "**met**" in text
-    assert "python -m convlab.autotune.fit" in text and "`session1/burn.json`" in text
+    assert "python -m convlab.autotune.fit" in text and "`bench/h200/aaaaaaa/burn.json`" in text
     data = json.loads((report.parent / fit_cli.FIGURES).read_text())
     assert data["all"]["heuristic_geomean"] < 0.05 and set(data["k_choices"]) == {"1", "2", "3", "4"}
     first = out.read_text()

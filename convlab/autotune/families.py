@@ -13,9 +13,9 @@ bytes the plugin's ``run`` really issues. Every extractor returns :class:`~.feat
     depthwise       TH x TW output tiles of PL planes                   wgrad split sum
     widen           the float32 plugin's features (``via``)            widen a, b (bias), narrow out
 
-The warpgroup configs of tensor_core (``MMA=wgmma``) are the family ``tensor_core_wgmma``: they were
-never timed on a GPU (a device offers them only under ``CONVLAB_WGMMA=1``), so no fitted constant of
-the mma.sync kernels speaks for them and they get the physics defaults until they are measured.
+The warpgroup configs of tensor_core (``MMA=wgmma``) are the family ``tensor_core_wgmma``: no results
+file the fit reads (:mod:`.measured`) times them, so no fitted constant of the mma.sync kernels speaks
+for them and they get the physics defaults until such a file does.
 
 Shapes as in :mod:`convlab.problem`; bytes of the operands in their own dtype.
 """

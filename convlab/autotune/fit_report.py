@@ -60,8 +60,8 @@ def _limits(data: dict[str, Any]) -> list[str]:
             f"more than {k} measured configs: the column 'top-k hit there' is the informative one.",
             "- Candidates never measured on a GPU are ranked on constants fitted on other layers: widen "
             "on most layers, tensor_core under float32 'high' on MobileNetV2 / EfficientNet-B0 / "
-            "ResNeXt-50; the wgmma configs of tensor_core (sm_90, off on a device unless "
-            "CONVLAB_WGMMA=1) are a group of their own on the physics defaults, never timed.",
+            "ResNeXt-50; the wgmma configs of tensor_core (sm_90) are a group of their own on the physics "
+            "defaults: no file the fit reads times them.",
             "- Rows of older commits time `plugin.run` (Numba's launch marshalling included) where newer "
             "ones time the public op with CUDA graphs; the newest commit per group is used, so a layer-op "
             "may compare candidates timed both ways. Where each plugin's rows come from:"]

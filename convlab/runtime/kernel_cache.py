@@ -262,6 +262,6 @@ def _load_or_compile(dispatcher: Any, argtypes: tuple) -> CompiledKernel:
     cufunc = library.get_cufunc()
     if load(key) is None:
         # Numba's own arch (get_cufunc's: sm_90a on a 9.0 device); an explicit (9, 0) links for sm_90,
-        # which rejects wgmma (measured on the H200: results/h200/wgmma/README.md)
+        # which rejects wgmma (measured on the H200: results/wgmma/h200/9f7b5c1/README.md)
         save(key, cufunc.name, cubin_bytes(library.get_cubin()))
     return CompiledKernel(cufunc.handle, tuple(overload.argument_types))

@@ -12,7 +12,6 @@
 | tuning mode of ``algorithm="auto"``: ``"heuristic"`` (the cost model's pick, nothing timed), ``"tune"`` (the model's top candidates timed), ``"exhaustive"`` (every candidate timed) | ``CONVLAB_TUNE_MODE`` (heuristic) | :func:`set_tune_mode` (``convlab.autotune.set_mode``) |
 | tuning budget: seconds of checking and timing per shape in mode ``"tune"`` (``none``: no limit) | ``CONVLAB_TUNE_BUDGET`` (20) | :func:`set_tune_budget` |
 | the thin launch path of recorded plans on a GPU | ``CONVLAB_THIN_LAUNCH`` (1) | the variable |
-| warpgroup MMA on a GPU: the wgmma kernels (sm_90) offered on a device (always on the simulator and for named targets) | ``CONVLAB_WGMMA`` (0) | the variable, read when the device's target is first made |
 
 Sizes in bytes are given as an int or a string such as ``"256M"``, ``"1.5GiB"``, ``"4096"`` (K, M, G, T are
 powers of 1024, with or without ``B``/``iB``), here, in the variable and on the command line alike.
@@ -247,12 +246,6 @@ def thin_launch() -> bool:
     """Whether recorded launches may take the thin path (``cuLaunchKernel`` on packed parameters):
     ``CONVLAB_THIN_LAUNCH`` (1 by default; 0 keeps Numba's launch). Read at each call."""
     return _from_env("CONVLAB_THIN_LAUNCH", _parse_flag, True)
-
-
-def wgmma_on_device() -> bool:
-    """Whether a GPU's target offers the wgmma kernels (``CONVLAB_WGMMA=1``). Off by default: they are
-    compiled (convlab compile) and checked on the simulator's stand-ins, not yet on a GPU."""
-    return _from_env("CONVLAB_WGMMA", _parse_flag, False)
 
 
 def sim_thread_budget() -> int:

@@ -4,8 +4,8 @@
 Subcommands (demo, list, explain, bench, plot, tune, check) live in :mod:`convlab.cli.commands`,
 ``compile`` in :mod:`convlab.cli.compile_cmd`. Exit status:
 0 success, 1 a check or command failed, 2 bad arguments (argparse's convention: the message, no
-traceback; ``--debug`` shows the traceback instead). ``--debug`` and ``--deterministic`` may be given
-before or after the subcommand.
+traceback; ``--debug`` shows the traceback instead). ``--debug``, ``--deterministic`` and
+``--tune-mode`` may be given before or after the subcommand.
 """
 from __future__ import annotations
 
@@ -96,6 +96,12 @@ def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
     p.add_argument("--deterministic", action="store_true", default=default(False),
                    help="deterministic mode: exclude plugins whose results may vary bit-wise between runs "
                         "(as convlab.set_deterministic(True) or CONVLAB_DETERMINISTIC=1)")
+    from convlab.runtime.settings import TUNE_MODES
+
+    p.add_argument("--tune-mode", choices=TUNE_MODES, default=default(None), metavar="MODE",
+                   help=f"how algorithm='auto' decides, one of {', '.join(TUNE_MODES)}: the cost model's "
+                        "pick with nothing timed, its best candidates timed, or every one timed (as "
+                        "convlab.autotune.set_mode or CONVLAB_TUNE_MODE; default: heuristic)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -183,8 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tune", help="pre-tune a suite into the autotuner's cache",
                        description="Tune every problem of the suites (or one shape) into the autotuner's "
-                       "cache file, so that later runs answer from the cache. On the simulator the "
-                       "autotuner picks by declared priority and caches nothing.")
+                       "cache file, so that later runs answer from the cache, in the tuning mode in force "
+                       "(--tune-mode tune or exhaustive times candidates; heuristic, the default, stores "
+                       "the cost model's picks). On the simulator the autotuner picks by declared priority "
+                       "and caches nothing.")
     _bench_args(p, OPS)
     p.add_argument("--retune", action="store_true", help="tune again even where the cache answers")
     p.add_argument("--clear-cache", action="store_true", help="delete this device's cache first")
@@ -219,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     previous = settings.set_deterministic(True) if args.deterministic else None
+    previous_mode = settings.set_tune_mode(args.tune_mode) if args.tune_mode else None
     try:
         return args.func(args)
     except (ValueError, TypeError) as exc:
@@ -236,6 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             settings.set_deterministic(previous)
+        if previous_mode is not None:
+            settings.set_tune_mode(previous_mode)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ answers these questions about a :class:`~convlab.problem.Problem`:
     run(problem, config, a, b, bias, out, workspace_limit)       write ``out`` (see problem.py for a, b, out)
     compute_eps(dtype)                              -> float     unit roundoff of my arithmetic (tolerances)
     sample_problems(op)                             -> [Problem] problems I accept, for the conformance suite
+    cost_hints(problem, config, target)             -> dict      optional: what the autotuner's cost model
+                                                                 should know (default {}: its generic view)
 
 ``target`` (a :class:`convlab.runtime.targets.Target`) is the machine the kernels are meant for: its compute
 capability, SM count, shared-memory and register limits and features (``target.simulator`` for the
@@ -183,6 +185,14 @@ class Algorithm:
             workspace_limit: int) -> None:
         """Compute ``out`` from device arrays ``a``, ``b`` (and ``bias`` or None). See problem.py."""
         raise NotImplementedError
+
+    def cost_hints(self, problem: Problem, config: Config, target: Target) -> dict[str, Any]:
+        """Optional: entries that replace the cost model's generic view of this candidate (modes
+        "heuristic" and "tune" rank by it; convlab.autotune.features lists the keys): e.g. ``launches``
+        (kernels a call issues), ``aux_bytes`` (bytes of layout copies / scratch written and read),
+        ``flops`` (executed, padding included), ``blocks`` / ``threads`` (the main kernel's grid),
+        ``arith`` ("fp32", "tf32", "f16", ...), ``family`` (the efficiency group). Default: none."""
+        return {}
 
     # -- the full predicate -----------------------------------------------------------------------
     def applicable(self, problem: Problem, config: Config | None = None,

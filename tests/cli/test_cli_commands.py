@@ -99,7 +99,7 @@ def test_help_of_every_command(capsys, command):
 
 
 def test_tune_picks_by_priority_on_the_simulator_and_tunes_on_a_gpu(capsys):
-    code, out, _ = run_cli(capsys, "tune", "--suite", "tiny", "--ops", "forward", "--quiet")
+    code, out, _ = run_cli(capsys, "tune", "--suite", "tiny", "--ops", "forward", "--quiet", "--tune-mode", "tune")
     lines = [line for line in out.splitlines() if " -> " in line]
     assert code == 0 and len(lines) == len(load_suite("tiny").problems(["forward"])), out
     sources = ("(priority",) if runtime.SIMULATOR else ("(tuned", "(cache")

@@ -31,7 +31,10 @@ FLOORS = [("convlab._version", "convlab.runtime", "convlab.dtypes", "convlab.pro
           ("convlab.algorithms", "convlab.call", "convlab.measure"),
           ("convlab.autotune",),
           ("convlab.ops",),
-          ("convlab.bench", "convlab.compile", "convlab.sweep", "convlab.testing", "convlab.torch"),
+          ("convlab.bench", "convlab.compile", "convlab.sweep", "convlab.testing", "convlab.torch",
+           # the cost model's refit reads the committed results and the suites, as the bench does
+           "convlab.autotune.measured", "convlab.autotune.evaluate", "convlab.autotune.fit",
+           "convlab.autotune.fit_report"),
           ("convlab.examples", "convlab.cli"),
           ("convlab",)]
 #: what a plugin may import besides its own package: the kernel layer and the plugin contract

@@ -2,7 +2,7 @@
 (text -> value) are in :mod:`convlab.cli.arg_types`.
 
 Subcommands (demo, list, explain, bench, plot, tune, check) live in :mod:`convlab.cli.commands`,
-``compile`` in :mod:`convlab.cli.compile_cmd`. Exit status:
+``compile`` in :mod:`convlab.cli.compile_cmd`, ``source`` in :mod:`convlab.cli.source_cmd`. Exit status:
 0 success, 1 a check or command failed, 2 bad arguments (argparse's convention: the message, no
 traceback; ``--debug`` shows the traceback instead). ``--debug``, ``--deterministic`` and
 ``--tune-mode`` may be given before or after the subcommand.

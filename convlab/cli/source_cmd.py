@@ -2,8 +2,8 @@
 
 The kernels are those of the config the plugin would run on the target without tuning (its first
 config that accepts the problem), or of ``--config``; the default target is sm_90 (the H200 class the
-project measures on; its tensor-core configs are the wgmma ones), ``--target sm_80`` for the mma.sync
-kernels, ``--target simulator`` for the tiny tiles the simulator runs. The plugin's host code runs in a
+project measures on), ``--target sm_80`` for an Ampere GPU's plan, ``--target simulator`` for the tiny
+tiles the simulator runs. The plugin's host code runs in a
 compile-only child process (:mod:`convlab.compile.sources`): no GPU, nothing executed.
 """
 from __future__ import annotations

@@ -65,6 +65,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--limit", type=int, default=None, help="first N layers of each suite")
     ap.add_argument("--repeat", type=int, default=30, help="samples per contender (over the rounds)")
     ap.add_argument("--probe", type=int, default=5, help="oracle: samples per (plugin, config)")
+    ap.add_argument("--modes", default=",".join(MODES), help="tuning modes timed, of " + ", ".join(MODES))
+    ap.add_argument("--no-oracle", dest="oracle", action="store_false",
+                    help="leave out the oracle (every eligible config forced and probed): the picks against "
+                         "cuDNN only, for a short GPU run")
     ap.add_argument("--plugins", default=None, help="comma-separated plugins to keep (others unregistered)")
     ap.add_argument("--resume", action="store_true", help="keep the rows of an existing STEM.json, run the rest")
     ap.add_argument("--smoke", action="store_true", help="one tiny layer, one sample: the simulator's run")
@@ -72,6 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.dtypes = _tokens(args.dtypes, DTYPES, "--dtypes")
     args.layouts = _tokens(args.layouts, LAYOUTS, "--layouts")
     args.ops = _tokens(args.ops, ("forward", "dgrad", "wgrad"), "--ops")
+    args.modes = _tokens(args.modes, MODES, "--modes")
     args.rounds, args.warmup = ROUNDS, 2
     if args.smoke:  # one sample of everything: every code path, no meaningful time
         args.repeat, args.probe, args.rounds, args.warmup = 1, 1, 1, 0
@@ -208,10 +213,10 @@ def run_case(side: parts.Side, entry: Any, problem: Any, token: str, args: argpa
         for lay in args.layouts:
             ts = tensors[lay]
             autotune.clear_cache(memory=True, disk=True)
-            auto = {m: auto_column(side, p, ts, ref, limit, m) for m in MODES}
-            plugins = oracle(side, p, ts, ref, cands, limit, args.probe)
+            auto = {m: auto_column(side, p, ts, ref, limit, m) for m in args.modes}
+            plugins = oracle(side, p, ts, ref, cands, limit, args.probe) if args.oracle else {}
             contenders = dict(cudnn)
-            for m in MODES:
+            for m in args.modes:
                 if auto[m]["ok"]:
                     contenders[f"auto:{m}"] = (m, parts.op_call(p, *ts, "auto"))
                     torch_fn = parts.torch_path_call(side, p, *ts)

@@ -196,17 +196,23 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+def modes_in(rows: list[dict]) -> list[str]:
+    """The tuning modes some row measured (``--modes``), in MODES order; all of them for no rows."""
+    seen = {m for r in rows for m in r.get("auto", {})}
+    return [m for m in MODES if m in seen] or list(MODES)
+
+
 def summary(rows: list[dict]) -> dict:
     """Per mode: rows, ok, geomean ratio and regret and over how many rows; statuses of every row."""
     out: dict[str, Any] = {"modes": {}, "status": {}}
     for r in rows:
         out["status"][r["status"]] = out["status"].get(r["status"], 0) + 1
-    for m in MODES:
-        cols = [r["auto"][m] for r in rows if "auto" in r]
+    for m in modes_in(rows):
+        cols = [r["auto"][m] for r in rows if m in r.get("auto", {})]
         ratios = [c["ratio"] for c in cols if c["ok"] and c.get("ratio")]
         regrets = [1 + c["regret"] for c in cols if c["ok"] and c.get("regret") is not None]
         g = geomean(regrets)
-        hits = sum(1 for r in rows if r.get("oracle") and r["auto"][m]["ok"]
+        hits = sum(1 for r in rows if r.get("oracle") and r.get("auto", {}).get(m, {}).get("ok")
                    and r["auto"][m].get("pick") == r["oracle"]["label"])
         out["modes"][m] = {"rows": len(rows), "ok": sum(c["ok"] for c in cols),
                            "ratio_geomean": geomean(ratios), "ratio_over": len(ratios),
@@ -223,17 +229,18 @@ def _ms(v: Any) -> str:
 
 def markdown(data: dict) -> str:
     """The table of every row (declined and failed ones included) and the summary."""
+    modes = modes_in(data["rows"])
     lines = [f"# algorithm=\"auto\" against cuDNN: {data['device']}", "",
              f"Command: `{data['command']}`", "",
              "Times in ms (medians of interleaved rounds, the public op on torch tensors); cold: seconds of "
              "the first call, tuning included; ratio = cuDNN's best layout / convlab (> 1: convlab "
              "faster); oracle: each plugin's best config forced through the public op.", "",
-             "| layer | op | dtype | layout | " + " | ".join(f"{m} pick, ms, cold s, ratio" for m in MODES)
+             "| layer | op | dtype | layout | " + " | ".join(f"{m} pick, ms, cold s, ratio" for m in modes)
              + " | oracle ms (pick) | cuDNN NCHW | cuDNN CL | status |",
-             "|" + " --- |" * (8 + len(MODES))]
+             "|" + " --- |" * (8 + len(modes))]
     for r in data["rows"]:
         cells = []
-        for m in MODES:
+        for m in modes:
             a = r.get("auto", {}).get(m, {})
             cells.append(f"{a.get('pick', '-')}, {_ms(a.get('median_ms'))}, {_ms(a.get('cold_s'))}, "
                          f"{_ms(a.get('ratio'))}" if a.get("ok") else a.get("reason", "-"))

@@ -13,9 +13,9 @@ ones) are candidates at all, ranked, timed or picked.
 (**) only a pick the cost model made is stored: where the ranking is the declared priority (no model,
 or a target without ceilings such as the simulator) recomputing it costs what reading it would.
 
-The default (``settings.DEFAULT_TUNE_MODE``) is "heuristic": a shape's first call compiles the one kernel
-it runs and times nothing. Mode "tune" is the measured choice for a long run (a training job, a
-server): about TOP_K compiles a plugin per shape, within the budget.
+The default (``settings.DEFAULT_TUNE_MODE``) is "tune": about TOP_K compiles a plugin per shape, checked
+and timed within the budget, the measured choice. Mode "heuristic" is for a first call that must not
+wait (a notebook's first cell, a cold start): it compiles the one kernel it runs and times nothing.
 
 An entry answers a later call only when it was made by a mode at least as thorough as the one asked for
 (heuristic < tune < exhaustive): a heuristic entry never stands in where ``tune`` is asked for (it is

@@ -12,7 +12,7 @@ For a problem, :func:`tune` does, in order (the tuning mode, :mod:`.modes`, deci
    neighbouring shape under the pow2 policy: the labels and fingerprints of the shape it was tuned
    on, and its winner eligible for this one) and it was made in a mode at least as thorough as the
    current one (heuristic < tune < exhaustive);
-   mode "heuristic" (the default): the cost model's best candidate (:mod:`.ranking`), nothing
+   mode "heuristic": the cost model's best candidate (:mod:`.ranking`), nothing
    compiled or timed, stored as a heuristic entry (a later "tune" replaces it; a pick by declared
    priority, where no model applies, is not stored);
 3. simulator without an injected timer (timings mean nothing there), or an empty batch (N = 0): the

@@ -101,7 +101,7 @@ def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
     p.add_argument("--tune-mode", choices=TUNE_MODES, default=default(None), metavar="MODE",
                    help=f"how algorithm='auto' decides, one of {', '.join(TUNE_MODES)}: the cost model's "
                         "pick with nothing timed, its best candidates timed, or every one timed (as "
-                        "convlab.autotune.set_mode or CONVLAB_TUNE_MODE; default: heuristic)")
+                        "convlab.autotune.set_mode or CONVLAB_TUNE_MODE; default: tune)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="pre-tune a suite into the autotuner's cache",
                        description="Tune every problem of the suites (or one shape) into the autotuner's "
                        "cache file, so that later runs answer from the cache, in the tuning mode in force "
-                       "(--tune-mode tune or exhaustive times candidates; heuristic, the default, stores "
+                       "(tune, the default, or exhaustive times candidates; --tune-mode heuristic stores "
                        "the cost model's picks). On the simulator the autotuner picks by declared priority "
                        "and caches nothing.")
     _bench_args(p, OPS)

@@ -70,10 +70,10 @@ def test_mode_setting_context_manager_and_bad_names():
     assert autotune.set_budget(None) == settings.DEFAULT_TUNE_BUDGET_S and autotune.get_budget() is None
 
 
-@pytest.mark.parametrize("value, mode, warned", [(None, "heuristic", False), ("tune", "tune", False),
-                                                 (" Exhaustive ", "exhaustive", False), ("fast", "heuristic", True)])
+@pytest.mark.parametrize("value, mode, warned", [(None, "tune", False), ("heuristic", "heuristic", False),
+                                                 (" Exhaustive ", "exhaustive", False), ("fast", "tune", True)])
 def test_environment_variable(value, mode, warned):
-    """Unset: the default, heuristic; a bad value warns and falls back to it."""
+    """Unset: the default, tune; a bad value warns and falls back to it."""
     env = dict(os.environ, PYTHONWARNINGS="default")
     env.pop("CONVLAB_TUNE_MODE", None)
     if value is not None:
@@ -261,7 +261,7 @@ def test_memo_key_and_explain_follow_the_mode():
     with autotune.mode("heuristic"):
         text = str(convlab.explain(tiny(n=2), workspace_limit=LIMIT))
     assert "by the cost model, nothing timed" in text and "est " in text
-    assert "note: tuning mode heuristic (the default): the cost model's pick; nothing compiled" in text
+    assert "note: tuning mode heuristic: the cost model's pick; nothing compiled" in text
     with autotune.mode("tune"):
         text = str(convlab.explain(tiny(n=2), workspace_limit=LIMIT))
-    assert f"note: tuning mode tune: each plugin's top {autotune.TOP_K} by the cost model" in text
+    assert f"note: tuning mode tune (the default): each plugin's top {autotune.TOP_K} by the cost model" in text

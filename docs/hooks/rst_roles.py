@@ -1,0 +1,39 @@
+"""A Griffe extension for the API reference: convlab's docstrings cite objects with Sphinx roles
+(``:func:`~convlab.ops.conv.conv2d```); Markdown has no roles, so each becomes a code span of the name
+(the last dotted part under ``~``, as Sphinx shows it)."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import griffe
+
+_ROLE = re.compile(r":(?:py:)?(?:func|class|mod|meth|attr|data|exc|obj|const):`(~?)([^`]+)`")
+
+
+def _span(match: re.Match) -> str:
+    short, name = match.group(1), match.group(2).strip()
+    if short:
+        name = name.rsplit(".", 1)[-1]
+    return f"`{name.lstrip('.')}`"
+
+
+def strip_roles(text: str) -> str:
+    """``text`` with every Sphinx cross-reference role replaced by a Markdown code span."""
+    return _ROLE.sub(_span, text)
+
+
+class RstRoles(griffe.Extension):
+    """Rewrites the roles in every docstring of a loaded package."""
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+        seen: set[int] = set()
+        stack: list[griffe.Object] = [pkg]
+        while stack:
+            obj = stack.pop()
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            if obj.docstring is not None:
+                obj.docstring.value = strip_roles(obj.docstring.value)
+            stack.extend(m for m in obj.members.values() if not m.is_alias)

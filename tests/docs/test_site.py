@@ -61,4 +61,6 @@ def test_api_pages_document_the_public_api(site):
     assert 'id="convlab.testing.check_plugin"' in testing
     assert 'id="convlab.runtime.targets.using"' in (site / "api" / "targets" / "index.html").read_text()
     assert 'id="convlab.torch.convert"' in (site / "api" / "torch" / "index.html").read_text()
+    assert 'id="convlab.autotune.pretune"' in (site / "api" / "autotune" / "index.html").read_text()
+    assert 'id="convlab.compile.compile_corpus"' in (site / "api" / "compile" / "index.html").read_text()
     assert ":func:`" not in _text(site / "api" / "convlab" / "index.html")

@@ -52,8 +52,9 @@ def dists(tmp_path_factory) -> dict[str, Path]:
     shutil.copytree(REPO, src, ignore=_NOT_SHIPPED)
     out = tmp / "dist"
     # the wheel is built from the unpacked sdist, so a file missing from the sdist fails here
-    subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)],
-                   check=True, capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     wheels, sdists = list(out.glob("*.whl")), list(out.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in out.iterdir())
     return {"wheel": wheels[0], "sdist": sdists[0], "tmp": tmp}

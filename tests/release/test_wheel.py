@@ -1,6 +1,6 @@
 """The release: the sdist and the wheel build from the tree, the wheel holds every package and data file
 of it, and installed into a fresh virtual environment without a package index it imports, runs a
-convolution on the simulator and answers ``convlab --version``.
+convolution on the simulator, answers ``convlab --version`` and lists its plugins and suites.
 
 The fresh environment has no pip and no dependencies of its own: a ``.pth`` file puts this
 interpreter's site-packages after the wheel's, so numpy and numba come from here while ``convlab``
@@ -109,3 +109,9 @@ def test_wheel_installs_offline_and_runs_a_convolution(dists):
     version = subprocess.run([str(venv / "bin" / "convlab"), "--version"], cwd=dists["tmp"], env=env, check=True,
                              capture_output=True, text=True).stdout.strip()
     assert version == f"convlab {convlab.__version__}"
+    listing = subprocess.run([str(venv / "bin" / "convlab"), "list"], cwd=dists["tmp"], env=env, check=True,
+                             capture_output=True, text=True).stdout
+    shipped = [p.name for p in convlab.plugins() if type(p).__module__.startswith("convlab.algorithms.")]
+    suites = [p.stem for p in (REPO / "convlab" / "suites").glob("*.json")]
+    assert shipped and suites
+    assert [n for n in shipped + suites if f"  {n} " not in listing] == [], listing

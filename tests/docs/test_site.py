@@ -17,22 +17,19 @@ pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip insta
 pytest.importorskip("mkdocstrings", reason="the docs extra is not installed (pip install -e '.[docs]')")
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
+def _build(out: Path) -> None:
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
                           str(REPO / "mkdocs.yml"), "--site-dir", str(out)], cwd=REPO, env=env,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
-    return out
 
 
 def _text(page: Path) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
 
 
-def test_cli_page_has_every_subcommands_help(site):
+def _check_cli_page(site: Path) -> None:
     sys.path.insert(0, str(REPO / "docs" / "hooks"))
     try:
         import cli_reference
@@ -49,7 +46,7 @@ def test_cli_page_has_every_subcommands_help(site):
     assert "--version" in text
 
 
-def test_api_pages_document_the_public_api(site):
+def _check_api_pages(site: Path) -> None:
     import convlab
     import convlab.testing
 
@@ -64,3 +61,10 @@ def test_api_pages_document_the_public_api(site):
     assert 'id="convlab.autotune.pretune"' in (site / "api" / "autotune" / "index.html").read_text()
     assert 'id="convlab.compile.compile_corpus"' in (site / "api" / "compile" / "index.html").read_text()
     assert ":func:`" not in _text(site / "api" / "convlab" / "index.html")
+
+
+def test_site_builds_strict_with_the_generated_pages(tmp_path):
+    # one test, so that pytest-xdist builds the site once
+    _build(tmp_path)
+    _check_cli_page(tmp_path)
+    _check_api_pages(tmp_path)

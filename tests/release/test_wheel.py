@@ -1,6 +1,6 @@
 """The release: the sdist and the wheel build from the tree, the wheel holds every package and data file
 of it, and installed into a fresh virtual environment without a package index it imports, runs a
-convolution on the simulator, answers ``convlab --version`` and lists its plugins and suites.
+convolution on the simulator, lists its plugins and suites (``convlab list``) and answers ``convlab --version``.
 
 The fresh environment has no pip and no dependencies of its own: a ``.pth`` file puts this
 interpreter's site-packages after the wheel's, so numpy and numba come from here while ``convlab``
@@ -45,9 +45,7 @@ def _tree_files() -> tuple[set[str], set[str]]:
     return packages, data
 
 
-@pytest.fixture(scope="module")
-def dists(tmp_path_factory) -> dict[str, Path]:
-    tmp = tmp_path_factory.mktemp("release")
+def _build(tmp: Path) -> dict[str, Path]:
     src = tmp / "src"
     shutil.copytree(REPO, src, ignore=_NOT_SHIPPED)
     out = tmp / "dist"
@@ -60,7 +58,7 @@ def dists(tmp_path_factory) -> dict[str, Path]:
     return {"wheel": wheels[0], "sdist": sdists[0], "tmp": tmp}
 
 
-def test_distributions_hold_every_package_data_file_and_the_license(dists):
+def _check_contents(dists: dict[str, Path]) -> None:
     version = convlab.__version__
     assert dists["wheel"].name == f"convlab-{version}-py3-none-any.whl"
     assert dists["sdist"].name == f"convlab-{version}.tar.gz"
@@ -78,7 +76,7 @@ def test_distributions_hold_every_package_data_file_and_the_license(dists):
     assert {f"convlab-{version}/LICENSE", f"convlab-{version}/README.md", f"convlab-{version}/setup.cfg"} <= members
 
 
-def test_wheel_installs_offline_and_runs_a_convolution(dists):
+def _check_installed(dists: dict[str, Path]) -> None:
     venv = dists["tmp"] / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -98,20 +96,28 @@ def test_wheel_installs_offline_and_runs_a_convolution(dists):
               "err = np.linalg.norm(y - want) / np.linalg.norm(want)\n"
               "assert y.shape == (1, 4, 5, 5) and err < 1e-5, err\n"
               "from convlab import runtime\n"
-              "print(convlab.__file__, runtime.SIMULATOR)\n")
+              "print(convlab.__file__, runtime.SIMULATOR)\n"
+              "from convlab.cli import main\n"
+              "raise SystemExit(main(['list']))\n")
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "NUMBA_ENABLE_CUDASIM": "1", "HOME": str(dists["tmp"]),
            "CONVLAB_CACHE_DIR": str(dists["tmp"] / "cache")}
     run = subprocess.run([str(python), "-c", script], cwd=dists["tmp"], env=env, check=True, capture_output=True,
                          text=True)
-    where, simulator = run.stdout.split()
+    first, listing = run.stdout.split("\n", 1)
+    where, simulator = first.split()
     assert Path(where).is_relative_to(site), f"convlab imported from {where}, not the wheel's {site}"
     assert simulator == "True"
     version = subprocess.run([str(venv / "bin" / "convlab"), "--version"], cwd=dists["tmp"], env=env, check=True,
                              capture_output=True, text=True).stdout.strip()
     assert version == f"convlab {convlab.__version__}"
-    listing = subprocess.run([str(venv / "bin" / "convlab"), "list"], cwd=dists["tmp"], env=env, check=True,
-                             capture_output=True, text=True).stdout
     shipped = [p.name for p in convlab.plugins() if type(p).__module__.startswith("convlab.algorithms.")]
     suites = [p.stem for p in (REPO / "convlab" / "suites").glob("*.json")]
     assert shipped and suites
     assert [n for n in shipped + suites if f"  {n} " not in listing] == [], listing
+
+
+def test_wheel_and_sdist_build_and_the_wheel_installs_offline_and_runs(tmp_path):
+    # one test, so that pytest-xdist builds the distributions once
+    dists = _build(tmp_path)
+    _check_contents(dists)
+    _check_installed(dists)

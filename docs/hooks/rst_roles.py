@@ -1,6 +1,8 @@
-"""A Griffe extension for the API reference: convlab's docstrings cite objects with Sphinx roles
-(``:func:`~convlab.ops.conv.conv2d```); Markdown has no roles, so each becomes a code span of the name
-(the last dotted part under ``~``, as Sphinx shows it)."""
+"""A Griffe extension for the API reference: convlab's docstrings are written in reStructuredText's
+inline style, which Markdown renders except for two constructs rewritten here. A Sphinx role
+(``:func:`~convlab.ops.conv.conv2d```) becomes a code span of the name (the last dotted part under
+``~``, as Sphinx shows it); a paragraph ending in ``::`` (an indented literal block follows, which
+Markdown shows as code too) ends in one colon, as Sphinx prints it."""
 from __future__ import annotations
 
 import re
@@ -9,6 +11,7 @@ from typing import Any
 import griffe
 
 _ROLE = re.compile(r":(?:py:)?(?:func|class|mod|meth|attr|data|exc|obj|const):`(~?)([^`]+)`")
+_LITERAL = re.compile(r"(?<=\S)::$", re.M)
 
 
 def _span(match: re.Match) -> str:
@@ -19,8 +22,9 @@ def _span(match: re.Match) -> str:
 
 
 def strip_roles(text: str) -> str:
-    """``text`` with every Sphinx cross-reference role replaced by a Markdown code span."""
-    return _ROLE.sub(_span, text)
+    """``text`` with every Sphinx cross-reference role replaced by a Markdown code span, and ``::`` at
+    the end of a line by ``:``."""
+    return _LITERAL.sub(":", _ROLE.sub(_span, text))
 
 
 class RstRoles(griffe.Extension):

@@ -16,7 +16,7 @@ JSON (written after every problem, so a run cut short keeps what it measured): d
 versions, shapes, per-candidate medians, regret per shape, tuning seconds, second-process re-timing count.
 On the CUDA simulator (self-test only) times are wall-clock seconds of simulated runs.
 
-    python benchmarks/autotune_bench.py --out results/autotune_h200.json            # full Burn suite
+    python benchmarks/autotune_bench.py --out autotune.json                        # full Burn suite
     python benchmarks/autotune_bench.py --out /tmp/a.json --quick                    # 4 shapes, fewer samples
     python benchmarks/autotune_bench.py --out /tmp/a.json --suite tiny --plugins direct   # simulator
 """

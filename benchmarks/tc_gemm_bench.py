@@ -1,11 +1,10 @@
 """GPU probe of the tensor-core GEMM (convlab.kernels.tensor_core.gemm) against cuBLAS (torch.matmul), same process.
 
-    python benchmarks/tc_gemm_bench.py [--selftest] [--out FILE.json] [--size 4096 [N K]]
-                                       [--itypes f16 bf16 tf32] [--configs 0 1 ...] [--repeat 20] [--inner 5]
+    python benchmarks/tc_gemm_bench.py [--out FILE.json] [--size 4096 [N K]]
+                                   [--itypes f16 bf16 tf32] [--configs 0 1 ...] [--repeat 20] [--inner 5]
 
---selftest first runs tests/kernels with pytest in this process (each intrinsic, one warp, on the GPU
-against numpy and the PTX spec, and every config at an odd size), then checks every config at a few
-sizes against float64 (relative norm error). Then for each input type (fp16, bf16, tf32 from fp32) and
+Its correctness checks without timing are tests/kernels/test_tc_gemm.py and test_mma.py (on a GPU: every
+config at a few sizes against float64). For each input type (fp16, bf16, tf32 from fp32) and
 each config of tc_gemm.CONFIGS it compiles, checks and times C[M, N] = A[M, K] @ Bt[N, K]^T (fp32
 output) with CUDA events (warm-up, then the median over ``repeat`` samples of ``inner`` back-to-back
 calls, so the ~30 us Numba launch cost overlaps), against torch.matmul(A, Bt.T) in the same dtype
@@ -17,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -60,30 +58,6 @@ def _resources(kernel) -> dict:
         except Exception as exc:  # informational only
             out[name[4:]] = repr(exc)
     return out
-
-
-def selftest(torch, result: dict) -> None:
-    import pytest
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = pytest.main(["-q", "-p", "no:cacheprovider", os.path.join(here, "..", "tests", "kernels")])
-    result["pytest_tests_kernels_exit"] = int(code)
-    checks = result.setdefault("gemm_checks", [])
-    for itype in ("f16", "bf16", "tf32"):
-        for cfg in tc_gemm.CONFIGS[itype]:
-            for m, n, k in ((256, 256, 256), (1000, 520, 264), (129, 131, 72)):
-                row = {"itype": itype, "config": cfg.name, "shape": [m, n, k]}
-                try:
-                    a, bt, a_nb, bt_nb = _operands(torch, itype, m, n, k, seed=m + n + k)
-                    c = torch.full((m, n), float("nan"), device="cuda")
-                    tc_gemm.launcher(itype, cfg, a_nb, bt_nb, cuda.as_cuda_array(c))()
-                    cuda.synchronize()
-                    row["rel_err"] = _rel_err(torch, c, a, bt)
-                    row["ok"] = row["rel_err"] < (2e-3 if itype == "tf32" else 1e-5)
-                except Exception as exc:
-                    row.update(ok=False, error=repr(exc), trace=traceback.format_exc()[-2000:])
-                checks.append(row)
-                print("check", row, flush=True)
 
 
 def bench(torch, itype: str, cfgs, m: int, n: int, k: int, args, result: dict) -> None:
@@ -129,10 +103,9 @@ def bench(torch, itype: str, cfgs, m: int, n: int, k: int, args, result: dict) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="JSON file to write")
-    parser.add_argument("--selftest", action="store_true")
     parser.add_argument("--size", type=int, nargs="+", default=[4096], help="M [N K] (default 4096^3)")
     parser.add_argument("--itypes", nargs="*", default=["f16", "bf16", "tf32"],
-                        help="input types to time (none: only the selftest)")
+                        help="input types to time")
     parser.add_argument("--configs", type=int, nargs="*", default=None,
                         help="indices into tc_gemm.CONFIGS[itype] to time (default: all)")
     parser.add_argument("--tf32-round", nargs="+", default=["trunc"], choices=["add", "cvt", "trunc"],
@@ -155,13 +128,6 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=1, default=str)
 
-    if args.selftest:
-        try:
-            selftest(torch, result)
-        except Exception as exc:
-            result["selftest_error"] = traceback.format_exc()[-3000:]
-            print("selftest failed:", exc, flush=True)
-        save()
     for itype in args.itypes:
         cfgs = tc_gemm.CONFIGS[itype]
         if args.configs is not None:
@@ -177,10 +143,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{fmt('vs_cublas', '9.2f')} {fmt('rel_err', '9.1e')} {fmt('regs_per_thread', '5d')} "
               f"{fmt('local_mem_per_thread', '5d')} {fmt('compile_s', '9.1f')}"
               + (f"  ERROR {r['error']}" if "error" in r else ""))
-    if args.selftest:
-        bad = [c for c in result.get("gemm_checks", []) if not c.get("ok")]
-        print(f"selftest: pytest tests/kernels exit {result.get('pytest_tests_kernels_exit')}; "
-              f"GEMM checks {len(result.get('gemm_checks', [])) - len(bad)} ok, {len(bad)} failed")
     save()
     return 0
 

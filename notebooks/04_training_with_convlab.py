@@ -147,7 +147,7 @@ print(f"step time convlab / cuDNN: {ratio:.2f}x" + ("  (simulator wall clock, no
 # %% [markdown]
 # ## Next
 # - The same comparison from a shell, with a results file and the figure:
-#   `python -m convlab.examples.train_cnn --seeds 0 1 2 --out results/training/run.json --figure loss.png`
+#   `python -m convlab.examples.train_cnn --seeds 0 1 2 --out training-results/run.json --figure loss.png`
 # - `convert(model, algorithm="implicit_gemm")` pins one plugin for every layer instead of the autotuner.
 # - `torch.compile(convlab.torch.convert(model))` traces the converted model: convlab's ops are
 #   registered as `torch.library` custom ops.

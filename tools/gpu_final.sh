@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Check and measure convlab on a real GPU in as few device calls as possible (~10 minutes a call).
-# Usage (device tool, carry .whl):
-#   source .whl/use-wheels.sh && bash tools/gpu_final.sh [STEP ...]
+# Check and measure convlab on a real GPU in one run: the steps named, results in $OUT/results.tgz.
+# Usage (from the repository root; tools/README.md: installing, a machine without a package index):
+#   OUT=DIR bash tools/gpu_final.sh [STEP ...]
 # Steps (default: tests sanitize notebooks gemm burn autotune), run in this order:
 #   tests      the whole pytest suite on real CUDA, -v so every result is named (TEST_S seconds, 300)
 #   sanitize   compute-sanitizer memcheck + racecheck on tools/sanitize_cases.py
@@ -12,8 +12,8 @@
 #   autotune   benchmarks/autotune_bench.py (AUTOTUNE_ARGS, default --quick)
 #   resnet50   convlab bench: ResNet-50 layers, every op
 #   dcgan      convlab bench: DCGAN conv_transpose2d layers
-#   probes     GPU self-tests of the thin launch path (overhead_bench --selftest) and of the tensor-core
-#              conv plugin (tc_conv_bench --selftest, with PROBE_TC=1), beside the tests
+#   probes     the GPU-only checks of the thin launch path and plan replay (tests/core/test_replay_on_device.py)
+#              and, with PROBE_TC=1, of the tensor-core plugin at GPU tiles (tests/algorithms/test_tensor_core_gpu.py)
 #   overhead   benchmarks/overhead_bench.py: host cost per op call vs PyTorch, empty and raw launches
 #   tcgemm     benchmarks/tc_gemm_bench.py: tensor-core GEMM at 4096^3 (fp16, bf16, tf32) vs cuBLAS
 #   depthwise  benchmarks/depthwise_bench.py: depthwise layers of MobileNetV2 / EfficientNet-B0 vs cuDNN
@@ -25,7 +25,7 @@
 #   training   python -m convlab.examples.train_cnn (TRAIN_ARGS): the same CNN on cuDNN and on convlab, seeds
 #   coldstart  benchmarks/cold_start_bench.py (COLD_ARGS; COLD_TUNE_CONFIGS: configs timed per plugin): first call of a tuned shape in a new process
 #   resnet50b8 convlab bench: ResNet-50 at batch 8, implicit_gemm, kernel vs public op (R8_ARGS)
-#   burnig     convlab bench: Burn suites, implicit_gemm only (the refactor's speed check against session 2)
+#   burnig     convlab bench: Burn suites, implicit_gemm only (BURNIG_SUITES)
 #   burnop     convlab bench: Burn, BURNOP_PLUGINS (implicit_gemm,im2col,col2im): kernel vs public-op time
 #   netbench   convlab bench through the public op: NET_SUITES (mobilenetv2 resnext50 efficientnet_b0),
 #              NET_PLUGINS first configs (implicit_gemm,depthwise), NET_S seconds per suite (240)
@@ -35,7 +35,7 @@
 # Everything lands in $OUT/results.tgz (plus the test log) so it comes back in one file; with LANE=NAME
 # (tools/gpu_two_lanes.sh) the work folder and the archive carry that name.
 set -u
-OUT="${OUT:-gpu-out}"; LANE="${LANE:-}"; W=/tmp/convlab-gpu${LANE:+-$LANE}
+OUT="${OUT:-gpu-out}"; LANE="${LANE:-}"; W="${WORK:-${TMPDIR:-/tmp}/convlab-gpu}${LANE:+-$LANE}"
 mkdir -p "$OUT" "$W"/{bench,notebooks,sanitizer}
 steps=" ${*:-tests sanitize notebooks gemm burn autotune} "
 has() { [[ "$steps" == *" $1 "* ]]; }
@@ -56,10 +56,10 @@ probe() { # name timeout command...
 }
 el "parallel steps (no timings taken)"
 if has probes; then
-  ( probe overhead_selftest 150 python3 benchmarks/overhead_bench.py --selftest \
-      --out "$W/bench/overhead_selftest.json" > "$W/probes1.txt" ) &
-  [ -n "${PROBE_TC:-}" ] && ( probe tc_conv_selftest 240 python3 benchmarks/tc_conv_bench.py --selftest \
-      --out "$W/bench/tc_conv_selftest.json" > "$W/probes2.txt" ) &
+  ( probe replay_checks 150 python3 -m pytest -q -p no:cacheprovider tests/core/test_replay_on_device.py \
+      > "$W/probes1.txt" ) &
+  [ -n "${PROBE_TC:-}" ] && ( probe tensor_core_checks 240 python3 -m pytest -q -p no:cacheprovider \
+      tests/algorithms/test_tensor_core_gpu.py > "$W/probes2.txt" ) &
 fi
 if has tests; then
   ( CONVLAB_FAILURE_LOG="$W/gpu-test-failures.log" CONVLAB_HYPOTHESIS_PROFILE="${TEST_PROFILE:-convlab-gpu}" timeout "${TEST_S:-300}" python3 -m pytest \

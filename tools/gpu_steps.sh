@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One device call: the steps named in STEPS (space-separated, in order), each under its
-# own time limit, results under $OUT. Usage (device tool, carry .whl):
-#   source .whl/use-wheels.sh && STEPS="gemm conv" bash tools/gpu_steps.sh
+# One run on a GPU: the steps named in STEPS (space-separated, in order), each under its
+# own time limit, results under $OUT. Usage (from the repository root; tools/README.md: installing, a machine without a package index):
+#   OUT=DIR STEPS="gemm conv" bash tools/gpu_steps.sh
 # Steps:
 #   gemm   tc_gemm_bench at 4096^3: GEMM_ITYPES (tf32 f16), GEMM_CONFIGS (indices), GEMM_ROUND (trunc cvt add)
 #   probe  tc_gemm_bench at PROBE_SIZE (M N K: a convolution's GEMM, default ResNet's 64x112x112 w128x3x3
@@ -16,8 +16,8 @@
 #   bench  convlab bench --no-auto on BENCH_SUITES (mobilenetv2 resnext50 efficientnet_b0: issue 13's;
 #          an entry SUITE:OPS runs only those ops of it, e.g. burn:dgrad), BENCH_ARGS (e.g. --plugins
 #          depthwise,implicit_gemm), BENCH_S s in all; one process per entry in turn, candidates ranked and
-#          compared with cuDNN by their time through the public op ('op ms'); files $OUT/<entry>.json (the
-#          CSVs are left out: $OUT returns 8 files at most), the logs in $OUT/bench.log; BENCH_PRECOMPILE=S:
+#          compared with cuDNN by their time through the public op ('op ms'); files $OUT/<entry>.json and
+#          .csv, the logs in $OUT/bench.log; BENCH_PRECOMPILE=S:
 #          first one untimed process per entry side by side (S s at most) that compiles the kernels into
 #          the disk cache; background steps (TESTS_BG, SAN_BG) are waited for before the timed runs
 #   overhead  benchmarks/overhead_bench.py: OVH_ALG (implicit_gemm), OVH_LAYER (N,C,H,W,K,R[,G[,S]]), OVH_DTYPE,
@@ -27,7 +27,8 @@
 #          racecheck (fp16, TF32; shapes 0 1 3 4, one config) and pytest VERIFY_TESTS (convlab-gpu profile)
 set -u
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
+[ -n "${CONVLAB_INSTALLED:-}" ] ||
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
 export CONVLAB_KERNEL_CACHE=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/nvidia-smi.txt"
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
@@ -87,8 +88,8 @@ for step in ${STEPS:-gemm conv}; do
       pids=""
       for e in $entries; do
         timeout "$BENCH_PRECOMPILE" convlab bench --suite ${e%%:*} $(ops_of $e) --no-auto --no-torch --repeat 1 \
-          --warmup 0 --max-seconds 0 ${BENCH_ARGS:-} --out /tmp/precompile --name "$(name_of $e)" --quiet \
-          > "/tmp/precompile-$(name_of $e).log" 2>&1 &
+          --warmup 0 --max-seconds 0 ${BENCH_ARGS:-} --out "${TMPDIR:-/tmp}/convlab-precompile" --name "$(name_of $e)" --quiet \
+          > "${TMPDIR:-/tmp}/convlab-precompile-$(name_of $e).log" 2>&1 &
         pids="$pids $!"
       done
       wait $pids; el "precompiled"
@@ -99,7 +100,7 @@ for step in ${STEPS:-gemm conv}; do
       left=$(( end - $(date +%s) )); [ $left -gt 5 ] || { el "bench: no time left for $e"; continue; }
       timeout $left convlab bench --suite ${e%%:*} $(ops_of $e) --no-auto --repeat 10 --warmup 3 \
         --max-seconds 0.4 ${BENCH_ARGS:-} --out "$OUT" --name "$(name_of $e)" --quiet >> "$OUT/bench.log" 2>&1
-      el "bench $e rc=$?"; rm -f "$OUT/$(name_of $e).csv"
+      el "bench $e rc=$?"
     done
     grep -A12 "geometric mean" "$OUT/bench.log" | head -60 ;;
   overhead)

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Two GPUs at once (device kind nvidia-h200-x2): two step lists of tools/gpu_final.sh, one per GPU.
-# Usage (carry .whl):
-#   source .whl/use-wheels.sh && bash tools/gpu_two_lanes.sh "tests sanitize notebooks" "resnet50 dcgan"
+# Two GPUs at once (a machine with two or more GPUs): two step lists of tools/gpu_final.sh, one per GPU.
+# Usage (from the repository root; tools/README.md: installing, a machine without a package index):
+#   OUT=DIR bash tools/gpu_two_lanes.sh "tests sanitize notebooks" "resnet50 dcgan"
 # Each lane sees one GPU (CUDA_VISIBLE_DEVICES), so a benchmark lane has its GPU to itself; put the
 # benchmarks in the first lane, which also gets its own CPUs (see below). Archives: $OUT/results-gpu0.tgz and $OUT/results-gpu1.tgz, logs $OUT/lane-gpu*.log.
 set -u
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"; export OUT
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
+[ -n "${CONVLAB_INSTALLED:-}" ] ||
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
 export CONVLAB_INSTALLED=1
 # CPUs apart too (LANE0_CPUS, default the first quarter; LANE1_CPUS, default the rest): the first lane's launches do not queue
 # behind the second lane's compiling test workers.

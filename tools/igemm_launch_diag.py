@@ -1,5 +1,5 @@
-"""Where does implicit_gemm's time go on short shapes? (session 3: Burn implicit_gemm 1.18x slower than the
-session-2 run while cuDNN and direct were unchanged.) Times plugin.run with CUDA events (median of 30 after
+"""Where does implicit_gemm's time go on short shapes (results/implicit_gemm/h200/0fec88e: host time
+of the split-K workspace taken from the scratch pool)? Times plugin.run with CUDA events (median of 30 after
 warm-up) on a few Burn shapes three ways: as is; with the launch wrapper bypassed (Numba's own launch);
 and additionally with the split-K workspace from a fixed, exact-size buffer instead of the scratch pool.
 Usage (GPU): python tools/igemm_launch_diag.py

@@ -2,7 +2,7 @@
 pick, the exhaustive best, the regret, and the tuning time of a new key (cold: compiling included;
 warm: kernels compiled); then the summary and the second process's cache reuse.
 
-    python tools/summarize_autotune.py results/h200/autotune.json > results/h200/autotune_summary.md
+    python tools/summarize_autotune.py autotune.json > autotune_summary.md
 """
 from __future__ import annotations
 
@@ -49,4 +49,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "results/h200/autotune.json")
+    main(sys.argv[1] if len(sys.argv) > 1 else "results/autotune/h200/9003f63/autotune.json")

@@ -1,7 +1,7 @@
 """Print a markdown table from a `convlab bench` JSON: per shape and op, each plugin's median (ms),
 cuDNN's, and the ratios cuDNN/plugin and direct/plugin; then geometric means per op.
 
-    python tools/summarize_bench.py results/h200/burn.json
+    python tools/summarize_bench.py results/bench/h200/9003f63/burn.json
 """
 from __future__ import annotations
 

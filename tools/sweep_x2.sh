@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Issue #15 on a 2-GPU machine (device kind nvidia-h200-x2): the ResNet-50 + Burn tuning sweep with
+# Issue #15 on a machine with two GPUs: the ResNet-50 + Burn tuning sweep with
 # --workers 1 and with --workers 2 into separate tuning caches, wall times, picks compared.
-# Usage (device tool; dask is not in the GPU image: carry wheels, see the report of branch dask):
-#   source .whl/use-wheels.sh && bash tools/sweep_x2.sh
+# Usage (from the repository root; tools/README.md: installing, a machine without a package index); needs dask.distributed
+# (pip install "dask[distributed]", or tools/prepare_gpu_wheels.sh):
+#   OUT=DIR bash tools/sweep_x2.sh
 # Knobs (environment), defaults sized for ~8 minutes of GPU wall time in all:
 #   SUITES   "resnet50 burn"                          suites swept
 #   LIMIT    4                                        first K shapes of each suite
@@ -13,12 +14,12 @@
 #            disk cache). warm: a first 2-worker pass fills a kernel cache that both timed runs copy, then
 #            each times with an empty tuning cache (costs one more sweep).
 #   TIMEOUT  420   seconds per run (a run cut short is recorded as such)
-#   RUNS     "single dual"   the timed runs of this call; one of them alone when each needs a call of its
-#            own (a fresh machine each, cold alike): the archive keeps that run's cache and wall time, and
+#   RUNS     "single dual"   the timed runs of this invocation; one of them alone when each should start on
+#            a fresh machine (cold alike): the archive keeps that run's cache and wall time, and
 #            tools/sweep_compare.py compares the two archives afterwards
 # Results: $OUT/sweep_x2.json (walls, ratio, pick comparison), $OUT/sweep_x2.tgz (logs, caches).
 set -u
-OUT="${OUT:-gpu-out}"; W=/tmp/convlab-sweep-x2
+OUT="${OUT:-gpu-out}"; W="${WORK:-${TMPDIR:-/tmp}/convlab-sweep-x2}"
 SUITES="${SUITES:-resnet50 burn}"; LIMIT="${LIMIT:-4}"; OPS="${OPS:-forward,dgrad,wgrad}"
 DTYPES="${DTYPES:-float32,float16,bfloat16,float32+high}"; MODE="${MODE:-cold}"; TIMEOUT="${TIMEOUT:-420}"
 RUNS="${RUNS:-single dual}"

@@ -11,7 +11,7 @@ any groups (one launch: the groups' tiles along blockIdx.x, each group its own G
 with C, K per group), padding, dilation and stride for every op (backward-data with stride runs one
 launch per stride phase, gathers.py), and the bias of forward and of conv_transpose2d (dgrad). The
 kernels of forward.py and wgrad.py come in two variants per tile: the aligned one (groups 1, a
-reduction that is a multiple of BK, stride-1 dgrad: the code of before) and the general one, picked
+reduction that is a multiple of BK, stride-1 dgrad) and the general one, picked
 per problem in ``run``. When the output tiles alone would leave SMs idle, the
 reduction is split over blocks into a workspace (``workspace_bytes``, shrunk to fit the limit); the
 block finishing a tile last sums its partials in a fixed order (same launch), so results are

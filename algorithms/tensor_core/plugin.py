@@ -89,7 +89,7 @@ def _gathered(problem: Problem) -> dict:
 
 
 #: reduction elements a split keeps at least (1 on the simulator, so that its tiny problems split): on
-#: the H200 (results/h200/session7/call3, splits of 256+) the sum and rounding passes cost 10-40 us,
+#: the H200 (results/tc_conv/h200/720ef48, splits of 256+) the sum and rounding passes cost 10-40 us,
 #: which splits of a 512- to 1152-long reduction (ResNet-50's c3 / c5 1x1 and c3 3x3 layers) mostly
 #: lost, while those of 2048 and longer (c4 / c5 3x3, Burn's deep layers) gained, up to 2x
 MIN_SPLIT_K_GPU, MIN_SPLIT_K_SIM = 1024, 1

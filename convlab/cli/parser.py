@@ -41,9 +41,9 @@ _EPILOG = """examples:
   convlab demo                                    every plugin on a small problem, checked; what auto picks
   convlab list                                    plugins and built-in suites
   convlab explain --x 16,3,227,227 --w 96,3,11,11 --stride 4
-  convlab bench --suite burn --ops forward --out results/h200
+  convlab bench --suite burn --ops forward --out bench-results
   convlab bench --x 16,64,56,56 --w 64,64,3,3 --padding 1 --plugins direct
-  convlab plot results/h200/burn.json -o results/h200/plots
+  convlab plot bench-results/burn.json -o bench-results/plots
   convlab tune --suite resnet50
   convlab tune --suite resnet50 --dtypes float32,float16,bfloat16 --workers 2     one process per GPU
   convlab tune --suite resnet50 --scheduler tcp://host:8786                      an existing Dask cluster

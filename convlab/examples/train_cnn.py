@@ -1,7 +1,7 @@
 """Train a small CNN on the synthetic shapes with convlab's kernels or with cuDNN, same seed, and compare.
 
-    python -m convlab.examples.train_cnn --seeds 0 1 2 --steps 300 --out results/training/run.json \
-        --figure results/training/loss.png        # add --tiny for the CUDA simulator's size
+    python -m convlab.examples.train_cnn --seeds 0 1 2 --steps 300 --out training-results/run.json \
+        --figure training-results/loss.png        # add --tiny for the CUDA simulator's size
 
 The network (``ShapesNet``, NCHW, ``S`` = image side, a multiple of 4; ``c`` = width)::
 

@@ -3,7 +3,7 @@
 packed parameter array (:class:`convlab.runtime.thin.Packed`), with the stream's CUstream wrapper made once per
 handle.
 
-Measured on the H200 host (results/h200/session10/call1, ``benchmarks/overhead_bench.py``): a packed
+Measured on the H200 host (``benchmarks/overhead_bench.py``, results/overhead/h200/ab4faa3): a packed
 launch of an empty kernel costs 5.0 us through ``cuda.bindings.driver.cuLaunchKernel``. libcuda's own
 ``cuLaunchKernel`` called through ctypes with every argument a ctypes value made in advance was not
 faster (a thin replay 6.4-8.5 us, against 6.6-9.1 us with the bindings in sessions 4-5), so the

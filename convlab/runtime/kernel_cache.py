@@ -1,7 +1,7 @@
 """Disk cache of compiled kernels (cubins), so a new process compiles nothing an earlier one compiled.
 
-Switched on with ``CONVLAB_KERNEL_CACHE=1`` (GPU only; off by default until the GPU selftest of
-``benchmarks/overhead_bench.py`` has passed on the target machine). Every launch of a
+Switched on with ``CONVLAB_KERNEL_CACHE=1`` (GPU only; off by default: switch it on where
+``tests/core/test_replay_on_device.py`` passes, whose second process loads every kernel from disk). Every launch of a
 :func:`convlab.runtime.jit` kernel asks :func:`compiled` for the kernel of its argument types:
 
 1. in this process: the overload Numba already compiled, or a cubin loaded before;
@@ -262,6 +262,6 @@ def _load_or_compile(dispatcher: Any, argtypes: tuple) -> CompiledKernel:
     cufunc = library.get_cufunc()
     if load(key) is None:
         # Numba's own arch (get_cufunc's: sm_90a on a 9.0 device); an explicit (9, 0) links for sm_90,
-        # which rejects wgmma (measured on the H200: results/h200/wgmma/README.md)
+        # which rejects wgmma (measured on the H200: results/wgmma/h200/9f7b5c1/README.md)
         save(key, cufunc.name, cubin_bytes(library.get_cubin()))
     return CompiledKernel(cufunc.handle, tuple(overload.argument_types))

@@ -56,8 +56,8 @@ def test_predicate_names_the_failing_condition(kwargs, reason):
     (dict(op="wgrad", c=16, h=8, k=16, padding=1, groups=4), False),
 ])
 def test_accepts_any_size_groups_and_stride_and_picks_the_kernel(kwargs, aligned):
-    """Everything within 32-bit indexing is accepted; the aligned kernel runs the problems of the old
-    predicate's kind (one group, stride-1 dgrad, K % BK == 0), the general one the rest."""
+    """Everything within 32-bit indexing is accepted; the aligned kernel runs one group, stride-1
+    dgrad and K % BK == 0, the general one the rest."""
     prob = make_problem(n=2, w=kwargs["h"], r=3, s=3, **kwargs)
     assert PLUGIN.applicable(prob)
     tile = Tile(16, 16, 8, 2, 2)

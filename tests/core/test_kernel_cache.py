@@ -1,6 +1,6 @@
 """The disk cache of compiled kernels (convlab.runtime.kernel_cache): file format, damage, concurrent writers,
 and the key. Payloads are fake bytes (no cubins on the simulator); the GPU path is exercised by
-``benchmarks/overhead_bench.py --selftest``."""
+tests/core/test_replay_on_device.py (a second process loads every kernel from disk)."""
 import multiprocessing
 import subprocess
 import sys

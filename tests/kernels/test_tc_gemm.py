@@ -100,11 +100,15 @@ def test_tc_gemm_configs_validate():
 
 
 @pytest.mark.skipif(runtime.SIMULATOR, reason="needs a real CUDA GPU")
+@pytest.mark.parametrize("shape", [(300, 260, 136), (256, 256, 256), (1000, 520, 264), (129, 131, 72)])
 @pytest.mark.parametrize("itype", ["f16", "bf16", "tf32"])
-def test_tc_gemm_gpu_configs(itype):
+def test_tc_gemm_gpu_configs(itype, shape):
     for cfg in tc_gemm.CONFIGS[itype]:
-        got, want = _run(itype, 300, 260, 136, cfg=cfg)
-        assert _rel(got, want) < (2e-3 if itype == "tf32" else 1e-6), cfg.name
+        got, want = _run(itype, *shape, cfg=cfg)
+        # fp32 accumulation of exact f16/bf16 products: 1e-6 at K 136, 1e-5 (the bound the GPU checks of
+        # benchmarks/tc_gemm_bench.py were held to) at the longer and ragged reductions
+        tol = 2e-3 if itype == "tf32" else (1e-6 if shape == (300, 260, 136) else 1e-5)
+        assert np.all(np.isfinite(got)) and _rel(got, want) < tol, cfg.name
 
 
 def test_configure_folds_output_tiles_into_grid_x_and_names_its_limits():

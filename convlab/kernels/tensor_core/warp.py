@@ -59,9 +59,9 @@ OUT_CONVERT = {"f32": "{}", "in": "{}", "bf16": "f32_to_bf16({})"}  # output kin
 #: for mma.sync; on the H200 the 4096^3 product has truncation's error, and test_tc_gemm checks the
 #: bits). Unit roundoff 2**-10 instead of 2**-11, which the TF32 tolerance already allows; NaN and inf
 #: are kept, but not a signalling NaN whose payload is only in the low 13 bits.
-#: H200, 4096^3 against cuBLAS TF32: session 8 (results/h200/session8) a bare add 0.49 against cvt's
+#: H200, 4096^3 against cuBLAS TF32 (results/tc_gemm/h200/b8e5c2e, f6abda4): a bare add 0.49 against cvt's
 #: 0.43, but it carries CUDA's NaN 0x7FFFFFFF into -0; the NaN-safe add (compare and select) 0.34 against
-#: cvt's 0.41. Session 9 (session9/call1): "trunc" 0.535, "cvt" 0.393, "add" 0.352 (relative error of
+#: cvt's 0.41; results/tc_gemm/h200/96f3335: "trunc" 0.535, "cvt" 0.393, "add" 0.352 (relative error of
 #: the product 7.8e-4 truncated, 2.9e-4 rounded). Default "trunc": the conversion instructions cost a
 #: quarter of the TF32 GEMM's speed; "cvt" (CONVLAB_TF32_ROUND=cvt) when the extra bit matters.
 TF32_ROUND = {"add": "(U({0} + U(4096)) if U({0} & U(0x7F800000)) != U(0x7F800000) else {0})",

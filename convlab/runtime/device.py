@@ -112,9 +112,7 @@ def _process_target() -> Any:
         return targets.SIMULATOR
     if COMPILE_ONLY:
         return targets.get(os.environ.get("CONVLAB_TARGET", "sm_90").strip() or "sm_90")
-    from convlab.runtime.settings import wgmma_on_device
-
-    return targets.from_device(cuda.get_current_device(), wgmma=wgmma_on_device())
+    return targets.from_device(cuda.get_current_device())
 
 
 targets.set_process_target(_process_target)

@@ -10,7 +10,6 @@
 | cache directory: tuning results (and compiled kernels) | ``CONVLAB_CACHE_DIR`` (user cache dir) | the variable |
 | tuning depth: configs per plugin the autotuner compiles and times (its preferred first; all by default) | ``CONVLAB_TUNE_CONFIGS`` (all) | :func:`set_tune_configs` |
 | the thin launch path of recorded plans on a GPU | ``CONVLAB_THIN_LAUNCH`` (1) | the variable |
-| warpgroup MMA on a GPU: the wgmma kernels (sm_90) offered on a device (always on the simulator and for named targets) | ``CONVLAB_WGMMA`` (0) | the variable, read when the device's target is first made |
 
 Sizes in bytes are given as an int or a string such as ``"256M"``, ``"1.5GiB"``, ``"4096"`` (K, M, G, T are
 powers of 1024, with or without ``B``/``iB``), here, in the variable and on the command line alike.
@@ -186,12 +185,6 @@ def thin_launch() -> bool:
     """Whether recorded launches may take the thin path (``cuLaunchKernel`` on packed parameters):
     ``CONVLAB_THIN_LAUNCH`` (1 by default; 0 keeps Numba's launch). Read at each call."""
     return _from_env("CONVLAB_THIN_LAUNCH", _parse_flag, True)
-
-
-def wgmma_on_device() -> bool:
-    """Whether a GPU's target offers the wgmma kernels (``CONVLAB_WGMMA=1``). Off by default: they are
-    compiled (convlab compile) and checked on the simulator's stand-ins, not yet on a GPU."""
-    return _from_env("CONVLAB_WGMMA", _parse_flag, False)
 
 
 def sim_thread_budget() -> int:

@@ -138,17 +138,17 @@ def nearest(cc: tuple[int, int]) -> Target:
     return max(below, key=lambda t: t.cc) if below else TARGETS["sm_80"]
 
 
-def from_device(device: object, wgmma: bool = True) -> Target:
+def from_device(device: object) -> Target:
     """The target of a Numba device object (``cuda.get_current_device()``): its limits read from the
-    driver, its features and ceilings those of :func:`nearest` named class (without "wgmma" unless
-    ``wgmma``: convlab.runtime.settings.wgmma_on_device)."""
+    driver, its features and ceilings those of :func:`nearest` named class (an sm_90 device plans as the
+    named ``sm_90``: results/wgmma/h200/9f7b5c1/target_vs_sm90_*.json compares them field by field)."""
     cc = tuple(int(v) for v in device.compute_capability)  # type: ignore[attr-defined]
     base = nearest(cc)
     get_attr = lambda name, default: int(getattr(device, name, default) or default)  # noqa: E731
     name = getattr(device, "name", b"")
     name = name.decode() if isinstance(name, bytes) else str(name)
     features = set(base.features)
-    if cc < (9, 0) or not wgmma:
+    if cc < (9, 0):
         features.discard("wgmma")
     if cc < (8, 0):
         features -= {"mma.sync", "cp.async", "ldmatrix"}

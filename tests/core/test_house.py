@@ -91,7 +91,6 @@ LAZY_IMPORTS = {
     ("convlab.plugin.contract", "convlab.runtime.settings"): "applicable() without a workspace_limit",
     ("convlab.plugin.contract", "convlab.runtime.targets"): "a predicate called without a target",
     ("convlab.runtime.device", "convlab.runtime.offline"): "the compile-only runtime's events only",
-    ("convlab.runtime.device", "convlab.runtime.settings"): "a GPU's target only (CONVLAB_WGMMA)",
     ("convlab.runtime.kernel_cache", "convlab.runtime.settings"): "the disk cache's folder, when enabled",
     ("convlab.runtime.launch", "convlab.runtime.settings"): "the simulator's thread-budget warning only",
     ("convlab.runtime.scratch", "convlab.runtime.launch"): "whether a plan is being recorded, per borrow",

@@ -7,8 +7,9 @@ Loop nests (C' = C/groups, K' = K/groups, g = the element's group):
                                      dy[n, g*K'+k, p, q] * w[g*K'+k, c mod C', r, s]
     wgrad    dw[k,c,r,s] = sum over splits j of  sum_{(n,p,q) in chunk j} x[n, g*C'+c, h, w] * dy[n,k,p,q]
 
-Every option (stride, padding, dilation, groups, bias) is supported, so this plugin is the fallback that
-accepts every valid problem. wgrad's long reduction (N*P*Q) is split into chunks summed in order by a
+Every option (stride, padding, dilation, groups, bias) is supported, in 2D and in 3D (the same nests
+with a depth axis: convlab.kernels.conv.direct3d), so this plugin is the fallback that accepts every
+valid problem (1D runs as its 2D embedding). wgrad's long reduction (N*P*Q) is split into chunks summed in order by a
 second kernel (``convlab.kernels.data.splitk.sum_partials``: deterministic) when the split buffer fits the
 workspace limit; otherwise one thread sums it all.
 """
@@ -22,7 +23,8 @@ import numpy as np
 from convlab import runtime
 from convlab.plugin.contract import Algorithm, Config, Verdict
 from convlab.plugin.registry import register
-from convlab.problem import Problem
+from convlab.problem import Problem, make_problem_nd
+from convlab.kernels.conv.direct3d import kernels3d
 from convlab.kernels.data.splitk import sum_partials
 from convlab.runtime import cuda
 from convlab.runtime.targets import Target
@@ -132,8 +134,8 @@ def _blocks(total: int) -> int:
 
 
 def wgrad_splits(problem: Problem, workspace_limit: int) -> int:
-    """Chunks of the N*P*Q reduction: about 256 products per thread, within the workspace limit."""
-    length = problem.n * problem.p * problem.q
+    """Chunks of the N*(Do)*P*Q reduction: about 256 products per thread, within the workspace limit."""
+    length = problem.n * problem.do * problem.p * problem.q
     dw_size = int(np.prod(problem.w_shape))
     wanted = max(1, min(length // _WGRAD_CHUNK, (1 << 20) // max(dw_size, 1) + 1))
     if wanted > 1 and wanted * dw_size * problem.itemsize > workspace_limit:
@@ -148,10 +150,16 @@ class Direct(Algorithm):
     name = "direct"
     ops = frozenset({"forward", "dgrad", "wgrad"})
     priority = 0
-    description = "one thread per output element; every stride/padding/dilation/groups/bias"
+    ndims = (2, 3)
+    description = "one thread per output element; every stride/padding/dilation/groups/bias, 2D and 3D"
 
     def check(self, problem: Problem, target: Target) -> Verdict:
         return Verdict.yes()
+
+    def sample_problems(self, op: str) -> list[Problem]:
+        """One 3D problem per op (2D ones come from every random draw): the 3D kernels in the corpus."""
+        return [make_problem_nd(op, 1, 4, (3, 4, 3), 2, (2, 2, 2), stride=(2, 1, 1), padding=(1, 0, 1),
+                                groups=2, bias=op != "wgrad")]
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int,
                         target: Target) -> int:
@@ -161,6 +169,9 @@ class Direct(Algorithm):
         return 0 if splits == 1 else splits * int(np.prod(problem.w_shape)) * problem.itemsize
 
     def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+        if problem.ndim == 3:
+            _run3d(problem, a, b, bias, out, workspace_limit)
+            return
         forward, dgrad, wgrad_partial = _kernels(problem.dtype)
         (sh, sw), (ph, pw), (dh, dw) = problem.stride, problem.padding, problem.dilation
         has_bias = bias is not None
@@ -183,3 +194,25 @@ class Direct(Algorithm):
                 wgrad_partial[_blocks(total * splits), THREADS](a, b, part, sh, sw, ph, pw, dh, dw,
                                                                 chunk)
                 sum_partials(part, out, splits)
+
+
+def _run3d(problem: Problem, a, b, bias, out, workspace_limit: int) -> None:
+    """The 3D kernels on 5-D operands (NCDHW, KCTRS), split like the 2D wgrad."""
+    forward, dgrad, wgrad_partial = kernels3d(problem.dtype)
+    geo = (*problem.strides, *problem.paddings, *problem.dilations)
+    has_bias = bias is not None
+    if not has_bias:
+        bias = runtime.empty((1,), problem.dtype)
+    total = int(np.prod(out.shape))
+    if problem.op in ("forward", "dgrad"):
+        kernel = forward if problem.op == "forward" else dgrad
+        kernel[_blocks(total), THREADS](a, b, bias, out, *geo, has_bias)
+        return
+    splits = wgrad_splits(problem, workspace_limit)
+    chunk = math.ceil(problem.n * problem.do * problem.p * problem.q / splits)
+    if splits == 1:
+        wgrad_partial[_blocks(total), THREADS](a, b, out.reshape((1,) + tuple(out.shape)), *geo, chunk)
+        return
+    part = runtime.empty((splits,) + tuple(out.shape), problem.dtype)
+    wgrad_partial[_blocks(total * splits), THREADS](a, b, part, *geo, chunk)
+    sum_partials(part, out, splits)

@@ -48,6 +48,7 @@ class Widen(Algorithm):
     ops = frozenset({"forward", "dgrad", "wgrad"})
     dtypes = frozenset({"float16", "bfloat16"})
     priority = -10
+    ndims = (2, 3)  # a 3D problem runs on the float32 plugins that claim 3D
     deterministic = True  # every built-in float32 plugin is; others are skipped in deterministic mode
     description = ("fp16/bf16 on the float32 plugins: operands widened to fp32 in scratch, fp32 "
                    "arithmetic, the output rounded back (any op, stride, groups)")

@@ -58,6 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help=f"only {len(_QUICK)} shapes, fewer samples")
     ap.add_argument("--repeat", type=int, default=None, help="exhaustive samples per candidate (20)")
     ap.add_argument("--plugins", default=None, help="comma-separated plugin names to keep (direct stays)")
+    ap.add_argument("--tune-mode", default="tune", choices=("tune", "exhaustive"),
+                    help="the tuner's mode in both processes (default tune; heuristic times nothing)")
     ap.add_argument("--cache-dir", default=None, help="tuning cache folder (default: a fresh temp dir)")
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="start no new problem after this many seconds (results so far are kept)")
@@ -227,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="convlab-autotune-bench-")
     os.environ["CONVLAB_CACHE_DIR"] = cache_dir  # read at call time by convlab.runtime.settings.cache_dir
+    os.environ["CONVLAB_TUNE_MODE"] = args.tune_mode  # read at import, here and in the second process
     import convlab
     from convlab import autotune, runtime
 
@@ -240,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
               "simulator": runtime.SIMULATOR, "versions": runtime.versions(),
               "convlab_version": convlab.__version__, "argv": sys.argv[1:] if argv is None else argv,
               "plugins": [p.name for p in convlab.plugins()], "key_policy": autotune.get_key_policy(),
-              "repeat": args.repeat,
+              "tune_mode": autotune.get_mode(), "repeat": args.repeat,
               "tuner": {"warmup": autotune.WARMUP, "probe": autotune.PROBE, "repeat": autotune.REPEAT,
                         "slow_factor": autotune.SLOW_FACTOR, "final_margin": autotune.FINAL_MARGIN,
                         "final_rounds": autotune.FINAL_ROUNDS, "final_repeat": autotune.FINAL_REPEAT},

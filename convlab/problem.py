@@ -1,6 +1,8 @@
-"""The problem model: one immutable description of a 2D convolution problem.
+"""The problem model: one immutable description of a convolution problem over N = 1, 2 or 3 spatial
+dimensions.
 
-All four public ops are built on three canonical problems over the same forward geometry:
+All public ops are built on three canonical problems over the same forward geometry (2D shown; 3D adds a
+depth axis d with kernel depth T and output depth Do, 1D keeps only the width):
 
     forward  y[n, k, p, q]  = sum_{c, r, s} x[n, g*C' + c, p*sh - ph + r*dh, q*sw - pw + s*dw] * w[k, c, r, s]
     dgrad    dx = d(sum y*dy)/dx     given dy (N, K, P, Q) and w          -> dx (N, C, H, W)
@@ -8,7 +10,7 @@ All four public ops are built on three canonical problems over the same forward 
 
 with C' = C / groups, g = k // (K / groups). conv_transpose2d(x, w) is the dgrad problem whose dy is the
 transposed convolution's input; its output (dx) may carry an optional bias. Layouts are NCHW, weights
-KCRS, like PyTorch.
+KCRS, like PyTorch (3D: NCDHW, KCTRS; 1D: NCL, KCS).
 
 Operands of each op, in the order plugins receive them (``a``, ``b`` -> ``out``):
 
@@ -16,6 +18,12 @@ Operands of each op, in the order plugins receive them (``a``, ``b`` -> ``out``)
     forward   x  (N, C, H, W)   w  (K, C', R, S)     y  (N, K, P, Q)   (+ bias (K,))
     dgrad     dy (N, K, P, Q)   w  (K, C', R, S)     dx (N, C, H, W)   (+ bias (C,), for the transpose)
     wgrad     x  (N, C, H, W)   dy (N, K, P, Q)      dw (K, C', R, S)
+
+N-d storage: the 2D fields (h, w, r, s, p, q, stride, padding, dilation pairs) always hold the height and
+width axes. A 3D problem adds ``d, t, do`` and ``stride_d, padding_d, dilation_d``; a 1D problem is its
+2D embedding (H = R = P = 1, height stride/dilation 1, padding 0) with ``ndim=1``, and
+:meth:`Problem.lowered` gives that embedding (ndim 2), which the ops run on the 2D plugins, as cuDNN
+and PyTorch do. A 2D problem's fields and :meth:`Problem.key` do not mention the depth axis at all.
 """
 from __future__ import annotations
 
@@ -24,59 +32,46 @@ from typing import Iterable
 
 import numpy as np
 
+from convlab.dtypes import DTYPES, HALF_DTYPES, dtype_name, np_dtype, unit_roundoff  # noqa: F401
+
 OPS = ("forward", "dgrad", "wgrad")
-#: Operand dtypes. float16 and bfloat16 (``ml_dtypes.bfloat16`` numpy arrays) accumulate in fp32 and
-#: write outputs in the input dtype.
-DTYPES = ("float32", "float64", "float16", "bfloat16")
-HALF_DTYPES = ("float16", "bfloat16")
-
-
-def np_dtype(name: str) -> np.dtype:
-    """The numpy dtype of a :data:`DTYPES` name (bfloat16 through ``ml_dtypes``, imported only here)."""
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
-
-
-def dtype_name(dtype: object) -> str | None:
-    """The :data:`DTYPES` name of a dtype-like (numpy dtype, ``ml_dtypes`` type, torch dtype text), or
-    None when it is none of them."""
-    text = str(dtype).replace("torch.", "")
-    if text in DTYPES:
-        return text
-    try:
-        return np.dtype(dtype).name if np.dtype(dtype).name in DTYPES else None  # type: ignore[arg-type]
-    except TypeError:
-        return None
-
-
-def unit_roundoff(name: str) -> float:
-    """Machine epsilon of a dtype's storage (2**-10 float16, 2**-7 bfloat16, 2**-23 float32, ...)."""
-    return {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}[name]
+NDIMS = (1, 2, 3)
 
 Pair = tuple[int, int]
 
 
-def as_pair(value: int | Iterable[int], name: str, *, minimum: int) -> Pair:
-    """Normalise an int-or-pair argument, checking that both entries are ints >= ``minimum``."""
+class LengthError(ValueError, TypeError):
+    """A stride / padding / dilation / output_padding tuple whose length is not the problem's N: a
+    ValueError (the value is wrong for this N) and a TypeError (what a 2D op raised for a non-pair),
+    as numpy's AxisError is both a ValueError and an IndexError."""
+
+
+def as_tuple(value: int | Iterable[int], name: str, *, length: int, minimum: int) -> tuple[int, ...]:
+    """Normalise an int-or-``length``-tuple argument, checking that every entry is an int >= ``minimum``."""
+    form = "a pair of ints" if length == 2 else f"a tuple of {length} ints"
     if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
+        raise TypeError(f"{name} must be an int or {form}, got {value!r}")
     if isinstance(value, (int, np.integer)):
-        pair = (int(value), int(value))
+        items = (int(value),) * length
     else:
         try:
             items = tuple(value)  # type: ignore[arg-type]
         except TypeError:
-            raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}") from None
-        if len(items) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-                                      for v in items):
-            raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
-        pair = (int(items[0]), int(items[1]))
-    if min(pair) < minimum:
+            raise TypeError(f"{name} must be an int or {form}, got {value!r}") from None
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
+            raise TypeError(f"{name} must be an int or {form}, got {value!r}")
+        if len(items) != length:
+            raise LengthError(f"{name} must be an int or {form} (one per spatial dimension), got "
+                             f"{len(items)} entries: {value!r}")
+        items = tuple(int(v) for v in items)
+    if min(items) < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return pair
+    return items
+
+
+def as_pair(value: int | Iterable[int], name: str, *, minimum: int) -> Pair:
+    """Normalise an int-or-pair argument, checking that both entries are ints >= ``minimum``."""
+    return as_tuple(value, name, length=2, minimum=minimum)  # type: ignore[return-value]
 
 
 #: One vocabulary, two spellings: the public op names (canonical in the API: ``explain(op=...)``,
@@ -84,22 +79,32 @@ def as_pair(value: int | Iterable[int], name: str, *, minimum: int) -> Pair:
 #: accepted everywhere; ``transpose`` is conv_transpose2d, whose problem is a dgrad one.
 OP_NAMES = {"forward": "conv2d", "dgrad": "conv2d_backward_data", "wgrad": "conv2d_backward_weight",
             "transpose": "conv_transpose2d"}
+#: The public names of every N: {N: {short name: public name}} (the 2D ones are :data:`OP_NAMES`).
+ND_OP_NAMES = {n: {short: name.replace("2d", f"{n}d") for short, name in OP_NAMES.items()} for n in NDIMS}
 
 
 def public_op(name: str) -> str:
-    """The public op name of ``name`` (either spelling); ValueError listing both otherwise."""
-    if name in OP_NAMES.values():
-        return name
+    """The public op name of ``name`` (either spelling, any N; short names are 2D); ValueError listing
+    them otherwise."""
+    for names in ND_OP_NAMES.values():
+        if name in names.values():
+            return name
     if isinstance(name, str) and name in OP_NAMES:
         return OP_NAMES[name]
-    raise ValueError(f"op must be one of {sorted(OP_NAMES.values())} (or {sorted(OP_NAMES)}), "
-                     f"got {name!r}")
+    raise ValueError(f"op must be one of {sorted(OP_NAMES.values())} (or {sorted(OP_NAMES)}; 1d and "
+                     f"3d names alike), got {name!r}")
 
 
 def short_op(name: str) -> str:
-    """The short name of ``name`` (either spelling): forward, dgrad, wgrad or transpose."""
+    """The short name of ``name`` (either spelling, any N): forward, dgrad, wgrad or transpose."""
     public = public_op(name)
-    return next(k for k, v in OP_NAMES.items() if v == public)
+    return next(k for names in ND_OP_NAMES.values() for k, v in names.items() if v == public)
+
+
+def op_ndim(name: str) -> int:
+    """N of an op name: 1, 2 or 3 from the public name, 2 for a short one."""
+    public = public_op(name)
+    return next(n for n, names in ND_OP_NAMES.items() if public in names.values())
 
 
 def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
@@ -109,10 +114,11 @@ def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation
 
 @dataclass(frozen=True)
 class Problem:
-    """A canonical convolution problem. Construct through :func:`make_problem` or the op builders.
+    """A canonical convolution problem. Construct through :func:`make_problem`, :func:`make_problem_nd`
+    or the op builders.
 
-    ``p``/``q`` are the output (dy) spatial sizes. They equal the forward formula except for a
-    conv_transpose2d with ``output_padding >= stride``, whose dy may be smaller than the formula gives.
+    ``p``/``q`` (and ``do``) are the output (dy) spatial sizes. They equal the forward formula except for a
+    transposed convolution with ``output_padding >= stride``, whose dy may be smaller than the formula gives.
     """
 
     op: str
@@ -131,6 +137,13 @@ class Problem:
     groups: int = 1
     dtype: str = "float32"
     bias: bool = False
+    ndim: int = 2
+    d: int = 1
+    t: int = 1
+    do: int = 1
+    stride_d: int = 1
+    padding_d: int = 0
+    dilation_d: int = 1
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -140,6 +153,47 @@ class Problem:
         np_dtype(self.dtype)  # bfloat16: imports ml_dtypes, after which np.dtype("bfloat16") works
         if self.bias and self.op == "wgrad":
             raise ValueError("bias is not an operand of wgrad")
+        if self.ndim not in NDIMS:
+            raise ValueError(f"ndim must be one of {NDIMS}, got {self.ndim!r}")
+        if self.ndim != 3 and (self.d, self.t, self.do, self.stride_d, self.padding_d,
+                               self.dilation_d) != (1, 1, 1, 1, 0, 1):
+            raise ValueError(f"a {self.ndim}D problem has no depth axis")
+        if self.ndim == 1 and (self.h, self.r, self.p, self.stride[0], self.padding[0],
+                               self.dilation[0]) != (1, 1, 1, 1, 0, 1):
+            raise ValueError("a 1D problem is stored as its 2D embedding: H = R = P = 1, height "
+                             "stride 1, padding 0, dilation 1")
+
+    # ---- N-d accessors (one entry per spatial dimension, depth first) ----------------------------
+    def _axes(self, depth, height, width) -> tuple[int, ...]:
+        return {1: (width,), 2: (height, width), 3: (depth, height, width)}[self.ndim]
+
+    @property
+    def spatial_in(self) -> tuple[int, ...]:
+        return self._axes(self.d, self.h, self.w)
+
+    @property
+    def kernel_size(self) -> tuple[int, ...]:
+        return self._axes(self.t, self.r, self.s)
+
+    @property
+    def spatial_out(self) -> tuple[int, ...]:
+        return self._axes(self.do, self.p, self.q)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return self._axes(self.stride_d, *self.stride)
+
+    @property
+    def paddings(self) -> tuple[int, ...]:
+        return self._axes(self.padding_d, *self.padding)
+
+    @property
+    def dilations(self) -> tuple[int, ...]:
+        return self._axes(self.dilation_d, *self.dilation)
+
+    def lowered(self) -> "Problem":
+        """The problem the plugins run: a 1D problem's 2D embedding (H = 1), others unchanged."""
+        return Problem(**{**self._fields(), "ndim": 2}) if self.ndim == 1 else self
 
     # ---- shapes ---------------------------------------------------------------------------------
     @property
@@ -151,16 +205,16 @@ class Problem:
         return self.k // self.groups
 
     @property
-    def x_shape(self) -> tuple[int, int, int, int]:
-        return (self.n, self.c, self.h, self.w)
+    def x_shape(self) -> tuple[int, ...]:
+        return (self.n, self.c) + self.spatial_in
 
     @property
-    def w_shape(self) -> tuple[int, int, int, int]:
-        return (self.k, self.c_per_group, self.r, self.s)
+    def w_shape(self) -> tuple[int, ...]:
+        return (self.k, self.c_per_group) + self.kernel_size
 
     @property
-    def y_shape(self) -> tuple[int, int, int, int]:
-        return (self.n, self.k, self.p, self.q)
+    def y_shape(self) -> tuple[int, ...]:
+        return (self.n, self.k) + self.spatial_out
 
     @property
     def operand_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -182,12 +236,13 @@ class Problem:
     # ---- the GEMM view --------------------------------------------------------------------------
     def gemm_shape(self) -> tuple[int, int, int]:
         """(M, N, K) of one group's implicit GEMM: out[M, N] = sum_K A[M, K] B[K, N]."""
-        npq = self.n * self.p * self.q
+        out_px = self.do * self.p * self.q
+        taps = self.t * self.r * self.s
         if self.op == "forward":
-            return (npq, self.k_per_group, self.c_per_group * self.r * self.s)
+            return (self.n * out_px, self.k_per_group, self.c_per_group * taps)
         if self.op == "dgrad":
-            return (self.n * self.h * self.w, self.c_per_group, self.k_per_group * self.r * self.s)
-        return (self.k_per_group, self.c_per_group * self.r * self.s, npq)
+            return (self.n * self.d * self.h * self.w, self.c_per_group, self.k_per_group * taps)
+        return (self.k_per_group, self.c_per_group * taps, self.n * out_px)
 
     @property
     def reduction_length(self) -> int:
@@ -197,7 +252,8 @@ class Problem:
     @property
     def flops(self) -> int:
         """Multiply-adds x 2 of the dense algorithm (the same count for all three ops)."""
-        return 2 * self.n * self.k * self.p * self.q * self.c_per_group * self.r * self.s
+        return (2 * self.n * self.k * self.do * self.p * self.q * self.c_per_group * self.t * self.r
+                * self.s)
 
     @property
     def bytes(self) -> int:
@@ -208,32 +264,68 @@ class Problem:
         return elems * self.itemsize
 
     def key(self) -> tuple:
-        """Hashable exact identity of the problem (used by caches)."""
-        return (self.op, self.dtype, self.n, self.c, self.h, self.w, self.k, self.r, self.s, self.p,
+        """Hashable exact identity of the problem (used by caches); a 2D problem's names no depth."""
+        base = (self.op, self.dtype, self.n, self.c, self.h, self.w, self.k, self.r, self.s, self.p,
                 self.q, self.stride, self.padding, self.dilation, self.groups, self.bias)
+        if self.ndim == 2:
+            return base
+        return base + (("nd", self.ndim, self.d, self.t, self.do, self.stride_d, self.padding_d,
+                        self.dilation_d),)
+
+    def _fields(self) -> dict:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
     def replace(self, **changes) -> "Problem":
-        fields = {f: getattr(self, f) for f in ("op", "n", "c", "h", "w", "k", "r", "s", "p", "q",
-                                                "stride", "padding", "dilation", "groups", "dtype",
-                                                "bias")}
+        """A copy with ``changes`` (fields; a 1D or 3D problem's stride / padding / dilation may be
+        given as N-tuples, depth first), validated again."""
+        fields = self._fields()
+        nd = changes.get("ndim", self.ndim)
+        for name, unit in (("stride", 1), ("padding", 0), ("dilation", 1)):
+            value = changes.get(name)
+            if nd != 2 and isinstance(value, (tuple, list)) and len(value) == nd:
+                changes = {**changes, name: (unit, value[0]) if nd == 1 else tuple(value[1:])}
+                if nd == 3:
+                    changes[f"{name}_d"] = value[0]
         fields.update(changes)
-        return make_problem(**fields)
+        if fields["ndim"] == 2:
+            for f in ("ndim", "d", "t", "do", "stride_d", "padding_d", "dilation_d"):
+                fields.pop(f)
+            return make_problem(**fields)
+        if fields["ndim"] == 1:
+            checked = make_problem(**{f: v for f, v in fields.items() if f not in (
+                "ndim", "d", "t", "do", "stride_d", "padding_d", "dilation_d")})
+            return Problem(**{**checked._fields(), "ndim": 1})
+        changed = Problem(**fields)  # checked again by make_problem_nd
+        return make_problem_nd(changed.op, changed.n, changed.c, changed.spatial_in, changed.k,
+                               changed.kernel_size, changed.spatial_out, stride=changed.strides,
+                               padding=changed.paddings, dilation=changed.dilations,
+                               groups=changed.groups, dtype=changed.dtype, bias=changed.bias)
 
     def describe(self) -> str:
         """One line such as ``forward f32 x(16,3,227,227) w(96,3,11,11) s4 p0 d1 g1``."""
-        st, pd, dl = (f"{a}" if a == b else f"{a}x{b}" for a, b in (self.stride, self.padding,
-                                                                     self.dilation))
+        st, pd, dl = (f"{a[0]}" if len(set(a)) == 1 else "x".join(map(str, a))
+                      for a in (self.strides, self.paddings, self.dilations))
         return (f"{self.op} {self.dtype.replace('float', 'f')} x{self.x_shape} w{self.w_shape} "
-                f"s{st} p{pd} d{dl} g{self.groups}{' +bias' if self.bias else ''}").replace(" ", " ")
+                f"s{st} p{pd} d{dl} g{self.groups}{' +bias' if self.bias else ''}")
 
     def to_dict(self) -> dict:
-        return {"op": self.op, "dtype": self.dtype, "x": list(self.x_shape), "w": list(self.w_shape),
-                "out_hw": [self.p, self.q], "stride": list(self.stride), "padding": list(self.padding),
-                "dilation": list(self.dilation), "groups": self.groups, "bias": self.bias}
+        if self.ndim == 2:
+            return {"op": self.op, "dtype": self.dtype, "x": list(self.x_shape), "w": list(self.w_shape),
+                    "out_hw": [self.p, self.q], "stride": list(self.stride), "padding": list(self.padding),
+                    "dilation": list(self.dilation), "groups": self.groups, "bias": self.bias}
+        return {"op": self.op, "dtype": self.dtype, "ndim": self.ndim, "x": list(self.x_shape),
+                "w": list(self.w_shape), "out": list(self.spatial_out), "stride": list(self.strides),
+                "padding": list(self.paddings), "dilation": list(self.dilations), "groups": self.groups,
+                "bias": self.bias}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Problem":
         """The inverse of :meth:`to_dict` (validated like :func:`make_problem`)."""
+        if d.get("ndim", 2) != 2:
+            (n, c, *spatial), (k, _, *kernel) = d["x"], d["w"]
+            return make_problem_nd(d["op"], n, c, spatial, k, kernel, d["out"], stride=d["stride"],
+                                   padding=d["padding"], dilation=d["dilation"], groups=d["groups"],
+                                   dtype=d["dtype"], bias=d["bias"])
         (n, c, h, w), (k, _, r, s), (p, q) = d["x"], d["w"], d["out_hw"]
         return make_problem(d["op"], n, c, h, w, k, r, s, p=p, q=q, stride=tuple(d["stride"]),
                             padding=tuple(d["padding"]), dilation=tuple(d["dilation"]),
@@ -279,3 +371,49 @@ def make_problem(op: str, n: int, c: int, h: int, w: int, k: int, r: int, s: int
     return Problem(op=op, n=int(n), c=int(c), h=int(h), w=int(w), k=int(k), r=int(r), s=int(s),
                    p=p, q=q, stride=stride, padding=padding, dilation=dilation, groups=int(groups),
                    dtype=dtype, bias=bool(bias))
+
+
+def make_problem_nd(op: str, n: int, c: int, spatial: Iterable[int], k: int, kernel: Iterable[int],
+                    out: Iterable[int] | None = None, stride=1, padding=0, dilation=1, groups: int = 1,
+                    dtype: str = "float32", bias: bool = False) -> Problem:
+    """Validate and build a :class:`Problem` of N = len(spatial) spatial dimensions (1, 2 or 3):
+    ``spatial`` (L,) / (H, W) / (D, H, W), ``kernel`` of the same length, ``out`` the output sizes
+    (default: the forward formula), stride / padding / dilation ints or N-tuples."""
+    spatial, kernel = tuple(spatial), tuple(kernel)
+    nd = len(spatial)
+    if nd not in NDIMS:
+        raise ValueError(f"a problem has 1, 2 or 3 spatial dimensions, got {nd}: {spatial}")
+    if len(kernel) != nd:
+        raise ValueError(f"kernel size {kernel} must have {nd} entries like the input's spatial "
+                         f"size {spatial}")
+    st = as_tuple(stride, "stride", length=nd, minimum=1)
+    pd = as_tuple(padding, "padding", length=nd, minimum=0)
+    dl = as_tuple(dilation, "dilation", length=nd, minimum=1)
+    outs = None if out is None else tuple(int(v) for v in out)
+    if outs is not None and len(outs) != nd:
+        raise ValueError(f"output size {outs} must have {nd} entries")
+    if nd == 2:
+        return make_problem(op, n, c, *spatial, k, *kernel, *(outs or (None, None)), stride=st,
+                            padding=pd, dilation=dl, groups=groups, dtype=dtype, bias=bias)
+    if nd == 1:
+        plane = make_problem(op, n, c, 1, spatial[0], k, 1, kernel[0], 1, None if outs is None else outs[0],
+                             stride=(1, st[0]), padding=(0, pd[0]), dilation=(1, dl[0]), groups=groups,
+                             dtype=dtype, bias=bias)
+        return Problem(**{**plane._fields(), "ndim": 1})
+    (d, h, w), (t, r, s) = spatial, kernel
+    for name, value in (("depth D", d), ("kernel depth T", t)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    full_do = conv_output_size(d, t, st[0], pd[0], dl[0])
+    if full_do < 1:
+        raise ValueError(f"the convolution output would be empty: input depth {d}, kernel depth {t}, "
+                         f"stride {st[0]}, padding {pd[0]}, dilation {dl[0]} give {full_do}")
+    do = full_do if outs is None else outs[0]
+    if not 1 <= do <= full_do:
+        raise ValueError(f"output depth {do} must be within 1..{full_do}")
+    plane = make_problem(op, n, c, h, w, k, r, s, *(outs[1:] if outs else (None, None)), stride=st[1:],
+                         padding=pd[1:], dilation=dl[1:], groups=groups, dtype=dtype, bias=bias)
+    return Problem(**{**plane._fields(), "ndim": 3, "d": int(d), "t": int(t), "do": int(do),
+                      "stride_d": st[0], "padding_d": pd[0], "dilation_d": dl[0]})

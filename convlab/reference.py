@@ -1,80 +1,87 @@
-"""Float64 numpy references for the canonical problems (vectorized: a loop over the R x S taps only).
+"""Float64 numpy references for the canonical problems of 1, 2 or 3 spatial dimensions (vectorized: a
+loop over the filter taps only).
 
-Each tap (r, s) of the filter sees a strided window of the zero-padded input:
+Each tap (t, r, s) of the filter (2D: (r, s); 1D: (s,)) sees a strided window of the zero-padded input:
 
-    window(r, s)[n, c, p, q] = x_pad[n, c, r*dh + p*sh, s*dw + q*sw]
+    window(r, s)[n, c, p, q] = x_pad[n, c, r*dh + p*sh, s*dw + q*sw]       (likewise per axis in N-d)
 
 so forward is a sum over taps of a grouped channel contraction, dgrad scatters the same contraction back
 into the padded input, and wgrad contracts the window with dy over (n, p, q).
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from .problem import Problem
 
 
-def _window(x_pad: np.ndarray, prob: Problem, r: int, s: int) -> tuple[slice, slice]:
-    (sh, sw), (dh, dw) = prob.stride, prob.dilation
-    return (slice(r * dh, r * dh + (prob.p - 1) * sh + 1, sh),
-            slice(s * dw, s * dw + (prob.q - 1) * sw + 1, sw))
+def _window(prob: Problem, tap: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(slice(i * dl, i * dl + (o - 1) * st + 1, st)
+                 for i, dl, st, o in zip(tap, prob.dilations, prob.strides, prob.spatial_out))
+
+
+def _taps(prob: Problem):
+    return itertools.product(*(range(k) for k in prob.kernel_size))
 
 
 def _grouped(prob: Problem, x: np.ndarray, w: np.ndarray, dy: np.ndarray | None = None):
     g = prob.groups
-    xg = x.reshape(prob.n, g, prob.c_per_group, prob.h, prob.w)
-    wg = w.reshape(g, prob.k_per_group, prob.c_per_group, prob.r, prob.s)
-    dyg = None if dy is None else dy.reshape(prob.n, g, prob.k_per_group, prob.p, prob.q)
+    xg = x.reshape((prob.n, g, prob.c_per_group) + prob.spatial_in)
+    wg = w.reshape((g, prob.k_per_group, prob.c_per_group) + prob.kernel_size)
+    dyg = None if dy is None else dy.reshape((prob.n, g, prob.k_per_group) + prob.spatial_out)
     return xg, wg, dyg
 
 
 def _pad(x: np.ndarray, prob: Problem) -> np.ndarray:
-    (ph, pw) = prob.padding
-    return np.pad(x, ((0, 0), (0, 0), (0, 0), (ph, ph), (pw, pw)))
+    return np.pad(x, ((0, 0), (0, 0), (0, 0)) + tuple((p, p) for p in prob.paddings))
+
+
+def _bias_view(bias: np.ndarray, prob: Problem) -> np.ndarray:
+    return np.asarray(bias, np.float64).reshape((1, -1) + (1,) * prob.ndim)
 
 
 def forward(prob: Problem, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """y (N, K, P, Q) from x (N, C, H, W) and w (K, C/groups, R, S), in float64."""
+    """y (N, K, *out) from x (N, C, *spatial) and w (K, C/groups, *kernel), in float64."""
     x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
     xg, wg, _ = _grouped(prob, x, w)
     xp = _pad(xg, prob)
-    y = np.zeros((prob.n, prob.groups, prob.k_per_group, prob.p, prob.q))
-    for r in range(prob.r):
-        for s in range(prob.s):
-            hs, ws = _window(xp, prob, r, s)
-            y += np.einsum("ngcpq,gkc->ngkpq", xp[..., hs, ws], wg[..., r, s], optimize=True)
+    y = np.zeros((prob.n, prob.groups, prob.k_per_group) + prob.spatial_out)
+    for tap in _taps(prob):
+        y += np.einsum("ngc...,gkc->ngk...", xp[(Ellipsis,) + _window(prob, tap)], wg[(Ellipsis,) + tap],
+                       optimize=True)
     y = y.reshape(prob.y_shape)
     if bias is not None:
-        y += np.asarray(bias, np.float64)[None, :, None, None]
+        y += _bias_view(bias, prob)
     return y
 
 
 def dgrad(prob: Problem, dy: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """dx (N, C, H, W) from dy (N, K, P, Q) and w; ``bias`` (C,) is added (conv_transpose2d)."""
+    """dx (N, C, *spatial) from dy (N, K, *out) and w; ``bias`` (C,) is added (the transpose)."""
     dy, w = np.asarray(dy, np.float64), np.asarray(w, np.float64)
-    (ph, pw) = prob.padding
     _, wg, dyg = _grouped(prob, np.zeros(prob.x_shape), w, dy)
-    dxp = np.zeros((prob.n, prob.groups, prob.c_per_group, prob.h + 2 * ph, prob.w + 2 * pw))
-    for r in range(prob.r):
-        for s in range(prob.s):
-            hs, ws = _window(dxp, prob, r, s)
-            dxp[..., hs, ws] += np.einsum("ngkpq,gkc->ngcpq", dyg, wg[..., r, s], optimize=True)
-    dx = dxp[..., ph:ph + prob.h, pw:pw + prob.w].reshape(prob.x_shape)
+    padded = tuple(s + 2 * p for s, p in zip(prob.spatial_in, prob.paddings))
+    dxp = np.zeros((prob.n, prob.groups, prob.c_per_group) + padded)
+    for tap in _taps(prob):
+        dxp[(Ellipsis,) + _window(prob, tap)] += np.einsum("ngk...,gkc->ngc...", dyg, wg[(Ellipsis,) + tap],
+                                                           optimize=True)
+    inner = tuple(slice(p, p + s) for s, p in zip(prob.spatial_in, prob.paddings))
+    dx = dxp[(Ellipsis,) + inner].reshape(prob.x_shape)
     if bias is not None:
-        dx = dx + np.asarray(bias, np.float64)[None, :, None, None]
+        dx = dx + _bias_view(bias, prob)
     return np.ascontiguousarray(dx)
 
 
 def wgrad(prob: Problem, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    """dw (K, C/groups, R, S) from x (N, C, H, W) and dy (N, K, P, Q)."""
+    """dw (K, C/groups, *kernel) from x (N, C, *spatial) and dy (N, K, *out)."""
     x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
     xg, _, dyg = _grouped(prob, x, np.zeros(prob.w_shape), dy)
     xp = _pad(xg, prob)
-    dw = np.zeros((prob.groups, prob.k_per_group, prob.c_per_group, prob.r, prob.s))
-    for r in range(prob.r):
-        for s in range(prob.s):
-            hs, ws = _window(xp, prob, r, s)
-            dw[..., r, s] = np.einsum("ngcpq,ngkpq->gkc", xp[..., hs, ws], dyg, optimize=True)
+    dw = np.zeros((prob.groups, prob.k_per_group, prob.c_per_group) + prob.kernel_size)
+    for tap in _taps(prob):
+        dw[(Ellipsis,) + tap] = np.einsum("ngc...,ngk...->gkc", xp[(Ellipsis,) + _window(prob, tap)], dyg,
+                                          optimize=True)
     return dw.reshape(prob.w_shape)
 
 

@@ -16,16 +16,18 @@ Loop nest of ``run``:
 
 P and Q are dy's sizes, which for a conv_transpose2d with output_padding >= stride may be smaller than
 the forward formula gives; the fold checks p < P and q < Q. A 1x1 kernel with stride 1 and no padding
-needs no column buffer: the GEMM writes dx directly, bias included.
+needs no column buffer: the GEMM writes dx directly, bias included. A 3D problem folds with col2vol
+(convlab.kernels.conv.volume), its columns [n, (c, t, r, s), (o, p, q)].
 """
 from __future__ import annotations
 
 from convlab.kernels.conv.fold import fold
+from convlab.kernels.conv.volume import col2vol
 from convlab.kernels.simt.gemm import Strided, Tile, gemm
 from convlab.plugin.registry import register
 from convlab.problem import Problem
 
-from .common import ColumnGemmAlgorithm, Plan, lend_columns
+from .common import ColumnGemmAlgorithm, Plan, lend_columns, pixels, taps
 
 
 @register
@@ -44,16 +46,18 @@ class Col2im(ColumnGemmAlgorithm):
             while n0 < problem.n:
                 nb = min(plan.nb, problem.n - n0)
                 _columns(problem, tile, plan, a, b, bias, out if plan.pointwise else cols, n0, nb)
-                if not plan.pointwise:
+                if not plan.pointwise and problem.ndim == 3:
+                    col2vol(problem, cols, out, bias, n0, nb)
+                elif not plan.pointwise:
                     fold(problem, cols, out, bias, n0, nb)
                 n0 += nb
 
 
 def _columns(pr: Problem, tile: Tile, plan: Plan, dy, w, bias, dst, n0: int, nb: int) -> None:
     """dst = W_g^T @ dy[n, g] for images n0 .. n0+nb-1: the column buffer, or dx when pointwise."""
-    kg, pq = pr.k_per_group, pr.p * pr.q
-    crs = pr.c_per_group * pr.r * pr.s
-    per_image = pr.c * pr.r * pr.s * pq
+    kg, pq = pr.k_per_group, pixels(pr)
+    crs = pr.c_per_group * taps(pr)
+    per_image = pr.c * taps(pr) * pq
     if plan.pointwise:  # dx[n, g] (C' x HW) directly, with the transpose's bias
         out = Strided(dst, pq, offset=n0 * per_image, outer=per_image, inner=crs * pq)
         row_bias = None if bias is None else Strided(bias, 1, inner=crs)

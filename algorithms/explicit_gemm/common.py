@@ -1,7 +1,8 @@
 """What the explicit-GEMM plugins (im2col: forward and wgrad, col2im: dgrad) share: the GEMM view of a
 problem over the column buffer (convlab.kernels.conv.columns has its layout), the tile configs, the
 sub-batch plan that keeps the column buffer under the workspace limit, the predicate, one base class,
-and the column buffer's loan.
+and the column buffer's loan. 3D problems use the volume columns of convlab.kernels.conv.volume (vol2col,
+col2vol): the same GEMMs with RS -> TRS and PQ -> DoPQ.
 
     op       M      N      K     (summed over images for wgrad, in k-splits added by sum_partials)
     forward  K'     PQ     C'RS
@@ -19,7 +20,7 @@ import numpy as np
 from convlab import runtime
 from convlab.kernels.simt.gemm import Tile, pick_tiles, tiles_for
 from convlab.plugin.contract import Algorithm, Config, Verdict
-from convlab.problem import Problem
+from convlab.problem import Problem, make_problem_nd
 from convlab.runtime.scratch import scratch
 from convlab.runtime.targets import Target
 
@@ -44,14 +45,25 @@ class Plan:
 
 def pointwise(problem: Problem) -> bool:
     """1x1 kernel, stride 1, no padding, full output: the input (or dx) already is the column matrix."""
-    return ((problem.r, problem.s, problem.stride, problem.padding) == (1, 1, (1, 1), (0, 0))
-            and (problem.p, problem.q) == (problem.h, problem.w))
+    nd = problem.ndim
+    return (problem.kernel_size == (1,) * nd and problem.strides == (1,) * nd
+            and problem.paddings == (0,) * nd and problem.spatial_out == problem.spatial_in)
+
+
+def taps(problem: Problem) -> int:
+    """Filter taps per channel: R*S (3D: T*R*S), the column rows of one channel."""
+    return problem.t * problem.r * problem.s
+
+
+def pixels(problem: Problem) -> int:
+    """Output pixels per image: P*Q (3D: Do*P*Q), the column matrix's width."""
+    return problem.do * problem.p * problem.q
 
 
 def gemm_shape(problem: Problem) -> tuple[int, int, int]:
     """(M, N, K) of one GEMM per image and group: forward K' x PQ x C'RS, dgrad C'RS x PQ x K',
-    wgrad K' x C'RS x PQ (summed over images)."""
-    crs, pq = problem.c_per_group * problem.r * problem.s, problem.p * problem.q
+    wgrad K' x C'RS x PQ (summed over images; 3D: RS -> TRS, PQ -> DoPQ)."""
+    crs, pq = problem.c_per_group * taps(problem), pixels(problem)
     kg = problem.k_per_group
     return {"forward": (kg, pq, crs), "dgrad": (crs, pq, kg), "wgrad": (kg, crs, pq)}[problem.op]
 
@@ -86,7 +98,7 @@ def column_plan(problem: Problem, tile: Tile, workspace_limit: int, target: Targ
     (the plugins then decline)."""
     pr = problem
     is_pointwise = pointwise(pr)
-    per_image = pr.c * pr.r * pr.s * pr.p * pr.q  # column elements of one image
+    per_image = pr.c * taps(pr) * pixels(pr)  # column elements of one image
     z_cap = max(1, _GRID_Y // pr.groups)
     ksplit, part = 1, 0
     if pr.op == "wgrad":
@@ -109,7 +121,7 @@ def check_indexing(problem: Problem, target: Target) -> Verdict:
     pr = problem
     sizes = {"a": int(np.prod(pr.operand_shapes[0])), "b": int(np.prod(pr.operand_shapes[1])),
              "out": int(np.prod(pr.operand_shapes[2])),
-             "one image's column matrix": pr.c * pr.r * pr.s * pr.p * pr.q}
+             "one image's column matrix": pr.c * taps(pr) * pixels(pr)}
     for name, size in sizes.items():
         if size >= _U32:
             return Verdict.no(f"{name} has {size} elements; the GEMM kernels index with 32 bits")
@@ -123,8 +135,15 @@ class ColumnGemmAlgorithm(Algorithm):
     """What im2col and col2im share: the predicate, the tile configs, and the column-buffer plan that
     sub-batches images so the workspace stays under the limit."""
 
+    ndims = (2, 3)
+
     def check(self, problem: Problem, target: Target) -> Verdict:
         return check_indexing(problem, target)
+
+    def sample_problems(self, op: str) -> list[Problem]:
+        """One 3D problem per op: vol2col / col2vol in the corpus."""
+        return [make_problem_nd(op, 1, 4, (3, 4, 3), 2, (2, 2, 2), stride=(2, 1, 1), padding=(1, 0, 1),
+                                groups=2, bias=op != "wgrad")]
 
     def configs(self, problem: Problem, target: Target) -> list[Config]:
         return tile_configs(problem, target)

@@ -20,17 +20,19 @@ Loop nest of ``run``:
                first sub-batch)
 
 A 1x1 kernel with stride 1 and no padding needs no column buffer: x[n, g] already is the (C' x HW)
-column matrix. The column geometry and workspace planning are shared with the col2im plugin (convlab.kernels.conv.columns).
+column matrix. A 3D problem's columns come from vol2col (convlab.kernels.conv.volume: RS -> TRS,
+PQ -> DoPQ, the same GEMMs). The column geometry and workspace planning are shared with the col2im plugin (convlab.kernels.conv.columns).
 """
 from __future__ import annotations
 
 from convlab.kernels.conv.unfold import unfold
+from convlab.kernels.conv.volume import vol2col
 from convlab.kernels.data.splitk import sum_partials
 from convlab.kernels.simt.gemm import Strided, Tile, gemm
 from convlab.plugin.registry import register
 from convlab.problem import Problem
 
-from .common import ColumnGemmAlgorithm, Plan, lend_columns
+from .common import ColumnGemmAlgorithm, Plan, lend_columns, pixels, taps
 
 
 @register
@@ -52,7 +54,7 @@ class Im2col(ColumnGemmAlgorithm):
             while n0 < pr.n:
                 nb = min(plan.nb, pr.n - n0)
                 if not plan.pointwise:
-                    unfold(pr, a, cols, n0, nb)
+                    (vol2col if pr.ndim == 3 else unfold)(pr, a, cols, n0, nb)
                 if pr.op == "forward":
                     _forward(pr, tile, plan, b, bias, out, a if plan.pointwise else cols, n0, nb)
                 else:
@@ -62,9 +64,9 @@ class Im2col(ColumnGemmAlgorithm):
 
 def _forward(pr: Problem, tile: Tile, plan: Plan, w, bias, y, src, n0: int, nb: int) -> None:
     """y[n0:n0+nb] = W_g @ columns, batched over (image, group); ``src`` is x when pointwise."""
-    kg, cg, pq = pr.k_per_group, pr.c_per_group, pr.p * pr.q
-    crs = cg * pr.r * pr.s
-    per_image = pr.c * pr.r * pr.s * pq
+    kg, cg, pq = pr.k_per_group, pr.c_per_group, pixels(pr)
+    crs = cg * taps(pr)
+    per_image = pr.c * taps(pr) * pq
     cols = (Strided(src, pq, offset=n0 * per_image, outer=per_image, inner=crs * pq) if plan.pointwise
             else Strided(src, pq, outer=per_image, inner=crs * pq))
     gemm(Strided(w, crs, inner=kg * crs), cols,
@@ -75,9 +77,9 @@ def _forward(pr: Problem, tile: Tile, plan: Plan, w, bias, y, src, n0: int, nb: 
 
 def _wgrad(pr: Problem, tile: Tile, plan: Plan, x, dy, cols, dw, part, n0: int, nb: int) -> None:
     """dw (+)= sum over images n0 .. n0+nb-1 of dy_g @ columns_g^T (accumulating after image 0)."""
-    kg, pq = pr.k_per_group, pr.p * pr.q
-    crs = pr.c_per_group * pr.r * pr.s
-    per_image = pr.c * pr.r * pr.s * pq
+    kg, pq = pr.k_per_group, pixels(pr)
+    crs = pr.c_per_group * taps(pr)
+    per_image = pr.c * taps(pr) * pq
     if plan.pointwise:
         src = Strided(x, pq, offset=n0 * per_image, inner=crs * pq, red=per_image)
     else:

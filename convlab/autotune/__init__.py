@@ -1,14 +1,19 @@
 """The autotuner behind ``algorithm="auto"``: times the eligible (plugin, config) candidates of a problem
 on the GPU, checks each against a trusted output, and caches the winner per shape key on disk.
 
-Modules: :mod:`~convlab.autotune.tuner` (what :func:`tune` does, step by step), :mod:`.rounds` (how the
-candidates of one problem are checked and timed), :mod:`.cache` (the per-device JSON file and its
-keys), :mod:`.result` (what a tuning reports). The key policy, deterministic mode and tuning depth live in
-:mod:`convlab.runtime.settings` and are re-exported here.
+Modules: :mod:`~convlab.autotune.tuner` (what :func:`tune` does, step by step), :mod:`.modes` (the
+tuning modes: heuristic, tune, exhaustive), :mod:`.rounds` (how the candidates of one problem are
+checked and timed), :mod:`.cache` (the per-device JSON file and its keys), :mod:`.result` (what a tuning
+reports); the cost model: :mod:`.costmodel` (the formula, its JSON files per target class),
+:mod:`.features` and :mod:`.families` (what it knows of a candidate), :mod:`.ranking`; its fit:
+``python -m convlab.autotune.fit`` (:mod:`.fit`, :mod:`.fitting`, :mod:`.measured`, :mod:`.evaluate`).
+The key policy, deterministic mode, tuning depth, mode and budget live in :mod:`convlab.runtime.settings` and
+are re-exported here.
 """
 from convlab.runtime.settings import (get_deterministic, get_key_policy, get_tune_configs, set_deterministic,
                                       set_key_policy, set_tune_configs)
 
+from .modes import TOP_K, TUNE_MODES, get_budget, get_mode, mode, set_budget, set_mode
 from .result import CandidateResult, TuneResult
 from .rounds import (FINAL_MARGIN, FINAL_REPEAT, FINAL_ROUNDS, PROBE, REFERENCE_FLOPS, REPEAT, SLOW_FACTOR,
                      WARMUP, Timer)
@@ -16,6 +21,7 @@ from .tuner import cache_path, choose, clear_cache, pretune, reset_stats, stats,
 
 __all__ = ["tune", "choose", "pretune", "clear_cache", "cache_path", "stats", "reset_stats",
            "set_key_policy", "get_key_policy", "set_tune_configs", "get_tune_configs", "set_deterministic",
-           "get_deterministic", "TuneResult",
+           "get_deterministic", "set_mode", "get_mode", "mode", "set_budget", "get_budget", "TOP_K",
+           "TUNE_MODES", "TuneResult",
            "CandidateResult", "Timer", "FINAL_MARGIN", "FINAL_REPEAT", "FINAL_ROUNDS", "PROBE",
            "REFERENCE_FLOPS", "REPEAT", "SLOW_FACTOR", "WARMUP"]

@@ -74,7 +74,16 @@ def tuning_key(problem: Problem, policy: str = "exact", deterministic: bool = Fa
     dtype = "float32+high" if pr.dtype == "float32" and mode == "high" else pr.dtype
     return (f"{pr.op}|{dtype}|n{rnd(pr.n)}|c{pr.c}|h{rnd(pr.h)}|w{rnd(pr.w)}|k{pr.k}|r{pr.r}|s{pr.s}"
             f"|p{rnd(pr.p)}|q{rnd(pr.q)}|st{pair(pr.stride)}|pd{pair(pr.padding)}|dl{pair(pr.dilation)}"
-            f"|g{pr.groups}|b{int(pr.bias)}|div16={div}|{policy}|{'det' if deterministic else 'any'}")
+            f"|g{pr.groups}|b{int(pr.bias)}{_depth_key(pr, rnd)}|div16={div}|{policy}"
+            f"|{'det' if deterministic else 'any'}")
+
+
+def _depth_key(pr: Problem, rnd: Any) -> str:
+    """The depth axis of a 3D problem in its tuning key ("" for 1D and 2D, whose keys name none)."""
+    if pr.ndim != 3:
+        return ""
+    return (f"|3d|d{rnd(pr.d)}|t{pr.t}|o{rnd(pr.do)}|std{pr.stride_d}|pdd{pr.padding_d}"
+            f"|dld{pr.dilation_d}")
 
 
 # ---- fingerprints -------------------------------------------------------------------------------

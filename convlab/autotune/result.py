@@ -18,11 +18,14 @@ class TuneResult:
     key: str
     candidates: list[CandidateResult]
     winner: Candidate | None
-    source: str  # "cache", "tuned" or "priority"
+    source: str  # "cache", "tuned", "heuristic" or "priority"
     tuning_s: float  # seconds this call spent
     reason: str = ""
     checked_against: str = ""  # measure.Trusted.name: "host float64" or "direct" (empty when nothing ran)
     notes: list[str] = field(default_factory=list)
+    mode: str = ""  # the tuning mode that made the pick (convlab.autotune.modes)
+    estimates: dict[str, float] = field(default_factory=dict)  # the cost model's ms per label
+    ranking: str = ""  # how the candidates were ordered ("cost model (...)", "declared priority (...)")
 
     @property
     def winner_label(self) -> str | None:
@@ -37,9 +40,11 @@ class TuneResult:
         for c in self.candidates:
             mark = "*" if c.label == self.winner_label else " "
             med = "-" if c.median_ms is None else f"{c.median_ms:.4g} ms"
+            est = f"  est {self.estimates[c.label]:.4g} ms" if c.label in self.estimates else ""
             drop = " (dropped early)" if c.dropped_early else ""
-            lines.append(f" {mark} {c.label:<{width}}  {med:>12}  {c.verdict}{drop}")
-        lines.append(f"winner: {self.winner_label} ({self.source}, {self.tuning_s:.3g} s)"
+            lines.append(f" {mark} {c.label:<{width}}  {med:>12}{est}  {c.verdict}{drop}")
+        mode = f", mode {self.mode}" if self.mode else ""
+        lines.append(f"winner: {self.winner_label} ({self.source}{mode}, {self.tuning_s:.3g} s)"
                      + (f": {self.reason}" if self.reason else ""))
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)

@@ -15,6 +15,11 @@ On fresh random operands of the real shape::
         for round in range(FINAL_ROUNDS): for cand in contenders: FINAL_REPEAT samples
     winner = lowest median (of the final-round samples when there was a final round)
 
+With a per-shape ``budget_s`` (mode "tune"): once ``budget_s`` seconds have passed since the tuning
+started and a candidate has been timed, the candidates not yet checked stay "not run" (the caller
+orders them best-first by the cost model, so the least promising are cut) and the final round is
+skipped.
+
 The final round exists because candidates timed one after another see different conditions (clock
 ramps, a busy host slowing the launches of multi-kernel plugins); round-robin sampling gives each
 contender the same conditions, so a few percent between them is measured, not drawn.
@@ -84,25 +89,35 @@ def _final_round(contenders: list[tuple[Candidate, CandidateResult]], timer: Tim
 
 
 def measure_candidates(problem: Problem, key: str, cands: list[Candidate], limit: int,
-                       timer: Timer | None, start: float, stats: dict[str, int]) -> TuneResult:
-    """Check and time every candidate (see the module docstring); the TuneResult names the winner.
+                       timer: Timer | None, start: float, stats: dict[str, int],
+                       budget_s: float | None = None) -> TuneResult:
+    """Check and time the candidates in order (see the module docstring; ``budget_s``: seconds since
+    ``start``, None for no limit); the TuneResult names the winner.
     Each candidate's plan (recorded by its first timed call: convlab.call.plan.record) is kept through
     every round, so later samples replay it as a user's calls would; all are dropped at the end."""
-    return _measure(problem, key, cands, limit, timer, start, stats)
+    return _measure(problem, key, cands, limit, timer, start, stats, budget_s)
+
+
+def _spent(start: float, budget_s: float | None) -> bool:
+    return budget_s is not None and time.perf_counter() - start > budget_s
 
 
 def _measure(problem: Problem, key: str, cands: list[Candidate], limit: int, timer: Timer | None,
-             start: float, stats: dict[str, int]) -> TuneResult:
+             start: float, stats: dict[str, int], budget_s: float | None = None) -> TuneResult:
     host = measure.random_operands(problem, np.random.default_rng())
     dev = measure.to_device(*host)
     poison = np.full(problem.operand_shapes[2], np.nan, problem.dtype)
     out = runtime.empty(problem.operand_shapes[2], problem.dtype)
     trusted = trusted_output(problem, host, dev, limit)
     run_args = (problem, *dev, out, limit, {})  # the last: each candidate's recorded plan
-    rows, ran, leader = [], [], None
+    rows, ran, leader, cut = [], [], None, 0
     for cand in cands:
         row = CandidateResult(cand.plugin.name, cand.config.name)
         rows.append(row)
+        if ran and _spent(start, budget_s):
+            row.error = f"not timed: the per-shape budget of {budget_s:g} s was spent"
+            cut += 1
+            continue
         ok = check_candidate(row, cand, problem, dev, out, poison, trusted, limit)
         stats["checked"] += row.status != "error"
         if not ok:
@@ -114,9 +129,11 @@ def _measure(problem: Problem, key: str, cands: list[Candidate], limit: int, tim
             continue
         ran.append((cand, row))
         leader = row.median_ms if leader is None else min(leader, row.median_ms)
-    notes = []
+    notes = [f"per-shape budget of {budget_s:g} s spent: {cut} candidate(s) not timed"] if cut else []
     contenders = [(c, r) for c, r in ran if not r.dropped_early and r.median_ms <= leader * (1 + FINAL_MARGIN)]
-    if len(contenders) > 1:
+    if len(contenders) > 1 and _spent(start, budget_s):
+        notes.append("final round skipped: the per-shape budget was spent")
+    elif len(contenders) > 1:
         try:
             _final_round(contenders, timer, run_args)
             notes.append(f"final round (interleaved, {FINAL_ROUNDS}x{FINAL_REPEAT} samples each): "

@@ -1,6 +1,6 @@
 """The autotuner behind ``algorithm="auto"``.
 
-For a problem, :func:`tune` does, in order:
+For a problem, :func:`tune` does, in order (the tuning mode, :mod:`.modes`, decides steps 2-4's scope):
 
 1. candidates: every eligible (plugin, config) from ``registry.candidates(problem, workspace_limit)``
    (within the workspace limit; each plugin's first N configs under ``set_tune_configs(N)``), minus
@@ -10,7 +10,11 @@ For a problem, :func:`tune` does, in order:
    (``rounds.TIMED``: by plan replay), for the same candidate labels and the same plugin
    fingerprints (source + config names) and its winner is still eligible (an entry shared by a
    neighbouring shape under the pow2 policy: the labels and fingerprints of the shape it was tuned
-   on, and its winner eligible for this one);
+   on, and its winner eligible for this one) and it was made in a mode at least as thorough as the
+   current one (heuristic < tune < exhaustive);
+   mode "heuristic" (the default): the cost model's best candidate (:mod:`.ranking`), nothing
+   compiled or timed, stored as a heuristic entry (a later "tune" replaces it; a pick by declared
+   priority, where no model applies, is not stored);
 3. simulator without an injected timer (timings mean nothing there), or an empty batch (N = 0): the
    highest declared priority wins (nothing runs, nothing is cached) and the result says so;
 4. otherwise, on fresh random operands of the real shape: each candidate runs once into a NaN-poisoned
@@ -18,7 +22,9 @@ For a problem, :func:`tune` does, in order:
    REFERENCE_FLOPS``, else the ``direct`` plugin's output) by ``measure.rel_error`` against
    the tolerance of its arithmetic (plus the trusted output's): worse -> status "wrong", never chosen;
    an exception -> "error", not fatal (``measure.check_candidate``, the engine the benchmarks use
-   too). Survivors are timed with CUDA events (warm-up, PROBE samples,
+   too); mode "tune": only each plugin's TOP_K best by the cost model, best first, within the
+   per-shape budget (mode_steps.py); mode "exhaustive": all, in registry order. Survivors are timed
+   with CUDA events (warm-up, PROBE samples,
    dropped early when their median exceeds SLOW_FACTOR x the leader's, else REPEAT samples in all),
    then those within FINAL_MARGIN of the leader are re-timed round-robin (rounds.py has the loop
    nest); the lowest median wins and is stored in memory and in the JSON file (see cache.py).
@@ -45,11 +51,12 @@ from convlab.plugin.registry import Candidate
 from .result import CandidateResult, TuneResult
 from .cache import TuningCache, file_name, plugin_fingerprint, tuning_key
 from .rounds import TIMED, Timer, measure_candidates
+from . import mode_steps, modes
 
 log = logging.getLogger("convlab")
 
 _lock = threading.RLock()
-_COUNTERS = ("timed", "checked", "tuned", "cache_hits", "priority")
+_COUNTERS = ("timed", "checked", "tuned", "cache_hits", "priority", "heuristic")
 
 
 def _decisions() -> dict[tuple, "TuneResult"]:
@@ -79,7 +86,7 @@ def _counters() -> dict[str, int]:
 # ---- counters -----------------------------------------------------------------------------------
 def stats() -> dict[str, int]:
     """Counters since start (or :func:`reset_stats`): candidates timed and checked, keys tuned, cache
-    hits, choices made by priority."""
+    hits, choices made by priority, heuristic picks (mode "heuristic": nothing checked or timed)."""
     return dict(_counters())
 
 
@@ -181,15 +188,20 @@ def _from_entry(problem: Problem, key: str, entry: dict, cands: list[Candidate],
             rows.append(CandidateResult.from_dict(row))
         except TypeError:
             continue
+    made = modes.entry_mode(entry)
+    how = "a heuristic pick (nothing timed)" if made == "heuristic" else \
+        f"tuned in {entry.get('tuning_s', float('nan')):.3g} s"
+    estimates = entry.get("estimates") if isinstance(entry.get("estimates"), dict) else {}
     return TuneResult(problem, key, rows, known[entry["winner"]], "cache", time.perf_counter() - start,
-                      "stored tuning result", entry.get("checked_against", ""),
-                      [f"tuned in {entry.get('tuning_s', float('nan')):.3g} s on {entry.get('device')}"]
+                      f"stored result of mode {made!r}", entry.get("checked_against", ""),
+                      [f"{how} on {entry.get('device')}"]
                       + ([f"shared: tuned on {entry['problem']['x']} (key policy {settings.get_key_policy()})"]
-                         if entry.get("problem") != problem.to_dict() else []))
+                         if entry.get("problem") != problem.to_dict() else []),
+                      mode=made, estimates=dict(estimates), ranking=str(entry.get("ranking", "")))
 
 
-def _store(result: TuneResult, cands: list[Candidate], prints: dict[str, str]) -> None:
-    entry = {"winner": result.winner_label, "version": _version.__version__, "timed": TIMED,
+def _store(result: TuneResult, cands: list[Candidate], prints: dict[str, str], extra: dict) -> None:
+    entry = {**extra, "winner": result.winner_label, "version": _version.__version__, "timed": TIMED,
              "plugins": prints, "candidates": sorted(c.label for c in cands),
              "results": [asdict(r) for r in result.candidates], "tuning_s": result.tuning_s,
              "checked_against": result.checked_against, "problem": result.problem.to_dict(),
@@ -215,7 +227,8 @@ def remembered(key: tuple) -> TuneResult | None:
 
 def memo_key(problem: Problem, limit: int) -> tuple:
     return (problem.key(), limit, settings.get_key_policy(), settings.get_deterministic(),
-            settings.get_float32_precision(), settings.get_tune_configs(), registry.state())
+            settings.get_float32_precision(), settings.get_tune_configs(), settings.get_tune_mode(),
+            registry.state())
 
 
 def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = False,
@@ -231,6 +244,7 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
         raise TypeError(f"timer must be callable(candidate) -> list of ms, got {timer!r}")
     limit = settings.check_workspace_limit(workspace_limit)
     start = time.perf_counter()
+    mode = settings.get_tune_mode()
     with _lock:
         cands = _eligible(problem, limit)
         key = tuning_key(problem, settings.get_key_policy(), settings.get_deterministic())
@@ -238,28 +252,55 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
         entry = None if force or problem.n == 0 else _cache().get(key)
         stale = _stale_for(problem, entry, cands, prints, limit) if entry is not None else "no entry"
         if not stale:
+            stale = mode_steps.mode_stale(entry, mode)
+        if not stale:
             _counters()["cache_hits"] += 1
             result = _from_entry(problem, key, entry, cands, start)
-        elif problem.n == 0 or (not runtime.HAS_DEVICE and timer is None):
+        elif problem.n == 0 or (mode != "heuristic" and not runtime.HAS_DEVICE and timer is None):
             _counters()["priority"] += 1
             why = ("an empty batch (N = 0) has nothing to time" if problem.n == 0 else
                    "CUDA simulator: timings mean nothing")
             result = TuneResult(problem, key, [CandidateResult(c.plugin.name, c.config.name)
                                                for c in cands], cands[0], "priority",
                                 time.perf_counter() - start,
-                                f"{why}, so the highest declared priority wins (nothing was run or timed)")
+                                f"{why}, so the highest declared priority wins (nothing was run or timed)",
+                                mode=mode)
         else:
-            _counters()["tuned"] += 1
-            log.info("tuning %s: compiling/checking %d candidates", problem.describe(), len(cands))
-            result = measure_candidates(problem, key, cands, limit, timer, start, _counters())
-            log.info("tuning %s: done in %.2f s, winner %s", problem.describe(),
-                     time.perf_counter() - start, result.winner.label if result.winner else None)
+            result = _decide(problem, key, cands, limit, timer, start, mode, prints)
             if entry is not None and not force:
                 result.notes.append(f"cache entry replaced: {stale}")
-            if result.winner is not None:
-                _store(result, cands, prints)
         _decisions()[memo_key(problem, limit)] = result
         settings.bump_generation()
+    return result
+
+
+def _decide(problem: Problem, key: str, cands: list[Candidate], limit: int, timer: Timer | None,
+            start: float, mode: str, prints: dict[str, str]) -> TuneResult:
+    """A pick made now in ``mode`` (heuristic, or checked and timed), stored when there is a winner."""
+    if mode == "heuristic":
+        _counters()["heuristic"] += 1
+        result, ranking = mode_steps.heuristic(problem, key, cands, limit, start)
+        if ranking.by_model:  # a priority order is recomputed as fast as it is read (modes.py)
+            _store(result, cands, prints, mode_steps.entry_fields(result, None, ranking))
+        return result
+    _counters()["tuned"] += 1
+    timed, ranking = mode_steps.to_time(problem, cands, limit, mode)
+    budget = settings.get_tune_budget() if mode == "tune" else None
+    log.info("tuning %s (mode %s): compiling/checking %d of %d candidates", problem.describe(), mode,
+             len(timed), len(cands))
+    result = measure_candidates(problem, key, timed, limit, timer, start, _counters(), budget)
+    rest = [c for c in (ranking.order if ranking else []) if c not in timed]
+    if result.winner is None and rest:  # every candidate timed failed its check: on down the ranking
+        more = measure_candidates(problem, key, rest, limit, timer, start, _counters())
+        more.candidates[:0], more.notes[:0] = result.candidates, result.notes
+        more.notes.append(f"none of the top {modes.TOP_K} a plugin ran correctly: the other "
+                          f"{len(rest)} candidates were checked and timed too")
+        result, timed = more, timed + rest
+    mode_steps.finish(result, cands, timed, ranking, mode)
+    log.info("tuning %s: done in %.2f s, winner %s", problem.describe(), time.perf_counter() - start,
+             result.winner.label if result.winner else None)
+    if result.winner is not None:
+        _store(result, cands, prints, mode_steps.entry_fields(result, timed, ranking))
     return result
 
 

@@ -31,28 +31,28 @@ from convlab.problem import HALF_DTYPES, OPS, Problem, unit_roundoff
 from convlab.runtime.settings import get_float32_precision
 
 
-def transpose_output_padding(problem: Problem) -> tuple[int, int]:
-    """output_padding of the conv_transpose2d whose dgrad problem is ``problem``."""
+def transpose_output_padding(problem: Problem) -> tuple[int, ...]:
+    """output_padding of the transposed convolution whose dgrad problem is ``problem`` (one per axis)."""
     pads = []
-    for size, out, k, st, pd, dl in zip((problem.h, problem.w), (problem.p, problem.q),
-                                        (problem.r, problem.s), problem.stride, problem.padding,
-                                        problem.dilation):
+    for size, out, k, st, pd, dl in zip(problem.spatial_in, problem.spatial_out, problem.kernel_size,
+                                        problem.strides, problem.paddings, problem.dilations):
         pads.append(size - ((out - 1) * st - 2 * pd + dl * (k - 1) + 1))
-    return pads[0], pads[1]
+    return tuple(pads)
 
 
 def torch_call(torch: Any, problem: Problem, a: Any, b: Any, bias: Any, transpose: bool) -> Callable[[], Any]:
     """A zero-argument function computing ``problem`` with torch on tensors ``a``, ``b``, ``bias``."""
-    F = torch.nn.functional
-    st, pd, dl, g = problem.stride, problem.padding, problem.dilation, problem.groups
+    F, nd = torch.nn.functional, problem.ndim
+    st, pd, dl, g = problem.strides, problem.paddings, problem.dilations, problem.groups
+    conv, conv_t = getattr(F, f"conv{nd}d"), getattr(F, f"conv_transpose{nd}d")
     if problem.op == "forward":
-        return lambda: F.conv2d(a, b, bias, st, pd, dl, g)
+        return lambda: conv(a, b, bias, st, pd, dl, g)
     if problem.op == "dgrad":
         if transpose or bias is not None:
             op = transpose_output_padding(problem)
-            return lambda: F.conv_transpose2d(a, b, bias, st, pd, op, g, dl)
-        return lambda: torch.nn.grad.conv2d_input(problem.x_shape, b, a, st, pd, dl, g)
-    return lambda: torch.nn.grad.conv2d_weight(a, problem.w_shape, b, st, pd, dl, g)
+            return lambda: conv_t(a, b, bias, st, pd, op, g, dl)
+        return lambda: getattr(torch.nn.grad, f"conv{nd}d_input")(problem.x_shape, b, a, st, pd, dl, g)
+    return lambda: getattr(torch.nn.grad, f"conv{nd}d_weight")(a, problem.w_shape, b, st, pd, dl, g)
 
 
 class Cudnn(Algorithm):

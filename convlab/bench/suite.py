@@ -12,6 +12,11 @@ A suite file is JSON::
          "stride": 2, "padding": 1, "output_padding": 0, "bias": true}
      ]}
 
+1D and 3D entries have 3- / 5-element shapes ([N, C, L] / [N, C, D, H, W], weights alike) and kind
+``conv1d`` / ``conv3d`` (the default follows the rank of x) or ``conv_transpose1d`` / ``conv_transpose3d``;
+stride / padding / dilation are ints or N-lists. A 1D entry's problems are its 2D embeddings
+(``Problem.lowered()``), the problems the ops run.
+
 A conv2d entry gives up to three problems (forward, dgrad, wgrad) over one forward geometry; its bias, if
 any, belongs to forward only. A conv_transpose2d entry is one dgrad problem (its bias is added to dx), built
 by the same code as :func:`convlab.conv_transpose2d`, so a suite shape is validated exactly like a call.
@@ -27,7 +32,7 @@ from typing import Any, Iterable
 from convlab.ops import problem_for
 from convlab.problem import OPS, Problem
 
-KINDS = ("conv2d", "conv_transpose2d")
+KINDS = tuple(f"{k}{n}d" for n in (1, 2, 3) for k in ("conv", "conv_transpose"))
 _KEYS = {"x", "w", "stride", "padding", "dilation", "groups", "bias", "dtype", "label", "ops", "kind",
          "output_padding"}
 
@@ -76,27 +81,27 @@ def builtin_suites() -> list[str]:
 
 
 def _label(kind: str, x: tuple[int, ...], w: tuple[int, ...], spec: dict[str, Any]) -> str:
-    text = f"n{x[0]} {x[1]}x{x[2]}x{x[3]} w{w[0]}x{w[2]}x{w[3]}"
+    text = f"n{x[0]} {'x'.join(map(str, x[1:]))} w{'x'.join(map(str, (w[0],) + w[2:]))}"
     for key, short, default in (("stride", "s", 1), ("padding", "p", 0), ("dilation", "d", 1),
                                 ("output_padding", "op", 0)):
         value = spec.get(key, default)
         if isinstance(value, str):  # padding "same" / "valid"
             text += f" p{value}"
             continue
-        pair = (value, value) if isinstance(value, int) else tuple(value)
-        if pair != (default, default):
-            text += f" {short}{pair[0] if pair[0] == pair[1] else f'{pair[0]}x{pair[1]}'}"
+        axes = (value,) * (len(x) - 2) if isinstance(value, int) else tuple(value)
+        if axes != (default,) * len(axes):
+            text += f" {short}{axes[0] if len(set(axes)) == 1 else 'x'.join(map(str, axes))}"
     if spec.get("groups", 1) != 1:
         text += f" g{spec['groups']}"
     if spec.get("bias"):
         text += " +bias"
-    return ("T " + text) if kind == "conv_transpose2d" else text
+    return ("T " + text) if kind.startswith("conv_transpose") else text
 
 
 def _shape(value: Any, name: str) -> tuple[int, ...]:
-    if (not isinstance(value, (list, tuple)) or len(value) != 4
+    if (not isinstance(value, (list, tuple)) or len(value) not in (3, 4, 5)
             or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
-        raise ValueError(f"{name} must be a list of 4 ints, got {value!r}")
+        raise ValueError(f"{name} must be a list of 4 ints (3 for 1D, 5 for 3D), got {value!r}")
     return tuple(value)
 
 
@@ -107,19 +112,23 @@ def make_entry(spec: dict[str, Any], where: str = "shape") -> SuiteEntry:
     unknown = set(spec) - _KEYS
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}")
-    kind = spec.get("kind", "conv2d")
+    x, w = _shape(spec.get("x"), f"{where}: x"), _shape(spec.get("w"), f"{where}: w")
+    kind = spec.get("kind", f"conv{len(x) - 2}d")
     if kind not in KINDS:
         raise ValueError(f"{where}: kind must be one of {KINDS}, got {kind!r}")
-    x, w = _shape(spec.get("x"), f"{where}: x"), _shape(spec.get("w"), f"{where}: w")
+    if len(w) != len(x) or not kind.endswith(f"{len(x) - 2}d"):
+        size = int(kind[-2]) + 2
+        raise ValueError(f"{where}: a {kind} entry has x and w of {size} entries (each a list of {size} ints), "
+                         f"got x {list(x)} and w {list(w)}")
     dtype = spec.get("dtype", "float32")
     common = {k: (tuple(v) if isinstance(v, list) else v) for k, v in spec.items()
               if k in ("stride", "padding", "dilation", "groups")}
     try:
-        if kind == "conv2d":
+        if not kind.startswith("conv_transpose"):
             if "output_padding" in spec:
-                raise ValueError("output_padding applies to conv_transpose2d entries only")
+                raise ValueError("output_padding applies to conv_transpose entries only")
             bias = _Shaped((w[0],), dtype) if spec.get("bias") else None
-            fwd = problem_for("conv2d", _Shaped(x, dtype), _Shaped(w, dtype), bias, **common)
+            fwd = problem_for(kind, _Shaped(x, dtype), _Shaped(w, dtype), bias, **common).lowered()
             ops = spec.get("ops", list(OPS))
             if not isinstance(ops, list) or not ops or not set(ops) <= set(OPS):
                 raise ValueError(f"ops must be a non-empty list drawn from {OPS}, got {ops!r}")
@@ -127,12 +136,12 @@ def make_entry(spec: dict[str, Any], where: str = "shape") -> SuiteEntry:
                              for op in OPS if op in ops)
         else:
             if spec.get("ops", ["dgrad"]) != ["dgrad"]:
-                raise ValueError("a conv_transpose2d entry is one dgrad problem; drop 'ops'")
+                raise ValueError(f"a {kind} entry is one dgrad problem; drop 'ops'")
             bias = _Shaped((w[1] * spec.get("groups", 1),), dtype) if spec.get("bias") else None
             op_pad = spec.get("output_padding", 0)
-            problems = (problem_for("conv_transpose2d", _Shaped(x, dtype), _Shaped(w, dtype), bias,
+            problems = (problem_for(kind, _Shaped(x, dtype), _Shaped(w, dtype), bias,
                                     output_padding=tuple(op_pad) if isinstance(op_pad, list) else op_pad,
-                                    **common),)
+                                    **common).lowered(),)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{where}: {exc}") from None
     label = spec.get("label") or _label(kind, x, w, spec)

@@ -215,12 +215,14 @@ def empty_like_kind(like: Any, shape: tuple, dtype: str, stream: Any = 0, *,
     """An uninitialised output in the kind of ``like``: a torch tensor on its device (torch's
     caching allocator), else a Numba device array from convlab.runtime.scratch's output pool for ``stream``.
     ``channels_last`` (4-D ``shape`` (N, C, H, W)): NHWC memory viewed as NCHW (torch's
-    ``memory_format=torch.channels_last``; a Numba array allocated outside the pool)."""
+    ``memory_format=torch.channels_last``; a Numba array allocated outside the pool); 5-D: NDHWC
+    (``torch.channels_last_3d``)."""
     if is_torch(like):
         torch = sys.modules["torch"]
         if channels_last:
             return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device,
-                               memory_format=torch.channels_last)
+                               memory_format=torch.channels_last_3d if len(shape) == 5 else
+                               torch.channels_last)
         return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
     if channels_last:
         return channels_last_view(runtime.empty((max(int(np.prod(shape)), 1),), dtype), shape, dtype)

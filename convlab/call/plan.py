@@ -96,7 +96,8 @@ class Plan:
             self._out_args = (self.out_shape,)
             self._out_kwargs = {"dtype": getattr(torch, dtype), "device": torch.device("cuda", self.torch_device)}
             if channels_last_out:
-                self._out_kwargs["memory_format"] = torch.channels_last
+                self._out_kwargs["memory_format"] = (torch.channels_last_3d if len(self.out_shape) == 5
+                                                     else torch.channels_last)
             self._raw_stream = _operands.raw_stream_getter()
 
     def _writes_an_input(self, bases: list[int], recs: Sequence[Any]) -> bool:

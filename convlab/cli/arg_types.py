@@ -1,7 +1,8 @@
 """Argument types of the ``convlab`` command line (:mod:`convlab.cli.parser`): text -> value, or an
 ``argparse.ArgumentTypeError`` whose message names the expected form (argparse prints it, exit status 2).
 
-    shape4      'N,C,H,W' (or NxCxHxW) -> [4 ints]        pair       'P' or 'H,W' -> int or [2 ints]
+    shape4      'N,C,H,W' (or NxCxHxW; N,C,L for 1D, N,C,D,H,W for 3D) -> [3, 4 or 5 ints]
+    pair        'P', 'H,W' (or 'D,H,W' for 3D) -> int or [2 or 3 ints]
     padding     pair, or 'same' / 'valid'                 nbytes     '256M', '1GiB', '268435456' -> bytes
     op_name     one op, either spelling -> the short one  op_list    'forward,dgrad' -> ('forward', 'dgrad')
     positive    an int >= 1                               dtype_list 'float32,float16' -> dtype names
@@ -24,11 +25,11 @@ def _ints(text: str, count: tuple[int, ...], what: str) -> list[int]:
 
 
 def shape4(text: str) -> list[int]:
-    return _ints(text, (4,), "e.g. 16,3,227,227")
+    return _ints(text, (4, 3, 5), "e.g. 16,3,227,227; 1D N,C,L; 3D N,C,D,H,W")
 
 
 def pair(text: str) -> int | list[int]:
-    values = _ints(text, (1, 2), "one int or h,w")
+    values = _ints(text, (1, 2, 3), "one int, h,w or d,h,w")
     return values[0] if len(values) == 1 else values
 
 

@@ -23,7 +23,7 @@ DEMO_SHAPES = {"simulator": {"x": [1, 16, 4, 4], "w": [16, 16, 3, 1], "padding":
 def _shape_spec(args: argparse.Namespace) -> dict[str, Any]:
     spec = {"x": args.x, "w": args.w, "stride": args.stride, "padding": args.padding,
             "dilation": args.dilation, "groups": args.groups, "bias": args.bias, "dtype": args.dtype,
-            "kind": "conv_transpose2d" if args.transpose else "conv2d"}
+            "kind": f"conv_transpose{len(args.x) - 2}d" if args.transpose else f"conv{len(args.x) - 2}d"}
     if args.output_padding is not None:
         spec["output_padding"] = args.output_padding
     return spec
@@ -177,9 +177,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if op == "transpose":
         args.transpose, op = True, "dgrad"
     entry = single_shape_suite(_shape_spec(args)).entries[0]
-    if entry.kind == "conv_transpose2d" and op not in (None, "dgrad"):
-        raise UsageError("a conv_transpose2d shape is a dgrad problem; drop --op or use --op dgrad")
-    wanted = "dgrad" if entry.kind == "conv_transpose2d" else (op or "forward")
+    if entry.kind.startswith("conv_transpose") and op not in (None, "dgrad"):
+        raise UsageError(f"a {entry.kind} shape is a dgrad problem; drop --op or use --op dgrad")
+    wanted = "dgrad" if entry.kind.startswith("conv_transpose") else (op or "forward")
     problem = next(p for p in entry.problems if p.op == wanted)
     explanation = explain(problem, algorithm=args.algorithm, workspace_limit=args.workspace_limit,
                           target=getattr(args, "target", None))

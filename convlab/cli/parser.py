@@ -4,8 +4,8 @@
 Subcommands (demo, list, explain, bench, plot, tune, check) live in :mod:`convlab.cli.commands`,
 ``compile`` in :mod:`convlab.cli.compile_cmd`. Exit status:
 0 success, 1 a check or command failed, 2 bad arguments (argparse's convention: the message, no
-traceback; ``--debug`` shows the traceback instead). ``--debug`` and ``--deterministic`` may be given
-before or after the subcommand.
+traceback; ``--debug`` shows the traceback instead). ``--debug``, ``--deterministic`` and
+``--tune-mode`` may be given before or after the subcommand.
 """
 from __future__ import annotations
 
@@ -22,12 +22,14 @@ from .commands import cmd_bench, cmd_check, cmd_demo, cmd_explain, cmd_list, cmd
 def _add_shape(p: argparse.ArgumentParser, required: bool) -> None:
     g = p.add_argument_group("one shape (PyTorch conventions)")
     g.add_argument("--x", type=shape4, required=required, metavar="N,C,H,W",
-                   help="input shape (for --transpose: the conv_transpose2d input N,C_in,H,W)")
+                   help="input shape (for --transpose: the conv_transpose2d input N,C_in,H,W); N,C,L is a "
+                        "conv1d, N,C,D,H,W a conv3d")
     g.add_argument("--w", type=shape4, required=required, metavar="K,C,R,S",
-                   help="weight shape K,C/groups,R,S (for --transpose: C_in,C_out/groups,R,S)")
-    g.add_argument("--stride", type=pair, default=1, metavar="S|SH,SW")
-    g.add_argument("--padding", type=padding, default=0, metavar="P|PH,PW|same|valid")
-    g.add_argument("--dilation", type=pair, default=1, metavar="D|DH,DW")
+                   help="weight shape K,C/groups,R,S (for --transpose: C_in,C_out/groups,R,S); K,C,S for "
+                        "1D, K,C,T,R,S for 3D")
+    g.add_argument("--stride", type=pair, default=1, metavar="S|SH,SW|SD,SH,SW")
+    g.add_argument("--padding", type=padding, default=0, metavar="P|PH,PW|PD,PH,PW|same|valid")
+    g.add_argument("--dilation", type=pair, default=1, metavar="D|DH,DW|DD,DH,DW")
     g.add_argument("--groups", type=int, default=1)
     g.add_argument("--bias", action="store_true", help="with a bias operand (forward / transpose)")
     g.add_argument("--dtype", choices=("float32", "float64"), default="float32")
@@ -93,6 +95,12 @@ def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
     p.add_argument("--deterministic", action="store_true", default=default(False),
                    help="deterministic mode: exclude plugins whose results may vary bit-wise between runs "
                         "(as convlab.set_deterministic(True) or CONVLAB_DETERMINISTIC=1)")
+    from convlab.runtime.settings import TUNE_MODES
+
+    p.add_argument("--tune-mode", choices=TUNE_MODES, default=default(None), metavar="MODE",
+                   help=f"how algorithm='auto' decides, one of {', '.join(TUNE_MODES)}: the cost model's "
+                        "pick with nothing timed, its best candidates timed, or every one timed (as "
+                        "convlab.autotune.set_mode or CONVLAB_TUNE_MODE; default: heuristic)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,8 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tune", help="pre-tune a suite into the autotuner's cache",
                        description="Tune every problem of the suites (or one shape) into the autotuner's "
-                       "cache file, so that later runs answer from the cache. On the simulator the "
-                       "autotuner picks by declared priority and caches nothing.")
+                       "cache file, so that later runs answer from the cache, in the tuning mode in force "
+                       "(--tune-mode tune or exhaustive times candidates; heuristic, the default, stores "
+                       "the cost model's picks). On the simulator the autotuner picks by declared priority "
+                       "and caches nothing.")
     _bench_args(p, OPS)
     p.add_argument("--retune", action="store_true", help="tune again even where the cache answers")
     p.add_argument("--clear-cache", action="store_true", help="delete this device's cache first")
@@ -212,6 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     previous = settings.set_deterministic(True) if args.deterministic else None
+    previous_mode = settings.set_tune_mode(args.tune_mode) if args.tune_mode else None
     try:
         return args.func(args)
     except (ValueError, TypeError) as exc:
@@ -229,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             settings.set_deterministic(previous)
+        if previous_mode is not None:
+            settings.set_tune_mode(previous_mode)
 
 
 if __name__ == "__main__":

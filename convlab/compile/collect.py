@@ -46,10 +46,13 @@ def kernel_id(dispatcher: Any, argtypes: tuple) -> str:
 
 
 def _operand(shape: tuple[int, ...], dtype: Any, layout: str) -> Any:
-    """An offline array of ``shape``; a 4-D one in channels-last memory for "nhwc"."""
+    """An offline array of ``shape``; a 4-D (5-D) one in channels-last (-3d) memory for "nhwc"."""
     if layout == "nhwc" and len(shape) == 4:
         n, c, h, w = shape
         return runtime.empty((n, h, w, c), dtype).transpose(0, 3, 1, 2)
+    if layout == "nhwc" and len(shape) == 5:
+        n, c, d, h, w = shape
+        return runtime.empty((n, d, h, w, c), dtype).transpose(0, 4, 1, 2, 3)
     return runtime.empty(shape, dtype)
 
 

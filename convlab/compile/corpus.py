@@ -52,6 +52,8 @@ class Case:
         geo = (f"x{'x'.join(map(str, pr.x_shape))}_w{'x'.join(map(str, pr.w_shape))}_o{pr.p}x{pr.q}"
                f"_s{pr.stride[0]}x{pr.stride[1]}_p{pr.padding[0]}x{pr.padding[1]}"
                f"_d{pr.dilation[0]}x{pr.dilation[1]}_g{pr.groups}{'_bias' if pr.bias else ''}")
+        if pr.ndim == 3:  # a 2D case's id names no depth
+            geo += f"_3d_o{pr.do}_s{pr.stride_d}_p{pr.padding_d}_d{pr.dilation_d}"
         return (f"{self.plugin}/{pr.op}/{pr.dtype}/{self.precision}/{'-'.join(self.layouts)}/{geo}/"
                 f"{self.config.name}")
 

@@ -1,12 +1,14 @@
 """Validation of the public ops' arguments: each op's arguments become one canonical
 :class:`~convlab.problem.Problem` (or a ``ValueError`` / ``TypeError`` naming the argument and what was
-expected), before anything is copied or launched. Arrays need only ``shape`` and ``dtype`` here.
+expected), before anything is copied or launched. Arrays need only ``shape`` and ``dtype`` here. Every
+builder takes ``nd``, the op's spatial dimensions (1, 2 or 3: conv1d / conv2d / conv3d and their
+transposes and gradients), and checks each array's rank and each tuple's length against it.
 
-    conv2d                  forward_problem(x, weight, bias, stride, padding, dilation, groups)
-    conv2d_backward_data    dgrad_problem(grad_out, weight, input_shape, ...)
-    conv2d_backward_weight  wgrad_problem(x, grad_out, weight_shape, ...)
-    conv_transpose2d        transpose_problem(x, weight, bias, stride, padding, output_padding, groups,
-                            dilation): the dgrad problem of the forward conv mapping y's shape to x's
+    conv{N}d                  forward_problem(x, weight, bias, stride, padding, dilation, groups, nd)
+    conv{N}d_backward_data    dgrad_problem(grad_out, weight, input_shape, ..., nd)
+    conv{N}d_backward_weight  wgrad_problem(x, grad_out, weight_shape, ..., nd)
+    conv_transpose{N}d        transpose_problem(x, weight, bias, stride, padding, output_padding, groups,
+                              dilation, nd): the dgrad problem of the forward conv mapping y's shape to x's
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import numpy as np
 from convlab import runtime
 from convlab.call import operands
 from convlab.runtime import context
-from convlab.problem import DTYPES, Problem, as_pair, dtype_name, make_problem, np_dtype, public_op
+from convlab.problem import (DTYPES, ND_OP_NAMES, Problem, as_tuple, dtype_name, make_problem_nd, np_dtype,
+                             op_ndim, public_op, short_op)
 from convlab.reference import transpose_output_size
 
 #: accepted operand dtypes (names; bfloat16 is ``ml_dtypes.bfloat16`` or torch.bfloat16)
@@ -26,14 +29,24 @@ _DTYPES = DTYPES
 
 
 # ---- argument checking ----------------------------------------------------------------------------
-def array_spec(obj: Any, name: str, ndim: int) -> tuple[tuple[int, ...], np.dtype]:
-    """(shape, dtype) of an array argument, checking rank and dtype."""
+#: the layout of an N-d activation, by rank: what an error about a tensor's rank names
+_FORMS = {3: "(N, C, L)", 4: "(N, C, H, W)", 5: "(N, C, D, H, W)"}
+_AXES = {1: ("length",), 2: ("height", "width"), 3: ("depth", "height", "width")}
+
+
+def array_spec(obj: Any, name: str, ndim: int, op: str | None = None) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of an array argument, checking rank and dtype; with ``op`` (a public op name) a
+    rank of another convolution's (3, 4 or 5) names the op that takes it."""
     if obj is None or not hasattr(obj, "shape") or not hasattr(obj, "dtype"):
         raise TypeError(f"{name} must be an array (numpy, Numba device array or CUDA array interface), "
                         f"got {type(obj).__name__}")
     shape = tuple(int(s) for s in obj.shape)
     if len(shape) != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {shape}")
+        hint = ""
+        if op is not None and len(shape) in _FORMS and ndim in _FORMS:
+            other = op.replace(f"{ndim - 2}d", f"{len(shape) - 2}d")
+            hint = f"; {op} takes {ndim}-D operands {_FORMS[ndim]}: use {other} for {len(shape)}-D ones"
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {shape}{hint}")
     kind = dtype_name(obj.dtype)
     if kind not in _DTYPES:
         raise TypeError(f"{name} must be one of {', '.join(_DTYPES)}, got dtype {obj.dtype}")
@@ -49,17 +62,17 @@ def _same_dtype(**arrays: tuple[tuple[int, ...], np.dtype] | None) -> str:
     return str(first)
 
 
-def _shape_arg(value: Any, name: str) -> tuple[int, int, int, int]:
+def _shape_arg(value: Any, name: str, length: int = 4) -> tuple[int, ...]:
     try:
         shape = tuple(value)
     except TypeError:
-        raise TypeError(f"{name} must be a sequence of 4 ints, got {value!r}") from None
-    if len(shape) != 4 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-                                  for v in shape):
-        raise TypeError(f"{name} must be a sequence of 4 ints, got {value!r}")
+        raise TypeError(f"{name} must be a sequence of {length} ints, got {value!r}") from None
+    if len(shape) != length or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                                       for v in shape):
+        raise TypeError(f"{name} must be a sequence of {length} ints, got {value!r}")
     if min(shape) < 0:
         raise ValueError(f"{name} must not have negative sizes, got {shape}")
-    return tuple(int(v) for v in shape)  # type: ignore[return-value]
+    return tuple(int(v) for v in shape)
 
 
 def _check_bias(bias: Any, channels: int):
@@ -71,44 +84,51 @@ def _check_bias(bias: Any, channels: int):
     return spec
 
 
-def _padding_arg(padding: Any, op: str, r: int, s: int, stride: Any, dilation: Any) -> Any:
+def _padding_arg(padding: Any, op: str, kernel: tuple[int, ...], stride: Any, dilation: Any) -> Any:
     """PyTorch's string paddings: ``"valid"`` is 0; ``"same"`` (stride 1 only) pads ``dilation * (k - 1)``
     in total per axis, which must be even here (convlab pads symmetrically; PyTorch puts an odd total's
     extra row/column at the bottom/right). Non-strings pass through unchanged."""
     if not isinstance(padding, str):
         return padding
-    if op == "conv_transpose2d":
-        raise ValueError(f"conv_transpose2d takes padding as an int or a pair (PyTorch refuses string "
-                         f"padding there too), got padding={padding!r}")
+    nd = len(kernel)
+    if op.startswith("conv_transpose"):
+        raise ValueError(f"{op} takes padding as an int or a {'pair' if nd == 2 else f'{nd}-tuple'} "
+                         f"(PyTorch refuses string padding there too), got padding={padding!r}")
     if padding == "valid":
         return 0
     if padding != "same":
-        raise ValueError(f"padding must be an int, a pair of ints, 'same' or 'valid', got {padding!r}")
-    if as_pair(stride, "stride", minimum=1) != (1, 1):
+        form = "a pair of ints" if nd == 2 else f"a tuple of {nd} ints"
+        raise ValueError(f"padding must be an int, {form}, 'same' or 'valid', got {padding!r}")
+    if as_tuple(stride, "stride", length=nd, minimum=1) != (1,) * nd:
         raise ValueError(f"padding='same' needs stride=1 (as in PyTorch), got stride={stride!r}")
-    dl = as_pair(dilation, "dilation", minimum=1)
-    totals = (dl[0] * (r - 1), dl[1] * (s - 1))
-    for axis, total in zip(("height", "width"), totals):
+    dl = as_tuple(dilation, "dilation", length=nd, minimum=1)
+    totals = tuple(d * (k - 1) for d, k in zip(dl, kernel))
+    for axis, total in zip(_AXES[nd], totals):
         if total % 2:
-            raise ValueError(f"padding='same' with a {r}x{s} kernel and dilation {dl} pads {total} in total "
-                             f"along the {axis}, an odd total: PyTorch puts the extra one at the "
-                             f"bottom/right, but convlab pads symmetrically only; pad the input yourself "
-                             f"(numpy.pad) and pass an int padding")
-    return (totals[0] // 2, totals[1] // 2)
+            raise ValueError(f"padding='same' with a {'x'.join(map(str, kernel))} kernel and dilation {dl} "
+                             f"pads {total} in total along the {axis}, an odd total: PyTorch puts the "
+                             f"extra one at the bottom/right, but convlab pads symmetrically only; pad the "
+                             f"input yourself (numpy.pad) and pass an int padding")
+    return tuple(t // 2 for t in totals)
 
 
-def forward_problem(x, w, bias, stride, padding, dilation, groups) -> Problem:
-    xs, ws = array_spec(x, "x", 4), array_spec(w, "weight", 4)
-    (n, c, h, wd), (k, cg, r, s) = xs[0], ws[0]
+def _op(kind: str, nd: int) -> str:
+    return ND_OP_NAMES[nd][kind]
+
+
+def forward_problem(x, w, bias, stride, padding, dilation, groups, nd: int = 2) -> Problem:
+    op = _op("forward", nd)
+    xs, ws = array_spec(x, "x", nd + 2, op), array_spec(w, "weight", nd + 2, op)
+    (n, c, *spatial), (k, cg, *kernel) = xs[0], ws[0]
     bs = _check_bias(bias, k)
     dtype = _same_dtype(x=xs, weight=ws, bias=bs)
     _check_groups(groups, c, "x", k)
     if cg * groups != c:
         raise ValueError(f"channel mismatch: x has C={c} channels but weight {ws[0]} expects "
                          f"C/groups * groups = {cg} * {groups} = {cg * groups}")
-    padding = _padding_arg(padding, "conv2d", r, s, stride, dilation)
-    return make_problem("forward", n, c, h, wd, k, r, s, stride=stride, padding=padding,
-                        dilation=dilation, groups=groups, dtype=dtype, bias=bias is not None)
+    padding = _padding_arg(padding, op, tuple(kernel), stride, dilation)
+    return make_problem_nd("forward", n, c, spatial, k, kernel, stride=stride, padding=padding,
+                           dilation=dilation, groups=groups, dtype=dtype, bias=bias is not None)
 
 
 def _check_groups_value(groups: Any) -> None:
@@ -126,17 +146,19 @@ def _check_groups(groups: Any, c: int, c_name: str, k: int) -> None:
         raise ValueError(f"output channels K={k} must be divisible by groups={groups}")
 
 
-def dgrad_problem(grad_out, w, input_shape, stride, padding, dilation, groups) -> Problem:
-    gs, ws = array_spec(grad_out, "grad_out", 4), array_spec(w, "weight", 4)
+def dgrad_problem(grad_out, w, input_shape, stride, padding, dilation, groups, nd: int = 2) -> Problem:
+    op = _op("dgrad", nd)
+    gs, ws = array_spec(grad_out, "grad_out", nd + 2, op), array_spec(w, "weight", nd + 2, op)
     dtype = _same_dtype(grad_out=gs, weight=ws)
-    return _backward_problem("dgrad", _shape_arg(input_shape, "input_shape"), "input_shape", ws[0],
+    return _backward_problem("dgrad", _shape_arg(input_shape, "input_shape", nd + 2), "input_shape", ws[0],
                              "weight", gs[0], dtype, stride, padding, dilation, groups)
 
 
-def wgrad_problem(x, grad_out, weight_shape, stride, padding, dilation, groups) -> Problem:
-    xs, gs = array_spec(x, "x", 4), array_spec(grad_out, "grad_out", 4)
+def wgrad_problem(x, grad_out, weight_shape, stride, padding, dilation, groups, nd: int = 2) -> Problem:
+    op = _op("wgrad", nd)
+    xs, gs = array_spec(x, "x", nd + 2, op), array_spec(grad_out, "grad_out", nd + 2, op)
     dtype = _same_dtype(x=xs, grad_out=gs)
-    return _backward_problem("wgrad", xs[0], "x", _shape_arg(weight_shape, "weight_shape"),
+    return _backward_problem("wgrad", xs[0], "x", _shape_arg(weight_shape, "weight_shape", nd + 2),
                              "weight_shape", gs[0], dtype, stride, padding, dilation, groups)
 
 
@@ -144,7 +166,7 @@ def _backward_problem(op: str, x_dims: tuple, x_name: str, w_dims: tuple, w_name
                       dtype: str, stride, padding, dilation, groups) -> Problem:
     """The dgrad or wgrad problem from the input's and the weight's shapes (an array's or a shape
     argument's, named ``x_name`` / ``w_name`` in errors), checked against grad_out's shape ``g_dims``."""
-    (n, c, h, wd), (k, cg, r, s), (gn, gk, gp, gq) = x_dims, w_dims, g_dims
+    (n, c, *spatial), (k, cg, *kernel), (gn, gk, *gout) = x_dims, w_dims, g_dims
     _check_groups(groups, c, x_name, k)
     if cg * groups != c:
         raise ValueError(f"channel mismatch: {x_name} has C={c} but {w_name} {tuple(w_dims)} expects "
@@ -152,41 +174,45 @@ def _backward_problem(op: str, x_dims: tuple, x_name: str, w_dims: tuple, w_name
     if (gn, gk) != (n, k):
         raise ValueError(f"grad_out {tuple(g_dims)} must have batch {n} ({x_name}) and K={k} channels "
                          f"({w_name})")
-    padding = _padding_arg(padding, public_op(op), r, s, stride, dilation)
-    prob = make_problem(op, n, c, h, wd, k, r, s, stride=stride, padding=padding, dilation=dilation,
-                        groups=groups, dtype=dtype)
-    if (gp, gq) != (prob.p, prob.q):
-        raise ValueError(f"grad_out spatial size {gp}x{gq} does not match the forward output "
-                         f"{prob.p}x{prob.q} of {x_name} {tuple(x_dims)} with these stride/padding/dilation")
+    padding = _padding_arg(padding, _op(op, len(spatial)), tuple(kernel), stride, dilation)
+    prob = make_problem_nd(op, n, c, spatial, k, kernel, stride=stride, padding=padding, dilation=dilation,
+                           groups=groups, dtype=dtype)
+    if tuple(gout) != prob.spatial_out:
+        size = "x".join
+        raise ValueError(f"grad_out spatial size {size(map(str, gout))} does not match the forward output "
+                         f"{size(map(str, prob.spatial_out))} of {x_name} {tuple(x_dims)} with these "
+                         f"stride/padding/dilation")
     return prob
 
 
-def transpose_problem(x, w, bias, stride, padding, output_padding, groups, dilation) -> Problem:
-    xs, ws = array_spec(x, "x", 4), array_spec(w, "weight", 4)
-    (n, cin, hin, win), (wk, cout_g, r, s) = xs[0], ws[0]
+def transpose_problem(x, w, bias, stride, padding, output_padding, groups, dilation, nd: int = 2) -> Problem:
+    name = _op("transpose", nd)
+    xs, ws = array_spec(x, "x", nd + 2, name), array_spec(w, "weight", nd + 2, name)
+    (n, cin, *spatial), (wk, cout_g, *kernel) = xs[0], ws[0]
     _check_groups_value(groups)  # needed before C_out = (C_out / groups) * groups
     if wk != cin:
         raise ValueError(f"channel mismatch: x has {cin} channels but weight {ws[0]} has "
-                         f"{wk} input channels (weight is (C_in, C_out/groups, R, S))")
+                         f"{wk} input channels (weight is (C_in, C_out/groups, *kernel))")
     cout = cout_g * groups
     bs = _check_bias(bias, cout)
     dtype = _same_dtype(x=xs, weight=ws, bias=bs)
     _check_groups(groups, cout, "the output", cin)
-    st = as_pair(stride, "stride", minimum=1)
-    pd = as_pair(_padding_arg(padding, "conv_transpose2d", r, s, stride, dilation), "padding", minimum=0)
-    dl = as_pair(dilation, "dilation", minimum=1)
-    op = as_pair(output_padding, "output_padding", minimum=0)
-    for axis in range(2):
+    st = as_tuple(stride, "stride", length=nd, minimum=1)
+    pd = as_tuple(_padding_arg(padding, name, tuple(kernel), stride, dilation), "padding", length=nd,
+                  minimum=0)
+    dl = as_tuple(dilation, "dilation", length=nd, minimum=1)
+    op = as_tuple(output_padding, "output_padding", length=nd, minimum=0)
+    for axis in range(nd):
         if op[axis] >= st[axis] and op[axis] >= dl[axis]:
             raise ValueError(f"output_padding {op} must be smaller than either stride {st} or "
                              f"dilation {dl} on each axis")
-    hout = transpose_output_size(hin, r, st[0], pd[0], op[0], dl[0])
-    wout = transpose_output_size(win, s, st[1], pd[1], op[1], dl[1])
-    if hout < 1 or wout < 1:
-        raise ValueError(f"the conv_transpose2d output would be empty ({hout}x{wout}): input "
-                         f"{hin}x{win}, kernel {r}x{s}, stride {st}, padding {pd}, dilation {dl}")
-    return make_problem("dgrad", n, cout, hout, wout, cin, r, s, p=hin, q=win, stride=st, padding=pd,
-                        dilation=dl, groups=groups, dtype=dtype, bias=bias is not None)
+    outs = tuple(transpose_output_size(*args) for args in zip(spatial, kernel, st, pd, op, dl))
+    if min(outs) < 1:
+        raise ValueError(f"the {name} output would be empty ({'x'.join(map(str, outs))}): input "
+                         f"{'x'.join(map(str, spatial))}, kernel {'x'.join(map(str, kernel))}, stride {st}, "
+                         f"padding {pd}, dilation {dl}")
+    return make_problem_nd("dgrad", n, cout, outs, cin, kernel, spatial, stride=st, padding=pd,
+                           dilation=dl, groups=groups, dtype=dtype, bias=bias is not None)
 
 
 # ---- out= aliasing and sizes (checked by the ops before anything is allocated or launched) ---------
@@ -252,36 +278,36 @@ def check_fits(op: str, prob: Problem) -> None:
     total = sum(math.prod(s) for s in shapes) * prob.itemsize
     if out_bytes <= budget and total <= budget:
         return
-    pd, st = prob.padding, prob.stride
-    culprit = {"conv2d": f"padding={pd[0] if pd[0] == pd[1] else pd}" if max(pd) else
-               f"x {prob.x_shape}",
-               "conv2d_backward_data": f"input_shape={prob.x_shape}",
-               "conv2d_backward_weight": f"weight_shape={prob.w_shape}" if max(pd) == 0 else
-               f"padding={pd[0] if pd[0] == pd[1] else pd} with weight_shape={prob.w_shape}",
-               "conv_transpose2d": f"stride={st[0] if st[0] == st[1] else st} on x {prob.y_shape}"}[op]
+    nd = op_ndim(op)
+    pd, st = prob.paddings[-nd:], prob.strides[-nd:]  # a conv1d's problem is its 2D embedding
+    one = lambda v: v[0] if len(set(v)) == 1 else v  # noqa: E731
+    culprit = {"forward": f"padding={one(pd)}" if max(pd) else f"x {prob.x_shape}",
+               "dgrad": f"input_shape={prob.x_shape}",
+               "wgrad": f"weight_shape={prob.w_shape}" if max(pd) == 0 else
+               f"padding={one(pd)} with weight_shape={prob.w_shape}",
+               "transpose": f"stride={one(st)} on x {prob.y_shape}"}[short_op(op)]
     dims = "x".join(map(str, shapes[2]))
     what = (f"the output {dims} ({_gib(out_bytes)})" if out_bytes > budget else
             f"the operands ({_gib(total)} with the output {dims})")
     raise ValueError(f"{op}: {culprit} makes {what}, more than the {where} ({_gib(budget)})")
 
 
-_BUILDERS = {"conv2d": forward_problem, "conv2d_backward_data": dgrad_problem,
-             "conv2d_backward_weight": wgrad_problem, "conv_transpose2d": transpose_problem}
-_PARAMS = {"conv2d": ("x", "weight", "bias", "stride", "padding", "dilation", "groups"),
-           "conv2d_backward_data": ("grad_out", "weight", "input_shape", "stride", "padding",
-                                    "dilation", "groups"),
-           "conv2d_backward_weight": ("x", "grad_out", "weight_shape", "stride", "padding", "dilation",
-                                      "groups"),
-           "conv_transpose2d": ("x", "weight", "bias", "stride", "padding", "output_padding", "groups",
-                                "dilation")}
+_BUILDERS = {"forward": forward_problem, "dgrad": dgrad_problem, "wgrad": wgrad_problem,
+             "transpose": transpose_problem}
+_PARAMS = {"forward": ("x", "weight", "bias", "stride", "padding", "dilation", "groups"),
+           "dgrad": ("grad_out", "weight", "input_shape", "stride", "padding", "dilation", "groups"),
+           "wgrad": ("x", "grad_out", "weight_shape", "stride", "padding", "dilation", "groups"),
+           "transpose": ("x", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation")}
 _DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1, "output_padding": 0}
 
 
 def problem_for(op: str, *args: Any, **kwargs: Any) -> Problem:
     """The canonical Problem of a call ``op(*args, **kwargs)``; arrays need only ``shape``/``dtype``.
-    ``op``: a public op name or its short form (forward, dgrad, wgrad, transpose)."""
+    ``op``: a public op name of any N (conv1d, conv_transpose3d, ...) or a 2D op's short form (forward,
+    dgrad, wgrad, transpose). A conv1d's Problem has ``ndim=1`` (the ops run its ``lowered()`` form)."""
     op = public_op(op)
-    names = _PARAMS[op]
+    kind, nd = short_op(op), op_ndim(op)
+    names = _PARAMS[kind]
     if len(args) > len(names):
         raise TypeError(f"{op} takes at most {len(names)} positional arguments")
     values = dict(_DEFAULTS)
@@ -293,4 +319,4 @@ def problem_for(op: str, *args: Any, **kwargs: Any) -> Problem:
     missing = [n for n in names if n not in values]
     if missing:
         raise TypeError(f"{op} is missing argument(s) {missing}")
-    return _BUILDERS[op](*(values[n] for n in names))
+    return _BUILDERS[kind](*(values[n] for n in names), nd=nd)

@@ -169,7 +169,7 @@ def _execute(prob: Problem, inputs: dict[str, operands.Operand], bias: operands.
     named = {**inputs, "bias": bias, "out": out}
     given = out.value
     if given is not None:
-        oshape, odtype = array_spec(given, "out", 4)
+        oshape, odtype = array_spec(given, "out", len(out_shape))
         if oshape != out_shape or str(odtype) != prob.dtype:
             raise ValueError(f"out must have shape {out_shape} and dtype {prob.dtype}, "
                              f"got {oshape} {odtype}")
@@ -259,26 +259,6 @@ def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0,
                                             dilation),
                  {"x": x, "weight": weight}, bias, out, (stride, padding, output_padding, groups, dilation),
                  algorithm, workspace_limit, stream)
-
-
-def call_problem(problem: Problem, a: Any, b: Any, bias: Any = None, *, transpose: bool = False,
-                 **kw: Any) -> Any:
-    """Run ``problem`` on operands ``a``, ``b`` (and ``bias``) through the public op that builds it, with
-    the op's keyword arguments ``kw`` (``algorithm=``, ``out=``, ...): conv2d (forward),
-    conv2d_backward_weight (wgrad), conv2d_backward_data (dgrad), or conv_transpose2d for a dgrad with
-    a bias, of a transpose entry (``transpose``), or whose dx is larger than the forward formula of dy
-    allows, with the output padding that gives dx's size."""
-    pr = problem
-    conv = (pr.stride, pr.padding, pr.dilation, pr.groups)
-    if pr.op == "forward":
-        return conv2d(a, b, bias, *conv, **kw)
-    if pr.op == "wgrad":
-        return conv2d_backward_weight(a, b, pr.w_shape, *conv, **kw)
-    extra = tuple(size - ((o - 1) * st - 2 * pad + d * (k - 1) + 1) for size, o, st, pad, d, k in
-                  zip((pr.h, pr.w), (pr.p, pr.q), pr.stride, pr.padding, pr.dilation, (pr.r, pr.s)))
-    if bias is None and not transpose and all(0 <= e < st for e, st in zip(extra, pr.stride)):
-        return conv2d_backward_data(a, b, pr.x_shape, *conv, **kw)
-    return conv_transpose2d(a, b, bias, pr.stride, pr.padding, extra, pr.groups, pr.dilation, **kw)
 
 
 def explain(*args: Any, op: str = "conv2d", algorithm: Any = "auto",

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convlab import autotune
+from convlab.autotune.ranking import rank
 from convlab.problem import Problem
 from convlab.runtime.targets import Target, current as current_target
 
@@ -24,6 +25,7 @@ class PluginRow:
     workspace_bytes: int | None
     median_ms: float | None = None
     check: str = ""
+    estimate_ms: float | None = None  # the cost model's lowest estimate among its configs
 
 
 @dataclass
@@ -36,6 +38,7 @@ class Explanation:
     notes: list[str] = field(default_factory=list)
     tuning: Any = None  # the autotuner's TuneResult (algorithm="auto"): every candidate's median, check
     target: Target | None = None  # the machine the verdicts are for
+    estimates: dict[str, float] = field(default_factory=dict)  # the cost model's ms per candidate label
 
     def __str__(self) -> str:
         lines = [f"problem: {self.problem.describe()}"]
@@ -51,25 +54,41 @@ class Explanation:
             extra = ""
             if r.eligible and r.workspace_bytes:
                 extra += f"  workspace {r.workspace_bytes / 2**20:.2f} MiB"
+            if r.estimate_ms is not None:
+                extra += f"  est {r.estimate_ms:.4g} ms"
             if r.median_ms is not None:
                 extra += f"  median {r.median_ms:.4g} ms"
             if r.check:
                 extra += f"  check {r.check}"
             lines.append(f" {mark} {r.name:<{width}}  prio {r.priority:>3}  {status}{extra}")
-        if self.tuning is not None and self.tuning.candidates:
-            lines.append("candidates (median, check):")
-            won = self.tuning.winner_label
-            cwidth = max(len(c.label) for c in self.tuning.candidates)
-            for c in self.tuning.candidates:
-                med = "-" if c.median_ms is None else f"{c.median_ms:.4g} ms"
-                drop = " (dropped early)" if c.dropped_early else ""
-                lines.append(f" {'*' if c.label == won else ' '} {c.label:<{cwidth}}  {med:>12}  "
-                             f"{c.verdict}{drop}")
-        origin = {"cache": "from the cache", "tuned": "tuned now", "priority": "by declared priority"}
+        lines += self._candidate_lines()
+        origin = {"cache": "from the cache", "tuned": "tuned now", "priority": "by declared priority",
+                  "heuristic": "by the cost model, nothing timed"}
         lines.append(f"picked: {self.chosen}[{self.chosen_config}] "
                      f"({origin.get(self.source, self.source)})")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+    def _candidate_lines(self) -> list[str]:
+        """Every candidate: the cost model's estimate beside its measured median, where there are."""
+        est = self.estimates
+        if self.tuning is not None and self.tuning.candidates:
+            won = self.tuning.winner_label
+            rows = [(c.label, c.median_ms, f"{c.verdict}{' (dropped early)' if c.dropped_early else ''}")
+                    for c in self.tuning.candidates]
+        elif est:
+            won = f"{self.chosen}[{self.chosen_config}]"
+            rows = [(label, None, "not timed") for label in sorted(est, key=est.get)]
+        else:
+            return []
+        lines = ["candidates (" + ("estimate, " if est else "") + "median, check):"]
+        width = max(len(r[0]) for r in rows)
+        for label, med, verdict in rows:
+            guess = (f"{'est ' + format(est[label], '.4g') + ' ms' if label in est else '-':>16}  "
+                     if est else "")
+            med_text = "-" if med is None else f"{med:.4g} ms"
+            lines.append(f" {'*' if label == won else ' '} {label:<{width}}  {guess}{med_text:>12}  {verdict}")
+        return lines
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython display
         p.text(str(self))
@@ -95,26 +114,43 @@ def plugin_rows(prob: Problem, workspace_limit: int, target: Target | None = Non
 
 def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: int,
                     target: Target | str | None = None) -> Explanation:
-    """The rows, the pick and how it was made. On a ``target`` other than the current one (e.g. a named
-    GPU target on a machine without one) nothing is timed: the pick under "auto" is by priority."""
-    from convlab.runtime.settings import get_float32_precision
+    """The rows, the pick and how it was made, with the cost model's estimates. On a ``target`` other
+    than the current one (e.g. a named GPU target on a machine without one) nothing is timed: the pick
+    under "auto" is by priority, or the cost model's in mode "heuristic"."""
+    from convlab.runtime.settings import get_float32_precision, get_tune_mode
     from convlab.runtime.targets import get as get_target
 
     here = current_target()
     target = here if target is None else get_target(target)
-    rows = plugin_rows(prob, workspace_limit, target)
     notes: list[str] = []
+    if prob.ndim == 1:  # the ops run a conv1d as its 2D embedding (convlab.ops.conv_nd)
+        notes.append(f"1D problem {prob.describe()} runs as its 2D embedding (H = R = P = 1, operands "
+                     f"viewed with a unit height) on the 2D plugins")
+        prob = prob.lowered()
+    rows = plugin_rows(prob, workspace_limit, target)
     if prob.dtype == "float32":  # TF32 plugins are candidates only under "high"
         notes.append(f"float32 precision: {get_float32_precision()}")
-    tuning = None
+    tuning, estimates = None, {}
+    if isinstance(algorithm, str) and algorithm == "auto":
+        notes.append(autotune.modes.describe(get_tune_mode()))
     try:
         if target != here:
             cand = (strategy.by_priority(prob, workspace_limit, target) if algorithm == "auto" else
                     strategy.resolve(prob, algorithm, workspace_limit, target))
             source = "priority" if algorithm == "auto" else "forced"
             notes.append(f"target {target.name} is not this machine's ({here.name}): nothing was timed")
+            ranked = _ranking(prob, workspace_limit, target)
+            estimates = ranked.estimates
+            if algorithm == "auto" and ranked.by_model:  # what mode "heuristic" would run there
+                if get_tune_mode() == "heuristic":
+                    cand, source = ranked.order[0], "heuristic"
+                    notes.append(f"the pick is the lowest estimate of the {ranked.how}")
+                else:
+                    notes.append(f"mode 'heuristic' would pick {ranked.order[0].label} (the lowest "
+                                 f"estimate of the {ranked.how})")
         elif isinstance(algorithm, str) and algorithm == "auto":
             tuning = autotune.tune(prob, workspace_limit=workspace_limit)
+            estimates = dict(tuning.estimates)
             _fill_rows(rows, tuning)
             if tuning.winner is None:
                 raise RuntimeError(f"no candidate ran correctly: {tuning.reason}")
@@ -128,7 +164,24 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
     except (ValueError, RuntimeError) as exc:
         chosen, cfg, source = None, None, "none"
         notes.append(str(exc))
-    return Explanation(prob, rows, chosen, cfg, source, notes, tuning, target)
+    _fill_estimates(rows, estimates)
+    return Explanation(prob, rows, chosen, cfg, source, notes, tuning, target, estimates)
+
+
+def _ranking(prob: Problem, workspace_limit: int, target: Target) -> Any:
+    """The cost model's order of the candidates on ``target`` (empty estimates without a model)."""
+    from convlab.runtime.settings import get_deterministic, get_tune_configs
+
+    cands = registry.candidates(prob, workspace_limit, per_plugin=get_tune_configs(), target=target)
+    cands = [c for c in cands if c.plugin.deterministic or not get_deterministic()]
+    return rank(prob, cands, workspace_limit, target)
+
+
+def _fill_estimates(rows: list[PluginRow], estimates: dict[str, float]) -> None:
+    """Per plugin: the lowest estimate among its candidates."""
+    for row in rows:
+        mine = [ms for label, ms in estimates.items() if label.split("[", 1)[0] == row.name]
+        row.estimate_ms = min(mine) if mine else None
 
 
 def _fill_rows(rows: list[PluginRow], tuning: Any) -> None:

@@ -9,6 +9,8 @@ answers these questions about a :class:`~convlab.problem.Problem`:
     run(problem, config, a, b, bias, out, workspace_limit)       write ``out`` (see problem.py for a, b, out)
     compute_eps(dtype)                              -> float     unit roundoff of my arithmetic (tolerances)
     sample_problems(op)                             -> [Problem] problems I accept, for the conformance suite
+    cost_hints(problem, config, target)             -> dict      optional: what the autotuner's cost model
+                                                                 should know (default {}: its generic view)
 
 ``target`` (a :class:`convlab.runtime.targets.Target`) is the machine the kernels are meant for: its compute
 capability, SM count, shared-memory and register limits and features (``target.simulator`` for the
@@ -25,7 +27,10 @@ kernels are specialised on the layer's sizes, so every new shape compiles: the c
 quarter of the profile's examples for it on a GPU, where each compile costs seconds), ``layouts`` (the
 memory layouts of the 4-D operands ``run`` takes: ``"nchw"``, C-contiguous; ``"nhwc"``, channels-last
 strides, handed over as they are, and checked by ``check_channels_last_operands``; a plugin without it
-gets NCHW copies: convlab.kernels.data.layouts). ``tensor_core`` takes ``"nhwc"``.
+gets NCHW copies: convlab.kernels.data.layouts). ``tensor_core`` takes ``"nhwc"``. ``ndims`` (default
+``(2,)``): the spatial dimensions N its kernels take; :meth:`Algorithm.applicable` declines the others,
+naming N. 1D problems reach a plugin as their 2D embedding (``Problem.lowered()``: H = 1), so a 2D
+plugin runs every conv1d; a plugin claims 3 only when its ``run`` takes 5-D operands (NCDHW, KCTRS).
 """
 from __future__ import annotations
 
@@ -143,6 +148,7 @@ class Algorithm:
     description: ClassVar[str] = ""
     compiles_per_shape: ClassVar[bool] = False
     layouts: ClassVar[frozenset[str]] = frozenset({"nchw"})
+    ndims: ClassVar[tuple[int, ...]] = (2,)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -180,6 +186,14 @@ class Algorithm:
         """Compute ``out`` from device arrays ``a``, ``b`` (and ``bias`` or None). See problem.py."""
         raise NotImplementedError
 
+    def cost_hints(self, problem: Problem, config: Config, target: Target) -> dict[str, Any]:
+        """Optional: entries that replace the cost model's generic view of this candidate (modes
+        "heuristic" and "tune" rank by it; convlab.autotune.features lists the keys): e.g. ``launches``
+        (kernels a call issues), ``aux_bytes`` (bytes of layout copies / scratch written and read),
+        ``flops`` (executed, padding included), ``blocks`` / ``threads`` (the main kernel's grid),
+        ``arith`` ("fp32", "tf32", "f16", ...), ``family`` (the efficiency group). Default: none."""
+        return {}
+
     # -- the full predicate -----------------------------------------------------------------------
     def applicable(self, problem: Problem, config: Config | None = None,
                    workspace_limit: int | None = None, target: Target | None = None) -> Verdict:
@@ -193,6 +207,10 @@ class Algorithm:
             return Verdict.no(f"implements {sorted(self.ops)}, not {problem.op}")
         if problem.dtype not in self.dtypes:
             return Verdict.no(f"supports dtypes {sorted(self.dtypes)}, not {problem.dtype}")
+        if problem.ndim not in self.ndims:
+            lowered = " (a 1D problem runs as its 2D embedding: Problem.lowered())" if problem.ndim == 1 else ""
+            return Verdict.no(f"runs {'/'.join(f'{n}D' for n in self.ndims)} convolutions, not "
+                              f"{problem.ndim}D{lowered}")
         verdict = self.check(problem, target=target)
         if not verdict:
             return verdict

@@ -8,7 +8,9 @@
 | simulator thread budget: simulated threads per launch above which convlab warns | ``CONVLAB_SIM_THREAD_BUDGET`` (10000) | the variable |
 | float32 precision: ``"highest"`` (fp32-class: fp32 FMA, or the ``tf32x3`` plugin's 3xTF32) or ``"high"`` (TF32 tensor cores allowed for float32) | ``CONVLAB_FLOAT32_PRECISION`` (highest) | :func:`set_float32_precision`, :func:`float32_precision` |
 | cache directory: tuning results (and compiled kernels) | ``CONVLAB_CACHE_DIR`` (user cache dir) | the variable |
-| tuning depth: configs per plugin the autotuner compiles and times (its preferred first; all by default) | ``CONVLAB_TUNE_CONFIGS`` (all) | :func:`set_tune_configs` |
+| tuning depth: configs per plugin the autotuner considers in every mode (its preferred first; all by default) | ``CONVLAB_TUNE_CONFIGS`` (all) | :func:`set_tune_configs` |
+| tuning mode of ``algorithm="auto"``: ``"heuristic"`` (the cost model's pick, nothing timed), ``"tune"`` (the model's top candidates timed), ``"exhaustive"`` (every candidate timed) | ``CONVLAB_TUNE_MODE`` (heuristic) | :func:`set_tune_mode` (``convlab.autotune.set_mode``) |
+| tuning budget: seconds of checking and timing per shape in mode ``"tune"`` (``none``: no limit) | ``CONVLAB_TUNE_BUDGET`` (20) | :func:`set_tune_budget` |
 | the thin launch path of recorded plans on a GPU | ``CONVLAB_THIN_LAUNCH`` (1) | the variable |
 
 Sizes in bytes are given as an int or a string such as ``"256M"``, ``"1.5GiB"``, ``"4096"`` (K, M, G, T are
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 KEY_POLICIES = ("exact", "pow2")
+TUNE_MODES = ("heuristic", "tune", "exhaustive")
 FLOAT32_PRECISIONS = ("highest", "high")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -94,6 +97,35 @@ def _parse_tune_configs(value: str) -> int | None:
     return count
 
 
+def _parse_tune_mode(value: Any) -> str:
+    text = value.strip().lower() if isinstance(value, str) else value
+    if not isinstance(text, str) or text not in TUNE_MODES:
+        raise ValueError(f"tune mode must be one of {TUNE_MODES}, got {value!r}")
+    return text
+
+
+def _parse_budget(value: Any) -> float | None:
+    if isinstance(value, str) and value.strip().lower() in ("none", "inf", ""):
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"tuning budget must be a number of seconds >= 0 or 'none', got {value!r}") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"tuning budget must be a number of seconds >= 0 or 'none', got {value!r}")
+    return seconds
+
+
+#: the tuning mode of a fresh process: "heuristic", so that a shape's first call under "auto" compiles one
+#: kernel and times nothing (a cold ResNet-50 step tuned candidate by candidate took minutes on the H200,
+#: issue 31); "tune" or "exhaustive" are asked for where a first call may take that long
+DEFAULT_TUNE_MODE = "heuristic"
+
+#: seconds of checking and timing per shape in mode "tune": results/autotune/h200/9003f63/autotune.json (every candidate
+#: timed, kernels compiled cold) took a median 0.69 s, 42 of 45 shapes under 11 s, the 16x512x512 seed
+#: 28-35 s (its compiles); 20 s cuts only such outliers, after their leading candidates
+DEFAULT_TUNE_BUDGET_S = 20.0
+
 _state: dict[str, Any] = {
     "workspace_limit": DEFAULT_WORKSPACE_LIMIT,
     "key_policy": _from_env("CONVLAB_KEY_POLICY", _parse_policy, "exact"),
@@ -101,6 +133,8 @@ _state: dict[str, Any] = {
     "float32_precision": _from_env("CONVLAB_FLOAT32_PRECISION", lambda v: _parse_precision(v.lower()),
                                    "highest"),
     "tune_configs": _from_env("CONVLAB_TUNE_CONFIGS", _parse_tune_configs, None),
+    "tune_mode": _from_env("CONVLAB_TUNE_MODE", _parse_tune_mode, DEFAULT_TUNE_MODE),
+    "tune_budget": _from_env("CONVLAB_TUNE_BUDGET", _parse_budget, DEFAULT_TUNE_BUDGET_S),
 }
 
 
@@ -160,13 +194,40 @@ def get_tune_configs() -> int | None:
 
 
 def set_tune_configs(count: int | None) -> int | None:
-    """Let the autotuner compile and time only each plugin's first ``count`` configs (its preferred
-    ones; None: all). A cold first call of a new shape compiles every candidate it times: 1 or 2 cut
-    that cost several-fold, at the price of picks among fewer tiles. Entries tuned under another
-    depth are re-tuned (their candidate lists differ). Returns the previous value."""
+    """Let the autotuner consider only each plugin's first ``count`` configs (its preferred ones;
+    None: all), in every tuning mode: they are the only candidates ranked, timed or picked (mode
+    "tune" then times at most its top k of them a plugin). A cold first call of a new shape compiles
+    every candidate it times: 1 or 2 cut that cost several-fold, at the price of picks among fewer
+    tiles. Entries tuned under another depth are re-tuned (their candidate lists differ). Returns
+    the previous value."""
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise ValueError(f"count must be None (all configs) or an int >= 1, got {count!r}")
     return _swap("tune_configs", count)
+
+
+def get_tune_mode() -> str:
+    """How ``algorithm="auto"`` decides: "heuristic", "tune" or "exhaustive" (convlab.autotune.modes)."""
+    return _state["tune_mode"]
+
+
+def set_tune_mode(mode: str) -> str:
+    """Set the tuning mode (one of TUNE_MODES); ValueError listing them otherwise. Returns the previous."""
+    if not isinstance(mode, str) or mode not in TUNE_MODES:
+        raise ValueError(f"mode must be one of {TUNE_MODES}, got {mode!r}")
+    return _swap("tune_mode", mode)
+
+
+def get_tune_budget() -> float | None:
+    """Seconds of checking and timing per shape in mode "tune" (None: no limit)."""
+    return _state["tune_budget"]
+
+
+def set_tune_budget(seconds: float | None) -> float | None:
+    """Set the per-shape tuning budget in seconds (None: no limit); returns the previous value."""
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                or not 0 <= seconds < float("inf")):
+        raise ValueError(f"seconds must be None (no limit) or a finite number >= 0, got {seconds!r}")
+    return _swap("tune_budget", None if seconds is None else float(seconds))
 
 
 def get_deterministic() -> bool:

@@ -9,8 +9,9 @@ A sweep is a list of :class:`Task` (suite, shape, op, dtype and float32 precisio
     for future in as_completed(...):                          # progress bar over the whole sweep
         on_done(task, future.result())                        # the caller merges / journals the result
 
-``fn`` runs on a worker inside :func:`applied`: the client's key policy, deterministic mode, float32
-precision and (local clusters) cache folder, so that a worker keys and stores what the client would.
+``fn`` runs on a worker inside :func:`applied`: the client's key policy, deterministic mode, tuning mode,
+budget and depth (``convlab.autotune.modes``), float32 precision and (local clusters) cache folder, so
+that a worker keys, tunes and stores what the client would.
 A task whose worker process dies is run again by the scheduler (``distributed.scheduler.allowed-failures``
 times); one that raises is retried ``RETRIES`` times, then reported as failed while the sweep goes on.
 """
@@ -138,8 +139,10 @@ def gpu_workers(client: Any) -> int:
 
 
 def client_settings(workspace_limit: int | None, cache_dir: str | None) -> dict[str, Any]:
-    """What a worker must apply to key and store like the client (see :func:`applied`)."""
+    """What a worker must apply to key, tune and store like the client (see :func:`applied`)."""
     return {"key_policy": settings.get_key_policy(), "deterministic": settings.get_deterministic(),
+            "tune_mode": settings.get_tune_mode(), "tune_budget": settings.get_tune_budget(),
+            "tune_configs": settings.get_tune_configs(),
             "workspace_limit": settings.check_workspace_limit(workspace_limit), "cache_dir": cache_dir}
 
 
@@ -147,8 +150,12 @@ def client_settings(workspace_limit: int | None, cache_dir: str | None) -> dict[
 def applied(spec: dict[str, Any], precision: str) -> Iterator[None]:
     """Run on a worker (one task at a time): the client's settings, restored afterwards."""
     before = (settings.get_key_policy(), settings.get_deterministic(), os.environ.get("CONVLAB_CACHE_DIR"))
+    tuning = (settings.get_tune_mode(), settings.get_tune_budget(), settings.get_tune_configs())
     settings.set_key_policy(spec["key_policy"])
     settings.set_deterministic(spec["deterministic"])
+    settings.set_tune_mode(spec["tune_mode"])
+    settings.set_tune_budget(spec["tune_budget"])
+    settings.set_tune_configs(spec["tune_configs"])
     if spec.get("cache_dir"):
         os.environ["CONVLAB_CACHE_DIR"] = spec["cache_dir"]
     try:
@@ -157,6 +164,9 @@ def applied(spec: dict[str, Any], precision: str) -> Iterator[None]:
     finally:
         settings.set_key_policy(before[0])
         settings.set_deterministic(before[1])
+        settings.set_tune_mode(tuning[0])
+        settings.set_tune_budget(tuning[1])
+        settings.set_tune_configs(tuning[2])
         if before[2] is None:
             os.environ.pop("CONVLAB_CACHE_DIR", None)
         else:

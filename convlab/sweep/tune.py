@@ -11,8 +11,12 @@ workers on other machines, whose cache folders the client cannot see, fill the c
     for task in expand(suites, ops, dtypes, limit):
         spec = problem, precision, settings, the client's entry for the key (a worker lacking it
                merges it first: resuming on a cluster without a shared folder re-times nothing)
-    worker: tune(problem, force=retune) -> winner, source (cache / tuned / priority), stored entry
+    worker: tune(problem, force=retune) in the client's tuning mode -> winner, source (cache /
+            tuned / heuristic / priority), the entry it stored when it decided now in that mode
     client: merge the entry into cache_dir()/<worker's cache file>; print one line per problem
+
+Only an entry the worker made now, in the client's mode (``entry["mode"]``), is shipped: a cache hit is
+already in some file, and a pick by declared priority is not stored at all.
 
 A restarted sweep therefore re-times no problem whose entry was stored before the interruption (the
 tuner answers from the cache; ``source`` says "cache").
@@ -48,13 +52,20 @@ def tune_task(spec: dict[str, Any]) -> dict[str, Any]:
                                    timer=spec.get("timer"))
         except ValueError as exc:  # no plugin runs this problem (e.g. a dtype without a wgrad kernel)
             return {**where, "source": "unsupported", "reason": str(exc)}
-        entry = tuner.stored(result.key) if result.source == "tuned" else None
+        entry = _shipped(tuner.stored(result.key), result.source, spec["tune_mode"])
     # the kernels this task compiled (named with CONVLAB_KERNEL_CACHE=1) and loaded from disk
     kernels = {"compiled": kernel_cache.compiled_names[compiled_before:],
                "loaded": kernel_cache.stats["loaded"] - loaded_before}
     return {**where, "key": result.key, "winner": result.winner_label, "source": result.source,
             "tuning_s": result.tuning_s, "reason": result.reason, "timed": autotune.stats()["timed"] - before,
             "entry": entry, "kernels": kernels}
+
+
+def _shipped(entry: dict | None, source: str, mode: str) -> dict | None:
+    """The stored entry when this task decided it now in ``mode`` (module docstring), else None."""
+    if entry is None or source not in ("tuned", "heuristic") or entry.get("mode") != mode:
+        return None
+    return entry
 
 
 def sweep_tune(client: Any, tasks: list[Task], *, workspace_limit: int | None = None, force: bool = False,

@@ -5,14 +5,17 @@ odd sizes, and for dgrad the smaller output that conv_transpose2d's output_paddi
 ``aligned_problems(op)`` draws problems whose three GEMM dimensions are multiples of 16, the shapes that
 tiled and implicit-GEMM plugins specialise for; ``ragged_problems(op)`` draws the opposite: GEMM
 dimensions with remainders (M, N and K of a group each beyond one 16-wide tile or below it), groups 1, 2
-or C (depthwise, channel multiplier 1 or 2), and stride 2 for dgrad. Sizes stay small enough for the
+or C (depthwise, channel multiplier 1 or 2), and stride 2 for dgrad. ``nd_problems(op, nd=1)`` draws
+1D problems as the plugins receive them (their 2D embedding, H = 1) and ``nd_problems(op, nd=3)`` 3D
+ones, each with every option on every axis; :func:`nd_example` is one fixed 3D problem of every option
+(the conformance suite's explicit example for a plugin claiming 3D). Sizes stay small enough for the
 CUDA simulator.
 """
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from ..problem import Problem, conv_output_size, make_problem
+from ..problem import Problem, conv_output_size, make_problem, make_problem_nd
 
 
 def _input_size(out: int, kernel: int, stride: int, pad: int, dil: int) -> int:
@@ -104,10 +107,47 @@ def ragged_problems(draw, op: str = "forward",
                         dtype=draw(st.sampled_from(dtypes)), bias=bias)
 
 
+@st.composite
+def nd_problems(draw, op: str = "forward", dtypes: tuple[str, ...] = ("float32", "float64"), nd: int = 3,
+                max_out: int = 3) -> Problem:
+    """A valid small problem of ``nd`` = 1 (returned lowered: its 2D embedding) or 3 spatial dimensions,
+    every option drawn per axis (groups, stride, dilation, padding, odd sizes, dgrad's smaller output)."""
+    groups = draw(st.integers(1, 2))
+    cpg, kpg = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    kernel, stride, dilation, padding, spatial, out = [], [], [], [], [], []
+    for _ in range(nd):
+        k, sd, dl = draw(st.integers(1, 3 if nd == 1 else 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
+        pd = draw(st.integers(0, 1))
+        size = _input_size(draw(st.integers(1, max_out + (3 if nd == 1 else 0))), k, sd, pd, dl) +             draw(st.integers(0, sd - 1))
+        full = conv_output_size(size, k, sd, pd, dl)
+        if op == "dgrad":
+            full = max(1, full - draw(st.integers(0, (max(sd, dl) - 1) // sd)))
+        kernel.append(k), stride.append(sd), dilation.append(dl), padding.append(pd), spatial.append(size)
+        out.append(full)
+    prob = make_problem_nd(op, 1, cpg * groups, spatial, kpg * groups, kernel, out, stride=stride,
+                           padding=padding, dilation=dilation, groups=groups,
+                           dtype=draw(st.sampled_from(dtypes)), bias=op != "wgrad" and draw(st.booleans()))
+    return prob.lowered()
+
+
+def nd_example(op: str, dtype: str, nd: int = 3) -> Problem:
+    """One fixed problem of ``nd`` spatial dimensions with groups, stride, padding, dilation and bias
+    on different axes (tiny: 1 x 4 x 3 x 4 x 3 for 3D)."""
+    spatial, kernel = ((3, 4, 3), (2, 2, 2)) if nd == 3 else ((9,), (3,))
+    return make_problem_nd(op, 1, 4, spatial, 2, kernel, stride=(2, 1, 1)[:nd], padding=(1, 0, 1)[-nd:],
+                           dilation=(1, 2, 1)[:nd], groups=2, dtype=dtype, bias=op != "wgrad").lowered()
+
+
 def any_problems(op: str, dtypes: tuple[str, ...] = ("float32", "float64"),
-                 samples: list[Problem] | None = None) -> st.SearchStrategy[Problem]:
-    """Random, aligned, ragged, and the plugin's own sample problems, mixed."""
-    parts = [problems(op, dtypes), aligned_problems(op, dtypes), ragged_problems(op, dtypes)]
+                 samples: list[Problem] | None = None, ndims: tuple[int, ...] = (2,)) -> st.SearchStrategy[Problem]:
+    """Random, aligned, ragged, and the plugin's own sample problems, mixed, for every N in ``ndims``
+    (a 2D plugin also gets 1D problems: their 2D embeddings, which the ops hand it)."""
+    parts = []
+    if 2 in ndims:
+        parts += [problems(op, dtypes), aligned_problems(op, dtypes), ragged_problems(op, dtypes),
+                  nd_problems(op, dtypes, nd=1)]
+    if 3 in ndims:
+        parts.append(nd_problems(op, dtypes, nd=3))
     if samples:
         parts.append(st.sampled_from(samples))
     return st.one_of(*parts)

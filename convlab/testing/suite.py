@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Iterable
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis.errors import Unsatisfiable
 from hypothesis import strategies as st
 
@@ -14,7 +14,7 @@ from convlab import runtime
 from convlab.plugin import registry
 from convlab.plugin.contract import Algorithm
 from convlab.testing.checks import CHECKS, NEEDS_ACCEPTED
-from convlab.testing.strategies import any_problems
+from convlab.testing.strategies import any_problems, nd_example
 
 settings.register_profile("convlab-sim", max_examples=6, deadline=None, derandomize=False,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -23,11 +23,22 @@ settings.register_profile("convlab-gpu", max_examples=60, deadline=None,
 DEFAULT_PROFILE = "convlab-gpu" if runtime.HAS_DEVICE else "convlab-sim"
 
 
+def spatial_label(problem) -> str:
+    """"1D", "2D" or "3D": a 2D problem of unit height, kernel and output height is a 1D one's
+    embedding (what the ops hand a plugin for a conv1d)."""
+    if problem.ndim == 2 and (problem.h, problem.r, problem.p) == (1, 1, 1):
+        return "1D"
+    return f"{problem.ndim}D"
+
+
 def run_check(check_name: str, plugin: Algorithm | str, op: str,
-              max_examples: int | None = None, shrink: bool = True) -> int:
+              max_examples: int | None = None, shrink: bool = True, counts: dict | None = None) -> int:
     """Run one check on one op of a plugin over hypothesis-drawn problems (``shrink=False`` reports
     the first failing problem instead of searching for a minimal one: faster on the simulator).
-    Returns how many problems the check ran on."""
+    Problems are drawn at every N the plugin claims (``plugin.ndims``; 1D as 2D embeddings for a 2D
+    plugin), and a plugin claiming 3D always runs one fixed 3D problem (strategies.nd_example) besides.
+    Returns how many problems the check ran on; ``counts`` (a dict), when given, is filled with how
+    many of them had each N (:func:`spatial_label`)."""
     plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
     check = CHECKS[check_name]
     samples = [p for p in _samples(plugin, op)]
@@ -41,14 +52,18 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
 
     ran = []
 
+    ndims = tuple(getattr(plugin, "ndims", (2,)))
+
     @settings(**extra)
-    @given(problem=any_problems(op, dtypes, samples), seed=st.integers(0, 2**32 - 1))
+    @given(problem=any_problems(op, dtypes, samples, ndims), seed=st.integers(0, 2**32 - 1))
     def run(problem, seed):
         if check_name in NEEDS_ACCEPTED:
             assume(registry.verdict(plugin, problem))
         check(plugin, problem, np.random.default_rng(seed))
         ran.append(problem)
 
+    if 3 in ndims:
+        run = example(problem=nd_example(op, dtypes[0]), seed=0)(run)
     try:
         run()
     except Unsatisfiable:
@@ -56,15 +71,24 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
             f"{check_name} {op}: no drawn problem was accepted by plugin {plugin.name!r} (its predicate is "
             f"narrower than random problems reach); declare problems it accepts with its "
             f"sample_problems(op) method (see docs/ADDING_A_PLUGIN.md)") from None
+    if counts is not None:
+        for problem in ran:
+            counts[spatial_label(problem)] = counts.get(spatial_label(problem), 0) + 1
     return len(ran)
 
 
+#: examples a check draws on the simulator for a plugin declaring ``simulator_examples`` (a composite
+#: that runs another plugin's kernels, each conformance-checked on its own: depth_unfold's 18 checks
+#: took 157 s at the profile's 6 examples on 2 loaded cores, its inner implicit GEMM being the cost)
 def examples_for(plugin: Algorithm, simulator: bool | None = None) -> int | None:
     """The examples a check draws for ``plugin``: the active profile's (None), except a quarter of
     them (at least 5) on a GPU for a plugin declaring ``compiles_per_shape``: each drawn shape compiles
-    new kernels there (seconds each; the profile's 60 examples x 3 ops x 4 checks did not finish).
+    new kernels there (seconds each; the profile's 60 examples x 3 ops x 4 checks did not finish), and
+    on the simulator a plugin's ``simulator_examples`` when it declares them.
     ``simulator``: whether kernels run on the simulator (default: this process's target)."""
     simulator = runtime.target().simulator if simulator is None else simulator
+    if simulator and getattr(plugin, "simulator_examples", None):
+        return min(int(plugin.simulator_examples), settings.default.max_examples)
     if simulator or not getattr(plugin, "compiles_per_shape", False):
         return None
     return max(5, settings.default.max_examples // 4)
@@ -113,7 +137,7 @@ def check_plugin(plugin: Algorithm | str, *, ops: Iterable[str] | None = None,
                  checks: Iterable[str] | None = None, max_examples: int | None = None,
                  shrink: bool = True) -> dict[str, str]:
     """Run every applicable check (:func:`applicable_checks`; or ``checks``) on every op of ``plugin``;
-    returns ``{"check op": "ok (N examples)" | "FAIL: ..."}`` and raises AssertionError at the end if any
+    returns ``{"check op": "ok (N examples: 1D a, 2D b, 3D c)" | "FAIL: ..."}`` and raises AssertionError at the end if any
     failed."""
     plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
     report: dict[str, str] = {}
@@ -121,8 +145,10 @@ def check_plugin(plugin: Algorithm | str, *, ops: Iterable[str] | None = None,
     for op in sorted(plugin.ops if ops is None else ops):
         for name in [n for o, n in applicable if o == op] if checks is None else checks:
             try:
-                count = run_check(name, plugin, op, max_examples, shrink)
-                report[f"{name} {op}"] = f"ok ({count} examples)"
+                counts: dict[str, int] = {}
+                count = run_check(name, plugin, op, max_examples, shrink, counts)
+                per_n = ", ".join(f"{n} {counts[n]}" for n in sorted(counts))
+                report[f"{name} {op}"] = f"ok ({count} examples: {per_n})"
             except Exception as exc:  # report every failing property, not only the first
                 report[f"{name} {op}"] = f"FAIL: {type(exc).__name__}: {str(exc).splitlines()[0]}"
     failed = {k: v for k, v in report.items() if not v.startswith("ok")}

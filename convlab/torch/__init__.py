@@ -6,11 +6,12 @@ Needs torch (``pip install convlab[torch]``); ``import convlab`` itself never im
     y = ct.conv2d(x, w, b, stride=2, padding=1)            # like torch.nn.functional.conv2d
     y.sum().backward()                                     # dx, dw, db through convlab's dgrad/wgrad
     layer = ct.Conv2d(16, 32, 3, padding=1)                # a torch.nn.Conv2d subclass
-    model = ct.convert(model)                              # every nn.Conv2d / nn.ConvTranspose2d swapped
+    model = ct.convert(model)                              # every nn.Conv{1,2,3}d / ConvTranspose{1,2,3}d swapped
     model = ct.revert(model)                               # and back
     torch.compile(ct.convert(model), fullgraph=True)       # traces: the ops are torch.library custom ops
 
-Functions: :func:`conv2d`, :func:`conv_transpose2d`; modules: :class:`Conv2d`, :class:`ConvTranspose2d`;
+Functions: :func:`conv1d`, :func:`conv2d`, :func:`conv3d` and :func:`conv_transpose1d` / ``2d`` / ``3d``;
+modules: :class:`Conv1d`, :class:`Conv2d`, :class:`Conv3d`, :class:`ConvTranspose1d` / ``2d`` / ``3d``;
 model surgery: :func:`convert`, :func:`revert`. Devices, streams, dtypes and TF32: functional.py.
 """
 from __future__ import annotations
@@ -20,7 +21,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("convlab.torch needs PyTorch: pip install 'convlab[torch]'") from exc
 
-from .functional import conv2d, conv_transpose2d
-from .modules import Conv2d, ConvTranspose2d, convert, revert
+from .functional import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
+from .modules import (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, convert,
+                      revert)
 
-__all__ = ["conv2d", "conv_transpose2d", "Conv2d", "ConvTranspose2d", "convert", "revert"]
+__all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "Conv1d",
+           "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "convert", "revert"]

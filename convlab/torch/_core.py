@@ -2,7 +2,8 @@
 used by both call paths (the eager ``autograd.Function`` and the ``torch.library`` custom ops).
 
 Kernel calls (``conv2d``, ``backward_data``, ``backward_weight``, ``conv_transpose2d`` here) run
-convlab's public ops on torch tensors (CUDA: on torch's current stream, outputs from torch's caching
+convlab's public ops of the operands' N on torch tensors (N = rank - 2: a 3-D tensor runs conv1d, a
+5-D one conv3d; the formulas below hold per spatial axis) (CUDA: on torch's current stream, outputs from torch's caching
 allocator; CPU: through the simulator or a host copy). The gradient formulas take a :class:`Kernels`
 namespace, so the eager path calls the functions below directly and the compiled path calls the same
 functions through ``torch.ops.convlab.*`` (which ``torch.compile`` can trace).
@@ -44,8 +45,10 @@ def empty_output(first: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     the first operand is a channels-last CUDA tensor (convlab.kernels.data.layouts; CPU tensors give C-contiguous
     results), else C-contiguous (the fake implementations of convlab.torch._library)."""
     channels_last = first.is_cuda and is_channels_last(first)
-    return torch.empty(tuple(shape), dtype=first.dtype, device=first.device,
-                       memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    layout = torch.contiguous_format
+    if channels_last:
+        layout = torch.channels_last_3d if len(shape) == 5 else torch.channels_last
+    return torch.empty(tuple(shape), dtype=first.dtype, device=first.device, memory_format=layout)
 
 
 def _algorithm_for(op: str, algorithm: str) -> str:
@@ -59,9 +62,10 @@ def _algorithm_for(op: str, algorithm: str) -> str:
 def _run(op: str, operands: tuple, args: tuple, algorithm: str) -> torch.Tensor:
     """``convlab.<op>(*operands, *args, algorithm=...)`` on C-contiguous or channels-last operands
     (float16 / bfloat16 problems no native half kernel runs go to the ``widen`` plugin, like any other
-    choice)."""
-    return getattr(ops, op)(*map(_contiguous, operands), *args,
-                            algorithm=_algorithm_for(_KIND[op], algorithm))
+    choice); ``op`` is the 2D name, run as the op of the first operand's N."""
+    nd = operands[0].dim() - 2
+    return getattr(ops, op.replace("2d", f"{nd}d"))(*map(_contiguous, operands), *args,
+                                                    algorithm=_algorithm_for(_KIND[op], algorithm))
 
 
 _KIND = {"conv2d": "forward", "conv2d_backward_data": "dgrad", "conv2d_backward_weight": "wgrad",
@@ -110,8 +114,8 @@ EAGER = Kernels(conv2d, backward_data, backward_weight)
 
 
 def bias_grad(dy: torch.Tensor) -> torch.Tensor:
-    """db (K,) = dy summed over N, P, Q (in dy's dtype, also when called under autocast)."""
-    return dy.sum((0, 2, 3)).to(dy.dtype)
+    """db (K,) = dy summed over N and the spatial axes (in dy's dtype, also when called under autocast)."""
+    return dy.sum((0,) + tuple(range(2, dy.dim()))).to(dy.dtype)
 
 
 def conv2d_grads(k: Kernels, needs: Sequence[bool], dy: torch.Tensor, x: torch.Tensor | None,
@@ -131,15 +135,16 @@ def transpose_grads(k: Kernels, needs: Sequence[bool], dy: torch.Tensor, x: torc
                     stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], groups: int,
                     algorithm: str) -> tuple:
     """(dx, dw, db) of conv_transpose2d (see the module docstring), each None unless needed."""
-    h, wd = x_shape[2], x_shape[3]
-    p = conv_output_size(dy.shape[2], w_shape[2], stride[0], padding[0], dilation[0])
-    q = conv_output_size(dy.shape[3], w_shape[3], stride[1], padding[1], dilation[1])
+    sizes = tuple(x_shape[2:])
+    outs = tuple(conv_output_size(n, k, st, pd, dl) for n, k, st, pd, dl in
+                 zip(dy.shape[2:], w_shape[2:], stride, padding, dilation))
     dx = dw = None
     if needs[0]:
         dx = k.conv2d(dy, w, None, stride, padding, dilation, groups, algorithm)
-        if p != h or q != wd:
-            dx = dx[:, :, :h, :wd]
+        if outs != sizes:
+            dx = dx[(slice(None), slice(None)) + tuple(slice(0, n) for n in sizes)]
     if needs[1]:
-        xp = x if (p, q) == (h, wd) else F.pad(x, (0, q - wd, 0, p - h))
+        pads = [v for o, n in zip(reversed(outs), reversed(sizes)) for v in (0, o - n)]  # F.pad: last axis first
+        xp = x if outs == sizes else F.pad(x, pads)
         dw = k.backward_weight(dy, xp, list(w_shape), stride, padding, dilation, groups, algorithm)
     return dx, dw, bias_grad(dy) if needs[2] else None

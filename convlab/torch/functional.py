@@ -1,5 +1,6 @@
-"""``conv2d`` and ``conv_transpose2d`` with ``torch.nn.functional``'s signatures, differentiable, on
-convlab's kernels.
+"""``conv1d`` / ``conv2d`` / ``conv3d`` and ``conv_transpose1d`` / ``2d`` / ``3d`` with
+``torch.nn.functional``'s signatures, differentiable, on convlab's kernels (one implementation for every
+N: the 1D and 3D functions are the 2D ones on 3-D / 5-D tensors).
 
 Call path: arguments are checked and normalised here (PyTorch-style errors, before any launch; string
 padding resolved; unbatched (C, H, W) inputs get a batch of one; under ``torch.autocast`` floating
@@ -52,10 +53,10 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from convlab.problem import as_pair
+from convlab.problem import as_tuple
 from . import _core, _library
 
-Pair = tuple[int, int]
+Pair = tuple[int, ...]
 
 
 DOUBLE_BACKWARD = ("convlab.torch: double backward (differentiating a gradient of a convlab convolution, "
@@ -78,7 +79,7 @@ class _Conv2d(torch.autograd.Function):
         ctx.save_for_backward(x if needs[1] else None, w if needs[0] else None)
         ctx.shapes = (x.shape, w.shape)
         ctx.params = (stride, padding, dilation, groups, algorithm)
-        return _core.conv2d(x, w, bias, stride, padding, dilation, groups, algorithm)
+        return _core.conv2d(x, w, bias, stride, padding, dilation, groups, algorithm)  # any N
 
     @staticmethod
     def backward(ctx, grad):
@@ -109,24 +110,24 @@ class _ConvTranspose2d(torch.autograd.Function):
 
 
 # ---- arguments ------------------------------------------------------------------------------------------
-def _pair(value: Any, name: str, minimum: int) -> Pair:
+def _tuple(value: Any, name: str, minimum: int, nd: int) -> Pair:
     if type(value) is int and value >= minimum:  # the common case, cheaply
-        return (value, value)
+        return (value,) * nd
     if isinstance(value, (list, tuple, torch.Size)) and len(value) == 1:
         value = value[0]
-    return as_pair(value, name, minimum=minimum)
+    return as_tuple(value, name, length=nd, minimum=minimum)
 
 
-def _tensors(op: str, input: Any, weight: Any, bias: Any) -> None:
+def _tensors(op: str, input: Any, weight: Any, bias: Any, nd: int) -> None:
     """TypeError / RuntimeError (PyTorch's wording) for non-tensors, ranks and devices."""
     for name, value in (("input", input), ("weight", weight), ("bias", bias)):
         if not isinstance(value, torch.Tensor) and not (name == "bias" and value is None):
             raise TypeError(f"{op}(): argument '{name}' must be Tensor, not {type(value).__name__}")
-    if input.dim() not in (3, 4):
-        raise RuntimeError(f"{op}(): expected 3D (unbatched) or 4D (batched) input, but got input of "
-                           f"size {list(input.shape)}")
-    if weight.dim() != 4:
-        raise RuntimeError(f"{op}(): expected a 4D weight, but got weight of size {list(weight.shape)}")
+    if input.dim() not in (nd + 1, nd + 2):
+        raise RuntimeError(f"{op}(): expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input, but got "
+                           f"input of size {list(input.shape)}")
+    if weight.dim() != nd + 2:
+        raise RuntimeError(f"{op}(): expected a {nd + 2}D weight, but got weight of size {list(weight.shape)}")
     for name, value in (("weight", weight), ("bias", bias)):
         if value is not None and (value.get_device() != input.get_device()  # -1: CPU (or meta)
                                   or value.is_meta != input.is_meta):
@@ -151,14 +152,13 @@ def _autocast(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 def _same_padding(input: torch.Tensor, weight: torch.Tensor, stride: Pair, dilation: Pair) -> tuple:
     """(input, padding) for padding="same": symmetric where the total d*(k-1) is even; an odd total's
-    extra row/column goes to the bottom/right through F.pad (PyTorch's placement)."""
-    if stride != (1, 1):
+    extra row/column goes to the bottom/right (the end of each axis) through F.pad (PyTorch's placement)."""
+    if any(s != 1 for s in stride):
         raise ValueError(f"padding='same' is not supported for strided convolutions (stride={stride})")
     totals = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
-    if totals[0] % 2 or totals[1] % 2:
-        extra = [t % 2 for t in totals]
-        input = F.pad(input, (0, extra[1], 0, extra[0]))
-    return input, (totals[0] // 2, totals[1] // 2)
+    if any(t % 2 for t in totals):
+        input = F.pad(input, [v for t in reversed(totals) for v in (0, t % 2)])  # F.pad: last axis first
+    return input, tuple(t // 2 for t in totals)
 
 
 def _algorithm(op: str, algorithm: Any) -> str:
@@ -174,31 +174,28 @@ def _records_graph(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
                                         or (bias is not None and bias.requires_grad))
 
 
-# ---- the ops --------------------------------------------------------------------------------------------
-def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
-           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: str = "auto") -> torch.Tensor:
-    """``torch.nn.functional.conv2d`` on convlab's kernels: y (N, K, P, Q) from input (N, C, H, W) (or
-    (C, H, W)), weight (K, C/groups, R, S) and bias (K,). ``padding``: int, pair, "valid" or "same".
-    ``algorithm``: "auto" or a plugin name (used for each of forward/dgrad/wgrad it implements, "auto"
-    for the others; a (name, config) pair is for the base ops only)."""
-    _tensors("conv2d", input, weight, bias)
-    _algorithm("conv2d", algorithm)
+# ---- the ops (one implementation for every N) -----------------------------------------------------------
+def _conv(nd: int, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: Any,
+          padding: Any, dilation: Any, groups: int, algorithm: str) -> torch.Tensor:
+    op = f"conv{nd}d"
+    _tensors(op, input, weight, bias, nd)
+    _algorithm(op, algorithm)
     input, weight, bias = _autocast(input, weight, bias)
-    unbatched = input.dim() == 3
+    unbatched = input.dim() == nd + 1
     if unbatched:
         input = input.unsqueeze(0)
-    st, dl = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
+    st, dl = _tuple(stride, "stride", 1, nd), _tuple(dilation, "dilation", 1, nd)
     if isinstance(padding, str):
         if padding == "same":
             input, pd = _same_padding(input, weight, st, dl)
         elif padding == "valid":
-            pd = (0, 0)
+            pd = (0,) * nd
         else:
             raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
     else:
-        pd = _pair(padding, "padding", 0)
+        pd = _tuple(padding, "padding", 0, nd)
     if torch.compiler.is_compiling():
-        y = _library.conv2d(input, weight, bias, st, pd, dl, groups, algorithm)
+        y = _library.OPS[nd].conv(input, weight, bias, st, pd, dl, groups, algorithm)
     elif _records_graph(input, weight, bias):
         y = _Conv2d.apply(input, weight, bias, st, pd, dl, groups, algorithm)
     else:  # nothing to differentiate: the kernel call alone (autograd.Function.apply costs ~5 us)
@@ -206,23 +203,23 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     return y.squeeze(0) if unbatched else y
 
 
-def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                     stride: Any = 1, padding: Any = 0, output_padding: Any = 0, groups: int = 1,
-                     dilation: Any = 1, *, algorithm: str = "auto") -> torch.Tensor:
-    """``torch.nn.functional.conv_transpose2d`` on convlab's kernels: y (N, C_out, H_out, W_out) from
-    input (N, C_in, H, W) (or (C_in, H, W)), weight (C_in, C_out/groups, R, S) and bias (C_out,)."""
-    _tensors("conv_transpose2d", input, weight, bias)
-    _algorithm("conv_transpose2d", algorithm)
+def _conv_transpose(nd: int, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    stride: Any, padding: Any, output_padding: Any, groups: int, dilation: Any,
+                    algorithm: str) -> torch.Tensor:
+    op = f"conv_transpose{nd}d"
+    _tensors(op, input, weight, bias, nd)
+    _algorithm(op, algorithm)
     if isinstance(padding, str):
-        raise ValueError(f"conv_transpose2d(): padding must be an int or a pair of ints, got {padding!r}")
+        form = "a pair of ints" if nd == 2 else f"a tuple of {nd} ints"
+        raise ValueError(f"{op}(): padding must be an int or {form}, got {padding!r}")
     input, weight, bias = _autocast(input, weight, bias)
-    unbatched = input.dim() == 3
+    unbatched = input.dim() == nd + 1
     if unbatched:
         input = input.unsqueeze(0)
-    st, pd = _pair(stride, "stride", 1), _pair(padding, "padding", 0)
-    op, dl = _pair(output_padding, "output_padding", 0), _pair(dilation, "dilation", 1)
+    st, pd = _tuple(stride, "stride", 1, nd), _tuple(padding, "padding", 0, nd)
+    op, dl = _tuple(output_padding, "output_padding", 0, nd), _tuple(dilation, "dilation", 1, nd)
     if torch.compiler.is_compiling():
-        y = _library.conv_transpose2d(input, weight, bias, st, pd, op, groups, dl, algorithm)
+        y = _library.OPS[nd].conv_transpose(input, weight, bias, st, pd, op, groups, dl, algorithm)
     elif _records_graph(input, weight, bias):
         y = _ConvTranspose2d.apply(input, weight, bias, st, pd, op, groups, dl, algorithm)
     else:
@@ -230,4 +227,55 @@ def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     return y.squeeze(0) if unbatched else y
 
 
-__all__: Sequence[str] = ["conv2d", "conv_transpose2d"]
+def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: str = "auto") -> torch.Tensor:
+    """``torch.nn.functional.conv2d`` on convlab's kernels: y (N, K, P, Q) from input (N, C, H, W) (or
+    (C, H, W)), weight (K, C/groups, R, S) and bias (K,). ``padding``: int, pair, "valid" or "same".
+    ``algorithm``: "auto" or a plugin name (used for each of forward/dgrad/wgrad it implements, "auto"
+    for the others; a (name, config) pair is for the base ops only)."""
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups, algorithm)
+
+
+def conv1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: str = "auto") -> torch.Tensor:
+    """``torch.nn.functional.conv1d``: y (N, K, Lo) from input (N, C, L) (or (C, L)), weight (K, C/groups,
+    S), bias (K,); run as its 2D embedding (convlab.ops.conv_nd). Arguments as :func:`conv2d`'s."""
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups, algorithm)
+
+
+def conv3d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: str = "auto") -> torch.Tensor:
+    """``torch.nn.functional.conv3d``: y (N, K, Do, P, Q) from input (N, C, D, H, W) (or (C, D, H, W)),
+    weight (K, C/groups, T, R, S), bias (K,). Arguments as :func:`conv2d`'s."""
+    return _conv(3, input, weight, bias, stride, padding, dilation, groups, algorithm)
+
+
+def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                     stride: Any = 1, padding: Any = 0, output_padding: Any = 0, groups: int = 1,
+                     dilation: Any = 1, *, algorithm: str = "auto") -> torch.Tensor:
+    """``torch.nn.functional.conv_transpose2d`` on convlab's kernels: y (N, C_out, H_out, W_out) from
+    input (N, C_in, H, W) (or (C_in, H, W)), weight (C_in, C_out/groups, R, S) and bias (C_out,)."""
+    return _conv_transpose(2, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                           algorithm)
+
+
+def conv_transpose1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                     stride: Any = 1, padding: Any = 0, output_padding: Any = 0, groups: int = 1,
+                     dilation: Any = 1, *, algorithm: str = "auto") -> torch.Tensor:
+    """``torch.nn.functional.conv_transpose1d``: y (N, C_out, L_out) from input (N, C_in, L), weight
+    (C_in, C_out/groups, S), bias (C_out,)."""
+    return _conv_transpose(1, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                           algorithm)
+
+
+def conv_transpose3d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                     stride: Any = 1, padding: Any = 0, output_padding: Any = 0, groups: int = 1,
+                     dilation: Any = 1, *, algorithm: str = "auto") -> torch.Tensor:
+    """``torch.nn.functional.conv_transpose3d``: y (N, C_out, D_out, H_out, W_out) from input
+    (N, C_in, D, H, W), weight (C_in, C_out/groups, T, R, S), bias (C_out,)."""
+    return _conv_transpose(3, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                           algorithm)
+
+
+__all__: Sequence[str] = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                          "conv_transpose3d"]

@@ -1,10 +1,11 @@
-"""``Conv2d`` / ``ConvTranspose2d``: torch's modules on convlab's kernels, and ``convert`` / ``revert``.
+"""``Conv1d`` / ``Conv2d`` / ``Conv3d`` and ``ConvTranspose1d`` / ``2d`` / ``3d``: torch's modules on
+convlab's kernels, and ``convert`` / ``revert``.
 
-The classes subclass ``torch.nn.Conv2d`` / ``torch.nn.ConvTranspose2d``: same constructor arguments
+The classes subclass torch's (``torch.nn.Conv2d``, ``torch.nn.ConvTranspose3d``, ...): same constructor arguments
 (plus ``algorithm="auto"``), same parameters, state_dict and repr (``algorithm=...`` is shown only
 when it is not "auto"); only the convolution itself runs on convlab (convlab.torch.functional).
 
-``convert(model)`` swaps every ``nn.Conv2d`` / ``nn.ConvTranspose2d`` of a model (the exact classes;
+``convert(model)`` swaps every ``nn.Conv1d`` / ``2d`` / ``3d`` and ``nn.ConvTranspose1d`` / ``2d`` / ``3d`` of a model (the exact classes;
 subclasses of them may have their own forward and are left alone) for these, in place and sharing the
 Parameter objects, buffers and hooks (no copy: the optimizer's references stay valid; training mode,
 device and dtype are kept). ``revert(model)`` swaps them back.
@@ -17,7 +18,7 @@ import torch
 from torch import nn
 
 from convlab.plugin import registry
-from .functional import conv2d, conv_transpose2d
+from .functional import _conv, _conv_transpose
 
 
 def _check_algorithm(algorithm: Any) -> str:
@@ -40,9 +41,10 @@ class _ConvlabModule:
         return text
 
 
-class Conv2d(_ConvlabModule, nn.Conv2d):
-    """``torch.nn.Conv2d`` whose convolution runs on convlab's kernels (``algorithm``: "auto" or a plugin
-    name). Input (N, C, H, W) or (C, H, W); weight (out_channels, in_channels/groups, kH, kW)."""
+class _ConvN(_ConvlabModule):
+    """The forward of Conv1d / Conv2d / Conv3d: torch's padding modes, then convlab's convolution of N
+    = ``_nd`` spatial dimensions."""
+    _nd = 2
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
                  padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
@@ -56,15 +58,15 @@ class Conv2d(_ConvlabModule, nn.Conv2d):
                       bias: torch.Tensor | None) -> torch.Tensor:
         if self.padding_mode != "zeros":  # as torch does: pad with the mode, then convolve unpadded
             input = nn.functional.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
-            return conv2d(input, weight, bias, self.stride, 0, self.dilation, self.groups,
-                          algorithm=self.algorithm)
-        return conv2d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups,
-                      algorithm=self.algorithm)
+            return _conv(self._nd, input, weight, bias, self.stride, 0, self.dilation, self.groups,
+                         self.algorithm)
+        return _conv(self._nd, input, weight, bias, self.stride, self.padding, self.dilation, self.groups,
+                     self.algorithm)
 
 
-class ConvTranspose2d(_ConvlabModule, nn.ConvTranspose2d):
-    """``torch.nn.ConvTranspose2d`` whose convolution runs on convlab's kernels. Input (N, C_in, H, W)
-    or (C_in, H, W); weight (in_channels, out_channels/groups, kH, kW)."""
+class _ConvTransposeN(_ConvlabModule):
+    """The forward of ConvTranspose1d / 2d / 3d."""
+    _nd = 2
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
                  padding: Any = 0, output_padding: Any = 0, groups: int = 1, bias: bool = True,
@@ -77,15 +79,48 @@ class ConvTranspose2d(_ConvlabModule, nn.ConvTranspose2d):
     def forward(self, input: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         """y from input; ``output_size`` picks the output_padding, as in torch."""
         if self.padding_mode != "zeros":
-            raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
-        output_padding = self._output_padding(  # type: ignore[arg-type]
-            input, output_size, self.stride, self.padding, self.kernel_size, 2, self.dilation)
-        return conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding, output_padding,
-                                self.groups, self.dilation, algorithm=self.algorithm)
+            raise ValueError(f"Only `zeros` padding mode is supported for {type(self).__name__}")
+        output_padding = self._output_padding(  # type: ignore[attr-defined]
+            input, output_size, self.stride, self.padding, self.kernel_size, self._nd, self.dilation)
+        return _conv_transpose(self._nd, input, self.weight, self.bias, self.stride, self.padding,
+                               output_padding, self.groups, self.dilation, self.algorithm)
 
 
-_TO_CONVLAB = {nn.Conv2d: Conv2d, nn.ConvTranspose2d: ConvTranspose2d}
-_TO_TORCH = {Conv2d: nn.Conv2d, ConvTranspose2d: nn.ConvTranspose2d}
+class Conv1d(_ConvN, nn.Conv1d):
+    """``torch.nn.Conv1d`` on convlab's kernels (as its 2D embedding). Input (N, C, L) or (C, L)."""
+    _nd = 1
+
+
+class Conv2d(_ConvN, nn.Conv2d):
+    """``torch.nn.Conv2d`` whose convolution runs on convlab's kernels (``algorithm``: "auto" or a plugin
+    name). Input (N, C, H, W) or (C, H, W); weight (out_channels, in_channels/groups, kH, kW)."""
+    _nd = 2
+
+
+class Conv3d(_ConvN, nn.Conv3d):
+    """``torch.nn.Conv3d`` on convlab's kernels. Input (N, C, D, H, W) or (C, D, H, W)."""
+    _nd = 3
+
+
+class ConvTranspose1d(_ConvTransposeN, nn.ConvTranspose1d):
+    """``torch.nn.ConvTranspose1d`` on convlab's kernels. Input (N, C_in, L) or (C_in, L)."""
+    _nd = 1
+
+
+class ConvTranspose2d(_ConvTransposeN, nn.ConvTranspose2d):
+    """``torch.nn.ConvTranspose2d`` whose convolution runs on convlab's kernels. Input (N, C_in, H, W)
+    or (C_in, H, W); weight (in_channels, out_channels/groups, kH, kW)."""
+    _nd = 2
+
+
+class ConvTranspose3d(_ConvTransposeN, nn.ConvTranspose3d):
+    """``torch.nn.ConvTranspose3d`` on convlab's kernels. Input (N, C_in, D, H, W) or (C_in, D, H, W)."""
+    _nd = 3
+
+
+_TO_CONVLAB = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d, nn.Conv3d: Conv3d, nn.ConvTranspose1d: ConvTranspose1d,
+               nn.ConvTranspose2d: ConvTranspose2d, nn.ConvTranspose3d: ConvTranspose3d}
+_TO_TORCH = {mine: theirs for theirs, mine in _TO_CONVLAB.items()}
 
 
 def _recast(module: nn.Module, cls: type) -> nn.Module:
@@ -109,7 +144,7 @@ def _swap(model: nn.Module, replace: Any) -> nn.Module:
 
 
 def convert(model: nn.Module, algorithm: str = "auto") -> nn.Module:
-    """Swap every ``nn.Conv2d`` / ``nn.ConvTranspose2d`` of ``model`` (recursively, ``model`` itself
+    """Swap every ``nn.Conv{1,2,3}d`` / ``nn.ConvTranspose{1,2,3}d`` of ``model`` (recursively, ``model`` itself
     included) for convlab's, sharing the parameters; returns the model (a new object only when
     ``model`` itself is a convolution). convlab modules already there get ``algorithm``."""
     if not isinstance(model, nn.Module):
@@ -130,7 +165,7 @@ def convert(model: nn.Module, algorithm: str = "auto") -> nn.Module:
 
 
 def revert(model: nn.Module) -> nn.Module:
-    """Undo :func:`convert`: convlab's Conv2d / ConvTranspose2d become torch's again (same parameters);
+    """Undo :func:`convert`: convlab's convolution modules become torch's again (same parameters);
     returns the model."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"revert(): model must be a torch.nn.Module, got {type(model).__name__}")

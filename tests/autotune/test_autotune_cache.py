@@ -45,7 +45,7 @@ print(json.dumps({"source": source, "winner": label, "calls": len(calls), "stats
 def _run(script: Path, *args: str, env_dir: Path) -> dict:
     import os
 
-    env = dict(os.environ, CONVLAB_CACHE_DIR=str(env_dir), NUMBA_ENABLE_CUDASIM="1")
+    env = dict(os.environ, CONVLAB_CACHE_DIR=str(env_dir), NUMBA_ENABLE_CUDASIM="1", CONVLAB_TUNE_MODE="tune")
     proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
                           env=env, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr

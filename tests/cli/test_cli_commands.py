@@ -56,7 +56,8 @@ def test_list_and_explain(capsys):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["explain", "--x", "16,3,227", "--w", "96,3,11,11"], "4 comma-separated ints"),
+    (["explain", "--x", "16,3", "--w", "96,3,11,11"], "4 or 3 or 5 comma-separated ints"),
+    (["explain", "--x", "16,3,227", "--w", "96,3,11,11"], "x and w of 3 entries"),
     (["explain", "--x", "1,3,2,2", "--w", "4,3,5,5"], "output would be empty"),
     (["explain", "--x", "1,4,8,8", "--w", "4,4,3,3", "--stride", "0"], "stride must be >= 1"),
     (["explain", "--x", "1,4,8,8", "--w", "4,4,3,3", "--workspace-limit", "12Q"], "byte count"),
@@ -98,7 +99,7 @@ def test_help_of_every_command(capsys, command):
 
 
 def test_tune_picks_by_priority_on_the_simulator_and_tunes_on_a_gpu(capsys):
-    code, out, _ = run_cli(capsys, "tune", "--suite", "tiny", "--ops", "forward", "--quiet")
+    code, out, _ = run_cli(capsys, "tune", "--suite", "tiny", "--ops", "forward", "--quiet", "--tune-mode", "tune")
     lines = [line for line in out.splitlines() if " -> " in line]
     assert code == 0 and len(lines) == len(load_suite("tiny").problems(["forward"])), out
     sources = ("(priority",) if runtime.SIMULATOR else ("(tuned", "(cache")

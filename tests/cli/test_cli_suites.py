@@ -41,7 +41,8 @@ def test_transpose_output_padding_round_trips():
 
 @pytest.mark.parametrize("spec, words", [
     ({"x": [1, 2, 5, 5], "w": [2, 2, 3, 3], "strides": 2}, "unknown key"),
-    ({"x": [1, 2, 5], "w": [2, 2, 3, 3]}, "list of 4 ints"),
+    ({"x": [1, 2, 5, 5], "w": [2, 2, 3]}, "list of 4 ints"),
+    ({"x": [1, 2], "w": [2, 2, 3, 3]}, "list of 4 ints .3 for 1D, 5 for 3D"),
     ({"x": [1, 3, 5, 5], "w": [2, 2, 3, 3]}, "channel mismatch"),
     ({"x": [1, 2, 2, 2], "w": [2, 2, 3, 3]}, "empty"),
     ({"x": [1, 2, 5, 5], "w": [2, 2, 3, 3], "ops": ["fwd"]}, "ops"),

@@ -84,7 +84,7 @@ def test_plugins_and_explain():
     expl = convlab.explain(rand(1, 4, 6, 4), rand(4, 4, 3, 3), (1, 4, 8, 6), op="conv2d_backward_data")
     assert expl.problem.op == "dgrad" and expl.chosen is not None
     with pytest.raises(ValueError, match="op must be one of"):
-        convlab.explain(x, w, op="conv3d")
+        convlab.explain(x, w, op="conv4d")
 
 
 @pytest.mark.skipif(runtime.SIMULATOR, reason="CUDA array interface objects need a real GPU")

@@ -93,11 +93,14 @@ def test_configs_that_do_not_fit_a_target_are_left_out_and_the_problem_declined(
 def test_explain_for_a_named_target_times_nothing_and_says_so():
     x = np.zeros((32, 64, 56, 56), np.float16)
     w = np.zeros((64, 64, 3, 3), np.float16)
-    text = str(convlab.explain(x, w, padding=1, target="sm_90"))
-    assert "target: sm_90: compute capability 9.0, 132 SMs" in text
-    assert "picked: tensor_core[BK=32,BM=128" in text and "nothing was timed" in text
-    text = str(convlab.explain(x, w, padding=1, target="sm_80"))
-    assert "picked: tensor_core[BK=32,BM=128" in text
+    text = str(convlab.explain(x, w, padding=1, target="sm_90"))  # the default mode, heuristic
+    assert "target: sm_90: compute capability 9.0, 132 SMs" in text and "nothing was timed" in text
+    assert "picked: tensor_core[" in text and "(by the cost model, nothing timed)" in text
+    with convlab.autotune.mode("tune"):  # a timing mode: by declared priority there
+        text = str(convlab.explain(x, w, padding=1, target="sm_90"))
+        assert "picked: tensor_core[BK=32,BM=128" in text and "nothing was timed" in text
+        text = str(convlab.explain(x, w, padding=1, target="sm_80"))
+        assert "picked: tensor_core[BK=32,BM=128" in text
     old = dataclasses.replace(targets.get("sm_80"), name="sm_70", cc=(7, 0), features=frozenset())
     text = str(convlab.explain(x, w, padding=1, target=old))
     assert "tensor_core" in text and "needs mma.sync" in text and "picked: widen" in text

@@ -87,6 +87,13 @@ def cluster(tmp_path_factory):
             os.environ["CONVLAB_CACHE_DIR"] = old
 
 
+@pytest.fixture(autouse=True)
+def timed_mode():
+    """Mode "tune" on the client (the workers get it from the task's settings): these tests time."""
+    with autotune.mode("tune"):
+        yield
+
+
 def _tasks(ops=("forward", "dgrad"), limit=3):
     return expand([load_suite("tiny")], ops, None, limit)
 
@@ -108,6 +115,7 @@ def test_two_workers_tune_like_one_process_survive_a_killed_worker_and_retime_no
     assert failed == [] and marker.exists(), "a worker should have died mid-sweep and its task run again"
     stored = _disk_entries(tmp_path / "sweep")
     assert {k: e["winner"] for k, e in stored.items()} == single
+    assert {e["mode"] for e in stored.values()} == {"tune"}  # the client's mode, on the workers
     assert {a["worker"] for a in answers.values()} == {"gpu0", "gpu1"}
     before_kill = json.loads(marker.read_text())
     assert len(before_kill) >= 2

@@ -11,7 +11,9 @@ from convlab.autotune.cache import TuningCache
 from convlab.bench.suite import load_suite
 from convlab.cli import parser as cli
 from convlab.sweep import expand, parse_dtypes
-from convlab.sweep.core import compile_group, compile_keys, next_index, spread
+from convlab.runtime import settings
+from convlab.sweep.core import applied, client_settings, compile_group, compile_keys, next_index, spread
+from convlab.sweep.tune import _shipped
 from convlab.sweep.bench import Journal
 
 
@@ -105,3 +107,26 @@ def test_next_task_skips_what_a_running_task_compiles_and_waits_when_all_would()
     assert next_index(pending[:2], []) == 0 and next_index([], []) is None  # nothing runs: go on
     warm = {("dtype", f32, "forward")}  # a float32 forward task has finished: its kernels are on disk
     assert next_index(pending[:2], running, warm) == 1
+
+
+def test_workers_apply_the_clients_tuning_mode_budget_and_depth_and_restore_theirs():
+    before = (settings.get_tune_mode(), settings.get_tune_budget(), settings.get_tune_configs())
+    settings.set_tune_mode("exhaustive"), settings.set_tune_budget(3.0), settings.set_tune_configs(2)
+    try:
+        spec = client_settings(None, None)
+    finally:
+        settings.set_tune_mode(before[0]), settings.set_tune_budget(before[1]), settings.set_tune_configs(before[2])
+    assert (spec["tune_mode"], spec["tune_budget"], spec["tune_configs"]) == ("exhaustive", 3.0, 2)
+    with applied(spec, "highest"):
+        assert (settings.get_tune_mode(), settings.get_tune_budget(), settings.get_tune_configs()) == \
+            ("exhaustive", 3.0, 2)
+    assert (settings.get_tune_mode(), settings.get_tune_budget(), settings.get_tune_configs()) == before
+
+
+def test_only_entries_decided_now_in_the_clients_mode_are_shipped():
+    entry = {"winner": "direct[]", "mode": "tune"}
+    assert _shipped(entry, "tuned", "tune") is entry
+    assert _shipped({**entry, "mode": "heuristic"}, "heuristic", "heuristic") is not None
+    assert _shipped({**entry, "mode": "exhaustive"}, "tuned", "tune") is None  # another mode's entry
+    assert _shipped(entry, "cache", "tune") is None and _shipped(entry, "priority", "tune") is None
+    assert _shipped(None, "tuned", "tune") is None

@@ -37,7 +37,8 @@ def is_torch(obj: Any) -> bool:
 def is_channels_last(obj: Any) -> bool:
     """True for a 4-D torch tensor or Numba device array of shape (N, C, H, W) whose element strides
     are exactly channels-last, (H*W*C, 1, W*C, C), and not also C-contiguous (C-contiguous wins, e.g.
-    when C == 1 or H == W == 1); strides of size-1 dimensions are ignored, as torch does."""
+    when C == 1 or H == W == 1); strides of size-1 dimensions are ignored, as torch does. Likewise a
+    5-D (N, C, D, H, W) one with channels-last-3d strides (D*H*W*C, 1, H*W*C, W*C, C)."""
     if is_torch(obj):
         shape, strides = tuple(obj.shape), tuple(obj.stride())
     elif runtime.is_device_array(obj):
@@ -45,30 +46,48 @@ def is_channels_last(obj: Any) -> bool:
         strides = tuple(s // obj.dtype.itemsize for s in runtime.strides_of(obj))
     else:
         return False
-    if len(shape) != 4 or 0 in shape:
+    if len(shape) not in (4, 5) or 0 in shape:
         return False
-    n, c, h, w = shape
 
     def matches(want: tuple) -> bool:
         return all(s == r for d, s, r in zip(shape, strides, want) if d > 1)
-    return matches((h * w * c, 1, w * c, c)) and not matches((c * h * w, h * w, w, 1))
+    return matches(channels_last_strides(shape)) and not matches(_c_strides(shape))
+
+
+def _c_strides(shape: tuple) -> tuple[int, ...]:
+    out, run = [], 1
+    for d in reversed(shape):
+        out.append(run)
+        run *= d
+    return tuple(reversed(out))
+
+
+def channels_last_strides(shape: tuple) -> tuple[int, ...]:
+    """Element strides of channels-last memory for an (N, C, *spatial) shape: (N, *spatial, C) in C
+    order, e.g. (H*W*C, 1, W*C, C) for 4-D."""
+    n, c, *spatial = shape
+    inner = _c_strides(tuple(spatial) + (c,))
+    return (inner[0] * spatial[0] if spatial else c, 1) + inner[:-1]
 
 
 def channels_last_view(base: Any, shape: tuple, dtype: Any) -> Any:
     """The dense device array ``base`` (N*C*H*W elements, NHWC memory) viewed as (N, C, H, W) with
-    channels-last strides (torch's ``memory_format=torch.channels_last``)."""
-    n, c, h, w = (int(s) for s in shape)
+    channels-last strides (torch's ``memory_format=torch.channels_last``); 5-D: NDHWC memory viewed as
+    (N, C, D, H, W) (``torch.channels_last_3d``)."""
+    shape = tuple(int(s) for s in shape)
     item = np.dtype(dtype).itemsize
-    return runtime.view_at(base, 0, (n, c, h, w), (h * w * c * item, item, w * c * item, c * item), dtype)
+    return runtime.view_at(base, 0, shape, tuple(s * item for s in channels_last_strides(shape)), dtype)
 
 
 
 def _transpose(src: Any, dst: Any, shape: tuple, to_nchw: bool) -> None:
-    """dst <- src (both dense device arrays of 4-D ``shape`` (A, B, C, D), read as flat memory):
-    NHWC memory -> NCHW memory when ``to_nchw``, else NCHW -> NHWC."""
+    """dst <- src (both dense device arrays of ``shape`` (A, B, *spatial), read as flat memory):
+    NHWC memory -> NCHW memory when ``to_nchw``, else NCHW -> NHWC (5-D: NDHWC <-> NCDHW, the same
+    transpose with C*D the product of the spatial sizes)."""
     from convlab.kernels.data.transpose import to_channels_last
 
-    a, b, c, d = shape
+    a, b = shape[:2]
+    c, d = int(np.prod(shape[2:-1], dtype=np.int64)), shape[-1]
     flat_src = runtime.kernel_view(runtime.flat_view(src))
     flat_dst = runtime.kernel_view(runtime.flat_view(dst))
     if to_nchw:
@@ -126,14 +145,14 @@ def operands_for(taken: frozenset, arrays: tuple, out_index: int | None = 3) -> 
 def channels_last_copy(host: np.ndarray) -> Any:
     """A new device array holding the 4-D ``host`` (N, C, H, W) in NHWC memory, viewed as NCHW with
     channels-last strides (what torch's ``memory_format=torch.channels_last`` gives)."""
-    nhwc = runtime.to_device(np.ascontiguousarray(host.transpose(0, 2, 3, 1)))
+    nhwc = runtime.to_device(np.ascontiguousarray(np.moveaxis(host, 1, -1)))
     return channels_last_view(nhwc, host.shape, host.dtype)
 
 
 def copy_host_into(dev: Any, host: np.ndarray) -> None:
     """``runtime.copy_into(dev, host)`` for a C-contiguous or channels-last 4-D ``dev``."""
     if is_channels_last(dev):
-        nhwc = np.ascontiguousarray(host.transpose(0, 2, 3, 1))
+        nhwc = np.ascontiguousarray(np.moveaxis(host, 1, -1))
         runtime.copy_into(runtime.flat_view(dev), nhwc.reshape(-1))
     else:
         runtime.copy_into(dev, host)

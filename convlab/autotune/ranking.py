@@ -1,0 +1,86 @@
+"""The cost model's order of a problem's candidates (what modes "heuristic" and "tune" act on).
+
+    rank(problem, candidates, workspace_limit, target)
+        model = costmodel.model_for(target)
+        model found:   candidates sorted by estimated ms (ties: registry order), estimates kept
+                       (features on ``target``, estimates on its ceilings: costmodel.ceilings_for)
+        none (the simulator, a corrupt or stale file): registry order, i.e. declared priority
+    top_per_plugin(ranking, k): each plugin's k best, in the ranking's order (best first overall)
+
+Nothing here compiles or runs a kernel: features come from the plugins' planning methods.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from convlab.plugin.registry import Candidate
+from convlab.problem import Problem
+from convlab.runtime.targets import Target, current as current_target
+
+from . import costmodel
+from .features import features
+
+
+@dataclass
+class Ranking:
+    """Candidates best first, their estimates in ms (empty when ranked by priority) and how."""
+
+    order: list[Candidate]
+    estimates: dict[str, float] = field(default_factory=dict)
+    how: str = ""  # "cost model (<source>)" or "declared priority (<why>)"
+    model: str = "priority"  # what made the order: the model's identity, or "priority"
+
+    @property
+    def by_model(self) -> bool:
+        return bool(self.estimates)
+
+
+def model_identity(model: costmodel.Model) -> str:
+    """A short text that changes when the model's constants do: its class and a hash of them."""
+    return f"{model.target_class}:{model.digest()}"
+
+
+def _no_model_reason(target: Target) -> str:
+    if target.simulator:
+        return "the simulator has no ceilings to model"
+    if not target.tflops or target.dram_bytes_per_s <= 0:
+        return f"target {target.name} has no ceilings to model"
+    return f"the cost model file of {costmodel.target_class(target)} cannot be used (see its warning)"
+
+
+def rank(problem: Problem, cands: list[Candidate], workspace_limit: int,
+         target: Target | None = None) -> Ranking:
+    """The module docstring's order of ``cands`` (a candidate whose estimate fails goes last)."""
+    target = current_target() if target is None else target
+    model = costmodel.model_for(target)
+    ceilings = costmodel.ceilings_for(target)
+    if model is None or ceilings is None or not cands:
+        return Ranking(list(cands), {}, f"declared priority ({_no_model_reason(target)})")
+    estimates = {}
+    for cand in cands:
+        try:
+            f = features(cand.plugin, problem, cand.config, target, workspace_limit)
+            est = model.estimate_ms(f, problem.op, ceilings)
+        except Exception:  # a plugin's planning method raising: rank it last, never fail tuning
+            est = math.inf
+        estimates[cand.label] = est if math.isfinite(est) else math.inf
+    position = {c.label: i for i, c in enumerate(cands)}
+    order = sorted(cands, key=lambda c: (estimates[c.label], position[c.label]))
+    finite = {k: v for k, v in estimates.items() if math.isfinite(v)}
+    if not finite:
+        return Ranking(list(cands), {}, "declared priority (no candidate could be estimated)")
+    return Ranking(order, finite, f"cost model ({model.source})", model_identity(model))
+
+
+def top_per_plugin(ranking: Ranking, k: int) -> list[Candidate]:
+    """Each plugin's ``k`` best candidates, in the ranking's order."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    taken: dict[str, int] = {}
+    out = []
+    for cand in ranking.order:
+        if taken.get(cand.plugin.name, 0) < k:
+            taken[cand.plugin.name] = taken.get(cand.plugin.name, 0) + 1
+            out.append(cand)
+    return out

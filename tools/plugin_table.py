@@ -29,15 +29,16 @@ def table() -> str:
     """The Markdown table: one row per built-in plugin, highest priority first."""
     import convlab
 
-    rows = ["| plugin | priority | ops | dtypes | layouts | what it does |",
-            "| --- | ---: | --- | --- | --- | --- |"]
+    rows = ["| plugin | priority | ops | dims | dtypes | layouts | what it does |",
+            "| --- | ---: | --- | --- | --- | --- | --- |"]
     for plugin in convlab.plugins():
         if not type(plugin).__module__.startswith("convlab.algorithms."):
             continue
         ops = ", ".join(op for op in OPS if op in plugin.ops)
         dtypes = ", ".join(d for d in DTYPES if d in plugin.dtypes)
         layouts = ", ".join(sorted(plugin.layouts))
-        rows.append(f"| `{plugin.name}` | {plugin.priority} | {ops} | {dtypes} | {layouts} | "
+        dims = ", ".join(f"{n}D" for n in sorted(plugin.ndims))
+        rows.append(f"| `{plugin.name}` | {plugin.priority} | {ops} | {dims} | {dtypes} | {layouts} | "
                     f"{_cell(plugin.description)} |")
     return "\n".join(rows)
 

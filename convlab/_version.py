@@ -1,2 +1,3 @@
-"""The package version (its own module, so that submodules can read it without importing the package)."""
-__version__ = "0.1.0"
+"""The package version, the one place it is written: ``convlab.__version__`` re-exports it and setup.cfg
+reads it (``attr:``). Its own module, so that submodules read it without importing the package."""
+__version__ = "0.2.0"

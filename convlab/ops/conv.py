@@ -1,5 +1,5 @@
 """The public ops. Each validates its arguments (before any launch), builds a canonical
-:class:`~convlab.problem.Problem`, picks a plugin through :mod:`convlab.strategy` and runs it.
+:class:`~convlab.problem.Problem`, picks a plugin through :mod:`convlab.ops.strategy` and runs it.
 
 Arrays: numpy in -> numpy out (copied to the device and back); a PyTorch CPU tensor in -> a CPU tensor out
 (through numpy, like numpy); a Numba device array in -> device array out; a PyTorch CUDA tensor in -> a

@@ -93,6 +93,19 @@ class SimulatorCostWarning(UserWarning):
 _cost_warned: set = set()
 
 
+def kernel_label(dispatcher: Any) -> str:
+    """A kernel's name for messages: its Python function's module and qualified name without
+    ``<locals>`` (e.g. 'implicit_gemm.forward.make_forward.kernel'), since many factories name their
+    kernel ``kernel``; 'unnamed' when the dispatcher has no Python function."""
+    fn = getattr(dispatcher, "py_func", None) or getattr(dispatcher, "fn", None)
+    qualname = getattr(fn, "__qualname__", None) or getattr(dispatcher, "__name__", None)
+    if not qualname:
+        return "unnamed"
+    module = (getattr(fn, "__module__", None) or "").removeprefix("convlab.").removeprefix("algorithms.")
+    module = module.removeprefix("kernels.")
+    return ".".join(p for p in [module, *qualname.split(".")] if p and p != "<locals>")
+
+
 def _warn_simulator_cost(dispatcher: Any, grid: Any, block: Any) -> None:
     """Warn (once per kernel and launch shape) before a simulated launch of more threads than
     ``settings.sim_thread_budget()`` (the simulator runs each thread as a Python thread: hundreds to a
@@ -101,13 +114,12 @@ def _warn_simulator_cost(dispatcher: Any, grid: Any, block: Any) -> None:
 
     threads = int(np.prod(dims3(grid))) * int(np.prod(dims3(block)))
     budget = sim_thread_budget()
-    name = getattr(dispatcher, "__name__", None) or getattr(getattr(dispatcher, "py_func", None),
-                                                            "__name__", "kernel")
+    name = kernel_label(dispatcher)
     key = (name, dims3(grid), dims3(block))
     if threads <= budget or key in _cost_warned:
         return
     _cost_warned.add(key)
-    warnings.warn(f"convlab: kernel {name} launches {threads:,} threads (grid {dims3(grid)} x block "
+    warnings.warn(f"convlab: kernel {name!r} launches {threads:,} threads (grid {dims3(grid)} x block "
                   f"{dims3(block)}) on the CUDA simulator, where each thread is a Python thread "
                   f"(hundreds to a few thousand a second): this will take long. Shrink the problem "
                   f"(batch, channels, spatial size) or run on a GPU; CONVLAB_SIM_THREAD_BUDGET (now {budget}) sets this "

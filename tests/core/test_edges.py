@@ -205,13 +205,31 @@ def test_simulator_warns_once_per_launch_above_the_thread_budget(monkeypatch):
     assert not [c for c in caught if issubclass(c.category, convlab.SimulatorCostWarning)]
     monkeypatch.setenv("CONVLAB_SIM_THREAD_BUDGET", "50")
     with pytest.warns(convlab.SimulatorCostWarning,
-                      match=r"launches \d+ threads .* CUDA simulator.*Shrink the problem.*"
+                      match=r"^convlab: kernel 'direct\.[\w.]+' launches \d+ threads .* CUDA simulator.*"
+                            r"Shrink the problem.*"
                             r"CONVLAB_SIM_THREAD_BUDGET \(now 50\)"):
         convlab.conv2d(x, w, padding=1, algorithm="direct")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         convlab.conv2d(x, w, padding=1, algorithm="direct")  # the same kernel and grid: once only
     assert not [c for c in caught if issubclass(c.category, convlab.SimulatorCostWarning)]
+
+
+def test_kernel_label_names_the_factory_of_a_kernel_named_kernel():
+    from convlab.runtime.launch import kernel_label
+
+    def gather_kernel():
+        def kernel():
+            pass
+        return kernel
+
+    class Dispatcher:
+        py_func = gather_kernel()
+
+    label = kernel_label(Dispatcher())
+    assert label.endswith("test_kernel_label_names_the_factory_of_a_kernel_named_kernel.gather_kernel.kernel")
+    assert "<locals>" not in label
+    assert kernel_label(object()) == "unnamed"
 
 
 # ---- result files get the umask's mode ---------------------------------------------------------------------

@@ -27,15 +27,9 @@ from convlab.runtime.fileio import atomic_write, atomic_write_json
 from convlab.measure import CandidateResult
 from convlab._version import __version__
 
-FORMAT = "convlab-bench/1"
-SIMULATOR_NOTE = "CUDA simulator: outputs were checked, but no time was measured (times are not meaningful)"
+from .text import SIMULATOR_NOTE, SIMULATOR_WALL_CLOCK_NOTE, legend, simulator_note, wrap as _wrap  # noqa: F401
 
-#: Printed under every table: how to read the shape labels and the marks.
-LEGEND = "\n".join([
-    "legend: shape 'n1 16x4x4 w16x3x1 p1x0' = batch N=1, input C x H x W = 16x4x4, weight K x R x S = 16x3x1,",
-    "  then, when not the default: s stride, p padding, d dilation, op output_padding (HxW when they",
-    "  differ), g groups, +bias; 'T ' marks a conv_transpose2d. '*' the plugin 'auto' picks, '<' the fastest;",
-    "  check: ok (within tolerance) / wrong / error, with the relative error against the float64 reference."])
+FORMAT = "convlab-bench/1"
 
 
 @dataclass
@@ -120,7 +114,7 @@ def metadata(settings: dict[str, Any], extra_versions: dict[str, str] | None = N
             "versions": {"convlab": __version__, **runtime.versions(), **(extra_versions or {})},
             "settings": settings}
     if not runtime.HAS_DEVICE:
-        meta["note"] = SIMULATOR_NOTE
+        meta["note"] = simulator_note(bool(settings.get("simulator_wall_clock")))
     return meta
 
 
@@ -223,8 +217,8 @@ def table(results: Iterable[ProblemResult]) -> str:
     simulator); fastest and xcuDNN by the op's time where there is one (:func:`user_ms`)."""
     results = list(results)
     labels = [r.label for res in results for r in res.candidates + ([res.cudnn] if res.cudnn else [])]
-    pw = min(max([len(x) for x in labels] + [14]), 60)  # plugin[config] column
-    sw = min(max([len(res.label) for res in results] + [5]), 40)  # shape column
+    pw = max([len(x) for x in labels] + [14])  # plugin[config] column
+    sw = max([len(res.label) for res in results] + [5])  # shape column
     pad = f"{'':<{sw}} {'':<9}   "
     head = (f"{'shape':<{sw}} {'op':<9} {'plugin[config]':<{pw + 2}} {'ms':>9} {'op ms':>9} {'TFLOP/s':>8} "
             f"{'GB/s':>8} {'xcuDNN':>7} {'MiB':>6}  check")
@@ -235,13 +229,14 @@ def table(results: Iterable[ProblemResult]) -> str:
         for i, r in enumerate(rows):
             mark = ("*" if r.auto else " ") + ("<" if r.label == res.best else " ")
             check = r.status if r.rel_error is None else f"{r.status} {r.rel_error:.1e}"
+            line = (f"{res.label if i == 0 else '':<{sw}} {op if i == 0 else '':<9} "
+                    f"{mark}{r.label:<{pw}} {_fmt(r.median_ms, '9.4f')} {_fmt(r.op_median_ms, '9.4f')} "
+                    f"{_fmt(r.tflops, '8.2f')} "
+                    f"{_fmt(r.gbs, '8.1f')} {_fmt(r.vs_cudnn, '7.2f')} {_mib(r.extra_mem_bytes):>6}  {check}")
             if r.error and r.status == "error":
-                check += f": {r.error[:60]}"
-            lines.append(f"{res.label[:sw] if i == 0 else '':<{sw}} {op if i == 0 else '':<9} "
-                         f"{mark}{r.label[:pw]:<{pw}} {_fmt(r.median_ms, '9.4f')} {_fmt(r.op_median_ms, '9.4f')} "
-                         f"{_fmt(r.tflops, '8.2f')} "
-                         f"{_fmt(r.gbs, '8.1f')} {_fmt(r.vs_cudnn, '7.2f')} {_mib(r.extra_mem_bytes):>6}  "
-                         f"{check}")
+                lines.extend(_wrap(line + ": ", r.error, len(line) + 2))
+            else:
+                lines.append(line)
         best: dict[str, float] = {}  # each plugin's best config on this problem
         for r in res.candidates:
             if r.vs_cudnn:
@@ -249,14 +244,17 @@ def table(results: Iterable[ProblemResult]) -> str:
         for plugin, ratio in best.items():
             ratios.setdefault((plugin, op), []).append(ratio)
         for name, reason in res.declined.items():
-            lines.append(f"{pad}{name:<{pw}} declines: {reason[:80]}")
+            first = f"{pad}{name:<{pw}} declines: "
+            lines.extend(_wrap(first, reason, len(first)))
         if res.auto.get("plugin") and not any(r.auto for r in res.candidates):
             lines.append(f"{pad}auto picks {res.auto['plugin']}[{res.auto['config']}] "
                          "(not run: outside --plugins)")
         if res.error:
-            lines.append(f"{res.label[:sw]:<{sw}} {op:<9}   problem failed: {res.error[:100]}")
+            first = f"{res.label:<{sw}} {op:<9}   problem failed: "
+            lines.extend(_wrap(first, res.error, len(first)))
         if "error" in res.auto:
-            lines.append(f"{pad}auto pick failed: {res.auto['error'][:80]}")
+            first = f"{pad}auto pick failed: "
+            lines.extend(_wrap(first, res.auto["error"], len(first)))
     if ratios:
         lines.append("")
         lines.append("geometric mean of cuDNN ms / plugin ms (above 1: faster than cuDNN):")
@@ -265,5 +263,5 @@ def table(results: Iterable[ProblemResult]) -> str:
     overhead = op_vs_kernel(results)
     if overhead:
         lines.extend(["", *overhead])
-    lines.extend(["", LEGEND])
+    lines.extend(["", legend(res.label for res in results)])
     return "\n".join(lines)

@@ -7,10 +7,27 @@
     op_name     one op, either spelling -> the short one  op_list    'forward,dgrad' -> ('forward', 'dgrad')
     positive    an int >= 1                               dtype_list 'float32,float16' -> dtype names
     algorithm   'auto', a plugin name, or NAME[CONFIG] -> str or (name, config text)
+
+``--dtype`` takes one of :data:`DTYPE_CHOICES` (the library's dtypes, and ``float32+high``: float32
+under float32 precision "high", TF32 allowed, the token the sweeps' ``--dtypes`` use);
+:func:`split_dtype` turns the token into (dtype, precision).
 """
 from __future__ import annotations
 
 import argparse
+
+from convlab.sweep.core import DTYPE_TOKENS, HIGH
+
+#: What ``--dtype`` accepts, in every command that takes one shape: the sweeps' ``--dtypes`` tokens.
+DTYPE_CHOICES = DTYPE_TOKENS
+#: The ``--dtype`` help text, the same in every command.
+DTYPE_HELP = (f"operand dtype, one of {', '.join(DTYPE_CHOICES)}; {HIGH} is float32 under float32 "
+              "precision 'high' (TF32 allowed, as convlab.set_float32_precision('high')) (default: float32)")
+
+
+def split_dtype(token: str) -> tuple[str, str | None]:
+    """A ``--dtype`` token -> (dtype, float32 precision it asks for, or None for the current one)."""
+    return ("float32", "high") if token == HIGH else (token, None)
 
 
 def _ints(text: str, count: tuple[int, ...], what: str) -> list[int]:

@@ -66,15 +66,17 @@ def _check_plugins(names: str | None) -> tuple[str, ...] | None:
 def _run_bench(args: argparse.Namespace, suites: list, opts: Any, out_stem: str | None) -> list:
     from convlab import runtime
     from convlab.bench import baseline, harness as bench, report
+    from convlab.runtime.settings import get_float32_precision
 
     cudnn, why = (None, "--no-torch") if args.no_torch else baseline.load()
     print(f"device: {runtime.device_name()}; cuDNN baseline: {'yes' if cudnn else 'no (' + why + ')'}")
     if not runtime.HAS_DEVICE:
-        print(f"note: {report.SIMULATOR_NOTE}")
+        print(f"note: {report.simulator_note(opts.simulator_wall_clock)}")
     settings = {k: getattr(opts, k) for k in ("ops", "plugins", "all_configs", "warmup", "repeat",
                                                "max_seconds", "workspace_limit", "auto", "seed",
                                                "simulator_wall_clock")}
     settings["suites"] = [s.name for s in suites]
+    settings["float32_precision"] = get_float32_precision()
     meta = report.metadata(settings, baseline.versions(cudnn))
     done: list = []
 

@@ -14,8 +14,9 @@ import os
 import sys
 from typing import Sequence
 
-from .arg_types import (  # also importable from here, as before (convlab.cli.parser.nbytes, ...)
-    algorithm, dtype_list, nbytes, op_list, op_name, padding, pair, positive, shape4)
+from .arg_types import (  # also importable from here (convlab.cli.parser.nbytes, ...)
+    DTYPE_CHOICES, DTYPE_HELP, algorithm, dtype_list, nbytes, op_list, op_name, padding, pair, positive, shape4,
+    split_dtype)
 from .commands import cmd_bench, cmd_check, cmd_demo, cmd_explain, cmd_list, cmd_plot, cmd_tune
 
 
@@ -32,7 +33,7 @@ def _add_shape(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--dilation", type=pair, default=1, metavar="D|DH,DW|DD,DH,DW")
     g.add_argument("--groups", type=int, default=1)
     g.add_argument("--bias", action="store_true", help="with a bias operand (forward / transpose)")
-    g.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    g.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32", metavar="DTYPE", help=DTYPE_HELP)
     g.add_argument("--transpose", action="store_true",
                    help="the shape is a conv_transpose2d (a dgrad problem)")
     g.add_argument("--output-padding", type=pair, default=None, metavar="OP", help="conv_transpose2d only")
@@ -220,16 +221,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _dtype_precision(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """``--dtype float32+high``: ``args.dtype`` becomes float32 and the float32 precision the command
+    runs under ("high") is returned (None: the current one). A command with its own ``--precision``
+    (source) gets it there; a conflicting explicit ``--precision`` is a usage error (exit 2)."""
+    token = getattr(args, "dtype", None)
+    if token is None:
+        return None
+    args.dtype, precision = split_dtype(token)
+    if hasattr(args, "precision") and precision is not None:
+        if args.precision not in (None, precision):
+            parser.error(f"convlab {args.command}: --dtype {token} runs float32 under precision "
+                         f"{precision!r}, but --precision is {args.precision!r}")
+        args.precision = precision
+    return precision
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``convlab`` console script; returns the exit status."""
     from convlab.runtime import settings
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    precision = _dtype_precision(parser, args)
     previous = settings.set_deterministic(True) if args.deterministic else None
     previous_mode = settings.set_tune_mode(args.tune_mode) if args.tune_mode else None
     try:
-        return args.func(args)
+        if precision is None:
+            return args.func(args)
+        with settings.float32_precision(precision):
+            return args.func(args)
     except (ValueError, TypeError) as exc:
         if args.debug:
             raise

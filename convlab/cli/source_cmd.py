@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from convlab.problem import DTYPES
-
 DEFAULT_TARGET = "sm_90"
 
 
@@ -20,7 +18,7 @@ def add_parser(sub: Any, common: Any) -> None:
     from convlab.runtime.settings import FLOAT32_PRECISIONS
     from convlab.runtime.targets import TARGETS
 
-    from .arg_types import op_name, pair, padding, shape4
+    from .arg_types import DTYPE_CHOICES, DTYPE_HELP, op_name, pair, padding, shape4
 
     p = sub.add_parser("source", help="print the generated source of a plugin's kernels for one shape",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -38,8 +36,9 @@ def add_parser(sub: Any, common: Any) -> None:
                    help=f"the target the plugin plans for (default {DEFAULT_TARGET})")
     p.add_argument("--config", default=None, metavar="NAME",
                    help="this config (its name, as 'convlab explain' lists them) instead of the plugin's first")
-    p.add_argument("--precision", choices=FLOAT32_PRECISIONS, default="highest",
-                   help="float32 precision ('high' lets tensor-core plugins run TF32)")
+    p.add_argument("--precision", choices=FLOAT32_PRECISIONS, default=None,
+                   help="float32 precision ('high' lets tensor-core plugins run TF32, as --dtype "
+                        "float32+high) (default: highest)")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="a module to import first, e.g. one that registers your plugin")
     g = p.add_argument_group("one shape (PyTorch conventions)")
@@ -50,7 +49,7 @@ def add_parser(sub: Any, common: Any) -> None:
     g.add_argument("--dilation", type=pair, default=1, metavar="D|DH,DW")
     g.add_argument("--groups", type=int, default=1)
     g.add_argument("--bias", action="store_true", help="with a bias operand (forward)")
-    g.add_argument("--dtype", choices=DTYPES, default="float32")
+    g.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32", metavar="DTYPE", help=DTYPE_HELP)
     common(p)
     p.set_defaults(func=cmd_source)
 
@@ -80,6 +79,7 @@ def cmd_source(args: argparse.Namespace) -> int:
         importlib.import_module(module)
     get_plugin(args.plugin)  # ValueError listing the registered plugins
     problem = problem_of(args)
+    args.precision = args.precision or "highest"
     with float32_precision(args.precision):  # a plugin that declines, or a config it does not offer: here
         strategy.resolve(problem, args.plugin if args.config is None else (args.plugin, args.config),
                          get_workspace_limit(), get(args.target))

@@ -141,3 +141,25 @@ def test_ranking_and_ratios_use_the_public_op_time_where_it_was_timed():
     rank(res)
     assert res.best == "c[default]"
     assert [r.vs_cudnn for r in res.candidates] == [0.25, 0.2 / 0.9, 0.5]
+
+
+def test_table_wraps_long_reasons_and_errors_instead_of_cutting_them():
+    from convlab.bench.text import REASON_WIDTH
+
+    reason = "declines because " + " ".join(f"word{i}" for i in range(60)) + " END"
+    error = "RuntimeError: " + " ".join(f"part{i}" for i in range(40)) + " LAST"
+    res = ProblemResult("s", "n1 4x5x5 w4x3x3 p1", "conv2d", "forward", {}, 1, 1,
+                        declined={"some_plugin": reason}, error=error, auto={"error": reason})
+    res.candidates = [CandidateResult("direct", "default", status="error", error=error)]
+    lines = table([res]).splitlines()
+    for text, start in ((reason, "declines: "), (error, "problem failed: "), (error, "error: "),
+                        (reason, "auto pick failed: ")):
+        i = next(i for i, line in enumerate(lines) if start in line)
+        column = lines[i].index(start) + len(start)
+        chunks = [lines[i][column:]]
+        for line in lines[i + 1:]:
+            if line[:column].strip() or not line.strip():
+                break
+            chunks.append(line[column:])
+        assert " ".join(chunks) == text and all(len(c) <= REASON_WIDTH for c in chunks), start
+        assert len(chunks) > 1

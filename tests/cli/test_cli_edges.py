@@ -39,8 +39,11 @@ def test_simulator_wall_clock_bench_is_plotted_and_labelled(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "bench", "--suite", "tiny", "--ops", "forward", "--out",
                            str(tmp_path / "b"), "--simulator-wall-clock", *TINY_RUN)
     assert code == 0 and "simulator's wall-clock time, not GPU speed" in out
+    assert "no time was measured" not in out  # the note above the times says what they are
+    assert "note: CUDA simulator: outputs were checked; the ms column is the simulator's wall-clock" in out
     data = json.loads((tmp_path / "b" / "tiny.json").read_text())
     assert data["simulator"] and data["settings"]["simulator_wall_clock"]
+    assert "wall-clock" in data["note"] and "no time was measured" not in data["note"]
     code, out, err = run_cli(capsys, "plot", str(tmp_path / "b" / "tiny.json"), "-o", str(tmp_path / "p"))
     assert code == 0, err
     png = tmp_path / "p" / "tiny-simulator-time.png"
@@ -108,5 +111,16 @@ def test_debug_and_deterministic_before_or_after_the_subcommand(capsys, monkeypa
 def test_table_has_a_legend_for_shape_labels_and_marks(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "bench", *SHAPE, "--ops", "forward", *TINY_RUN, "--out", str(tmp_path))
     assert code == 0 and out.index("legend:") > out.index("plugin[config]")
-    assert "legend: shape 'n1 16x4x4 w16x3x1 p1x0' = batch N=1" in out
+    assert "\nn1 4x5x5 w4x3x3 p1 " in out  # the label printed, and the legend reads that one
+    assert "legend: shape 'n1 4x5x5 w4x3x3 p1' = batch N=1, input C x H x W = 4x5x5, weight K x R x S = 4x3x3" in out
     assert "'*' the plugin 'auto' picks, '<' the fastest" in out and "check: ok" in out
+
+
+def test_legend_explains_a_printed_label_or_says_the_suite_names_them():
+    from convlab.bench.report import legend
+
+    assert legend(["3x3 s2", "n2 8x16 w4x3 s2"]).startswith(
+        "legend: shape 'n2 8x16 w4x3 s2' = batch N=2, input C x L = 8x16, weight K x S = 4x3,")
+    assert "input C x D x H x W = 8x3x3x3" in legend(["T n1 8x3x3x3 w4x2x2x2"])
+    named = legend(["stem 3x3 s2 3->32"])
+    assert named.startswith("legend: shape = the suite's name for the layer;") and "batch" not in named

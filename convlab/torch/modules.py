@@ -2,8 +2,9 @@
 convlab's kernels, and ``convert`` / ``revert``.
 
 The classes subclass torch's (``torch.nn.Conv2d``, ``torch.nn.ConvTranspose3d``, ...): same constructor arguments
-(plus ``algorithm="auto"``), same parameters, state_dict and repr (``algorithm=...`` is shown only
-when it is not "auto"); only the convolution itself runs on convlab (convlab.torch.functional).
+(plus ``algorithm="auto"``), same parameters and state_dict; the repr is torch's with ``convlab,
+algorithm='...'`` appended, so that a converted model shows which layers run on convlab and how they
+pick their kernels; only the convolution itself runs on convlab (convlab.torch.functional).
 
 ``convert(model)`` swaps every ``nn.Conv1d`` / ``2d`` / ``3d`` and ``nn.ConvTranspose1d`` / ``2d`` / ``3d`` of a model (the exact classes;
 subclasses of them may have their own forward and are left alone) for these, in place and sharing the
@@ -35,10 +36,9 @@ class _ConvlabModule:
     algorithm: str = "auto"
 
     def extra_repr(self) -> str:
-        text = super().extra_repr()  # type: ignore[misc]
-        if self.algorithm != "auto":
-            text += f", algorithm={self.algorithm!r}"
-        return text
+        """torch's, then ``convlab, algorithm='auto'`` (e.g. ``Conv2d(3, 16, kernel_size=(3, 3),
+        stride=(1, 1), convlab, algorithm='auto')``)."""
+        return f"{super().extra_repr()}, convlab, algorithm={self.algorithm!r}"  # type: ignore[misc]
 
 
 class _ConvN(_ConvlabModule):

@@ -42,13 +42,27 @@ def test_convert_a_bare_layer_and_algorithm():
     layer = nn.Conv2d(2, 2, 3)
     new = ct.convert(layer, algorithm="direct")
     assert type(new) is ct.Conv2d and new.weight is layer.weight and new.algorithm == "direct"
-    assert repr(new).endswith("algorithm='direct')")
-    assert "algorithm" not in repr(ct.convert(new))  # back to "auto": not shown
-    assert repr(ct.Conv2d(2, 2, 3)) == repr(nn.Conv2d(2, 2, 3))
+    assert repr(new) == repr(layer)[:-1] + ", convlab, algorithm='direct')"
+    assert repr(ct.convert(new)).endswith(", convlab, algorithm='auto')")
+    assert repr(ct.Conv2d(3, 16, 3)) == "Conv2d(3, 16, kernel_size=(3, 3), stride=(1, 1), convlab, algorithm='auto')"
     with pytest.raises(ValueError, match="unknown algorithm"):
         ct.convert(nn.Conv2d(2, 2, 3), algorithm="nope")
     with pytest.raises(TypeError, match="torch.nn.Module"):
         ct.convert(torch.zeros(2))
+
+
+def test_a_converted_model_shows_which_layers_are_convlab_s():
+    model = _model()
+    before = repr(model)
+    text = repr(ct.convert(model, algorithm="direct"))
+    convlab_lines = [line for line in text.splitlines() if "convlab" in line]
+    assert len(convlab_lines) == 3 and all(line.endswith("convlab, algorithm='direct')") for line in convlab_lines)
+    assert "ConvTranspose2d(4, 2, kernel_size=(3, 3), stride=(2, 2)" in convlab_lines[2]
+    assert "BatchNorm2d(4, eps" in text and "convlab" not in text.split("BatchNorm2d")[1].splitlines()[0]
+    assert repr(ct.revert(model)) == before
+    for cls, args in ((ct.Conv1d, (2, 2, 3)), (ct.Conv3d, (2, 2, 3)), (ct.ConvTranspose1d, (2, 2, 3)),
+                      (ct.ConvTranspose3d, (2, 2, 3))):
+        assert repr(cls(*args)).endswith(", convlab, algorithm='auto')"), cls
 
 
 def test_modules_train_like_torch_and_share_a_pickle_and_deepcopy():

@@ -84,3 +84,16 @@ def test_bench_records_the_precision_of_float32_high(tmp_path, capsys):
     assert data["settings"]["float32_precision"] == "high"
     assert data["results"][0]["problem"]["dtype"] == "float32"
     assert settings.get_float32_precision() == "highest"
+
+
+@pytest.mark.parametrize("dtype,picked", [("float32+high", "tensor_core"), ("bfloat16", "tensor_core"),
+                                          ("float32", None)])
+def test_tune_runs_the_shape_in_the_dtype_asked(capsys, dtype, picked):
+    code, out, err = run_cli(capsys, "tune", *SHAPE, "--ops", "forward", "--dtype", dtype, "--quiet")
+    assert code == 0, out + err
+    line = next(line for line in out.splitlines() if " forward " in line)
+    assert f" forward  {dtype:<12} -> " in line  # the dtype token of the task tuned
+    if picked:
+        assert f"-> {picked}[" in line
+    else:  # float32 under "highest": no TF32 plugin
+        assert "-> tensor_core[" not in line

@@ -57,7 +57,8 @@ def add_parser(sub: Any, common: Any, shape: Any) -> None:
     p.add_argument("--compare", default=None, metavar="HASHES.json",
                    help="compare this run's PTX hashes with an earlier --hashes file (exit 1 if any differ)")
     p.add_argument("--markdown", default=None, metavar="FILE", help="write a summary as Markdown")
-    p.add_argument("--wide", action="store_true", help="do not cut the plugin column")
+    p.add_argument("--wide", action="store_true",
+                   help="do not cut the plugins and kernel columns (cut to 24 and 28 characters otherwise)")
     p.add_argument("--brief", action="store_true",
                    help="list only the kernels that fail, spill or are near a limit (and the summary)")
     p.add_argument("--quiet", action="store_true", help="no progress line")

@@ -162,19 +162,23 @@ class Report:
 
     def table(self, max_spill: int = 0, wide: bool = False, brief: bool = False) -> str:
         """One line per (target, kernel) (``brief``: only those failing, spilling or near a limit), then
-        the notes and the summary."""
-        head = f"{'target':7} {'plugins':24} {'kernel':28} {'thr':>5} {'regs':>4} {'spill':>9} {'stack':>5} " \
+        the notes and the summary. The plugins and kernel columns are cut to 24 and 28 characters
+        ('...' marks a cut) unless ``wide``; the notes are never cut."""
+        shown = [r for r in self.rows if not brief or r.problems(max_spill) or r.near() or r.spills]
+        names = {id(r): r.name.replace("<locals>.", "") for r in shown}
+        pw = max([len(",".join(r.plugins)) for r in shown] + [24]) if wide else 24
+        kw = max([len(n) for n in names.values()] + [28]) if wide else 28
+        head = f"{'target':7} {'plugins':{pw}} {'kernel':{kw}} {'thr':>5} {'regs':>4} {'spill':>9} {'stack':>5} " \
                f"{'smem':>7} {'dyn':>7}  notes"
         lines = [head, "-" * len(head)]
-        for r in self.rows:
-            if brief and not (r.problems(max_spill) or r.near() or r.spills):
-                continue
+        for r in shown:
             plugins = ",".join(r.plugins)
-            plugins = plugins if wide or len(plugins) <= 24 else plugins[:21] + "..."
+            plugins = plugins if len(plugins) <= pw else plugins[:pw - 3] + "..."
+            name = names[id(r)]
+            name = name if len(name) <= kw else "..." + name[-(kw - 3):]
             spill = f"{r.get('spill_stores') or 0}/{r.get('spill_loads') or 0}"
             notes = "; ".join(r.problems(max_spill) + [f"near: {n}" for n in r.near()])
-            name = r.name.replace("<locals>.", "")
-            lines.append(f"{r.target:7} {plugins:24} {name[-28:]:28} {r.threads:5} {r.get('registers') or '-':>4} "
+            lines.append(f"{r.target:7} {plugins:{pw}} {name:{kw}} {r.threads:5} {r.get('registers') or '-':>4} "
                          f"{spill:>9} {r.get('stack_frame') or 0:5} {r.get('static_shared') or 0:7} "
                          f"{r.dynamic_shared:7}  {notes}")
         for note in sorted({r.get("note") for r in self.rows if r.get("note")}):

@@ -124,3 +124,16 @@ def test_without_ptxas_the_ptx_stage_runs_and_the_report_says_how_to_install(mon
     report = compile_corpus(make_spec(["sm_90"], plugins=["direct"], dtypes=["float64"], ops=["forward"]), jobs=1)
     assert report.ok() and all(r.get("hash") and r.get("registers") is None for r in report.rows)
     assert "nvidia-cuda-nvcc" in report.table()
+
+
+def test_the_table_cuts_long_plugin_and_kernel_names_unless_wide():
+    from convlab.compile.report import Report
+
+    long_name = "implicit_gemm.forward.make_forward.<locals>.kernel_with_a_long_generated_name"
+    plugins = ["implicit_gemm", "tensor_core", "tf32x3", "widen"]
+    report = Report({"targets": ["sm_90"]}, {"cases": {}, "errors": []}, [], wall_seconds=1.0, collect_seconds=0.0, jobs=1)
+    report.rows = [Row("sm_90", "k", long_name, plugins, 1, 128, 0, {"registers": 32})]
+    narrow, wide = report.table().splitlines()[2], report.table(wide=True).splitlines()[2]
+    full = long_name.replace("<locals>.", "")
+    assert full not in narrow and f" ...{full[-25:]} " in narrow and f" {','.join(plugins)[:21]}... " in narrow
+    assert f" {','.join(plugins)} {full} " in wide

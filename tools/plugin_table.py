@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = (ROOT / "docs" / "index.md", ROOT / "docs" / "concepts" / "plugins.md")
+PAGES = (ROOT / "README.md", ROOT / "docs" / "index.md", ROOT / "docs" / "concepts" / "plugins.md")
 START = "<!-- plugin-table:start (tools/plugin_table.py --write) -->"
 END = "<!-- plugin-table:end -->"
 OPS = ("forward", "dgrad", "wgrad")

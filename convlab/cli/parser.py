@@ -231,7 +231,7 @@ def _dtype_precision(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     args.dtype, precision = split_dtype(token)
     if hasattr(args, "precision") and precision is not None:
         if args.precision not in (None, precision):
-            parser.error(f"convlab {args.command}: --dtype {token} runs float32 under precision "
+            parser.error(f"{args.command}: --dtype {token} runs float32 under precision "
                          f"{precision!r}, but --precision is {args.precision!r}")
         args.precision = precision
     return precision

@@ -10,15 +10,18 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-#: the project's source and documentation (results/ holds records of runs, dated and versioned)
+#: the project's source and documentation
 SCOPE = ("convlab", "algorithms", "tests", "benchmarks", "tools", "docs", "notebooks", "README.md")
 SUFFIXES = {".py", ".md", ".ipynb", ".sh", ".txt", ".cfg", ".toml", ".rst"}
+#: the notes of results/ (its JSON, CSV and logs are what the tools wrote, left as they came): a
+#: measurement is named by its commit, its date and its folder results/<what>/<device>/<commit>[-<run>]/
+RESULTS_NOTES = ("results", {".md"})
 
 #: phrases that narrate development instead of stating a decision: numbered sessions and rounds of
 #: development, code "of before" or "before / after the restructure", folders named for sessions. A
 #: comment states the decision, its number and the results/ folder that measured it.
 HISTORY = re.compile("|".join([
-    r"\b[Ss]ession[ -]?\d+\b",                     # "session 9", "session-2", "session10/"
+    r"(?<![A-Za-z])[Ss]ession[ -]?\d+\b",          # "session 9", "session-2", "session10/", "gpu_session8"
     r"\b(?:development|dev) rounds?\b",
     r"\b[Rr]ound \d+\b(?! of (?:the )?(?:tuner|tuning|timing|sampling))",
     r"\bcode of before\b",
@@ -37,6 +40,8 @@ def _files() -> list[Path]:
         paths = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
         out += [p for p in paths if p.suffix in SUFFIXES and "__pycache__" not in p.parts
                 and p != Path(__file__).resolve()]
+    folder, suffixes = RESULTS_NOTES
+    out += [p for p in (ROOT / folder).rglob("*") if p.is_file() and p.suffix in suffixes]
     return sorted(out)
 
 
@@ -47,6 +52,7 @@ def history_phrases(text: str) -> list[str]:
 def test_the_history_pattern_finds_what_it_is_for_and_spares_the_tuners_rounds():
     assert history_phrases("measured in session 9 (results/h200/session9/call1), Session10") == [
         "session 9", "results/h200/session", "Session10"]
+    assert history_phrases("tools/gpu_session8.sh, ../session10/call3/") == ["session8", "session10"]
     assert history_phrases("the code of before; after the restructure; was moved to ops/") == [
         "code of before", "after the restructure", "was moved to"]
     assert history_phrases("round 2 of development; previously 0.8") == ["round 2", "previously"]

@@ -46,7 +46,7 @@ def test_narrow_predicate_asks_for_sample_problems():
         name, ops = "_test_narrow", frozenset({"forward"})
 
         def check(self, problem):
-            return convlab.Verdict.no("only 17x19 images") if (problem.h, problem.w) != (17, 19) \
+            return convlab.Verdict.no("only 4093x4091 images") if (problem.h, problem.w) != (4093, 4091) \
                 else convlab.Verdict.yes()
 
     with pytest.raises(AssertionError, match="sample_problems"):

@@ -9,9 +9,12 @@ register through the entry point. tests/docs/test_plugin_table.py runs ``--check
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import generated_pages  # noqa: E402  (beside this file)
+from generated_pages import replace_between  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = (ROOT / "README.md", ROOT / "docs" / "index.md", ROOT / "docs" / "concepts" / "plugins.md")
@@ -45,35 +48,11 @@ def table() -> str:
 
 def replace_table(text: str, new: str, page: Path) -> str:
     """``text`` with the part between the markers replaced by ``new``; ValueError without the markers."""
-    start, end = text.find(START), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"{page}: no '{START}' ... '{END}' markers")
-    return text[:start + len(START)] + "\n" + new + "\n" + text[end:]
+    return replace_between(text, new, page, START, END)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="rewrite the table in the docs pages")
-    mode.add_argument("--check", action="store_true", help="exit 1 if a page's table is stale")
-    args = parser.parse_args(argv)
-    new = table()
-    if not (args.write or args.check):
-        print(new)
-        return 0
-    stale = []
-    for page in PAGES:
-        text = page.read_text()
-        updated = replace_table(text, new, page)
-        if updated != text:
-            stale.append(page)
-            if args.write:
-                page.write_text(updated)
-    if args.check and stale:
-        print("stale plugin table in " + ", ".join(str(p.relative_to(ROOT)) for p in stale)
-              + ": run python tools/plugin_table.py --write", file=sys.stderr)
-        return 1
-    return 0
+    return generated_pages.main(argv, __doc__, table, PAGES, START, END, "plugin_table.py")
 
 
 if __name__ == "__main__":

@@ -14,12 +14,15 @@ tests/docs/test_standing_table.py runs ``--check``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import generated_pages  # noqa: E402  (beside this file)
+from generated_pages import replace_between  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = (ROOT / "README.md", ROOT / "docs" / "results.md")
@@ -88,11 +91,8 @@ def table(root: Path = ROOT) -> str:
 
 
 def replace_table(text: str, new: str, page: Path) -> str:
-    if START not in text or END not in text:
-        raise ValueError(f"{page}: no standing-table markers ({START} ... {END})")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{new}\n{END}{tail}"
+    """``text`` with the part between the markers replaced by ``new``; ValueError without the markers."""
+    return replace_between(text, new, page, START, END)
 
 
 def figure(path: Path = FIGURE, root: Path = ROOT) -> None:
@@ -118,28 +118,7 @@ def figure(path: Path = FIGURE, root: Path = ROOT) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true")
-    ap.add_argument("--check", action="store_true")
-    args = ap.parse_args(argv)
-    new = table()
-    if not (args.write or args.check):
-        print(new)
-        return 0
-    stale = []
-    for page in PAGES:
-        text = page.read_text()
-        updated = replace_table(text, new, page)
-        if updated != text:
-            stale.append(page)
-            if args.write:
-                page.write_text(updated)
-    if args.write:
-        figure()
-    if args.check and stale:
-        print("stale standing table in: " + ", ".join(str(p.relative_to(ROOT)) for p in stale), file=sys.stderr)
-        return 1
-    return 0
+    return generated_pages.main(argv, __doc__, table, PAGES, START, END, "standing_table.py", after_write=figure)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--plugins", default=None, help="comma-separated plugins to keep (others unregistered)")
     ap.add_argument("--resume", action="store_true", help="keep the rows of an existing STEM.json, run the rest")
     ap.add_argument("--smoke", action="store_true", help="one tiny layer, one sample: the simulator's run")
+    ap.add_argument("--shard", default="0/1", help="I/N: only the layer-ops whose index mod N is I (a parallel "
+                                                   "phase that fills the kernel cache splits a suite so)")
     args = ap.parse_args(argv)
+    try:
+        args.shard = tuple(int(v) for v in args.shard.split("/"))
+        if len(args.shard) != 2 or not 0 <= args.shard[0] < args.shard[1]:
+            raise ValueError
+    except ValueError:
+        raise SystemExit(f"--shard: expected I/N with 0 <= I < N, got {args.shard!r}") from None
     args.dtypes = _tokens(args.dtypes, DTYPES, "--dtypes")
     args.layouts = _tokens(args.layouts, LAYOUTS, "--layouts")
     args.ops = _tokens(args.ops, ("forward", "dgrad", "wgrad"), "--ops")
@@ -290,10 +298,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume and stem.with_suffix(".json").exists():
         data["rows"] = json.loads(stem.with_suffix(".json").read_text())["rows"]
     done = {(r["suite"], r["label"], r["op"], r["dtype"]) for r in data["rows"]}
+    index = -1
     for suite in suites:
         entries = [e for e in suite.entries if e.kind == "conv2d"][: args.limit]
         for entry in entries:
             for problem in (q for q in entry.problems if q.op in args.ops):
+                index += 1
+                if index % args.shard[1] != args.shard[0]:
+                    continue
                 for token in (t for t in args.dtypes if (suite.name, entry.label, problem.op, t) not in done):
                     for row in run_case(side, entry, problem, token, args, rng):
                         data["rows"].append(dict(row, suite=suite.name))

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 from convlab import runtime
 from convlab.plugin.contract import Algorithm, Config, Verdict
+from convlab.plugin.cost import Features, blocks_per_sm, default_arith
 from convlab.plugin.registry import register
 from convlab.problem import Problem, make_problem
 from convlab.kernels.data.splitk import MAX_INDEX, sum_partials  # the ordered split sum
@@ -218,6 +219,20 @@ class Depthwise(Algorithm):
             return 0
         splits, _ = wgrad_plan(problem, config, workspace_limit, target)
         return 0 if splits == 1 else splits * problem.k * problem.r * problem.s * problem.itemsize
+
+    def cost_features(self, problem: Problem, config: Config, target: Target, workspace_limit: int) -> Features:
+        """The tiles' computed outputs (edges, idle phases, empty planes: ``_waste``), the halo re-read
+        from L2, wgrad's split sum."""
+        pr, tile = problem, _tile(config)
+        threads = tile[1] * tile[0] // tile[2] * tile[3]
+        splits = wgrad_plan(pr, config, workspace_limit, target)[0] if pr.op == "wgrad" else 1
+        blocks = (splits * math.ceil(pr.k / tile[3]) if pr.op == "wgrad"
+                  else _blocks(pr, tile)[2] * math.ceil(max(pr.c, pr.k) / tile[3]) * max(pr.n, 1))
+        halo = (tile[0] + pr.r - 1) * (tile[1] + pr.s - 1) / (tile[0] * tile[1])
+        return Features("depthwise", default_arith(pr), pr.flops * _waste(pr, tile), float(pr.bytes),
+                        2.0 * splits * pr.k * pr.r * pr.s * pr.itemsize if splits > 1 else 0.0, 1 + (splits > 1),
+                        blocks, 1, threads, blocks_per_sm(target, threads, 0, 48), float(pr.bytes) * halo,
+                        kind="stencil")
 
     def sample_problems(self, op: str) -> list[Problem]:
         bias = op != "wgrad"

@@ -22,6 +22,7 @@ import numpy as np
 
 from convlab import runtime
 from convlab.plugin.contract import Algorithm, Config, Verdict
+from convlab.plugin.cost import Features, blocks_per_sm, default_arith
 from convlab.plugin.registry import register
 from convlab.problem import Problem, make_problem_nd
 from convlab.kernels.conv.direct3d import kernels3d
@@ -167,6 +168,15 @@ class Direct(Algorithm):
             return 0
         splits = wgrad_splits(problem, workspace_limit)
         return 0 if splits == 1 else splits * int(np.prod(problem.w_shape)) * problem.itemsize
+
+    def cost_features(self, problem: Problem, config: Config, target: Target, workspace_limit: int) -> Features:
+        """One thread per output (wgrad: per split), the split sum's partials written and read."""
+        out, pr = math.prod(problem.operand_shapes[2]), problem
+        splits = wgrad_splits(pr, workspace_limit) if pr.op == "wgrad" else 1
+        blocks = math.ceil(out * splits / THREADS)
+        return Features("direct", default_arith(pr), float(pr.flops), float(pr.bytes),
+                        2.0 * splits * out * pr.itemsize if splits > 1 else 0.0, 1 + (splits > 1), blocks, 1,
+                        THREADS, blocks_per_sm(target, THREADS), kind="per_output")
 
     def run(self, problem, config, a, b, bias, out, *, workspace_limit):
         if problem.ndim == 3:

@@ -17,12 +17,15 @@ Priority -10: without tuning (the simulator) a native half plugin goes first whe
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from convlab import runtime
 from convlab.kernels.data import convert
 from convlab.plugin import registry
 from convlab.plugin.contract import Algorithm, Config, Verdict
+from convlab.plugin.cost import Features, features_of
 from convlab.plugin.registry import register
 from convlab.problem import Problem, unit_roundoff
 from convlab.runtime.scratch import scratch
@@ -86,6 +89,16 @@ class Widen(Algorithm):
         copies += int(np.prod(problem.bias_shape)) if problem.bias else 0
         return 4 * copies + registry.workspace(registry.get(name), _float32(problem), inner, workspace_limit,
                                                target)
+
+    def cost_features(self, problem: Problem, config: Config, target: Target, workspace_limit: int) -> Features:
+        """The float32 plugin's features (its family's constants) plus the copies: each operand read in
+        half and written in float32 (the output: read in float32, written in half), three more launches
+        (four with a bias)."""
+        name, inner = _inner(config)
+        via = features_of(registry.get(name), _float32(problem), inner, target, workspace_limit)
+        elems = sum(int(np.prod(s)) for s in problem.operand_shapes) + (problem.bias_shape[0] if problem.bias else 0)
+        return dataclasses.replace(via, aux_bytes=via.aux_bytes + float(elems * (problem.itemsize + 4)),
+                                   launches=via.launches + 3 + problem.bias)
 
     def compute_eps(self, dtype: str) -> float:
         """float32 arithmetic (measure.tolerance adds the output's rounding to ``dtype``)."""

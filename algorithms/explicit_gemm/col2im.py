@@ -27,6 +27,7 @@ from convlab.kernels.simt.gemm import Strided, Tile, gemm
 from convlab.plugin.registry import register
 from convlab.problem import Problem
 
+from . import cost
 from .common import ColumnGemmAlgorithm, Plan, lend_columns, pixels, taps
 
 
@@ -38,6 +39,7 @@ class Col2im(ColumnGemmAlgorithm):
     ops = frozenset({"dgrad"})
     priority = 10
     description = "tiled GEMM W^T x dy into columns (sub-batched to the workspace limit) + col2im gather"
+    cost_features = cost.features  # the column plan's GEMM, unfold / fold and split sum (cost.py)
 
     def run(self, problem, config, a, b, bias, out, *, workspace_limit):
         tile, plan = self.plan(problem, config, workspace_limit)

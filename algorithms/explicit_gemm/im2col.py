@@ -32,6 +32,7 @@ from convlab.kernels.simt.gemm import Strided, Tile, gemm
 from convlab.plugin.registry import register
 from convlab.problem import Problem
 
+from . import cost
 from .common import ColumnGemmAlgorithm, Plan, lend_columns, pixels, taps
 
 
@@ -43,6 +44,7 @@ class Im2col(ColumnGemmAlgorithm):
     ops = frozenset({"forward", "wgrad"})
     priority = 10
     description = "im2col column buffer (sub-batched to the workspace limit) + tiled GEMM"
+    cost_features = cost.features  # the column plan's GEMM, unfold / fold and split sum (cost.py)
 
     def run(self, problem, config, a, b, bias, out, *, workspace_limit):
         tile, plan = self.plan(problem, config, workspace_limit)

@@ -31,7 +31,7 @@ from convlab.kernels.data.splitk import MAX_INDEX
 from convlab.kernels.simt.tile import Tile
 from convlab.runtime.targets import Target
 
-from . import common, forward, gathers, wgrad
+from . import common, cost, forward, gathers, wgrad
 
 #: (BM, BN, BK, TM, TN) per op family; GPU sizes, then the tiny simulator ones.
 GATHER_TILES_GPU = ((128, 128, 8, 8, 8), (128, 128, 16, 8, 8), (128, 64, 8, 8, 8), (128, 32, 16, 8, 4),
@@ -71,6 +71,7 @@ class ImplicitGemm(Algorithm):
     deterministic = True
     description = ("implicit GEMM: operand tiles gathered into shared memory, register fragments, "
                    "split-K with an ordered second pass; any sizes, groups and strides")
+    cost_features = cost.features  # the GEMMs, splits and tiles run plans (cost.py)
 
     def check(self, problem: Problem, target: Target) -> Verdict:
         for tensor, shape in zip(("x", "w", "y"), (problem.x_shape, problem.w_shape, problem.y_shape)):

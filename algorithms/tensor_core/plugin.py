@@ -53,13 +53,14 @@ from convlab.kernels.tensor_core import conv as tc_conv
 from convlab.kernels.tensor_core.config import TcConfig
 from convlab.kernels.tensor_core.warp import DEFAULT_TF32_ROUND
 from convlab.plugin.contract import Algorithm, Config, Verdict
+from convlab.plugin.cost import Features
 from convlab.plugin.registry import register
 from convlab.problem import Problem, make_problem, np_dtype, unit_roundoff
 from convlab.runtime.scratch import scratch
 from convlab.runtime.settings import get_float32_precision
 from convlab.runtime.targets import Target
 
-from . import configs, strided, wgrad
+from . import configs, cost, strided, wgrad
 from .configs import tc_config, to_config
 
 ITYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
@@ -203,6 +204,12 @@ class TensorCore(Algorithm):
         f32 = _split_f32(problem, split_k(problem, tc_config(config), target)[0])
         return (geo["n"] * geo["h"] * geo["w"] + geo["k"] * geo["r"] * geo["s"]) * cp * problem.itemsize \
             + 4 * f32
+
+    def cost_features(self, problem: Problem, config: Config, target: Target, workspace_limit: int) -> Features:
+        """The route ``run`` takes, counted by :mod:`.cost` (forward, stride-1 dgrad: this module's geometry)."""
+        cfg, gathered = tc_config(config), problem.op != "wgrad" and not _strided_dgrad(problem)
+        plan = (_gathered(problem), split_k(problem, cfg, target)[0]) if gathered else None
+        return cost.features(self, problem, cfg, target, workspace_limit, ALIGN[problem.dtype], plan)
 
     def compute_eps(self, dtype: str) -> float:
         """TF32 inputs keep 10 mantissa bits (2**-10); fp16/bf16 products are exact in the fp32

@@ -9,7 +9,8 @@ DRAM bandwidth ``W``)::
 
 ``e_compute``, ``e_memory`` and ``l2_ratio`` belong to the candidate's group (family, arithmetic, op),
 looked up as ``family|arith|op``, then ``family|arith|*``, then ``family|*|*``, then the defaults of
-:data:`DEFAULT_EFFICIENCY` (the physics alone); ``e_aux`` (the copies, unfolds, folds and split sums:
+:data:`DEFAULT_EFFICIENCY` for the kernel's kind (the physics alone; the kind is the candidate's
+declared ``f.kind``, "tensor" for tensor-core arithmetic); ``e_aux`` (the copies, unfolds, folds and split sums:
 streaming kernels), ``launch_ms`` and ``base_ms`` are one value each. The constants are fitted on
 measured times (``python -m convlab.autotune.fit``) and shipped as JSON per target class in
 ``convlab/autotune/model/<class>.json`` (class: the named target, e.g. ``sm_90``; a GPU's: its nearest
@@ -38,20 +39,20 @@ import numpy as np
 
 from convlab.runtime.targets import TARGETS, Target, get as get_target, nearest
 
-from .features_base import ARITH_CEILING, Features
+from convlab.plugin.cost import ARITH_CEILING, TENSOR_ARITHS, Features
 
 FORMAT = "convlab-costmodel/1"
-#: the feature definitions a file was fitted on (features.py, families.py): a file of another version is
-#: stale (its constants belong to other features) and is not used
+#: the feature definitions a file was fitted on (the plugins' ``cost_features`` declarations and
+#: convlab.plugin.cost): a file of another version is stale (its constants belong to other features) and
+#: is not used
 FEATURES_VERSION = 1
 MODEL_DIR = Path(__file__).with_name("model")
-#: efficiencies without a fitted file: a share of the target's ceilings per family kind (tensor-core
-#: kernels, SIMT GEMM tiles, the depthwise stencil, direct's one thread per output, any other plugin)
-DEFAULT_EFFICIENCY = {"tensor": 0.35, "simt_gemm": 0.45, "depthwise": 0.2, "direct": 0.03, "other": 0.3}
+#: efficiencies without a fitted file: a share of the target's ceilings per kind of kernel
+#: (convlab.plugin.cost.KINDS: tensor-core tiles, SIMT GEMM tiles, a stencil over shared halo tiles, one
+#: thread per output, any other)
+DEFAULT_EFFICIENCY = {"tensor": 0.35, "simt_gemm": 0.45, "stencil": 0.2, "per_output": 0.03, "other": 0.3}
 DEFAULT_MEMORY, DEFAULT_L2_RATIO, DEFAULT_AUX = 0.6, 3.0, 0.5
 DEFAULT_LAUNCH_MS, DEFAULT_BASE_MS = 0.004, 0.008
-_KIND = {"implicit_gemm": "simt_gemm", "im2col": "simt_gemm", "col2im": "simt_gemm", "direct": "direct",
-         "depthwise": "depthwise"}
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,11 @@ def _sig(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-def default_group(family: str, arith: str) -> Group:
-    """The physics defaults of a group no file fits (DEFAULT_EFFICIENCY by family kind)."""
-    kind = "tensor" if arith in ("tf32", "tf32x3", "f16") else _KIND.get(family, "other")
-    return Group(DEFAULT_EFFICIENCY[kind], DEFAULT_MEMORY, DEFAULT_L2_RATIO)
+def default_group(arith: str, kind: str = "other") -> Group:
+    """The physics defaults of a group no file fits: DEFAULT_EFFICIENCY of the kernel's ``kind``
+    ("tensor" for tensor-core arithmetic, "other" for a kind it does not know)."""
+    kind = "tensor" if arith in TENSOR_ARITHS else kind
+    return Group(DEFAULT_EFFICIENCY.get(kind, DEFAULT_EFFICIENCY["other"]), DEFAULT_MEMORY, DEFAULT_L2_RATIO)
 
 
 def formula(flops: Any, nbytes: Any, l2: Any, aux: Any, launches: Any, wave: Any, peak: Any, bw: Any,
@@ -94,11 +96,12 @@ class Model:
     source: str = "physics defaults"  # where the constants come from (a file, or the defaults)
     meta: dict[str, Any] = field(default_factory=dict)  # what the fit recorded (files, rows, date)
 
-    def group(self, family: str, arith: str, op: str) -> Group:
+    def group(self, family: str, arith: str, op: str, kind: str = "other") -> Group:
+        """The fitted group of (family, arith, op) (module docstring), else the defaults of ``kind``."""
         for key in (f"{family}|{arith}|{op}", f"{family}|{arith}|*", f"{family}|*|*"):
             if key in self.groups:
                 return self.groups[key]
-        return default_group(family, arith)
+        return default_group(arith, kind)
 
     def estimate_ms(self, f: Features, op: str, target: Target) -> float:
         """Estimated milliseconds of one call (module docstring); inf on a target without ceilings."""
@@ -111,7 +114,7 @@ class Model:
         bw = target.dram_bytes_per_s
         if peak <= 0 or bw <= 0:
             return {"total": math.inf}
-        g = self.group(f.family, f.arith, op)
+        g = self.group(f.family, f.arith, op, f.kind)
         wave = f.wave_efficiency(target.sm_count)
         total = formula(f.flops, f.bytes, f.l2_bytes, f.aux_bytes, f.launches, wave, peak, bw, g.e_compute,
                         g.e_memory, g.l2_ratio, self.e_aux, self.launch_ms, self.base_ms)

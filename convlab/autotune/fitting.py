@@ -26,7 +26,7 @@ import numpy as np
 from convlab.runtime.targets import Target
 
 from .costmodel import Group, Model, default_group, formula
-from .features_base import ARITH_CEILING, Features
+from .features import ARITH_CEILING, Features
 
 MIN_GROUP_ROWS = 6  # rows an op-specific group needs to be fitted on its own
 ROUNDS = 3
@@ -171,8 +171,8 @@ def fit(rows: Sequence[Row], target: Target, target_class: str) -> Model:
         coarse.setdefault(f"{f.family}|{f.arith}|*", []).append(i)
         fine.setdefault(f"{f.family}|{f.arith}|{r.op}", []).append(i)
     for key, index in coarse.items():
-        family, arith, _ = key.split("|")
-        model.groups[key] = default_group(family, arith)
+        first = rows[index[0]].features  # a family's rows share its kind
+        model.groups[key] = default_group(first.arith, first.kind)
         state.assign(key, np.array(index))
     for phase in (coarse, {k: v for k, v in fine.items() if len(v) >= MIN_GROUP_ROWS}):
         if phase is not coarse:

@@ -98,7 +98,7 @@ def allocated_during(fn: Callable[[], Any]) -> int | None:
     return max(0, free0 - free1)
 
 
-def _autotune() -> Any:
+def autotune_module() -> Any:
     """The convlab.autotune module, or None when it is not installed."""
     try:
         return importlib.import_module("convlab.autotune")
@@ -114,7 +114,7 @@ def auto_pick(problem: Problem, limit: int) -> tuple[Candidate | None, dict]:
     Uses ``convlab.autotune.tune`` (which says whether the pick came from the cache, was tuned now or
     went by priority), else ``autotune.choose``, else the strategy's ``"auto"`` rule.
     """
-    autotune = _autotune()
+    autotune = autotune_module()
     info: dict[str, Any] = {}
     try:
         if autotune is not None and hasattr(autotune, "tune"):

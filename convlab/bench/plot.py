@@ -58,7 +58,8 @@ def best_per_plugin(res: dict[str, Any], time: Any = None) -> dict[str, dict[str
     return best
 
 
-def _plt():
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend (files, no window)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -81,7 +82,7 @@ def plugin_color(plugin: str) -> str:
     return cycle[index % len(cycle)]
 
 
-def _log_ticks(ax) -> None:
+def log_ticks(ax) -> None:
     """Log y axis labelled 0.05, 0.1, 0.2, 0.5, 1, 2 ... (no crowded minor labels)."""
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
@@ -99,7 +100,7 @@ def bar_chart(suite: str, results: list[dict[str, Any]], metric: str, path: Path
               simulator: bool = False) -> Path:
     """One panel per op: for each shape, a bar per plugin. ``simulator``: the times are the simulator's
     wall-clock, and the chart says so."""
-    plt = _plt()
+    plt = pyplot()
     title, key = METRICS[metric]
     title = SIMULATOR_TITLE if simulator else title
     ops = [op for op in _OPS if any(r["op"] == op for r in results)]
@@ -118,7 +119,7 @@ def bar_chart(suite: str, results: list[dict[str, Any]], metric: str, path: Path
         if metric == "ratio":
             ax.axhline(1.0, color="black", lw=1, ls="--")
         if metric in ("time", "ratio"):
-            _log_ticks(ax)
+            log_ticks(ax)
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels([("T " if r["kind"] == "conv_transpose2d" and not r["label"].startswith("T ")
                              else "") + r["label"] for r in rows],
@@ -150,14 +151,14 @@ def time_bars(ax, results: list[Any], *, highlight: str | None = None, rotation:
                color=plugin_color(name), hatch="//" if name == highlight else None)
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([r["label"] for r in rows], rotation=rotation)
-    _log_ticks(ax)
+    log_ticks(ax)
     ax.legend(fontsize=8)
 
 
 def roofline(suite: str, results: list[dict[str, Any]], path: Path, peak_tflops: float,
              peak_tbps: float, device: str = "") -> Path:
     """Achieved TFLOP/s of every plugin's best config against intensity, under the two ceilings."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5.5))
     points: dict[str, list[tuple[float, float, str]]] = {}
     for res in results:

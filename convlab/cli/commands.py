@@ -202,7 +202,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     suites = _suites(args, None)
     limit = settings.get_workspace_limit() if args.workspace_limit is None else args.workspace_limit
-    autotune = bench._autotune()
+    autotune = bench.autotune_module()
     if autotune is None:
         raise UsageError("the autotuner (convlab.autotune) is not installed: 'auto' picks by priority")
     from . import sweeps

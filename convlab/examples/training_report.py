@@ -93,9 +93,9 @@ def plot_losses(ax: Any, runs: list[dict[str, Any]], summary: dict[str, Any] | N
         ax.plot(steps, curves.mean(axis=0), color=COLORS[backend], ls=STYLES[backend], lw=1.8,
                 label=f"{LABELS[backend]} (mean of {len(curves)} seeds): accuracy "
                       f"{_fmt_spread(s['test_accuracy'], '.3f')}{step}")
-    from convlab.bench.plot import _log_ticks
+    from convlab.bench.plot import log_ticks
 
-    _log_ticks(ax)
+    log_ticks(ax)
     ax.set_xlabel("training step")
     ax.set_ylabel("training loss (cross-entropy, log)")
     ax.grid(alpha=0.3)
@@ -114,9 +114,9 @@ def write_report(data: dict[str, Any], runs: list[dict[str, Any]], config: Any, 
 
         print(f"results: {atomic_write_json(out, data, indent=1)}")
     if figure:
-        from convlab.bench.plot import _plt
+        from convlab.bench.plot import pyplot
 
-        plt = _plt()
+        plt = pyplot()
         fig, ax = plt.subplots(figsize=(8, 4.8))
         plot_losses(ax, runs, data["summary"], title=f"ShapesNet on {data['torch_device']}\n"
                     f"{config.steps} steps, batch {config.batch}, {config.size}x{config.size}, "

@@ -9,8 +9,10 @@ answers these questions about a :class:`~convlab.problem.Problem`:
     run(problem, config, a, b, bias, out, workspace_limit)       write ``out`` (see problem.py for a, b, out)
     compute_eps(dtype)                              -> float     unit roundoff of my arithmetic (tolerances)
     sample_problems(op)                             -> [Problem] problems I accept, for the conformance suite
-    cost_hints(problem, config, target)             -> dict      optional: what the autotuner's cost model
-                                                                 should know (default {}: its generic view)
+    cost_features(problem, config, target, limit)   -> Features  what the autotuner's cost model should
+                                                                 know of a candidate (default: its generic view)
+    cost_hints(problem, config, target)             -> dict      optional: fields that replace some of those
+                                                                 Features (the simple form; default {})
 
 ``target`` (a :class:`convlab.runtime.targets.Target`) is the machine the kernels are meant for: its compute
 capability, SM count, shared-memory and register limits and features (``target.simulator`` for the
@@ -31,6 +33,10 @@ gets NCHW copies: convlab.kernels.data.layouts). ``tensor_core`` takes ``"nhwc"`
 ``(2,)``): the spatial dimensions N its kernels take; :meth:`Algorithm.applicable` declines the others,
 naming N. 1D problems reach a plugin as their 2D embedding (``Problem.lowered()``: H = 1), so a 2D
 plugin runs every conv1d; a plugin claims 3 only when its ``run`` takes 5-D operands (NCDHW, KCTRS).
+
+The cost questions are optional: a plugin that declares neither is ranked on the generic view of
+:mod:`convlab.plugin.cost`, which holds the :class:`~convlab.plugin.cost.Features` record and the tile,
+wave and occupancy arithmetic the built-in plugins' declarations share.
 """
 from __future__ import annotations
 
@@ -43,6 +49,8 @@ import numpy as np
 
 from convlab.problem import Problem
 from convlab.runtime.targets import Target
+
+from .cost import Features, generic
 
 #: the planning methods that take a ``target``, with the count of positional parameters before it
 TARGETED = {"check": 1, "configs": 1, "workspace_bytes": 3}
@@ -186,12 +194,23 @@ class Algorithm:
         """Compute ``out`` from device arrays ``a``, ``b`` (and ``bias`` or None). See problem.py."""
         raise NotImplementedError
 
+    def cost_features(self, problem: Problem, config: Config, target: Target,
+                      workspace_limit: int) -> Features:
+        """What the autotuner's cost model knows of this candidate on ``target`` (modes "heuristic" and
+        "tune" rank by it): the FLOPs and bytes of the main kernel, the bytes of auxiliary copies, the
+        launches, the grid and its occupancy, the arithmetic (:class:`convlab.plugin.cost.Features`),
+        computed from the plugin's own plan. Default: the generic view of :mod:`convlab.plugin.cost`
+        (the problem's FLOPs and bytes, the workspace as one auxiliary pass). A declaration that raises
+        gets the generic view too."""
+        return generic(self, problem, config, target, workspace_limit)
+
     def cost_hints(self, problem: Problem, config: Config, target: Target) -> dict[str, Any]:
-        """Optional: entries that replace the cost model's generic view of this candidate (modes
-        "heuristic" and "tune" rank by it; convlab.autotune.features lists the keys): e.g. ``launches``
-        (kernels a call issues), ``aux_bytes`` (bytes of layout copies / scratch written and read),
-        ``flops`` (executed, padding included), ``blocks`` / ``threads`` (the main kernel's grid),
-        ``arith`` ("fp32", "tf32", "f16", ...), ``family`` (the efficiency group). Default: none."""
+        """Optional, the simple form of :meth:`cost_features`: entries that replace those fields of the
+        declared (or generic) Features (``convlab.plugin.cost.HINT_FIELDS``): e.g. ``launches`` (kernels
+        a call issues), ``aux_bytes`` (bytes of layout copies / scratch written and read), ``flops``
+        (executed, padding included), ``blocks`` / ``threads`` (the main kernel's grid), ``arith``
+        ("fp32", "tf32", "f16", ...), ``family`` (the efficiency group), ``kind`` (the kind of kernel).
+        A hint that raises is ignored. Default: none."""
         return {}
 
     # -- the full predicate -----------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""The cost model (convlab.autotune.costmodel, features, families, ranking): the committed sm_90 file loads
-and ranks real problems sensibly; a missing file means the physics defaults; a corrupt or stale one warns
-and falls back to declared priority; plugins' cost_hints replace the generic view; the built-in
-families count launches and bytes as their plugins plan them.
+"""The cost model (convlab.autotune.costmodel, features, ranking): the committed sm_90 file loads and ranks
+real problems sensibly; a missing file means the physics defaults; a corrupt or stale one warns and falls
+back to declared priority; plugins' cost_hints replace the generic view; the built-in plugins' declared
+features count launches and bytes as their plans do (test_plugin_cost.py: the declaration itself).
 
 Uses the real plugins (the folder's conftest narrows the registry to throw-away ones; its fixture
 ``real`` puts the built-in ones back for a test).
@@ -104,7 +104,7 @@ def test_model_round_trip_and_digest():
     assert again.groups == model.groups and again.launch_ms == model.launch_ms and again.source == "x"
     assert again.digest() == model.digest() != Model("sm_90").digest()
     assert again.group("a", "fp32", "wgrad") == model.groups["a|fp32|*"]  # the coarse group serves an op
-    assert again.group("b", "f16", "forward") == costmodel.default_group("b", "f16")
+    assert again.group("b", "f16", "forward") == costmodel.default_group("f16")
     f = feat.Features("a", "fp32", 2e9, 1e8, 0.0, 2, 10_000, 1, 256, 2)
     parts = model.parts_ms(f, "forward", SM90)
     assert parts["total"] == pytest.approx(max(parts["compute"], parts["memory"], parts["l2"]) / parts["wave"]
@@ -135,7 +135,7 @@ def test_cost_hints_replace_the_generic_view():
     assert Algorithm().cost_hints(problem, Config(), SM90) == {}
 
 
-def test_builtin_families_count_launches_and_bytes(real):
+def test_builtin_plugins_count_launches_and_bytes(real):
     f = lambda name, pr, cfg: feat.features(registry.get(name), pr, cfg, SM90, LIMIT)  # noqa: E731
     first = lambda name, pr: registry.safe_configs(registry.get(name), pr, SM90)[0]  # noqa: E731
     conv3 = make_problem("forward", 16, 64, 56, 56, 64, 3, 3, padding=1)

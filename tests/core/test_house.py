@@ -80,8 +80,6 @@ LAZY_PACKAGES = {
 LAZY_IMPORTS = {
     ("convlab.algorithms.widen", "convlab.problem"): "sample_problems, for the conformance suite only",
     ("convlab.algorithms.widen", "convlab.runtime.settings"): "the float32 candidates, planned per problem",
-    ("convlab.autotune.families", "convlab.algorithms"): "a built-in plugin's planning helpers, when the "
-                                                          "cost model estimates one of its candidates",
     ("convlab.call.operands", "convlab.runtime.scratch"): "outputs of device operands only",
     ("convlab.call.operands", "convlab.runtime.thin"): "outputs of device operands only (their stream)",
     ("convlab.kernels.arch.wgmma_sim", "convlab.runtime.device"): "the simulator's stand-in for wgmma only",

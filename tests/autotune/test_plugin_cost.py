@@ -78,6 +78,32 @@ def test_a_third_party_plugin_is_ranked_by_the_features_it_declares():
         convlab.unregister("tt_declared")
 
 
+def _guide_and_template_plugins() -> list[Algorithm]:
+    """The plugin of docs/ADDING_A_PLUGIN.md's example (registered by its code) and the template's."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    block = (docs / "ADDING_A_PLUGIN.md").read_text().split("<!-- guide-example -->", 1)[1]
+    guide: dict = {"__name__": "depthwise_example_from_guide"}
+    exec(compile(block.split("```python\n", 1)[1].split("\n```", 1)[0], "ADDING_A_PLUGIN.md", "exec"), guide)
+    template: dict = {"__name__": "pointwise_from_template"}
+    path = docs / "plugin_template" / "src" / "my_convlab_plugins" / "pointwise.py"
+    exec(compile(path.read_text(), str(path), "exec"), template)
+    return [guide["Depthwise"](), template["Pointwise"]()]
+
+
+def test_the_guide_and_the_template_declare_the_features_they_are_ranked_by():
+    try:
+        for plugin in _guide_and_template_plugins():
+            problem = make_problem("forward", 8, 64, 28, 28, 64, 1 if plugin.name == "my_pointwise" else 3,
+                                   1 if plugin.name == "my_pointwise" else 3, padding=1, groups=64)
+            for config in plugin.configs(problem, SM90):
+                declared = plugin.cost_features(problem, config, SM90, LIMIT)
+                assert features(plugin, problem, config, SM90, LIMIT) == declared != \
+                    generic(plugin, problem, config, SM90, LIMIT)
+                assert declared.threads == config["threads"] and declared.kind == "per_output"
+    finally:
+        convlab.unregister("depthwise_example")
+
+
 def test_a_plugin_that_declares_nothing_gets_the_generic_view():
     class Plain(Algorithm):
         name, ops = "tt_plain", frozenset({"forward"})

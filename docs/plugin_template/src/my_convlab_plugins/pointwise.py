@@ -4,6 +4,8 @@
 
 with g = k // (K / groups) and input terms in the padding read as 0. Replace the kernel and ``check``
 with your algorithm; keep the shape of the file (docstring with the loop nest, kernel, launcher class).
+``cost_features`` tells the autotuner's cost model what each config launches and moves, as every
+built-in plugin does (docs/ADDING_A_PLUGIN.md, section 5): count your own kernels there.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import math
 
 import convlab
 from convlab import Algorithm, Config, Problem, Target, Verdict, runtime
+from convlab.plugin.cost import Features, blocks_per_sm, default_arith
 from convlab.runtime import cuda
 
 
@@ -55,6 +58,14 @@ class Pointwise(Algorithm):
     def sample_problems(self, op: str) -> list[Problem]:
         return [convlab.make_problem(op, 2, 4, 5, 3, 6, 1, 1, stride=2, padding=1, groups=2, bias=True),
                 convlab.make_problem(op, 1, 3, 4, 4, 2, 1, 1, dtype="float64")]
+
+    def cost_features(self, problem: Problem, config: Config, target: Target, workspace_limit: int) -> Features:
+        """One launch of one thread per output, no scratch: the problem's FLOPs and bytes."""
+        threads = config["threads"]
+        return Features(self.name, default_arith(problem), flops=float(problem.flops),
+                        bytes=float(problem.bytes), aux_bytes=0.0, launches=1,
+                        blocks=math.ceil(math.prod(problem.operand_shapes[2]) / threads), passes=1,
+                        threads=threads, blocks_per_sm=blocks_per_sm(target, threads), kind="per_output")
 
     def run(self, problem, config, a, b, bias, out, *, workspace_limit):
         has_bias = bias is not None

@@ -201,7 +201,7 @@ class Algorithm:
         launches, the grid and its occupancy, the arithmetic (:class:`convlab.plugin.cost.Features`),
         computed from the plugin's own plan. Default: the generic view of :mod:`convlab.plugin.cost`
         (the problem's FLOPs and bytes, the workspace as one auxiliary pass). A declaration that raises
-        gets the generic view too."""
+        or answers something other than Features gets the generic view too."""
         return generic(self, problem, config, target, workspace_limit)
 
     def cost_hints(self, problem: Problem, config: Config, target: Target) -> dict[str, Any]:

@@ -140,7 +140,7 @@ def test_interleave_alternates_and_keeps_the_poisoned_last_timed_output():
                                 keep=lambda got: ("kept", got))
 
     got = rounds.interleave({"a": contender("a", 1.0), "b": contender("b", 2.0)}, clock, rounds=2)
-    # warm-up a, b; round 1: a a, b b; round 2: a then its last call, b then its last call
+    # warm-up a, b; the first of two rounds of timing: a a, b b; the second: a then its last call, b likewise
     assert log == ["a", "b"] + ["a", "a", "b", "b"] + ["a", "a", "b", "b"]
     assert got["a"].samples == [1.0] * 4 and got["a"].kept == ("kept", 1.0) and got["a"].done
     assert got["b"].kept == ("kept", "poison")  # b's last call wrote nothing over the poison

@@ -21,8 +21,9 @@ For each (suite entry, op) problem::
                largest error of every checked output
     cuDNN      ratio = cuDNN ms / candidate ms (> 1: faster)
 
-On the simulator nothing is timed: each candidate is checked by its first run and, through the public op,
-by a poisoned replay of the plan its first op call recorded (the path a GPU run times).
+On the simulator nothing is timed and each candidate is checked by its first run; with ``check_replay``
+(``convlab bench --check-replay``) also through the public op, by a poisoned replay of the plan its first
+op call recorded (the path a GPU run times: a plugin whose ``run`` does host work a replay skips shows).
 """
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ class BenchOptions:
     workspace_limit: int | None = None
     auto: bool = True  # also report (and time) the autotuner's pick
     simulator_wall_clock: bool = False  # simulator: record one run's wall-clock ms as the median
+    check_replay: bool = False  # simulator: also check the public op's replay (a GPU checks every timed path)
     seed: int = 0
 
 
@@ -208,7 +210,7 @@ def bench_problem(suite: str, entry: SuiteEntry, problem: Problem, opts: BenchOp
         row, usable = _first(cand, problem, dev, out, poison, trusted, opts, limit)
         row.auto = pick is not None and (cand.plugin.name, cand.config) == (pick.plugin.name, pick.config)
         res.candidates.append(row)
-        if usable:
+        if usable and (runtime.HAS_DEVICE or opts.check_replay):
             timed.update(paths.contenders(i, cand, problem, dev, out, poison, limit, transpose, opts.repeat,
                                           opts.warmup, opts.max_seconds))
     if cudnn is not None:

@@ -48,7 +48,7 @@ def host_only():
 
 def _bench(plugins, **kw):
     entry, problem = _problem()
-    opts = BenchOptions(ops=("forward",), plugins=plugins, auto=False)
+    opts = BenchOptions(ops=("forward",), plugins=plugins, auto=False, check_replay=True)
     return harness.bench_problem("t", entry, problem, opts, **kw)
 
 

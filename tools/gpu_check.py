@@ -100,8 +100,8 @@ def steps(workers: int) -> list[Step]:
                  [Job("overhead", [PY, "benchmarks/overhead_bench.py", "--out", "{dir}/overhead.json"], 300)],
                  "overhead.json", 120),
             Step("gemm", "tc_gemm", "the tensor-core GEMM at 4096^3 in fp16, bf16 and TF32 against cuBLAS",
-                 [Job("tc_gemm", [PY, "benchmarks/tc_gemm_bench.py", "--itypes", "f16", "bf16", "tf32",
-                                  "--out", "{dir}/tc_gemm.json"], 300)], "tc_gemm.json", 120)]
+                 [Job("tc_gemm", [PY, "benchmarks/gemm_bench.py", "--itypes", "f16", "bf16", "tf32", "--configs",
+                                  "mma", "--out", "{dir}/tc_gemm.json"], 300)], "tc_gemm.json", 120)]
     out += [auto_step(s, t, workers) for s in SUITES_THEN for t in DTYPES_FIRST]
     out += [auto_step(s, "float32+high", workers) for s in SUITES_FIRST + SUITES_THEN]
     return out

@@ -5,7 +5,7 @@ cuDNN, the cold start, the host cost and the GEMMs, each step's files under resu
     python tools/gpu_check.py --list                          # the steps, in order (no GPU needed)
     python tools/gpu_check.py --collect ARCHIVE.tgz           # here: unpack a call's results, list them in runs.json
 
-Steps run in the order of STEPS (the order the GPU issue asks for); a step writes
+Steps run in the order of :func:`steps` (tests and sanitizers first, then the measurements); a step writes
 ``results/<what>/<device>/<commit>/`` (its logs, JSON, a README naming command, version, date and device,
 and ``gpu_check.json``: each job's exit status and seconds). ``--resume`` skips a step whose folder says it
 finished; an ``auto`` step cut by the budget keeps its rows and the next call measures the rest

@@ -97,22 +97,13 @@ def add_parsers(bench: argparse.ArgumentParser, common: Any) -> None:
 
 
 @contextlib.contextmanager
-def _bench_environment(cache_dir: str | None, plugins: str | None) -> Iterator[None]:
-    """The run's own cache folder (``CONVLAB_CACHE_DIR``) and, with ``plugins``, the others unregistered;
-    both restored afterwards."""
-    from convlab.plugin import registry
-
+def _cache_folder(cache_dir: str | None) -> Iterator[None]:
+    """``CONVLAB_CACHE_DIR`` set to the run's own folder (default: a new temporary one), restored after."""
     before = os.environ.get("CONVLAB_CACHE_DIR")
     os.environ["CONVLAB_CACHE_DIR"] = cache_dir or tempfile.mkdtemp(prefix="convlab-bench-auto-")
-    keep = None if plugins is None else {n.strip() for n in plugins.split(",") if n.strip()} | {"direct"}
-    gone = [p for p in registry.plugins() if keep is not None and p.name not in keep]
-    for plugin in gone:
-        registry.unregister(plugin.name)
     try:
         yield
     finally:
-        for plugin in gone:
-            registry.register(type(plugin), replace=True)
         if before is None:
             os.environ.pop("CONVLAB_CACHE_DIR", None)
         else:
@@ -138,6 +129,7 @@ def _command(args: argparse.Namespace) -> str:
 def cmd_bench_auto(args: argparse.Namespace) -> int:
     from convlab.bench import auto
     from convlab.bench.suite import load_suite, suite_from_dict
+    from convlab.plugin import registry
 
     opts = auto.AutoOptions(dtypes=args.dtypes, layouts=args.layouts, ops=args.ops, modes=args.modes,
                             repeat=args.repeat, probe=args.probe, oracle=args.oracle)
@@ -146,7 +138,9 @@ def cmd_bench_auto(args: argparse.Namespace) -> int:
     suites = [suite_from_dict(SMOKE, "smoke")] if args.smoke else [
         load_suite(s) for s in args.suite or ("resnet50", "mobilenetv2")]
     command = _command(args)
-    with _bench_environment(args.cache_dir, args.plugins):
+    keep = None if args.plugins is None else {n.strip() for n in args.plugins.split(",") if n.strip()} | {"direct"}
+    others = tuple(p.name for p in registry.plugins() if keep is not None and p.name not in keep)
+    with _cache_folder(args.cache_dir), auto.without(others):
         data = auto.run(suites, opts, Path(args.out), command, limit=args.limit, shard=args.shard,
                         resume=args.resume)
     print(f"wrote {args.out}.json and .md: " + ", ".join(f"{k} {v}" for k, v in data["summary"]["status"].items()))

@@ -173,3 +173,50 @@ def test_settle_names_the_failing_path_and_keeps_the_largest_error():
                  2.0**-24)
     assert row.status == "wrong" and row.error.startswith("the public op (plan replay), last timed call: rel err")
     assert row.median_ms is None and row.op_median_ms is None and row.rel_error > 0.09
+
+
+class GpuClock:
+    """convlab.runtime as the harness's paths see it on a GPU: a device, and a clock that makes every
+    call it times (1 ms each)."""
+
+    HAS_DEVICE = True
+
+    def __init__(self):
+        self.timed = 0
+
+    def time_ms(self, fn, warmup=0, repeat=1, inner=1):
+        for _ in range(warmup):
+            fn()
+        for _ in range(repeat * inner):
+            fn()
+        self.timed += repeat
+        return [1.0] * repeat
+
+    def __getattr__(self, name):
+        return getattr(runtime, name)
+
+
+@pytest.mark.parametrize("broken_replay", [False, True])
+def test_on_a_gpu_both_paths_are_timed_interleaved_and_each_last_output_checked(monkeypatch, broken_replay):
+    fake = GpuClock()
+    monkeypatch.setattr(paths, "runtime", fake)
+    if broken_replay:
+        monkeypatch.setattr(plan.Plan, "replay", lambda self, operands, bases, stream: None)
+    plan.clear()
+    _, problem = _problem()
+    host = [np.random.default_rng(0).standard_normal(s).astype(np.float32) for s in problem.operand_shapes[:2]]
+    dev = (runtime.to_device(host[0]), runtime.to_device(host[1]), None)
+    out = runtime.empty(problem.operand_shapes[2], problem.dtype)
+    poison = np.full(problem.operand_shapes[2], np.nan, np.float32)
+    cand = registry.candidates(problem, 2**28, all_configs=False)[0]
+    got = paths.contenders(0, cand, problem, dev, out, poison, 2**28, False, repeat=4, warmup=1, max_seconds=0)
+    assert sorted(got) == [(0, "op"), (0, "run")] and all(c.samples == 4 for c in got.values())
+    timed = rounds.interleave(got, paths.clock(), 2)
+    row = harness.CandidateResult(cand.plugin.name, cand.config.name, status="ok", rel_error=0.0)
+    trusted = harness.Trusted(reference.solve(problem, *host), "host float64")
+    paths.settle(row, {path: t for (_, path), t in timed.items()}, trusted, problem, 2.0**-24)
+    if broken_replay:
+        assert row.status == "wrong" and row.error.startswith("the public op (plan replay)")
+        assert row.median_ms is None and row.op_median_ms is None
+    else:
+        assert row.status == "ok" and row.median_ms == 1.0 and row.op_median_ms == 1.0 and row.samples == 4

@@ -13,8 +13,10 @@ Then a second process, started on the same cache directory, asks ``autotune.choo
 and reports how many candidates it timed (expected: 0, all answered from the disk cache).
 
 JSON (written after every problem, so a run cut short keeps what it measured): device, capability,
-versions, shapes, per-candidate medians, regret per shape, tuning seconds, second-process re-timing count.
-On the CUDA simulator (self-test only) times are wall-clock seconds of simulated runs.
+versions, shapes, per-candidate medians, regret per shape, tuning seconds, second-process re-timing count;
+at the end the Markdown table beside it (OUT.md: per shape and op the pick, the exhaustive best, the
+regret, the tuning times; the summary and the second process's cache reuse). On the CUDA simulator
+(self-test only) times are wall-clock seconds of simulated runs.
 
     python benchmarks/autotune_bench.py --out autotune.json                        # full Burn suite
     python benchmarks/autotune_bench.py --out /tmp/a.json --quick                    # 4 shapes, fewer samples
@@ -33,16 +35,6 @@ import tempfile
 import time
 from pathlib import Path
 
-# Burn's conv2d shapes (batch 16, padding 0; x = N,C,H,W, w = K,C,R,S, stride), used when convlab.bench.suite
-# (the suites-as-data module) is not available.
-_BURN = [((16, 16, 512, 512), (16, 16, 3, 3), 1), ((16, 3, 227, 227), (96, 3, 11, 11), 4),
-         ((16, 3, 231, 231), (96, 3, 11, 11), 4), ((16, 3, 227, 227), (64, 3, 7, 7), 2),
-         ((16, 64, 224, 224), (64, 64, 7, 7), 2), ((16, 96, 24, 24), (256, 96, 5, 5), 1),
-         ((16, 256, 12, 12), (512, 256, 3, 3), 1), ((16, 3, 224, 224), (64, 3, 3, 3), 1),
-         ((16, 64, 112, 112), (128, 64, 3, 3), 1), ((16, 64, 56, 56), (64, 64, 3, 3), 1),
-         ((16, 128, 28, 28), (128, 128, 3, 3), 1), ((16, 256, 14, 14), (256, 256, 3, 3), 1),
-         ((16, 512, 7, 7), (512, 512, 3, 3), 1), ((16, 96, 224, 224), (64, 96, 1, 1), 1),
-         ((4, 16, 512, 512), (16, 16, 3, 3), 1)]
 ROUNDS = 4  # exhaustive timing: rounds of round-robin sampling
 _QUICK = ("n4 16x512x512 w16x3x3", "n16 256x12x12 w512x3x3", "n16 64x56x56 w64x3x3",
           "n16 512x7x7 w512x3x3")
@@ -71,38 +63,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _label(x, w, stride) -> str:
-    return f"n{x[0]} {x[1]}x{x[2]}x{x[3]} w{w[0]}x{w[2]}x{w[3]}" + (f" s{stride}" if stride != 1 else "")
-
-
 def load_problems(args: argparse.Namespace) -> list[tuple[str, object]]:
     """(shape label, Problem) pairs for the chosen suites, ops and dtype."""
-    from convlab import make_problem
+    from convlab.bench.suite import load_suite
 
-    names = args.suite or ["burn", "burn_b4"]
-    out = []
-    try:
-        from convlab.bench.suite import load_suite
-    except ImportError:
-        load_suite = None
-    for name in names:
-        if load_suite is not None:
-            for entry, prob in load_suite(name).problems(args.ops):
-                out.append((entry.label, prob.replace(dtype=args.dtype)))
-        elif name.endswith(".json"):  # the plain conv2d entries of a suite file
-            for spec in json.loads(Path(name).read_text())["problems"]:
-                x, w, st = spec["x"], spec["w"], spec.get("stride", 1)
-                for op in args.ops:
-                    out.append((spec.get("label") or _label(x, w, st), make_problem(
-                        op, *x, w[0], w[2], w[3], stride=st, padding=spec.get("padding", 0),
-                        dtype=args.dtype)))
-        elif name in ("burn", "burn_b4"):
-            for x, w, st in (_BURN[:-1] if name == "burn" else _BURN[-1:]):
-                for op in args.ops:
-                    out.append((_label(x, w, st), make_problem(op, *x, w[0], w[2], w[3], stride=st,
-                                                               dtype=args.dtype)))
-        else:
-            raise SystemExit(f"suite {name!r} needs convlab.bench.suite, which is not importable")
+    out = [(entry.label, prob.replace(dtype=args.dtype)) for name in args.suite or ["burn", "burn_b4"]
+           for entry, prob in load_suite(name).problems(args.ops)]
     if args.quick:
         out = [(lab, p) for lab, p in out if any(lab.startswith(q) for q in _QUICK)] or out[:3]
     return out
@@ -225,6 +191,39 @@ def summarize(shapes: list[dict]) -> dict:
     return out
 
 
+def _short(label: str | None) -> str:
+    return "-" if label is None else label.replace("implicit_gemm", "igemm")
+
+
+def markdown(data: dict) -> str:
+    """The run as a Markdown table: per shape and op the pick, the exhaustive best, the regret, the tuning
+    times of a new key (cold: compiling included; warm: kernels compiled); the summary; the second process."""
+    lines = [f"device: {data['device']} (sm {data['compute_capability']}), versions: {data['versions']}, "
+             f"date: {data['date']}", "", f"tuner: {data['tuner']}; exhaustive: {data['repeat']} samples per "
+             f"candidate in {data.get('exhaustive_rounds', 1)} interleaved rounds", "",
+             "| shape | op | candidates | autotuned pick | exhaustive best | best ms | regret | cold tune s | "
+             "warm tune s |", "|" + "---|" * 9]
+    for r in (r for r in data["shapes"] if "error" not in r):
+        regret = "-" if r["regret"] is None else f"{100 * r['regret']:.1f}%"
+        best_ms = "-" if r["best_ms"] is None else f"{r['best_ms']:.3f}"
+        lines.append(f"| {r['shape']} | {r['op']} | {len(r['candidates'])} | {_short(r['warm']['pick'])} | "
+                     f"{_short(r['best'])} | {best_ms} | {regret} | {r['cold']['tuning_s']:.2f} | "
+                     f"{r['warm']['tuning_s']:.2f} |")
+    s, second = data["summary"], data.get("second_process", {})
+    if s.get("with_regret"):
+        lines += ["", f"{s['within_5pct']} of {s['with_regret']} (shape, op) pairs within 5% of the exhaustive "
+                  f"best; max regret {100 * s['max_regret']:.1f}%, mean {100 * s['mean_regret']:.2f}%."]
+    if "warm_tuning_s_median" in s:
+        lines.append(f"Tuning a new key with compiled kernels: median {s['warm_tuning_s_median']:.2f} s, total "
+                     f"{s['warm_tuning_s_total']:.1f} s; cold (the first key of each op compiles every config): "
+                     f"median {s['cold_tuning_s_median']:.2f} s, total {s['cold_tuning_s_total']:.1f} s.")
+    lines.append(f"Second process on the same cache file: {second.get('cache_hits')} of {second.get('problems')} "
+                 f"answered from the cache, {second.get('retimed')} candidates re-timed; same picks as the first "
+                 f"process: {second.get('same_picks_as_first_process')}.")
+    errors = [f"- {r['shape']} {r['op']}: {r['error']}" for r in data["shapes"] if "error" in r]
+    return "\n".join(lines + ([""] + errors if errors else []) + [""])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="convlab-autotune-bench-")
@@ -294,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             warm_picks.get((p["shape"], p["op"])) == p["pick"] for p in second["picks"])
     result["second_process"] = second
     save()
+    out.with_suffix(".md").write_text(markdown(result))
     print(json.dumps({"summary": result["summary"], "second_process_retimed": second.get("retimed")}))
     return 0
 

@@ -1,4 +1,4 @@
-"""Host overhead per call of the public ops against PyTorch, and the thin launch path (issue #12).
+"""Host overhead per call of the public ops against PyTorch, and the thin launch path.
 
     python benchmarks/overhead_bench.py --out OVERHEAD.json [--n 2000] [--batches 7] [--profile]
 
@@ -15,7 +15,7 @@ relative error of each convlab op against torch;
 ``torch.cuda._sleep`` spin kernel that hides the host's enqueueing: a ``median_us`` near ``gpu_us``
 and above ``issue_us`` is bound by the GPU, not by the host path; each plan's launch count; with
 ``--profile``, cProfile's top functions per convlab op; the plan statistics. (A new process's first
-call: benchmarks/cold_start_bench.py.) Every measurement is caught separately: an exception is
+calls: benchmarks/cold_start.py.) Every measurement is caught separately: an exception is
 recorded, not fatal. A table (op, torch us, convlab us, ratio, issue us, gpu us) follows the JSON.
 """
 from __future__ import annotations

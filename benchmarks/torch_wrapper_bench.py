@@ -1,4 +1,4 @@
-"""Per-call host cost of convlab.torch's wrapper against torch and convlab's base op (issue #14).
+"""Per-call host cost of convlab.torch's wrapper against torch and convlab's base op.
 
     python benchmarks/torch_wrapper_bench.py --out TORCH_WRAPPER.json [--n 2000] [--batches 5]
     python benchmarks/torch_wrapper_bench.py --allow-sim --n 1 --batches 1 --warmup 1  # smoke test

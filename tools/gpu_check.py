@@ -5,16 +5,17 @@ cuDNN, the cold start, the host cost and the GEMMs, each step's files under resu
     python tools/gpu_check.py --list                          # the steps, in order (no GPU needed)
     python tools/gpu_check.py --collect ARCHIVE.tgz           # here: unpack a call's results, list them in runs.json
 
-Steps run in the order of STEPS (the order the GPU issue asks for); a step writes
+Steps run in the order of :func:`steps` (tests and sanitizers first, then the measurements); a step writes
 ``results/<what>/<device>/<commit>/`` (its logs, JSON, a README naming command, version, date and device,
 and ``gpu_check.json``: each job's exit status and seconds). ``--resume`` skips a step whose folder says it
 finished; an ``auto`` step cut by the budget keeps its rows and the next call measures the rest
-(``auto_bench.py --resume``). A step starts only while ``--budget`` leaves it its ``least`` seconds, so a
+(``convlab bench auto --resume``). A step starts only while ``--budget`` leaves it its ``least`` seconds, so a
 call ends inside the device's 10-minute limit; ``--archive FILE`` packs every folder this call wrote.
 
-Each ``auto`` step first fills the disk kernel cache in parallel processes (``--shard``, no timings),
-then measures in one process alone on the GPU: the tuner's default pick through the public op on torch
-CUDA tensors against cuDNN interleaved, both layouts, every output checked against float64.
+Each ``auto`` step (``convlab bench auto``) first fills the disk kernel cache of its ``--cache-dir`` in
+parallel processes (``--shard``, no timings), then measures in one process alone on the GPU with that
+cache: the tuner's default pick through the public op on torch CUDA tensors against cuDNN interleaved,
+both layouts, every output (the last timed call's too) checked against float64.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ PY = sys.executable
 SUITES_FIRST, SUITES_THEN = ("resnet50", "mobilenetv2"), ("burn", "efficientnet_b0", "resnext50", "unet3d",
                                                           "r2plus1d_18", "wavenet")
 DTYPES_FIRST = ("float16", "bfloat16", "float32")
+FILL, CACHE = "/tmp/gpu_check_fill", "/tmp/gpu_check_cache"  # an auto step's fill logs; its kernel cache
 
 
 @dataclass
@@ -62,14 +64,16 @@ class Step:
 
 
 def auto_step(suite: str, token: str, workers: int) -> Step:
+    """``convlab bench auto`` on one suite and dtype: ``workers`` processes fill the disk kernel cache
+    (``--shard``, one sample), then one process measures alone on the GPU with that cache."""
     stem = f"auto_{suite}_{token.replace('+', '_')}"
-    common = ["benchmarks/auto_bench.py", "--suite", suite, "--dtypes", token, "--modes", "tune",
-              "--no-oracle", "--layouts", "nchw,channels_last"]
-    fill = [Job(f"{stem}.fill{i}", [PY, *common, "--repeat", "1", "--shard", f"{i}/{workers}", "--out",
-                                    f"/tmp/gpu_check_fill/{stem}_{i}"], 240) for i in range(workers)]
+    common = [PY, "-m", "convlab.cli", "bench", "auto", "--suite", suite, "--dtypes", token, "--modes", "tune",
+              "--no-oracle", "--layouts", "nchw,channels_last", "--cache-dir", f"{CACHE}/{stem}"]
+    fill = [Job(f"{stem}.fill{i}", [*common, "--repeat", "1", "--shard", f"{i}/{workers}", "--out",
+                                    f"{FILL}/{stem}_{i}"], 240) for i in range(workers)]
     return Step(f"auto/{suite}/{token}", "auto_bench",
                 f"`algorithm=\"auto\"` (mode tune) on {suite} in {token} against cuDNN, both layouts",
-                [Job(stem, [PY, *common, "--repeat", "10", "--resume", "--out", f"{{dir}}/{stem}"], 600)],
+                [Job(stem, [*common, "--repeat", "10", "--resume", "--out", f"{{dir}}/{stem}"], 600)],
                 f"{stem}.md", 120, fill)
 
 
@@ -96,8 +100,8 @@ def steps(workers: int) -> list[Step]:
                  [Job("overhead", [PY, "benchmarks/overhead_bench.py", "--out", "{dir}/overhead.json"], 300)],
                  "overhead.json", 120),
             Step("gemm", "tc_gemm", "the tensor-core GEMM at 4096^3 in fp16, bf16 and TF32 against cuBLAS",
-                 [Job("tc_gemm", [PY, "benchmarks/tc_gemm_bench.py", "--itypes", "f16", "bf16", "tf32",
-                                  "--out", "{dir}/tc_gemm.json"], 300)], "tc_gemm.json", 120)]
+                 [Job("tc_gemm", [PY, "benchmarks/gemm_bench.py", "--itypes", "f16", "bf16", "tf32", "--configs",
+                                  "mma", "--out", "{dir}/tc_gemm.json"], 300)], "tc_gemm.json", 120)]
     out += [auto_step(s, t, workers) for s in SUITES_THEN for t in DTYPES_FIRST]
     out += [auto_step(s, "float32+high", workers) for s in SUITES_FIRST + SUITES_THEN]
     return out
@@ -270,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             pending.append((step, folder, start_jobs(step.jobs, folder, t_end)))
             continue
         fill = wait_jobs(start_jobs(step.fill, folder, min(t_end - 60, time.time() + 240),
-                                    Path("/tmp/gpu_check_fill"))) if step.fill else []
+                                    Path(FILL))) if step.fill else []
         finish(step, folder, fill, wait_jobs(start_jobs(step.jobs, folder, t_end)))
     drain()
     print(f"\n{'step':28s} {'status':30s} summary")

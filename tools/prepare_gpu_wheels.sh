@@ -2,12 +2,12 @@
 # For a GPU machine without a package index: fill .whl/ (git-ignored) with the wheels convlab's GPU runs
 # need beyond a CUDA PyTorch image: numpy 2.4.x (numba-cuda 0.30.4 references np.row_stack, which numpy
 # 2.5 removed), ml_dtypes (bfloat16), and Dask with its dependencies for the multi-GPU sweeps
-# (tools/sweep_x2.sh, tests/sweep); and .whl/use-wheels.sh, which installs them there.
+# (convlab tune / bench --workers, tests/sweep); and .whl/use-wheels.sh, which installs them there.
 # Usage, from the repository root on a machine with the index:
 #   tools/prepare_gpu_wheels.sh [EXTRA==VERSION ...]
 #   PY_VERSION (default 3.12) and PLATFORM (default x86_64): the GPU machine's Python and architecture
 # Then copy the checkout with .whl/ to the GPU machine and start each command with
-#   source .whl/use-wheels.sh && bash tools/gpu_tests.sh
+#   source .whl/use-wheels.sh && python tools/gpu_check.py --resume
 # (use-wheels.sh installs into WHEEL_SITE, default ${TMPDIR:-/tmp}/convlab-site, and puts it and the
 # checkout first on PYTHONPATH).
 set -euo pipefail

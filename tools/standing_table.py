@@ -1,4 +1,4 @@
-"""Where convlab stands against cuDNN, generated from the committed results of benchmarks/auto_bench.py.
+"""Where convlab stands against cuDNN, generated from the committed results of ``convlab bench auto``.
 
     python tools/standing_table.py              print the table (Markdown)
     python tools/standing_table.py --write      rewrite it in README.md and docs/results.md (between the

@@ -2,27 +2,32 @@
 
 For each (suite entry, op) problem::
 
-    operands  fresh random a, b (bias) on the device, shared by every candidate and by cuDNN
-    reference convlab.measure.trusted_output: host float64 for small problems; else cuDNN in float64 on
-              the GPU; else the direct plugin's output (tolerances of both added)
-    for each candidate (plugin, config; the auto pick too):
-        check     convlab.measure.check_candidate: out poisoned with NaN, first run (compiles),
-                  relative error vs the reference;
-                  a wrong or crashing candidate is recorded and never timed, ranked or compared
-        memory    device memory allocated during the first run (numba's memory info, frees deferred:
-                  kernel loading and buffers a plugin caches across calls count; driver granularity),
-                  and during a later run (steady state); cuDNN: torch's peak beyond its output
-        time      CUDA events, warm-up, median of ``repeat`` runs (fewer when one run is long:
-                  ``max_seconds`` per candidate) of the plugin's ``run``; then the same through the
-                  public op with the candidate forced (``op_median_ms``: the call path's cost included)
-    cuDNN     the same steps through convlab.baseline; ratio = cuDNN ms / candidate ms (> 1: faster)
+    operands   fresh random a, b (bias) on the device, shared by every candidate and by cuDNN
+    reference  convlab.bench.trusted.float64_reference: numpy float64 on the host for small problems,
+               else cuDNN in float64 on the GPU, else torch float64 on the CPU, else numpy in chunks of
+               images; never a convlab plugin (the row's ``reference`` names which)
+    check      each candidate (plugin, config; the auto pick too): ``out`` poisoned with NaN, one run
+               (compiles), relative error against the reference; a wrong or crashing candidate is
+               recorded and never timed, ranked or compared
+    memory     device memory allocated during that first run (numba's memory info, frees deferred:
+               kernel loading and buffers a plugin caches across calls count; driver granularity), and
+               during a later run (steady state); cuDNN: torch's peak beyond its output
+    rounds     convlab.bench.rounds.interleave over every checked candidate's two paths (convlab.bench.
+               paths: ``plugin.run`` -> ``median_ms``, the public op with the candidate forced ->
+               ``op_median_ms``) and cuDNN: warm-up, then ROUNDS interleaved rounds of CUDA events
+               (``repeat`` samples each, fewer for a slow one: ``max_seconds``)
+    recheck    each path's last timed output (``out`` poisoned before that call) against the reference:
+               a path that disagrees makes the row ``wrong`` and drops its times; ``rel_error`` is the
+               largest error of every checked output
+    cuDNN      ratio = cuDNN ms / candidate ms (> 1: faster)
 
-On the simulator no time is measured (measure returns None): the harness then only checks outputs.
+On the simulator nothing is timed and each candidate is checked by its first run; with ``check_replay``
+(``convlab bench --check-replay``) also through the public op, by a poisoned replay of the plan its first
+op call recorded (the path a GPU run times: a plugin whose ``run`` does host work a replay skips shows).
 """
 from __future__ import annotations
 
 import importlib
-import statistics
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -30,18 +35,25 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from convlab import measure, runtime
-from convlab.runtime import scratch
-from convlab.measure import CandidateResult, Trusted, check_candidate, judge, trusted_output
+from convlab.measure import CandidateResult, Trusted, judge
+from convlab.ops import strategy
 from convlab.plugin import registry
-from convlab.ops import call_problem, strategy
-from .baseline import Cudnn
 from convlab.plugin.contract import Config
-from convlab.problem import OPS, Problem
 from convlab.plugin.registry import Candidate
-from .report import ProblemResult, rank, summary
+from convlab.problem import OPS, Problem
+from convlab.runtime import scratch
 from convlab.runtime.settings import get_workspace_limit
-from .suite import Suite, SuiteEntry
 
+from . import paths, rounds
+from .baseline import Cudnn
+from .paths import op_call, run_candidate  # noqa: F401  (the harness's names for them)
+from .report import ProblemResult, rank, summary
+from .rounds import Contender
+from .suite import Suite, SuiteEntry
+from .trusted import float64_reference
+
+#: interleaved rounds of the timing (convlab.bench.rounds)
+ROUNDS = 5
 #: Suites whose largest problem exceeds this many flops are refused on the simulator (without force).
 SIMULATOR_MAX_FLOPS = 2e6
 
@@ -57,27 +69,8 @@ class BenchOptions:
     workspace_limit: int | None = None
     auto: bool = True  # also report (and time) the autotuner's pick
     simulator_wall_clock: bool = False  # simulator: record one run's wall-clock ms as the median
+    check_replay: bool = False  # simulator: also check the public op's replay (a GPU checks every timed path)
     seed: int = 0
-
-
-def _time(fn: Callable[[], Any], opts: BenchOptions) -> list[float] | None:
-    """Median-ready samples of ``fn()`` (CUDA events), the repeat count cut to the time budget."""
-    probe = runtime.time_ms(fn, warmup=0, repeat=1)
-    if probe is None:  # the simulator
-        return None
-    repeat, warmup = opts.repeat, opts.warmup
-    if opts.max_seconds and probe[0] > 0:  # slow candidates: fewer samples (>= 3), fewer warm-ups (>= 1)
-        repeat = max(3, min(repeat, int(opts.max_seconds * 1e3 / probe[0])))
-        warmup = min(warmup, max(1, repeat // 3))
-    return runtime.time_ms(fn, warmup=warmup, repeat=repeat)
-
-
-def op_call(cand: Candidate, problem: Problem, dev: tuple, out: Any, limit: int,
-            transpose: bool = False) -> Callable[[], Any]:
-    """``fn()``: the public op of ``problem`` on ``dev`` = (a, b, bias) into ``out`` with ``cand`` forced
-    (``algorithm=(plugin, config)``; convlab.ops.call_problem picks the op), as a user calls it."""
-    kw = {"algorithm": (cand.plugin.name, cand.config), "out": out, "workspace_limit": limit}
-    return lambda: call_problem(problem, *dev, transpose=transpose, **kw)
 
 
 def allocated_during(fn: Callable[[], Any]) -> int | None:
@@ -146,51 +139,49 @@ def candidates(problem: Problem, opts: BenchOptions, limit: int) -> tuple[list[C
     return chosen, declined
 
 
-def _bench_candidate(cand: Candidate, problem: Problem, dev: tuple, out: Any, poison: np.ndarray,
-                     trusted: Trusted, opts: BenchOptions, limit: int, transpose: bool = False
-                     ) -> CandidateResult:
+def _first(cand: Candidate, problem: Problem, dev: tuple, out: Any, poison: np.ndarray, trusted: Trusted,
+           opts: BenchOptions, limit: int) -> tuple[CandidateResult, bool]:
+    """The candidate's row after its first run (checked) and the memory probes; True when it may be timed."""
     row = CandidateResult(cand.plugin.name, cand.config.name)
     try:
         row.workspace_bytes = int(cand.plugin.workspace_bytes(problem, cand.config, limit))
         scratch.release()  # so the first run's allocation shows the plugin's scratch memory
         usable = []  # the first run (compiles, then checked) inside the memory probe
         row.extra_mem_bytes = allocated_during(
-            lambda: usable.append(check_candidate(row, cand, problem, dev, out, poison, trusted, limit)))
-        usable = usable[0] or row.status == "unchecked"
-        if usable and runtime.HAS_DEVICE:
-            launch = lambda: measure.run_candidate(cand, problem, *dev, out, limit)  # noqa: E731
-            row.steady_mem_bytes = allocated_during(launch)
-            row.fill_times(problem, _time(launch, opts))
-            op_times = _time(op_call(cand, problem, dev, out, limit, transpose), opts)  # the op, planned
-            row.op_median_ms = statistics.median(op_times) if op_times else None
-        elif usable and opts.simulator_wall_clock:  # no rates: not GPU speed
-            row.median_ms = measure.wall_clock_ms(cand, problem, *dev, out, limit)
+            lambda: usable.append(paths.first_check(row, cand, problem, dev, out, poison, trusted, limit)))
+        if usable[0] and runtime.HAS_DEVICE:
+            row.steady_mem_bytes = allocated_during(lambda: paths.run_candidate(cand, problem, dev, out, limit))
+        elif usable[0] and opts.simulator_wall_clock:  # no rates: not GPU speed
+            row.median_ms = paths.wall_clock_ms(cand, problem, dev, out, limit)
+        return row, usable[0]
     except Exception as exc:  # a plugin failing to compile or launch is recorded, never fatal
-        row.status, row.error = "error", f"{type(exc).__name__}: {exc}"[:500]
-    return row
+        row.status, row.error = "error", paths.why(exc)
+        return row, False
 
 
-def _bench_cudnn(cudnn: Cudnn, problem: Problem, dev: tuple, out: Any, trusted: Trusted,
-                 transpose: bool, opts: BenchOptions, limit: int) -> CandidateResult:
-    row = CandidateResult("cudnn", "default")
-    cand = Candidate(cudnn, Config())
+def _cudnn_first(cudnn: Cudnn, problem: Problem, dev: tuple, out: Any, trusted: Trusted, transpose: bool,
+                 opts: BenchOptions, limit: int) -> tuple[CandidateResult, Contender | None]:
+    """cuDNN's row after its first run (checked) and its memory; its contender when it may be timed."""
+    row, cand = CandidateResult("cudnn", "default"), Candidate(cudnn, Config())
     try:
         cudnn.bind(problem, *dev, transpose=transpose)
-        measure.run_candidate(cand, problem, *dev, out, limit)
+        paths.run_candidate(cand, problem, dev, out, limit)
         runtime.synchronize()
-        judge(row, cudnn.output(), trusted, problem, cudnn.compute_eps(problem.dtype))
+        if not judge(row, cudnn.output(), trusted, problem, cudnn.compute_eps(problem.dtype)):
+            return row, None
         row.extra_mem_bytes = row.steady_mem_bytes = cudnn.extra_memory(problem)  # after its first run
-        row.fill_times(problem, _time(lambda: measure.run_candidate(cand, problem, *dev, out, limit), opts))
+        fn = lambda: paths.run_candidate(cand, problem, dev, out, limit)  # noqa: E731
+        samples, warmup = paths.sampling(fn, opts.repeat, opts.warmup, opts.max_seconds)
+        return row, Contender(fn, samples, warmup, keep=lambda _: cudnn.output())
     except Exception as exc:
-        row.status, row.error = "error", f"{type(exc).__name__}: {exc}"[:500]
-    finally:
-        cudnn.result = None
-    return row
+        row.status, row.error = "error", paths.why(exc)
+        return row, None
 
 
 def bench_problem(suite: str, entry: SuiteEntry, problem: Problem, opts: BenchOptions,
                   cudnn: Cudnn | None = None, on_step: Callable[[str], None] | None = None) -> ProblemResult:
-    """Check, measure and time every candidate (and cuDNN) on one problem."""
+    """Check every candidate (and cuDNN) on one problem, time the checked ones in interleaved rounds and
+    check each timed path's last output (module docstring)."""
     limit = get_workspace_limit() if opts.workspace_limit is None else opts.workspace_limit
     step = on_step or (lambda _: None)
     transpose = entry.kind == "conv_transpose2d"
@@ -205,21 +196,39 @@ def bench_problem(suite: str, entry: SuiteEntry, problem: Problem, opts: BenchOp
     host = measure.random_operands(problem, rng)
     dev = measure.to_device(*host)
     step("reference")
-    trusted = trusted_output(problem, host, dev, limit, cudnn=cudnn, transpose=transpose)
+    gpu = None if cudnn is None else (lambda: cudnn.reference(problem, *dev, transpose=transpose))
+    trusted = float64_reference(problem, host, gpu, transpose)
     res.reference = trusted.name
     out = runtime.empty(problem.operand_shapes[2], problem.dtype)
     poison = np.full(problem.operand_shapes[2], np.nan, problem.dtype)
     extra = [pick] if (pick is not None and (opts.plugins is None or pick.plugin.name in opts.plugins)
                        and all((c.plugin.name, c.config) != (pick.plugin.name, pick.config)
                                for c in cands)) else []
-    for cand in cands + extra:
+    timed: dict[tuple, Contender] = {}
+    for i, cand in enumerate(cands + extra):
         step(cand.label)
-        row = _bench_candidate(cand, problem, dev, out, poison, trusted, opts, limit, transpose)
+        row, usable = _first(cand, problem, dev, out, poison, trusted, opts, limit)
         row.auto = pick is not None and (cand.plugin.name, cand.config) == (pick.plugin.name, pick.config)
         res.candidates.append(row)
+        if usable and (runtime.HAS_DEVICE or opts.check_replay):
+            timed.update(paths.contenders(i, cand, problem, dev, out, poison, limit, transpose, opts.repeat,
+                                          opts.warmup, opts.max_seconds))
     if cudnn is not None:
         step("cudnn")
-        res.cudnn = _bench_cudnn(cudnn, problem, dev, out, trusted, transpose, opts, limit)
+        res.cudnn, contender = _cudnn_first(cudnn, problem, dev, out, trusted, transpose, opts, limit)
+        if contender is not None:
+            timed[("cudnn", "cudnn")] = contender
+    step("rounds")
+    got = rounds.interleave(timed, paths.clock(), ROUNDS)
+    for i, (cand, row) in enumerate(zip(cands + extra, res.candidates)):
+        mine = {path: t for (key, path), t in got.items() if key == i}
+        if mine:
+            paths.settle(row, mine, trusted, problem, paths.compute_eps(cand, problem))
+    if ("cudnn", "cudnn") in got:
+        paths.settle(res.cudnn, {"cudnn": got["cudnn", "cudnn"]}, trusted, problem,
+                     cudnn.compute_eps(problem.dtype))
+    if cudnn is not None:
+        cudnn.result = None
     rank(res)
     return res
 

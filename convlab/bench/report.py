@@ -179,7 +179,7 @@ def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:.1f}"
 
 
-#: issue #12's bar: the public op within OP_WITHIN of the kernel wherever the kernel takes > OP_FLOOR_MS
+#: the call path's bar: the public op within OP_WITHIN of the kernel wherever the kernel takes > OP_FLOOR_MS
 OP_FLOOR_MS, OP_WITHIN = 0.2, 0.10
 
 

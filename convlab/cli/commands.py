@@ -74,7 +74,7 @@ def _run_bench(args: argparse.Namespace, suites: list, opts: Any, out_stem: str 
         print(f"note: {report.simulator_note(opts.simulator_wall_clock)}")
     settings = {k: getattr(opts, k) for k in ("ops", "plugins", "all_configs", "warmup", "repeat",
                                                "max_seconds", "workspace_limit", "auto", "seed",
-                                               "simulator_wall_clock")}
+                                               "simulator_wall_clock", "check_replay")}
     settings["suites"] = [s.name for s in suites]
     settings["float32_precision"] = get_float32_precision()
     meta = report.metadata(settings, baseline.versions(cudnn))
@@ -105,7 +105,8 @@ def _options(args: argparse.Namespace, ops: tuple[str, ...]) -> Any:
     return BenchOptions(ops=ops, plugins=_check_plugins(args.plugins), all_configs=args.all_configs,
                         warmup=args.warmup, repeat=args.repeat, max_seconds=args.max_seconds,
                         workspace_limit=args.workspace_limit, auto=not args.no_auto, seed=args.seed,
-                        simulator_wall_clock=getattr(args, "simulator_wall_clock", False))
+                        simulator_wall_clock=getattr(args, "simulator_wall_clock", False),
+                        check_replay=getattr(args, "check_replay", False))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 (text -> value) are in :mod:`convlab.cli.arg_types`.
 
 Subcommands (demo, list, explain, bench, plot, tune, check) live in :mod:`convlab.cli.commands`,
-``compile`` in :mod:`convlab.cli.compile_cmd`, ``source`` in :mod:`convlab.cli.source_cmd`. Exit status:
+``bench auto`` and ``bench report`` in :mod:`convlab.cli.bench_cmd`, ``compile`` in :mod:`convlab.cli.compile_cmd`, ``source`` in :mod:`convlab.cli.source_cmd`. Exit status:
 0 success, 1 a check or command failed, 2 bad arguments (argparse's convention: the message, no
 traceback; ``--debug`` shows the traceback instead). ``--debug``, ``--deterministic`` and
 ``--tune-mode`` may be given before or after the subcommand.
@@ -46,6 +46,8 @@ _EPILOG = """examples:
   convlab explain --x 16,3,227,227 --w 96,3,11,11 --stride 4
   convlab bench --suite burn --ops forward --out bench-results
   convlab bench --x 16,64,56,56 --w 64,64,3,3 --padding 1 --plugins direct
+  convlab bench auto --suite resnet50 --dtypes float16 --out auto      algorithm='auto' against cuDNN
+  convlab bench report bench-results/burn.json                          the rows and the ratios to cuDNN
   convlab plot bench-results/burn.json -o bench-results/plots
   convlab tune --suite resnet50
   convlab tune --suite resnet50 --dtypes float32,float16,bfloat16 --workers 2     one process per GPU
@@ -151,10 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="time every eligible plugin (and cuDNN) on a suite",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="For every problem and op: each eligible plugin's median time (CUDA "
-                       "events), TFLOP/s, GB/s, extra device memory, the autotuner's pick, and cuDNN's time "
-                       "on the same inputs with the ratio (when PyTorch with CUDA is importable). Every "
-                       "timed plugin is first checked against the reference; wrong or failing ones are "
-                       "recorded and not timed. Writes DIR/NAME.json and .csv (after every problem).")
+                       "events; plugin.run and the public op with the plugin forced), TFLOP/s, GB/s, extra "
+                       "device memory, the autotuner's pick, and cuDNN's time on the same inputs, timed in "
+                       "interleaved rounds, with the ratio (when PyTorch with CUDA is importable). Every "
+                       "plugin is first checked against a float64 reference; wrong or failing ones are "
+                       "recorded and not timed, and each timed path's last output is checked again. Writes "
+                       "DIR/NAME.json and .csv (after every problem). 'convlab bench auto': algorithm='auto' "
+                       "as a user gets it against cuDNN; 'convlab bench report': tables from results files.")
     _bench_args(p, OPS)
     p.add_argument("--plugins", metavar="A,B", help="only these plugins (default: all registered)")
     p.add_argument("--all-configs", action="store_true", help="time every config, not only the first")
@@ -169,10 +174,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="file stem (default: the suite names joined by '+')")
     p.add_argument("--seed", type=int, default=0, help="seed of the random operands")
     p.add_argument("--force", action="store_true", help="allow large suites on the simulator")
+    p.add_argument("--check-replay", action="store_true",
+                   help="on the simulator: also check each plugin through the public op, its recorded plan "
+                        "replayed (a GPU run checks every path it times)")
     p.add_argument("--simulator-wall-clock", action="store_true",
                    help="on the simulator: record one run's wall-clock time per candidate, so that "
                         "'convlab plot' can chart it (simulator wall-clock, not GPU speed)")
     p.set_defaults(func=cmd_bench)
+    from .bench_cmd import add_parsers as add_bench_subcommands
+
+    add_bench_subcommands(p, _common)
 
     p = sub.add_parser("plot", help="charts from results files (matplotlib, PNG)",
                        description="Per suite: a chart of time, cuDNN ratio or TFLOP/s by plugin and shape "

@@ -51,7 +51,7 @@ def bench_sweep(args: argparse.Namespace, suites: list, opts: Any, stem: str) ->
 
     work = tasks(args, suites)
     meta = {k: getattr(opts, k) for k in ("ops", "plugins", "all_configs", "warmup", "repeat", "max_seconds",
-                                          "workspace_limit", "auto", "seed", "simulator_wall_clock")}
+                                          "workspace_limit", "auto", "seed", "simulator_wall_clock", "check_replay")}
     meta.update(suites=[s.name for s in suites], dtypes=args.dtypes, limit=args.limit, no_torch=args.no_torch)
     client = _client(args)
     if client is None:

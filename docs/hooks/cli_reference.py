@@ -1,8 +1,9 @@
 """MkDocs hook: the CLI reference page is rendered from convlab's argparse parser at build time.
 
 A page holding the line ``<!-- convlab-cli-reference -->`` gets, in its place, ``convlab --help`` and
-then one section per subcommand with its ``--help`` text, in the parser's order (help wrapped at
-:data:`WIDTH` columns, as a terminal of that width shows it)."""
+then one section per subcommand with its ``--help`` text, in the parser's order, a subcommand's own
+subcommands (``convlab bench auto``) after it (help wrapped at :data:`WIDTH` columns, as a terminal of
+that width shows it)."""
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,8 @@ def render() -> str:
         parser = build_parser()
         parts = ["## convlab", "", "```text", parser.format_help().rstrip(), "```", ""]
         for name, sub in _subcommands(parser).items():
-            parts += [f"## convlab {name}", "", "```text", sub.format_help().rstrip(), "```", ""]
+            for title, page in [(name, sub)] + [(f"{name} {n}", s) for n, s in _subcommands(sub).items()]:
+                parts += [f"## convlab {title}", "", "```text", page.format_help().rstrip(), "```", ""]
     finally:
         if old is None:
             del os.environ["COLUMNS"]

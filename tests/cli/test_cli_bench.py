@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import convlab
-from convlab import Algorithm, runtime
+from convlab import Algorithm, reference, runtime
 from convlab.bench import harness as bench
 from convlab.plugin import registry
 from convlab.ops import strategy
@@ -163,3 +163,28 @@ def test_table_wraps_long_reasons_and_errors_instead_of_cutting_them():
             chunks.append(line[column:])
         assert " ".join(chunks) == text and all(len(c) <= REASON_WIDTH for c in chunks), start
         assert len(chunks) > 1
+
+
+class _HostCopy(Algorithm):
+    """Right on every run, by a host copy a recorded plan does not hold: its replay writes nothing."""
+
+    name = "test_host_copy"
+    ops = frozenset({"forward"})
+
+    def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+        host = [None if v is None else runtime.to_host(v) for v in (a, b, bias)]
+        runtime.copy_into(out, reference.solve(problem, *host).astype(problem.dtype))
+
+
+def test_check_replay_catches_a_plugin_whose_replay_differs(tmp_path, capsys):
+    registry.register(_HostCopy)
+    try:
+        argv = ["bench", "--x", "1,2,4,4", "--w", "2,2,3,3", "--ops", "forward", "--plugins", "test_host_copy",
+                "--no-auto", "--out", str(tmp_path), "--quiet"]
+        code, out, _ = run_cli(capsys, *argv, "--check-replay")
+        ((row,),) = [res["candidates"] for res in json.loads((tmp_path / "cli.json").read_text())["results"]]
+        assert code == 1 and row["status"] == "wrong" and row["error"].startswith("the public op (plan replay)")
+        if runtime.SIMULATOR:  # a GPU checks every path it times, with or without the option
+            assert run_cli(capsys, *argv)[0] == 0
+    finally:
+        registry.unregister("test_host_copy")

@@ -3,7 +3,7 @@ and the float64 reference: on the simulator at tiny sizes, on a GPU through the 
 (``cuLaunchKernel`` on packed parameters), with the disk kernel cache read by a second process.
 
 On a GPU run with the larger profile: ``CONVLAB_HYPOTHESIS_PROFILE=convlab-gpu python -m pytest
-tests/core/test_replay_on_device.py`` (tools/gpu_tests.sh)."""
+tests/core/test_replay_on_device.py`` (the tests step of tools/gpu_check.py runs the whole suite so)."""
 from __future__ import annotations
 
 import json

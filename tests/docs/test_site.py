@@ -43,6 +43,7 @@ def _check_cli_page(site: Path) -> None:
     assert "convlab-cli-reference" not in text
     for name in names:
         assert f"usage: convlab {name} " in text, name
+    assert "usage: convlab bench auto " in text and "usage: convlab bench report " in text
     assert "--version" in text
 
 

@@ -106,7 +106,7 @@ def test_tc_gemm_gpu_configs(itype, shape):
     for cfg in tc_gemm.CONFIGS[itype]:
         got, want = _run(itype, *shape, cfg=cfg)
         # fp32 accumulation of exact f16/bf16 products: 1e-6 at K 136, 1e-5 (the bound the GPU checks of
-        # benchmarks/tc_gemm_bench.py were held to) at the longer and ragged reductions
+        # results/tc_gemm were held to) at the longer and ragged reductions
         tol = 2e-3 if itype == "tf32" else (1e-6 if shape == (300, 260, 136) else 1e-5)
         assert np.all(np.isfinite(got)) and _rel(got, want) < tol, cfg.name
 

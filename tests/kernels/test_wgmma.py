@@ -1,6 +1,6 @@
 """The warpgroup intrinsics (convlab.kernels.arch.wgmma): descriptors, the one-warpgroup probes against numpy,
 and the simulator's ordering checks. On the simulator these run the stand-ins (wgmma_sim); on a Hopper
-GPU the inline PTX (the probes are what a GPU run checks first: benchmarks/wgmma_check.py)."""
+GPU the inline PTX."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""The wgmma kernels compile for sm_90a on a machine without a GPU (benchmarks/wgmma_ptx_check.py in a
+"""The wgmma kernels compile for sm_90a on a machine without a GPU (tools/wgmma_ptx_check.py in a
 process of its own, NUMBA_ENABLE_CUDASIM=0): wgmma.mma_async and its fences in the PTX, the dynamic
 shared array aligned to 1024 bytes, no local memory; where ptxas is found, no spill and no warning (C7510
 / C7515: ptxas serialising the wgmma pipeline). Skipped when libNVVM cannot be loaded. The first f16
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "wgmma_ptx_check.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "wgmma_ptx_check.py")
 
 
 def test_wgmma_kernels_compile_for_sm90a(tmp_path):

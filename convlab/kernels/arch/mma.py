@@ -82,7 +82,7 @@ else:
                                               split_tf32, to_tf32)
 
 
-# --- one-warp probes: each intrinsic on its own, against the PTX spec (tests and benchmarks/tc_gemm_bench)
+# --- one-warp probes: each intrinsic on its own, against the PTX spec (tests/kernels)
 
 _ALIGN = None if runtime.SIMULATOR else 16  # shared arrays feeding ldmatrix / cp.async: 16-byte aligned
 

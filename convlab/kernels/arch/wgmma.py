@@ -43,10 +43,10 @@ declared ``alignment=1024`` (``.extern .shared .align 1024``; the probes report 
 
 Compiling without a GPU: numba-cuda targets compute_90a on a 9.0 device (``codegen._ensure_cc``), but
 ``cuda.compile_ptx(..., cc=(9, 0))`` emits ``.target sm_90``, which ptxas refuses wgmma for: pass
-``cc=(9, 0, "a")`` (benchmarks/wgmma_ptx_check.py).
+``cc=(9, 0, "a")`` (tools/wgmma_ptx_check.py).
 
 Probes (``warpgroup_mma``): one warpgroup, one call each of the above, against numpy; the first thing a
-GPU run checks (benchmarks/wgmma_check.py, tests/kernels/test_wgmma.py).
+GPU run checks (tests/kernels/test_wgmma.py).
 """
 from __future__ import annotations
 

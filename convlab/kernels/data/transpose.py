@@ -38,12 +38,12 @@ from convlab.kernels.arch.intrinsics import u32 as U
 from convlab.runtime import cuda
 
 #: (tile edge, thread rows) of the element kernel; on the H200 (32, 4) beat (32, 8), (32, 16),
-#: (64, 4 / 8) and (16, 16) on every copy of benchmarks/transpose_bench.py or tied
-#: (results/transpose/h200/c5da6f0)
+#: (64, 4 / 8) and (16, 16) on every copy measured or tied (results/transpose/h200/c5da6f0, whose README
+#: names the command)
 TILE_GPU, TILE_SIM = (32, 4), (8, 4)
 #: (tile edge in elements, thread rows) of the pairs kernel (tile / 2 threads across): on the H200 a
 #: 32-wide tile where the copy has at most 32 (padded) channels, a 64-wide one for more (each the
-#: fastest or within 6% of it on benchmarks/transpose_bench.py, results/transpose/h200/c911f71)
+#: fastest or within 6% of it on every copy of results/transpose/h200/c911f71)
 PAIRS_NARROW_GPU, PAIRS_GPU, PAIRS_SIM = (32, 8), (64, 4), (8, 4)
 ROWS_BELOW = 16  # spatial sizes below it take the rows kernel (a 3x3 filter's 9; on the simulator too)
 #: threads a block of the rows kernel (on the simulator, a few: each is a Python thread)

@@ -1,8 +1,8 @@
 """Compile the wgmma kernels to PTX without a GPU and check what ptxas makes of them.
 
-    python benchmarks/wgmma_ptx_check.py [--configs first|all] [--itypes f16,bf16,tf32] [--probes]
-                                         [--probe-shapes 64:128,256:32] [--ptxas PATH] [--no-ptxas]
-                                         [--jobs N] [--out FILE.json] [--dump DIR]
+    python tools/wgmma_ptx_check.py [--configs first|all] [--itypes f16,bf16,tf32] [--probes]
+                                    [--probe-shapes 64:128,256:32] [--ptxas PATH] [--no-ptxas]
+                                    [--jobs N] [--out FILE.json] [--dump DIR]
 
 Needs numba-cuda's CUDA 13 compiler libraries (libNVVM; ``numba-cuda[cu13]``); exit status 2 when they
 cannot be loaded, 1 when a kernel fails a check, 0 otherwise. Sets NUMBA_ENABLE_CUDASIM=0 before convlab

@@ -1,11 +1,12 @@
-"""tools/coverage_report.py: issue 13's per-suite ratios from bench JSONs (fastest candidate, later files win)."""
+"""``convlab bench report`` (convlab.bench.coverage): per-suite ratios from bench JSONs (the fastest checked
+candidate, later files win), the rows' table, and the flagged layers."""
 import json
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-import coverage_report  # noqa: E402
+from convlab.bench import coverage
+from convlab.bench.report import FORMAT
+
+from cli_helpers import run_cli
 
 
 def _rec(label, op, cands, cudnn, groups=1, channels=8):
@@ -26,7 +27,8 @@ def test_report_takes_the_fastest_correct_candidate_and_later_files(tmp_path):
     for i, recs in enumerate((first, second)):
         paths.append(tmp_path / f"{i}.json")
         paths[-1].write_text(json.dumps({"results": recs}))
-    table, flags = coverage_report.report(coverage_report.rows_of([str(p) for p in paths]), None)
+    files = [json.loads(p.read_text()) for p in paths]
+    table, flags = coverage.coverage(coverage.merged(files), None)
     rows = {(r[0], r[1]): r for r in table}
     suite = rows["s", "forward"]  # a: 1 / 0.25 = 4 (the second file), b: 0.25 (direct), dw: 2, c: 1
     assert suite[2] == 4 and math.isclose(suite[3], (4 * 0.25 * 2 * 1) ** (1 / 4)) and suite[5] == 1
@@ -35,6 +37,20 @@ def test_report_takes_the_fastest_correct_candidate_and_later_files(tmp_path):
     assert not any("c / forward" in f for f in flags)  # direct is fastest there, but not the only one
     assert any("b / forward: 0.25 of cuDNN (direct)" in f for f in flags)
     # without tf32x3 layer a is implicit_gemm's 1.0
-    table, _ = coverage_report.report(coverage_report.rows_of([str(p) for p in paths]), {"implicit_gemm", "direct",
-                                                                                        "depthwise"})
+    table, _ = coverage.coverage(coverage.merged(files), {"implicit_gemm", "direct", "depthwise"})
     assert math.isclose({(r[0], r[1]): r for r in table}["s", "forward"][3], (1 * 0.25 * 2 * 1) ** (1 / 4))
+
+
+def test_the_command_prints_the_rows_and_the_ratios(tmp_path, capsys):
+    rec = _rec("n1 8x4x4 w8x3x3", "forward", [("implicit_gemm", 2.0, "ok"), ("direct", 4.0, "ok")], 1.0)
+    rec.update(kind="conv2d", problem=dict(rec["problem"], dtype="float32"), flops=1, bytes=1)
+    for c in rec["candidates"]:
+        c["config"] = "default"
+    rec["cudnn"]["config"] = "default"
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"format": FORMAT, "results": [rec]}))
+    code, out, _ = run_cli(capsys, "bench", "report", str(path))
+    assert code == 0
+    assert "implicit_gemm[default]" in out and "| s | forward | 1 | 0.500 | 0.50 | 0 | implicit_gemm 1 |" in out
+    code, _, err = run_cli(capsys, "bench", "report", str(tmp_path / "missing.json"))
+    assert code == 2 and "cannot read" in err

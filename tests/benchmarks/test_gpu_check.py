@@ -1,0 +1,58 @@
+"""tools/gpu_check.py: ``--list`` runs without a GPU, and every job of every step names a script the
+repository has, with arguments that script's parser accepts (``convlab bench auto`` through the CLI's)."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from convlab.cli.parser import build_parser
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tools" / "gpu_check.py"
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    return _load(SCRIPT)
+
+
+def test_list_runs_without_a_gpu():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--list"], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "auto/resnet50/float16" in done.stdout and "results/auto_bench/" in done.stdout
+
+
+def test_every_job_names_a_script_here_with_arguments_it_takes(gpu_check):
+    parser = build_parser()
+    for step in gpu_check.steps(workers=2):
+        for job in step.fill + step.jobs:
+            argv = [a.replace("{dir}", "/tmp/x") for a in job.argv]
+            if argv[1:4] == ["-m", "convlab.cli", "bench"]:
+                args = parser.parse_args(argv[3:])
+                assert args.func.__name__ == "cmd_bench_auto", job.name
+                continue
+            script = next((a for a in argv if a.endswith(".py") and "/" in a), None)
+            if script is None:  # pytest, compute-sanitizer on a listed script: checked below
+                continue
+            assert (REPO / script).is_file(), f"{job.name}: {script} is not in the repository"
+    benchmarks = {"benchmarks/cold_start.py", "benchmarks/overhead_bench.py", "benchmarks/gemm_bench.py"}
+    used = {a for s in gpu_check.steps(workers=1) for j in s.jobs for a in j.argv if a.startswith("benchmarks/")}
+    assert used == benchmarks
+    gemm = next(j.argv for s in gpu_check.steps(workers=1) for j in s.jobs if "benchmarks/gemm_bench.py" in j.argv)
+    module = _load(REPO / "benchmarks" / "gemm_bench.py")
+    with pytest.raises(SystemExit) as help_exit:  # its parser knows every option the step passes
+        module.main([a.replace("{dir}", "/tmp/x") for a in gemm[2:]] + ["--help"])
+    assert help_exit.value.code == 0

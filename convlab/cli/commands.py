@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 from .errors import UsageError, missing_extra as _missing_extra  # noqa: F401  (UsageError: re-exported)
@@ -185,12 +184,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     problem = next(p for p in entry.problems if p.op == wanted)
     explanation = explain(problem, algorithm=args.algorithm, workspace_limit=args.workspace_limit,
                           target=getattr(args, "target", None))
-    print(explanation)
-    if explanation.chosen is None:  # what the op would raise with this algorithm=
-        print(f"convlab explain: error: {explanation.notes[-1] if explanation.notes else 'nothing picked'}",
-              file=sys.stderr)
-        return 1
-    return 0
+    print(explanation)  # nothing picked: its last line says why (what the op would raise)
+    return 1 if explanation.chosen is None else 0
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

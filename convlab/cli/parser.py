@@ -131,7 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("explain", help="for one shape: which plugins apply, why not, what is picked",
                        description="Which plugins apply to one problem, why the others decline, their "
-                       "workspace, and what the strategy picks.")
+                       "workspace, and what the strategy picks. Exit status 1 when nothing is picked (a forced "
+                       "plugin that declines: the 'picked:' line says why), 2 on bad arguments, an unknown "
+                       "plugin or config among them.")
     _add_shape(p, required=True)
     p.add_argument("--op", type=op_name, default=None, metavar="OP",
                    help="which problem of the shape: forward, dgrad, wgrad or transpose (= --transpose), "

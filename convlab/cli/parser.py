@@ -204,8 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="run the conformance suite on one plugin",
                        description="Runs every conformance check (convlab.testing) on every op of one "
-                       "plugin over hypothesis-drawn problems; exit status 1 if any fails. The number of "
-                       "examples follows $CONVLAB_HYPOTHESIS_PROFILE (small on the simulator).")
+                       "plugin over hypothesis-drawn problems, one line each: 'ok (N examples)', or FAIL with "
+                       "the property, the smallest failing problem (hypothesis shrinks it) and the error; "
+                       "exit status 1 if any fails. The number of examples follows "
+                       "$CONVLAB_HYPOTHESIS_PROFILE (small on the simulator).")
     p.add_argument("plugin", help="plugin name (see 'convlab list')")
     p.add_argument("--ops", type=op_list, default=None, metavar="OPS", help="only these ops")
     p.add_argument("--checks", default=None, metavar="A,B", help="only these checks (check_* names)")

@@ -109,8 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     from convlab._version import __version__
     from convlab.problem import OPS
 
-    parser = argparse.ArgumentParser(prog="convlab", description="Numba-CUDA 2D convolution lab: plugins, "
-                                     "autotuner, benchmarks.", epilog=_EPILOG,
+    parser = argparse.ArgumentParser(prog="convlab", description="convlab: a Numba-CUDA laboratory for "
+                                     "convolution algorithms (1D, 2D and 3D; forward, dgrad, wgrad): plugins "
+                                     "checked against float64, an autotuner, benchmarks beside cuDNN, kernels "
+                                     "compiled for GPU targets.", epilog=_EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"convlab {__version__}")
     _common(parser, top=True)
@@ -125,7 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("list", help="registered plugins and built-in suites")
+    p = sub.add_parser("list", help="registered plugins and built-in suites",
+                       description="Lists the registered plugins, highest priority first (the order 'auto' "
+                       "tries them in when nothing was timed), with their ops, whether they are deterministic "
+                       "and what each does, and plugins that failed to load; then the built-in benchmark "
+                       "suites with their shapes, problems and description.")
     _common(p)
     p.set_defaults(func=cmd_list)
 

@@ -98,6 +98,15 @@ def test_help_of_every_command(capsys, command):
     assert exc.value.code == 0 and "usage: convlab" in capsys.readouterr().out
 
 
+def test_every_command_has_a_description_and_the_program_says_what_it_is():
+    import argparse
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert not [name for name, p in sub.choices.items() if not p.description]
+    assert "1D, 2D and 3D" in parser.description and "2D convolution" not in parser.description
+
+
 def test_tune_picks_by_priority_on_the_simulator_and_tunes_on_a_gpu(capsys):
     code, out, _ = run_cli(capsys, "tune", "--suite", "tiny", "--ops", "forward", "--quiet", "--tune-mode", "tune")
     lines = [line for line in out.splitlines() if " -> " in line]

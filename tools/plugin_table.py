@@ -1,11 +1,13 @@
-"""The table of built-in plugins in the docs, generated from the plugin registry.
+"""The table of built-in plugins, generated from the plugin registry.
 
     python tools/plugin_table.py            print the table (Markdown)
-    python tools/plugin_table.py --write    rewrite it in every page of PAGES, between the markers
+    python tools/plugin_table.py --write    rewrite it in every page of PAGES (the README), between the markers
     python tools/plugin_table.py --check    exit 1 if a page's table differs from the registry's
 
 Only the plugins shipped in ``convlab.algorithms`` are listed, not those other installed packages
-register through the entry point. tests/docs/test_plugin_table.py runs ``--check``.
+register through the entry point. The docs site renders :func:`table` at build time
+(docs/hooks/plugin_table.py); the README, which GitHub renders as committed, keeps a copy that
+tests/docs/test_plugin_table.py compares with the registry's.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import generated_pages  # noqa: E402  (beside this file)
 from generated_pages import replace_between  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = (ROOT / "README.md", ROOT / "docs" / "index.md", ROOT / "docs" / "concepts" / "plugins.md")
+PAGES = (ROOT / "README.md",)
 START = "<!-- plugin-table:start (tools/plugin_table.py --write) -->"
 END = "<!-- plugin-table:end -->"
 OPS = ("forward", "dgrad", "wgrad")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 from .errors import UsageError, missing_extra as _missing_extra  # noqa: F401  (UsageError: re-exported)
@@ -186,12 +185,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     problem = next(p for p in entry.problems if p.op == wanted)
     explanation = explain(problem, algorithm=args.algorithm, workspace_limit=args.workspace_limit,
                           target=getattr(args, "target", None))
-    print(explanation)
-    if explanation.chosen is None:  # what the op would raise with this algorithm=
-        print(f"convlab explain: error: {explanation.notes[-1] if explanation.notes else 'nothing picked'}",
-              file=sys.stderr)
-        return 1
-    return 0
+    print(explanation)  # nothing picked: its last line says why (what the op would raise)
+    return 1 if explanation.chosen is None else 0
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -256,15 +251,37 @@ def cmd_check(args: argparse.Namespace) -> int:
         if args.checks is None else [(op, name) for op in ops for name in checks]
     failed = 0
     for op, name in pairs:
+        counts: dict[str, int] = {}
         try:
-            testing.check_plugin(plugin, ops=[op], checks=[name], max_examples=args.max_examples)
-            status = "ok"
-        except AssertionError as exc:
-            failed, status = failed + 1, f"FAIL: {exc}"
+            count = testing.run_check(name, plugin, op, args.max_examples, counts=counts)
+            per_n = f": {', '.join(f'{n} {counts[n]}' for n in sorted(counts))}" if len(counts) > 1 else ""
+            status = f"ok ({count} example{'s' * (count != 1)}{per_n})"
+        except Exception as exc:  # noqa: BLE001  (a failing property, or the plugin raising inside it)
+            failed, status = failed + 1, _check_failure(testing.CHECKS[name], exc)
         print(f"  {name:<32} {op:<8} {status}", flush=True)
     total = len(pairs)
     print(f"{plugin.name}: {total - failed}/{total} conformance checks passed")
     return 1 if failed else 0
+
+
+def _check_failure(check: Any, exc: BaseException) -> str:
+    """One line for a failed check: the property, the smallest failing problem (the one hypothesis ran
+    last, after shrinking: the ``problem`` of the outermost frame that has one, the check's argument),
+    and the error."""
+    from convlab.problem import Problem
+
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # hypothesis: several distinct failures
+        exc = exc.exceptions[0]
+    problem, tb = None, exc.__traceback__
+    while tb is not None and problem is None:
+        found = tb.tb_frame.f_locals.get("problem")
+        problem = found if isinstance(found, Problem) else None
+        tb = tb.tb_next
+    prop = " ".join((check.__doc__ or check.__name__).replace("``", "").split()).split(". ")[0].rstrip(".")
+    prop = prop[:1].lower() + prop[1:]
+    where = f"; smallest failing problem: {problem.describe()}" if problem is not None else ""
+    text = str(exc).strip().splitlines()
+    return f"FAIL: {prop}{where}; {type(exc).__name__}: {text[0] if text else ''}"
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

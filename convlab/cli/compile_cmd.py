@@ -1,9 +1,10 @@
 """``convlab compile``: every GPU kernel of a corpus compiled for named targets, no GPU needed.
 
 The table has one line per (target, kernel): threads a block, registers, spill bytes stored / loaded,
-stack frame, static and dynamic shared memory, and why it fails or is near a limit. Exit status 1 when
-a kernel fails (convlab.compile.report), a case cannot be planned, or ``--compare`` finds a kernel that
-changed.
+stack frame, static and dynamic shared memory, and why it fails, spills within its declared allowance or
+is near a limit. Exit status 1 when numba-cuda cannot find its compiler libraries (one line naming the
+extra to install, before any work), a kernel fails (convlab.compile.report), a case cannot be planned,
+or ``--compare`` finds a kernel that changed.
 """
 from __future__ import annotations
 
@@ -15,18 +16,30 @@ from typing import Any
 from convlab.problem import DTYPES
 
 
+_DESCRIPTION = """\
+Compiles every kernel that each eligible plugin's configs would launch on the corpus's problems, to PTX
+(NVVM) and to a cubin (ptxas, where found), for each target, on worker processes that need no GPU;
+reports registers, spills, shared memory and ptxas warnings per kernel. Needs numba-cuda's CUDA compiler
+libraries and ptxas: pip install "convlab[compile]".
+
+Spill budget: a kernel may spill --max-spill bytes (stores + loads), or more where it declares an
+allowance with its reason (convlab.kernels.resources.allow_spills, e.g. a register cap that keeps two
+blocks an SM, chosen over spills to L1-cached local memory). Each allowance in use is shown: the
+kernel's notes give its bytes and reason, and each target's summary counts the kernels over
+--max-spill within their allowance.
+
+Exit status 1 when the compiler libraries are missing (one line, before any work), on a compile or
+ptxas error, a kernel beyond the target's limits, a kernel spilling over its budget, a case that cannot
+be planned, or a --compare that finds changed kernels; 2 on bad arguments."""
+
+
 def add_parser(sub: Any, common: Any, shape: Any) -> None:
     from convlab.runtime.targets import GPU_TARGETS
 
     from .arg_types import nbytes, op_list, positive
 
     p = sub.add_parser("compile", help="compile every GPU kernel for named targets (no GPU needed)",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description="Compiles every kernel that each eligible plugin's configs would launch on "
-                       "the corpus's problems, to PTX (NVVM) and to a cubin (ptxas, where found), for each "
-                       "target, on worker processes that need no GPU; reports registers, spills, shared "
-                       "memory and ptxas warnings per kernel. Exit status 1 on a compile or ptxas error, "
-                       "a kernel beyond the target's limits, or spills over --max-spill.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, description=_DESCRIPTION,
                        epilog="examples:\n  convlab compile --target sm_90 --plugins tensor_core\n"
                               "  convlab compile --suite resnet50 --cover --json compile.json --hashes ptx.json\n"
                               "  convlab compile --cover --hashes after.json --compare before.json")
@@ -49,7 +62,8 @@ def add_parser(sub: Any, common: Any, shape: Any) -> None:
                    help="a module the workers import first, e.g. one that registers your plugins")
     p.add_argument("--jobs", type=positive, default=None, metavar="N", help="worker processes (default: CPUs)")
     p.add_argument("--max-spill", type=nbytes, default=0, metavar="BYTES",
-                   help="spill bytes (stores + loads) a kernel may have (default 0)")
+                   help="spill bytes (stores + loads) a kernel may have, unless it declares a larger "
+                        "allowance with its reason (default 0)")
     p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES")
     p.add_argument("--json", default=None, metavar="FILE", help="write the full report as JSON")
     p.add_argument("--hashes", default=None, metavar="FILE",
@@ -94,10 +108,15 @@ def _spec(args: argparse.Namespace) -> dict:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from convlab.compile import compile_corpus, compare_hashes
+    from convlab.compile import compile_corpus, compare_hashes, toolchain
     from convlab.compile.assemble import INSTALL_HINT, ptxas_path
 
     spec = _spec(args)
+    try:
+        toolchain.require()  # once, before any worker starts
+    except toolchain.ToolchainError as exc:
+        print(f"convlab compile: {exc}", file=sys.stderr)
+        return 1
     if ptxas_path() is None:
         print(f"note: ptxas not found: PTX only (no registers or spills); {INSTALL_HINT}")
 

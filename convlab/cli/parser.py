@@ -111,8 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     from convlab._version import __version__
     from convlab.problem import OPS
 
-    parser = argparse.ArgumentParser(prog="convlab", description="Numba-CUDA 2D convolution lab: plugins, "
-                                     "autotuner, benchmarks.", epilog=_EPILOG,
+    parser = argparse.ArgumentParser(prog="convlab", description="convlab: a Numba-CUDA laboratory for "
+                                     "convolution algorithms (1D, 2D and 3D; forward, dgrad, wgrad): plugins "
+                                     "checked against float64, an autotuner, benchmarks beside cuDNN, kernels "
+                                     "compiled for GPU targets.", epilog=_EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"convlab {__version__}")
     _common(parser, top=True)
@@ -127,13 +129,19 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("list", help="registered plugins and built-in suites")
+    p = sub.add_parser("list", help="registered plugins and built-in suites",
+                       description="Lists the registered plugins, highest priority first (the order 'auto' "
+                       "tries them in when nothing was timed), with their ops, whether they are deterministic "
+                       "and what each does, and plugins that failed to load; then the built-in benchmark "
+                       "suites with their shapes, problems and description.")
     _common(p)
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("explain", help="for one shape: which plugins apply, why not, what is picked",
                        description="Which plugins apply to one problem, why the others decline, their "
-                       "workspace, and what the strategy picks.")
+                       "workspace, and what the strategy picks. Exit status 1 when nothing is picked (a forced "
+                       "plugin that declines: the 'picked:' line says why), 2 on bad arguments, an unknown "
+                       "plugin or config among them.")
     _add_shape(p, required=True)
     p.add_argument("--op", type=op_name, default=None, metavar="OP",
                    help="which problem of the shape: forward, dgrad, wgrad or transpose (= --transpose), "
@@ -213,8 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="run the conformance suite on one plugin",
                        description="Runs every conformance check (convlab.testing) on every op of one "
-                       "plugin over hypothesis-drawn problems; exit status 1 if any fails. The number of "
-                       "examples follows $CONVLAB_HYPOTHESIS_PROFILE (small on the simulator).")
+                       "plugin over hypothesis-drawn problems, one line each: 'ok (N examples)', or FAIL with "
+                       "the property, the smallest failing problem (hypothesis shrinks it) and the error; "
+                       "exit status 1 if any fails. The number of examples follows "
+                       "$CONVLAB_HYPOTHESIS_PROFILE (small on the simulator).")
     p.add_argument("plugin", help="plugin name (see 'convlab list')")
     p.add_argument("--ops", type=op_list, default=None, metavar="OPS", help="only these ops")
     p.add_argument("--checks", default=None, metavar="A,B", help="only these checks (check_* names)")

@@ -6,11 +6,14 @@
 
 The workers run in the compile-only runtime (convlab.runtime: no device, no simulator); kernels are
 collected by running each case's host code (convlab.compile.collect), lowered once and assembled per
-target (convlab.compile.assemble).
+target (convlab.compile.assemble). Before any work, numba-cuda's CUDA compiler libraries are looked up
+once (convlab.compile.toolchain): without them ``compile_corpus`` raises ``ToolchainError``, one line
+naming the ``compile`` extra.
 """
 from .corpus import Case, cases, sample_problems, suite_problems
 from .driver import compile_corpus, make_spec
 from .report import Report, compare_hashes
+from .toolchain import ToolchainError
 
 __all__ = ["Case", "cases", "sample_problems", "suite_problems", "compile_corpus", "make_spec", "Report",
-           "compare_hashes"]
+           "compare_hashes", "ToolchainError"]

@@ -82,7 +82,12 @@ def make_spec(targets: Any = ("sm_80", "sm_90"), *, samples: bool = True, suites
 
 def compile_corpus(spec: dict, jobs: int | None = None, progress: Any = None) -> Report:
     """Compile every kernel of ``spec``'s corpus (:func:`make_spec`) on ``jobs`` workers (default: the
-    CPU count); ``progress(done, total, result)`` is called after each kernel."""
+    CPU count); ``progress(done, total, result)`` is called after each kernel. Raises
+    :class:`convlab.compile.toolchain.ToolchainError` before any work when numba-cuda cannot find its
+    CUDA compiler libraries."""
+    from .toolchain import require
+
+    require()
     jobs = max(1, int(jobs or os.cpu_count() or 1))
     start = time.perf_counter()
     workers: list[_Worker] = []

@@ -45,6 +45,18 @@ class Row:
     def spills(self) -> int:
         return (self.get("spill_stores") or 0) + (self.get("spill_loads") or 0)
 
+    @property
+    def allowance(self) -> tuple[int, str]:
+        """The spill bytes the kernel declares it may have, and why ((0, "") when it declares none)."""
+        return self.get("allowed_spills") or 0, self.get("allowed_spills_why") or ""
+
+    def allowed(self, max_spill: int) -> str:
+        """A note when the kernel spills over ``max_spill`` but within its declared allowance ("" else)."""
+        nbytes, why = self.allowance
+        if not max_spill < self.spills <= nbytes:
+            return ""
+        return f"spills within its declared allowance of {nbytes} bytes: {why}"
+
     def problems(self, max_spill: int) -> list[str]:
         """Why this kernel fails its target (empty: it does not)."""
         from .assemble import FATAL_WARNINGS
@@ -59,10 +71,11 @@ class Row:
             out.append(why)
         if (self.get("static_shared") or 0) > t.smem_per_block:
             out.append(f"{self.get('static_shared')} bytes of static shared memory, over {t.smem_per_block}")
-        budget = max(max_spill, self.get("allowed_spills") or 0)
+        budget = max(max_spill, self.allowance[0])
         if self.spills > budget:
+            declared = f" (its declared allowance: {self.allowance[1]})" if budget > max_spill else ""
             out.append(f"spills {self.get('spill_stores')} bytes stored / {self.get('spill_loads')} loaded, "
-                       f"over the budget of {budget}")
+                       f"over the budget of {budget}{declared}")
         return out
 
     def near(self) -> list[str]:
@@ -127,6 +140,7 @@ class Report:
                            "registers_max": regs[-1] if regs else 0,
                            "registers_median": regs[len(regs) // 2] if regs else 0,
                            "spilling_kernels": sum(1 for r in rows if r.spills),
+                           "allowed_spilling": sum(1 for r in rows if r.allowed(max_spill)),
                            "spill_bytes_max": max((r.spills for r in rows), default=0),
                            "stack_frame_max": max((r.get("stack_frame") or 0 for r in rows), default=0),
                            "shared_max": max((r.shared for r in rows), default=0),
@@ -145,7 +159,8 @@ class Report:
                 "kernels": [{"target": r.target, "id": r.kernel, "name": r.name, "plugins": r.plugins,
                              "cases": r.cases, "threads": r.threads, "dynamic_shared": r.dynamic_shared,
                              **{k: v for k, v in r.result.items() if k != "ptx"},
-                             "problems": r.problems(max_spill), "near": r.near()} for r in self.rows]}
+                             "problems": r.problems(max_spill), "allowed": r.allowed(max_spill), "near": r.near()}
+                            for r in self.rows]}
 
     def hashes(self) -> dict:
         """{"targets": {target: {"cases": {case id: [PTX hash of each launch]}, "kernels": {hash: name}}}}:
@@ -177,7 +192,8 @@ class Report:
             name = names[id(r)]
             name = name if len(name) <= kw else "..." + name[-(kw - 3):]
             spill = f"{r.get('spill_stores') or 0}/{r.get('spill_loads') or 0}"
-            notes = "; ".join(r.problems(max_spill) + [f"near: {n}" for n in r.near()])
+            notes = "; ".join(r.problems(max_spill) + [n for n in [r.allowed(max_spill)] if n] +
+                              [f"near: {n}" for n in r.near()])
             lines.append(f"{r.target:7} {plugins:{pw}} {name:{kw}} {r.threads:5} {r.get('registers') or '-':>4} "
                          f"{spill:>9} {r.get('stack_frame') or 0:5} {r.get('static_shared') or 0:7} "
                          f"{r.dynamic_shared:7}  {notes}")
@@ -188,7 +204,8 @@ class Report:
         for target, s in self.summary(max_spill).items():
             lines.append(f"{target}: {s['kernels']} kernels from {s['cases']} cases; registers max "
                          f"{s['registers_max']} (median {s['registers_median']}); {s['spilling_kernels']} "
-                         f"spilling (max {s['spill_bytes_max']} bytes); shared memory max {s['shared_max']} bytes; "
+                         f"spilling (max {s['spill_bytes_max']} bytes; {s['allowed_spilling']} over --max-spill "
+                         f"{max_spill} within their declared allowance); shared memory max {s['shared_max']} bytes; "
                          f"{s['failures']} failing, {s['near_limit']} near a limit")
         lines.append(f"{len(self.results)} kernels lowered in {self.wall_seconds:.0f} s on {self.jobs} workers "
                      f"(corpus collected in {self.collect_seconds:.0f} s)")
@@ -207,11 +224,13 @@ def markdown(report: dict) -> str:
              + f"; dtypes {', '.join(spec['dtypes'])}; ops {', '.join(spec['ops'])}. "
              f"{report['wall_seconds']:.0f} s on {report['jobs']} workers; numba-cuda "
              f"{report['versions'].get('numba_cuda')}.", "",
-             "| target | kernels | cases | registers max / median | spilling kernels (max bytes) | "
+             "| target | kernels | cases | registers max / median | spilling kernels (max bytes; within a "
+             "declared allowance) | "
              "stack frame max | shared memory max | failing | near a limit |", "|---" * 9 + "|"]
     for target, s in summary.items():
         lines.append(f"| {target} | {s['kernels']} | {s['cases']} | {s['registers_max']} / {s['registers_median']} "
-                     f"| {s['spilling_kernels']} ({s['spill_bytes_max']}) | {s['stack_frame_max']} | "
+                     f"| {s['spilling_kernels']} ({s['spill_bytes_max']}; {s.get('allowed_spilling', '-')}) | "
+                     f"{s['stack_frame_max']} | "
                      f"{s['shared_max']} | {s['failures']} | {s['near_limit']} |")
     flagged = [k for k in report["kernels"] if k["problems"] or k["near"] or
                (k.get("spill_stores") or 0) + (k.get("spill_loads") or 0)]

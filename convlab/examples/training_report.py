@@ -6,6 +6,8 @@ comparison the training example exists for: whether convlab's mean final loss an
 inside the range cuDNN shows across its own seeds (None with one seed), and the step-time ratio convlab / cuDNN.
 ``summary_text`` prints it; ``plot_losses(ax, runs)`` overlays the loss curves (one light line per seed,
 the mean over seeds bold; cuDNN solid, convlab dashed) with accuracy and step time in the legend.
+Torch's own convolution is labelled by where it ran (:func:`label`: cuDNN on a GPU, "torch CPU" on
+the CPU).
 ``write_report`` is what ``python -m convlab.examples.train_cnn`` ends with: the summary printed, the
 results JSON and the figure written.
 """
@@ -18,6 +20,14 @@ from typing import Any
 LABELS = {"cudnn": "cuDNN", "convlab": "convlab"}
 COLORS = {"cudnn": "black", "convlab": "tab:orange"}
 STYLES = {"cudnn": "-", "convlab": "--"}
+
+
+def label(backend: str, device: str | None = None) -> str:
+    """A backend's name in tables and legends: torch's own convolution (backend "cudnn") is cuDNN on a
+    CUDA device and "torch CPU" on the CPU, where PyTorch runs its CPU kernels (no cuDNN there)."""
+    if backend == "cudnn" and device is not None and not str(device).startswith("cuda"):
+        return "torch CPU"
+    return LABELS[backend]
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -34,10 +44,12 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "seeds": [r["seed"] for r in mine],
             **{key: _spread([r[key] for r in mine]) for key in ("final_loss", "test_loss", "test_accuracy")},
             "step_ms_median": statistics.median(steps) if steps else None,
-            "first_step_s_max": max(r["first_step_s"] for r in mine)}
+            "first_step_s_max": max(r["first_step_s"] for r in mine),
+            "label": label(backend, mine[0].get("device"))}
     both = out["backends"]
     if "cudnn" in both and "convlab" in both:
         ref, new = both["cudnn"], both["convlab"]
+        out["reference"] = ref["label"]
         for key, name in (("final_loss", "final_loss"), ("test_accuracy", "accuracy")):
             inside = ref[key]["min"] <= new[key]["mean"] <= ref[key]["max"]
             out[f"convlab_{name}_inside_cudnn_range"] = inside if len(ref["seeds"]) > 1 else None
@@ -61,18 +73,19 @@ def summary_text(summary: dict[str, Any]) -> str:
              f"{'step ms':>8} {'first step s':>12}"]
     for backend, s in summary["backends"].items():
         step = f"{s['step_ms_median']:8.2f}" if s["step_ms_median"] is not None else f"{'-':>8}"
-        lines.append(f"{LABELS[backend]:<9} {_fmt_spread(s['final_loss'], '.4f'):<30} "
+        lines.append(f"{s.get('label', LABELS[backend]):<9} {_fmt_spread(s['final_loss'], '.4f'):<30} "
                      f"{_fmt_spread(s['test_accuracy'], '.3f'):<26} {step} {s['first_step_s_max']:12.2f}")
     if "convlab_final_loss_inside_cudnn_range" in summary:
-        yes = {True: "yes", False: "NO", None: "n/a (one cuDNN seed: no range)"}
+        ref = summary.get("reference", LABELS["cudnn"])
+        yes = {True: "yes", False: "NO", None: f"n/a (one {ref} seed: no range)"}
         ratio = summary["step_time_ratio_convlab_over_cudnn"]
-        lines += [f"convlab mean final loss inside cuDNN's seed range: "
+        lines += [f"convlab mean final loss inside {ref}'s seed range: "
                   f"{yes[summary['convlab_final_loss_inside_cudnn_range']]}",
-                  f"convlab mean accuracy inside cuDNN's seed range:   "
+                  f"convlab mean accuracy inside {ref}'s seed range:   "
                   f"{yes[summary['convlab_accuracy_inside_cudnn_range']]}",
-                  f"same seed, first-step loss |convlab - cuDNN| (max over seeds): "
+                  f"same seed, first-step loss |convlab - {ref}| (max over seeds): "
                   f"{summary['same_seed_first_loss_abs_diff_max']:.2e}",
-                  "step time convlab / cuDNN (median of seeds' medians, first step excluded): "
+                  f"step time convlab / {ref} (median of seeds' medians, first step excluded): "
                   + (f"{ratio:.2f}x" if ratio is not None else "-")]
     return "\n".join(lines)
 
@@ -91,7 +104,7 @@ def plot_losses(ax: Any, runs: list[dict[str, Any]], summary: dict[str, Any] | N
             ax.plot(steps, curve, color=COLORS[backend], ls=STYLES[backend], lw=0.6, alpha=0.25)
         step = f", {s['step_ms_median']:.2f} ms/step" if s["step_ms_median"] is not None else ""
         ax.plot(steps, curves.mean(axis=0), color=COLORS[backend], ls=STYLES[backend], lw=1.8,
-                label=f"{LABELS[backend]} (mean of {len(curves)} seeds): accuracy "
+                label=f"{s.get('label', LABELS[backend])} (mean of {len(curves)} seeds): accuracy "
                       f"{_fmt_spread(s['test_accuracy'], '.3f')}{step}")
     from convlab.bench.plot import log_ticks
 

@@ -10,6 +10,7 @@ from convlab.problem import Problem
 from convlab.runtime.targets import Target, current as current_target
 
 from convlab.plugin import registry
+from convlab.plugin.contract import config_from
 from convlab.ops import strategy
 
 
@@ -39,6 +40,7 @@ class Explanation:
     tuning: Any = None  # the autotuner's TuneResult (algorithm="auto"): every candidate's median, check
     target: Target | None = None  # the machine the verdicts are for
     estimates: dict[str, float] = field(default_factory=dict)  # the cost model's ms per candidate label
+    why_none: str = ""  # when nothing is picked: why (what the op would raise with this algorithm)
 
     def __str__(self) -> str:
         lines = [f"problem: {self.problem.describe()}"]
@@ -64,8 +66,8 @@ class Explanation:
         lines += self._candidate_lines()
         origin = {"cache": "from the cache", "tuned": "tuned now", "priority": "by declared priority",
                   "heuristic": "by the cost model, nothing timed"}
-        lines.append(f"picked: {self.chosen}[{self.chosen_config}] "
-                     f"({origin.get(self.source, self.source)})")
+        lines.append(f"picked: {self.chosen}[{self.chosen_config}] ({origin.get(self.source, self.source)})"
+                     if self.chosen is not None else f"picked: nothing: {self.why_none}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -127,6 +129,7 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
         notes.append(f"1D problem {prob.describe()} runs as its 2D embedding (H = R = P = 1, operands "
                      f"viewed with a unit height) on the 2D plugins")
         prob = prob.lowered()
+    _check_forced(prob, algorithm, target)
     rows = plugin_rows(prob, workspace_limit, target)
     if prob.dtype == "float32":  # TF32 plugins are candidates only under "high"
         notes.append(f"float32 precision: {get_float32_precision()}")
@@ -161,11 +164,30 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
         else:
             cand, source = strategy.resolve(prob, algorithm, workspace_limit), "forced"
         chosen, cfg = cand.plugin.name, cand.config.name
-    except (ValueError, RuntimeError) as exc:
-        chosen, cfg, source = None, None, "none"
-        notes.append(str(exc))
+    except (ValueError, RuntimeError) as exc:  # the forced plugin declines, or no candidate ran correctly
+        chosen, cfg, source, why_none = None, None, "none", str(exc)
+    else:
+        why_none = ""
     _fill_estimates(rows, estimates)
-    return Explanation(prob, rows, chosen, cfg, source, notes, tuning, target, estimates)
+    return Explanation(prob, rows, chosen, cfg, source, notes, tuning, target, estimates, why_none)
+
+
+def _check_forced(prob: Problem, algorithm: Any, target: Target) -> None:
+    """The errors the ops raise for an ``algorithm`` that names no registered plugin or no config of
+    it (TypeError, ValueError listing the choices); a plugin that declines ``prob`` is no error here."""
+    if isinstance(algorithm, str) and algorithm == "auto":
+        return
+    if isinstance(algorithm, registry.Candidate):
+        name, config = algorithm.plugin.name, algorithm.config
+    elif isinstance(algorithm, tuple) and len(algorithm) == 2 and isinstance(algorithm[0], str):
+        name, config = algorithm
+    elif isinstance(algorithm, str):
+        name, config = algorithm, None
+    else:
+        raise TypeError(f"algorithm must be 'auto', a plugin name or (name, config), got {algorithm!r}")
+    plugin = registry.get(name)  # ValueError listing the registered plugins
+    if config is not None:
+        config_from(config, registry.safe_configs(plugin, prob, target))
 
 
 def _ranking(prob: Problem, workspace_limit: int, target: Target) -> Any:

@@ -98,6 +98,15 @@ def test_help_of_every_command(capsys, command):
     assert exc.value.code == 0 and "usage: convlab" in capsys.readouterr().out
 
 
+def test_every_command_has_a_description_and_the_program_says_what_it_is():
+    import argparse
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert not [name for name, p in sub.choices.items() if not p.description]
+    assert "1D, 2D and 3D" in parser.description and "2D convolution" not in parser.description
+
+
 def test_tune_picks_by_priority_on_the_simulator_and_tunes_on_a_gpu(capsys):
     code, out, _ = run_cli(capsys, "tune", "--suite", "tiny", "--ops", "forward", "--quiet", "--tune-mode", "tune")
     lines = [line for line in out.splitlines() if " -> " in line]
@@ -110,7 +119,46 @@ def test_check_runs_the_conformance_suite(capsys):
     pytest.importorskip("convlab.testing")
     code, out, _ = run_cli(capsys, "check", "direct", "--ops", "forward", "--checks",
                            "check_matches_reference,check_declines_with_reason", "--max-examples", "2")
-    assert code == 0 and "check_matches_reference" in out and "2/2 conformance checks passed" in out
+    assert code == 0 and "2/2 conformance checks passed" in out
+    for check in ("check_matches_reference", "check_declines_with_reason"):  # as the plugin guide shows it
+        found = re.search(rf"^  {check} +forward  ok \((\d+) examples?(: ((1D|2D|3D) \d+(, )?)+)?\)$", out,
+                          flags=re.M)
+        assert found, out  # "ok (N examples)", with the count per N when there are several
+        per_n = [int(part.split()[1]) for part in (found[2] or "").lstrip(": ").split(", ") if part]
+        assert int(found[1]) >= 1 and (not per_n or sum(per_n) == int(found[1]))
+
+
+class _IgnoresBias(Broken):
+    """A wrong plugin: the float64 reference computed on the host, without the bias."""
+
+    name = "test_ignores_bias"
+
+    def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+        from convlab import reference
+
+        host = [v.copy_to_host() for v in (a, b)]
+        out.copy_to_device(reference.solve(problem, *host, None).astype(problem.dtype))
+
+
+def test_check_prints_one_line_per_failed_check_with_the_property_problem_and_error(capsys):
+    pytest.importorskip("convlab.testing")
+    registry.register(_IgnoresBias)
+    try:
+        code, out, _ = run_cli(capsys, "check", "test_ignores_bias", "--checks",
+                               "check_matches_reference,check_output_fully_written", "--max-examples", "12")
+    finally:
+        registry.unregister("test_ignores_bias")
+    lines = out.splitlines()
+    assert code == 1 and lines[-1] == "test_ignores_bias: 1/2 conformance checks passed" and len(lines) == 3
+    failed = next(line for line in lines if "FAIL" in line)
+    assert failed.startswith("  check_matches_reference          forward  FAIL: every config the plugin accepts "
+                             "agrees with the float64 reference within the tolerance; smallest failing problem: "
+                             "forward f")
+    problem = failed.split("smallest failing problem: ")[1].split("; AssertionError: ")[0]
+    assert "+bias" in problem  # the property fails only with a bias
+    assert f"; AssertionError: test_ignores_bias[default] on {problem}: relative error " in failed
+    assert "{" not in failed  # no dict repr
+    assert re.search(r"^  check_output_fully_written +forward  ok \(\d+ examples", out, flags=re.M)
 
 
 class _NegativeWorkspace(Broken):

@@ -3,7 +3,10 @@ status, tune on the simulator, options after the subcommand, one op vocabulary, 
 from __future__ import annotations
 
 import json
+import re
 import sys
+
+import numpy as np
 
 import pytest
 
@@ -53,15 +56,36 @@ def test_simulator_wall_clock_bench_is_plotted_and_labelled(tmp_path, capsys):
     assert "not GPU speed" in plot.SIMULATOR_TITLE
 
 
-@pytest.mark.parametrize("algorithm,words", [("nosuch", "unknown algorithm 'nosuch'"),
-                                             ("depthwise", "algorithm 'depthwise' cannot run")])
-def test_explain_exits_1_when_nothing_is_picked(capsys, algorithm, words):
-    code, out, err = run_cli(capsys, "explain", "--x", "1,3,5,5", "--w", "5,3,3,3", "--algorithm", algorithm)
-    assert code == 1 and "picked: None" in out and words in err
-    with pytest.raises(ValueError, match=words):  # the same message as the Python API's
-        convlab.conv2d(*(pytest.importorskip("numpy").zeros(s, "float32") for s in ((1, 3, 5, 5),
-                                                                                     (5, 3, 3, 3))),
-                       algorithm=algorithm)
+def test_explain_on_a_declining_plugin_says_why_as_the_pick_and_exits_1(capsys):
+    code, out, err = run_cli(capsys, "explain", "--x", "1,3,5,5", "--w", "5,3,3,3", "--algorithm", "depthwise")
+    words = "algorithm 'depthwise' cannot run forward f32 x(1, 3, 5, 5) w(5, 3, 3, 3)"
+    assert code == 1 and err == "" and "picked: None" not in out
+    assert f"picked: nothing: {words}" in out and "not depthwise" in out.split("picked: nothing: ")[1]
+    zeros = [np.zeros(s, np.float32) for s in ((1, 3, 5, 5), (5, 3, 3, 3))]
+    with pytest.raises(ValueError, match=re.escape(words)):  # the same message as the Python API's
+        convlab.conv2d(*zeros, algorithm="depthwise")
+    assert convlab.explain(*zeros, algorithm="depthwise").why_none.startswith(words)
+
+
+@pytest.mark.parametrize("algorithm, words", [("fft", "unknown algorithm 'fft'; registered: "),
+                                              ("im2col[BK=3]", "unknown config 'BK=3'; choices are ")])
+def test_explain_on_an_unknown_plugin_or_config_fails_as_conv2d_does(capsys, algorithm, words):
+    from convlab.plugin import registry
+
+    code, out, err = run_cli(capsys, "explain", *SHAPE, "--algorithm", algorithm)
+    x, w = np.zeros((1, 4, 5, 5), np.float32), np.zeros((4, 4, 3, 3), np.float32)
+    raised = []
+    for call in (convlab.conv2d, convlab.explain):
+        with pytest.raises(ValueError, match=re.escape(words)) as exc:
+            call(x, w, padding=1, algorithm=cli.algorithm(algorithm))
+        raised.append(str(exc.value))
+    assert raised[0] == raised[1] and code == 2 and out == "" and err == f"convlab explain: error: {raised[0]}\n"
+    problem = convlab.make_problem("forward", 1, 4, 5, 5, 4, 3, 3, padding=1)
+    listed = ([p.name for p in registry.plugins()] if "algorithm" in words else
+              [c.name for c in registry.get("im2col").configs(problem)])
+    assert all(repr(name) in err for name in listed)
+    with pytest.raises(TypeError, match="algorithm must be 'auto', a plugin name or"):
+        convlab.explain(x, w, algorithm=3)
 
 
 def test_explain_takes_a_config_either_op_spelling_and_string_padding(capsys, tmp_path):

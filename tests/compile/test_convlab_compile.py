@@ -1,6 +1,6 @@
 """convlab compile: kernels compiled for named targets by workers in the compile-only runtime (no GPU).
 
-Needs numba-cuda's NVVM (the ``cu13`` extra); ptxas (the nvidia-cuda-nvcc wheel) for registers and spills.
+Needs numba-cuda's compiler libraries (the ``compile`` extra); ptxas (the nvidia-cuda-nvcc wheel) for registers and spills.
 """
 import json
 import os
@@ -10,20 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from convlab.compile import compare_hashes, compile_corpus, make_spec
+from convlab.compile import compare_hashes, compile_corpus, make_spec, toolchain
 from convlab.compile.assemble import normalised, ptxas_path
 from convlab.compile.report import Row
 
 HERE = Path(__file__).resolve().parent
 
 
-def _nvvm_available() -> bool:
-    code = "import convlab.runtime as r; import numba.cuda.cudadrv.nvvm as n; n.NVVM()"
-    env = dict(os.environ, CONVLAB_RUNTIME="compile")
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True).returncode == 0
-
-
-needs_nvvm = pytest.mark.skipif(not _nvvm_available(), reason="numba-cuda's NVVM (pip install 'numba-cuda[cu13]')")
+needs_nvvm = pytest.mark.skipif(bool(toolchain.missing()), reason="numba-cuda's compiler libraries "
+                                "(pip install 'convlab[compile]')")
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """The documentation site builds with ``mkdocs build --strict`` (a warning, a broken link or an
 unresolved API reference fails it), and its generated pages hold what they are generated from: every
-subcommand's ``--help`` on the CLI page, the public API on the reference pages."""
+subcommand's ``--help`` on the CLI page, the public API on the reference pages, every built-in plugin in
+the plugin tables."""
 from __future__ import annotations
 
 import html
@@ -64,8 +65,18 @@ def _check_api_pages(site: Path) -> None:
     assert ":func:`" not in _text(site / "api" / "convlab" / "index.html")
 
 
+def _check_plugin_tables(site: Path) -> None:
+    import convlab
+
+    builtin = [p.name for p in convlab.plugins() if type(p).__module__.startswith("convlab.algorithms.")]
+    for page in (site / "index.html", site / "concepts" / "plugins" / "index.html"):
+        text = page.read_text()
+        assert "convlab-plugin-table" not in text and all(f"<code>{name}</code>" in text for name in builtin), page
+
+
 def test_site_builds_strict_with_the_generated_pages(tmp_path):
     # one test, so that pytest-xdist builds the site once
     _build(tmp_path)
     _check_cli_page(tmp_path)
     _check_api_pages(tmp_path)
+    _check_plugin_tables(tmp_path)

@@ -220,6 +220,15 @@ def collect(archive: Path) -> None:
     print("\n".join(folders))
 
 
+def ensure_installed() -> None:
+    """An editable install of this checkout when ``convlab.algorithms`` does not import (the built-in
+    plugins live in ``algorithms/``, mapped by the install: a checkout on PYTHONPATH alone lacks them)."""
+    probe = subprocess.run([PY, "-c", "import convlab.algorithms"], cwd=ROOT, capture_output=True)
+    if probe.returncode:
+        subprocess.run([PY, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", "."],
+                       cwd=ROOT, check=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", default="*", help="comma-separated step names or globs (default: all, in order)")
@@ -242,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     if not plan:
         raise SystemExit(f"--steps {args.steps!r} matches no step; --list shows them")
     t_end, commit, tag = time.time() + args.budget, args.commit or git_commit(), device_tag()
+    ensure_installed()
     vers, wrote, report, pending = versions(), [], [], []
 
     def finish(step: Step, folder: Path, fill: list[dict], jobs: list[dict]) -> None:

@@ -78,11 +78,12 @@ def auto_step(suite: str, token: str, workers: int) -> Step:
 
 
 def steps(workers: int) -> list[Step]:
-    pytest = [PY, "-m", "pytest", "-n", "10", "-q", "-rfE", "-p", "no:benchmark", "-p", "no:cacheprovider",
+    pytest = [PY, "-m", "pytest", "-n", "10", "-v", "-rfE", "-p", "no:benchmark", "-p", "no:cacheprovider",
               "--junitxml={dir}/gpu-tests.xml", "tests"]
     san = ["compute-sanitizer", "--report-api-errors", "no", "--print-limit", "20"]
     out = [Step("tests", "tests", "the test suite on real CUDA at the convlab-gpu hypothesis profile",
-                [Job("gpu-tests", pytest, 560, {"CONVLAB_HYPOTHESIS_PROFILE": "convlab-gpu"})],
+                [Job("gpu-tests", pytest, 560, {"CONVLAB_HYPOTHESIS_PROFILE": "convlab-gpu",
+                                                 "CONVLAB_FAILURE_LOG": "{dir}/failures.log"})],
                 "gpu-tests.xml", 300, untimed=True),
            Step("sanitize", "sanitizer", "compute-sanitizer memcheck and racecheck on tools/sanitize_cases.py "
                 "(every plugin, op, dtype and N it claims)",
@@ -161,7 +162,8 @@ def start_jobs(jobs: list[Job], folder: Path, deadline: float, logs: Path | None
         limit = max(1, min(job.limit, int(deadline - time.time())))
         (logs or folder).mkdir(parents=True, exist_ok=True)
         log = open((logs or folder) / f"{job.name}.log", "w")
-        env = dict(os.environ, PYTHONUNBUFFERED="1", CONVLAB_KERNEL_CACHE="1", **job.env)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", CONVLAB_KERNEL_CACHE="1",
+                   **{k: v.replace("{dir}", str(folder)) for k, v in job.env.items()})
         procs.append((job, argv, time.time(), log,
                       subprocess.Popen(["timeout", "-k", "10", str(limit), *argv], cwd=ROOT, env=env,
                                        stdout=log, stderr=subprocess.STDOUT)))

@@ -46,6 +46,8 @@ def rows_of(folder: Path) -> tuple[list[dict], dict]:
     rows, meta = [], {}
     for path in sorted(folder.glob("*.json")):
         data = json.loads(path.read_text())
+        if "rows" not in data:  # gpu_check.json: the run's record, not a benchmark file
+            continue
         rows += data["rows"]
         meta = meta or {"device": data["device"], "versions": data["versions"]}
     return rows, meta

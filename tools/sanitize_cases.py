@@ -55,6 +55,16 @@ def problems(dtype: str, op: str, ndims: set[int]):
                                   bias=bias and op != "wgrad", dtype=dt)
 
 
+def _case(plugin, prob, config, rng) -> tuple[float, bool]:
+    """Run one (plugin, problem, config) on fresh operands into a NaN-poisoned output; (error, ok)."""
+    host = measure.random_operands(prob, rng)
+    a, b, bb = measure.to_device(*host)
+    out = runtime.full(prob.operand_shapes[2], np.nan, np_dtype(prob.dtype))
+    plugin.run(prob, config, a, b, bb, out, workspace_limit=convlab.get_workspace_limit())
+    err = measure.rel_error(runtime.to_host(out), reference.solve(prob, *host))
+    return err, err <= measure.tolerance(prob, plugin.compute_eps(prob.dtype))
+
+
 def main(names: list[str]) -> int:
     failures, runs = 0, 0
     rng = np.random.default_rng(0)
@@ -72,17 +82,19 @@ def main(names: list[str]) -> int:
                     for config in registry.safe_configs(plugin, prob)[:per_problem]:
                         if not registry.verdict(plugin, prob, config):
                             continue
-                        host = measure.random_operands(prob, rng)
-                        a, b, bb = measure.to_device(*host)
-                        out = runtime.full(prob.operand_shapes[2], np.nan, np_dtype(prob.dtype))
-                        plugin.run(prob, config, a, b, bb, out, workspace_limit=convlab.get_workspace_limit())
-                        err = measure.rel_error(runtime.to_host(out), reference.solve(prob, *host))
-                        ok = err <= measure.tolerance(prob, plugin.compute_eps(prob.dtype))
-                        failures += not ok
                         runs += 1
+                        try:
+                            err, ok = _case(plugin, prob, config, rng)
+                        except Exception as exc:  # noqa: BLE001  (a failing case is reported, the rest run)
+                            failures += 1
+                            print(f"ERROR {plugin.name}[{config.name}] {dtype} {prob.describe()} "
+                                  f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                                  flush=True)
+                            continue
+                        failures += not ok
                         print(f"{'ok  ' if ok else 'FAIL'} {plugin.name}[{config.name}] {dtype} "
                               f"{prob.describe()} err={err:.2e}", flush=True)
-    print(f"{runs} runs, {failures} failures")
+    print(f"{runs} runs, {failures} failures or errors")
     return 1 if failures else 0
 
 

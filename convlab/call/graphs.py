@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import threading
 from typing import Any, Iterator, Sequence
 
@@ -181,5 +182,7 @@ class Graphs:
                 pass
             self.exec = None
 
-    def __del__(self) -> None:
-        self.release()
+    def __del__(self, _finalizing: Any = sys.is_finalizing) -> None:
+        # at interpreter exit the driver and the kernels' modules may already be gone
+        if not _finalizing():
+            self.release()

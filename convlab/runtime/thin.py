@@ -101,8 +101,10 @@ class _ThinLaunch:
     """The packed parameters of one recorded launch and the kernel's driver handle."""
 
     def __init__(self, function: Any, packed: Packed, patches: list[tuple[int, int, int]], dims: tuple,
-                 shared: int) -> None:
+                 shared: int, owner: Any = None) -> None:
         self.function, self.packed, self.dims, self.shared = function, packed, dims, int(shared)
+        # what keeps the kernel's module loaded: a graph holding this launch is destroyed before it
+        self.owner = owner
         # (ctypes view of a data-pointer slot, operand slot, byte offset), made once
         self.patches = [(packed.slot(index), slot, offset) for index, slot, offset in patches]
         self.address = packed.address
@@ -116,7 +118,7 @@ class _ThinLaunch:
         target = _compiled_target(rec.dispatcher, args)
         if target is None:
             return None
-        handle, argtypes = target
+        handle, argtypes, owner = target
         flat = flatten(argtypes, args)
         if flat is None:
             return None
@@ -127,7 +129,7 @@ class _ThinLaunch:
             return None
         patches = [(starts[i] + 4, slot, offset) for i, slot, offset, *_ in rec.views]  # data pointer
         return cls(driver_function(handle), Packed(params), patches, tuple(rec.grid) + tuple(rec.block),
-                   rec.shared)
+                   rec.shared, owner)
 
     def launch(self, bases: Sequence[int], stream: Any) -> None:
         with self.lock:
@@ -140,19 +142,21 @@ class _ThinLaunch:
         cu_launch(self.function, self.dims, self.shared, stream, self.address)
 
 
-def _compiled_target(dispatcher: Any, args: Sequence[Any]) -> tuple[Any, tuple] | None:
-    """(launch handle, Numba argument types) of the kernel ``args`` launch: from the disk cache when it
-    is on, else Numba's compiled overload; None for debug or cooperative kernels."""
+def _compiled_target(dispatcher: Any, args: Sequence[Any]) -> tuple[Any, tuple, Any] | None:
+    """(launch handle, Numba argument types, the object owning the loaded module) of the kernel ``args``
+    launch: from the disk cache when it is on, else Numba's compiled overload; None for debug or
+    cooperative kernels."""
     if kernel_cache.enabled():
         found = kernel_cache.compiled(dispatcher, tuple(args))
-        return None if found is None else (found.handle, found.argtypes)
+        return None if found is None else (found.handle, found.argtypes, found)
     try:
         overload = dispatcher.overloads[tuple(dispatcher.typeof_pyval(a) for a in args)]
     except Exception:
         return None
     if getattr(overload, "debug", False) or getattr(overload, "cooperative", False):
         return None
-    return overload._codelibrary.get_cufunc().handle, tuple(overload.argument_types)
+    cufunc = overload._codelibrary.get_cufunc()
+    return cufunc.handle, tuple(overload.argument_types), cufunc
 
 
 def _plain(value: Any) -> Any:

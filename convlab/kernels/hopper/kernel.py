@@ -1,0 +1,165 @@
+"""The Hopper implicit-GEMM convolution kernel: warp-specialized, persistent, fed by the copy engine.
+
+    kernel(maps, bias, N, KT, CB, TILES_M, TILES_N, UNITS, PER_SPLIT, GROUP, PIX, <per axis: O, ST, PD, KS, DL>)
+        maps: uint64[16 x 3] the A (im2col of x), B (filter) and C (output) tensor maps (geometry.py)
+        grid: the schedule's CTAs (persistent), block: CONSUMERS warpgroups + the producer
+
+    init the ring's mbarriers (thread 0); __syncthreads
+    if a producer warp:  setmaxnreg.dec;  thread 0 of them: the producer loop      (mainloop.py)
+    else:                setmaxnreg.inc;  the consumer loop with the epilogue       (mainloop.py, epilogue.py)
+
+The forward form (geometry.py) per k tile kt: tap = kt // CB, channel block cb = kt % CB; A = the im2col
+box at the unit's first output pixel with the tap's filter offsets, channels cb * BK..; B = the filter's
+box (cb * BK.., the tap, n0..). Axis 0 is W (innermost), 1 H, 2 D. Kernels are cached per (config, input
+type, spatial dims, output kind, bias, split) and take every size as an argument.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import numpy as np
+from numba.np.numpy_support import from_dtype as numba_from_dtype
+
+from convlab import runtime
+from convlab.kernels.arch import mma, sm90, wgmma
+from convlab.kernels.arch.intrinsics import u32 as U
+from convlab.kernels.arch.wgmma_desc import desc_hi
+from convlab.kernels.hopper import schedule
+from convlab.kernels.hopper.config import CONSUMER_REGS, PRODUCER_REGS, HopperConfig
+from convlab.kernels.hopper.epilogue import KINDS, Out, epilogue
+from convlab.kernels.hopper.mainloop import Loads, consumer, init_barriers, producer
+from convlab.kernels.source import Writer, compile_source
+from convlab.runtime import cuda
+
+ALIGN = None if runtime.SIMULATOR else 1024  # the 128-byte swizzle's repeat (the simulator rejects alignment=)
+CTYPES = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32}
+
+
+class ConvLoads(Loads):
+    """A: the im2col box of x at the unit's first pixel and the tap's offsets; B: the filter's box."""
+
+    def __init__(self, cfg: HopperConfig, nd: int) -> None:
+        self.cfg, self.nd = cfg, nd
+
+    def unit(self, w: Writer) -> None:
+        w("img = I(m0 // PIX)")
+        w("rest = U(m0 % PIX)")
+        for a in range(self.nd):
+            w(f"x{a} = I(I(U(U(rest % O{a}) * ST{a})) - PD{a})")
+            w(f"rest = U(rest // O{a})")
+
+    def begin(self, w: Writer) -> None:
+        w("tap = U(kt // CB)")
+        w("cb = U(kt - U(tap * CB))")
+
+    def ktile(self, w: Writer) -> None:
+        w("t = tap")
+        for a in range(self.nd):
+            w(f"f{a} = U(t % KS{a})")
+            w(f"t = U(t // KS{a})")
+
+    def copies(self, w: Writer, dst_a: str, dst_b: str, bar: str) -> None:
+        axes = range(self.nd)
+        c0 = f"I(U(cb * {self.cfg.BK}))"
+        w(f"load_a(maps, 0, {dst_a}, {bar}, {c0}, {', '.join(f'x{a}' for a in axes)}, img, "
+          f"{', '.join(f'U(f{a} * DL{a})' for a in axes)})")
+        w(f"load_b(maps, 1, {dst_b}, {bar}, {c0}, {', '.join(f'I(f{a})' for a in axes)}, I(n0))")
+
+    def advance(self, w: Writer) -> None:
+        w("cb = U(cb + 1)")
+        with w.block("if cb == CB:"):
+            w("cb = U(0)")
+            w("tap = U(tap + 1)")
+
+
+def params(nd: int) -> str:
+    axes = ", ".join(f"O{a}, ST{a}, PD{a}, KS{a}, DL{a}" for a in range(nd))
+    return f"maps, bias, N, KT, CB, TILES_M, TILES_N, UNITS, PER_SPLIT, GROUP, PIX, {axes}"
+
+
+def conv_source(cfg: HopperConfig, itype: str, nd: int, out: Out) -> str:
+    """The kernel's source (module doc)."""
+    lay = cfg.layout(itype, out.size)
+    sim = runtime.target().simulator
+    cwarps = 4 * cfg.CONSUMERS
+    w = Writer(f"def conv({params(nd)}):")
+    w.indent()
+    w("sm = cuda.shared.array(0, c_uint8, alignment=align)")
+    w("ct = cuda.shared.array(0, ctype)  # the same bytes in the output's element type (the C tile)")
+    w("base = shared_addr(sm, 0)")
+    w("tid = U(cuda.threadIdx.x)")
+    w("warp = U(tid // 32)")
+    w("lane = U(tid % 32)")
+    init_barriers(w, cfg, lay)
+    with w.block(f"if warp >= {cwarps}:  # the producer warpgroup" + (" (one warp on the simulator)" if sim else "")):
+        w("producer_regs()")
+        with w.block(f"if tid == {128 * cfg.CONSUMERS}:"):
+            producer(w, cfg, itype, lay, ConvLoads(cfg, nd))
+    with w.block("else:  # the consumer warpgroups"):
+        w("consumer_regs()")
+        with w.block("if tid == 0:"):
+            w(f"tensormap_acquire(maps, {out.mi})")
+        consumer(w, cfg, itype, lay, lambda w: epilogue(w, cfg, out, lay))
+        with w.block("if tid == 0:"):
+            w("wait0()  # the last stores done before the CTA's shared memory goes")
+    return w.source
+
+
+def _namespace(cfg: HopperConfig, itype: str, nd: int, out: Out) -> dict[str, Any]:
+    nb = numba_from_dtype
+    return {"cuda": cuda, "U": U, "I": np.int32, "U64": np.uint64, "f32": np.float32, "min": min,
+            "c_uint8": nb(np.dtype(np.uint8)), "ctype": nb(np.dtype(CTYPES[out.kind])), "align": ALIGN,
+            "shared_addr": wgmma.shared_addr, "mbar_init": sm90.mbar_init, "mbar_wait": sm90.mbar_wait,
+            "mbar_arrive": sm90.mbar_arrive, "mbar_arrive_tx": sm90.mbar_arrive_tx,
+            "fence_mbarrier_init": sm90.fence_mbarrier_init, "tensormap_acquire": sm90.tensormap_acquire,
+            "load_a": sm90.tma_load_im2col(nd + 2), "load_b": sm90.tma_load(nd + 2),
+            "store_c": sm90.tma_store(3 if out.split else 2), "bulk_commit": sm90.bulk_commit,
+            "wait_read0": sm90.bulk_wait_read(0), "wait0": sm90.bulk_wait(0),
+            "producer_regs": sm90.setmaxnreg_dec(PRODUCER_REGS),
+            "consumer_regs": sm90.setmaxnreg_inc(CONSUMER_REGS[cfg.CONSUMERS]),
+            "csync": sm90.named_sync(1, 128 * cfg.CONSUMERS), "unit_of": schedule.unit_of_device,
+            "ZEROS": (np.float32(0),) * (cfg.BN // 2), "DHI": np.uint64(desc_hi(cfg.row_bytes(itype))),
+            "mma": wgmma.wgmma_async(itype, cfg.BN), "wgmma_fence": wgmma.wgmma_fence,
+            "wgmma_commit": wgmma.wgmma_commit, "wgmma_wait1": wgmma.wgmma_wait(1),
+            "wgmma_wait0": wgmma.wgmma_wait(0), "fence_proxy_async": wgmma.fence_proxy_async,
+            "f32_to_bf16": mma.f32_to_bf16, "bf16_to_f32": mma.bf16_to_f32}
+
+
+@functools.cache
+def conv_kernel(cfg: HopperConfig, itype: str, nd: int, out: Out) -> Callable:
+    """The compiled kernel (cached); ValueError when the config breaks a limit."""
+    why = cfg.reason(itype, out.size)
+    if why:
+        raise ValueError(why)
+    src = conv_source(cfg, itype, nd, out)
+    name = f"<convlab.kernels.hopper.kernel conv {itype} {cfg.name} {nd}d {out.kind}" + \
+        (" bias" if out.bias else "") + (" split" if out.split else "") + ">"
+    fn = compile_source(src, name, _namespace(cfg, itype, nd, out))["conv"]
+    threads = cfg.threads(runtime.target().simulator)
+    return runtime.jit(fastmath=False, launch_bounds=(threads, 1))(fn)
+
+
+def launch(kernel: Callable, cfg: HopperConfig, itype: str, out: Out, ctas: int, args: tuple) -> None:
+    """``kernel[ctas, threads, None, shared](*args)``, the kernel's dynamic shared-memory limit raised
+    past 48 KiB through the driver first (numba-cuda#94) on a GPU."""
+    shared = cfg.layout(itype, out.size)["total"]
+    if runtime.MODE == "gpu" and shared > 48 * 1024:
+        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+        cufunc = compiled.library.get_cufunc()
+        drv = cuda.cudadrv.driver
+        attribute = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        drv.driver.cuKernelSetAttribute(attribute, int(shared), cufunc.handle, cufunc.device.id)
+    kernel[ctas, cfg.threads(runtime.target().simulator), None, shared](*args)
+
+
+def out_kind(itype: str, dtype: Any) -> str:
+    """The epilogue's output kind for a ``dtype`` output of ``itype`` inputs."""
+    name = np.dtype(dtype).name
+    kind = {"float16": "f16", "uint16": "bf16", "int16": "bf16", "float32": "f32"}.get(name)
+    if kind is None or (kind != "f32" and {"f16": "f16", "bf16": "bf16"}.get(itype) != kind):
+        raise ValueError(f"{itype} inputs write float32 or their own type, not {name}")
+    return kind
+
+
+__all__ = ["conv_kernel", "conv_source", "launch", "out_kind", "ConvLoads", "KINDS"]

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from convlab import runtime
+
 #: numpy dtype name -> CUtensorMapDataType (bfloat16 travels as its uint16 bits)
 DATA_TYPE = {"uint8": 0, "uint16": 1, "uint32": 2, "int32": 3, "float16": 6, "float32": 7, "float64": 8,
              "bfloat16": 9}
@@ -219,8 +221,6 @@ def sim_lookup(words: np.ndarray) -> tuple[Any, Any]:
 
 def encode(m: TiledMap | Im2colMap, tensor: Any) -> np.ndarray:
     """The 128-byte map of ``m`` as uint64[16] (module doc); ValueError naming the broken rule."""
-    from convlab import runtime
-
     why = reason(m)
     if why:
         raise ValueError(f"tensor map not encodable: {why}")

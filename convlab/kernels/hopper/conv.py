@@ -37,18 +37,18 @@ MAP_DTYPE = {"f16": "float16", "bf16": "uint16", "tf32": "float32", "f32": "floa
 MIN_K_GPU, MIN_K_SIM = 8, 1
 
 
-def plan(geo: Geometry, cfg: HopperConfig, target: Target) -> schedule.Schedule:
-    """The persistent schedule of ``geo`` with ``cfg`` on ``target`` (one CTA per SM; the partials
-    within 32-bit indexing)."""
+def plan(geo: Geometry, cfg: HopperConfig, itype: str, target: Target) -> schedule.Schedule:
+    """The persistent schedule of ``geo`` with ``cfg`` on ``target`` (one CTA per SM; split only where
+    the config's fp32 C tile fits its shared memory and the partials 32-bit indexing)."""
     ktiles = geo.taps * math.ceil(geo.c / cfg.BK)
-    most = max(1, MAX_INDEX // max(1, geo.m * geo.k))
+    most = 1 if cfg.reason(itype, 4) else max(1, MAX_INDEX // max(1, geo.m * geo.k))
     return schedule.plan(math.ceil(geo.m / cfg.BM), math.ceil(geo.k / cfg.BN), ktiles, target.sm_count, 1,
                          MIN_K_SIM if target.simulator else MIN_K_GPU, most)
 
 
-def partial_elements(geo: Geometry, cfg: HopperConfig, target: Target) -> int:
+def partial_elements(geo: Geometry, cfg: HopperConfig, itype: str, target: Target) -> int:
     """float32 elements of the split-K partials (0 when not split)."""
-    splits = plan(geo, cfg, target).splits
+    splits = plan(geo, cfg, itype, target).splits
     return 0 if splits == 1 else splits * geo.m * geo.k
 
 
@@ -71,7 +71,7 @@ def forward(geo: Geometry, cfg: HopperConfig, itype: str, x: Any, w: Any, y: Any
     target = target or runtime.target()
     size = ITEMSIZE[itype]
     kind = out_kind(itype, y.dtype)
-    sched = plan(geo, cfg, target)
+    sched = plan(geo, cfg, itype, target)
     dtype = MAP_DTYPE[itype]
     words = [tensormap.encode(geo.input_map(dtype, xs, runtime.device_pointer(x), cfg.BM, cfg.BK, size), x),
              tensormap.encode(geo.filter_map(dtype, ws, runtime.device_pointer(w), cfg.BN, cfg.BK, size), w)]

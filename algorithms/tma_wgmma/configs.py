@@ -73,3 +73,32 @@ def tiles(geo: Geometry, itype: str, out_size: int, target: Target) -> list[Hopp
 
 def map_dtype(itype: str) -> str:
     return {"f16": "float16", "bf16": "uint16"}.get(itype, "float32")
+
+
+def wgrad_tiles(geo: Geometry, itype: str, target: Target) -> list[HopperConfig]:
+    """wgrad's configs (kinds.py): rows K, columns (tap, C block), k rows BK pixels; on the simulator one
+    tiny tile; on a GPU BM 128 / 64, BN up to C's 64-column atoms, BK 64 pixels; the least padded first."""
+    size = ITEMSIZE[itype]
+    if target.simulator:
+        found = [HopperConfig(64, 16 if geo.c <= 16 else 32, 16, 2, 1)]
+    else:
+        bns = [b for b in (256, 128, 64, 32, 16) if b // 2 < geo.c] or [16]
+        found = []
+        for bn in bns:
+            for bm, consumers in ((128, 2), (64, 1)):
+                best = None
+                for stages in range(2, 9):
+                    cfg = HopperConfig(bm, bn, 64, stages, consumers)
+                    if cfg.reason(itype, size, "wgrad") or cfg.reason(itype, 4, "wgrad"):
+                        break
+                    best = cfg
+                if best is not None:
+                    found.append(best)
+    found = [c for c in found if not geo.reason(map_dtype(itype), size, c.BK, min(128, c.BN * size) // size,
+                                                 min(128, c.BN * size) // size)
+             and not target.fits(threads=c.threads(target.simulator), shared=c.layout(itype, size)["total"])]
+
+    def order(c: HopperConfig) -> tuple:
+        work = math.ceil(geo.k / c.BM) * c.BM * math.ceil(geo.c / c.BN) * c.BN
+        return (work, -c.BM * c.BN)
+    return sorted(found, key=order)

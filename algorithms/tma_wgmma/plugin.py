@@ -3,6 +3,8 @@
     op        GEMM (M x N, reduction)                     operands the kernel reads (channels-last)
     forward   N*P*Q x K, taps x C                          x NHWC (im2col copies), w KRSC (tile copies)
     dgrad     N*H*W x C, taps x K   (stride 1)             dy NHWC, w flipped to [C, taps, K] (one copy)
+    wgrad     K x taps*C, N*P*Q     (fp16 / bf16)          dy NHWC (tile copies), x NHWC (im2col copies),
+                                                           both MN-major for wgmma; dw written KRSC
 
 The kernel (kernel.py there): a producer warp issues the tensor copies into an S-stage ring, one or two
 consumer warpgroups run wgmma (fp16 / bf16, TF32 for float32 under precision "high"; fp32 accumulation),
@@ -17,8 +19,8 @@ others) take one transposing copy into channels-last scratch, channels zero-padd
 NCHW output one copy back. dgrad's filter is always copied (flipped, K <-> C).
 
 Declined, with the reason: a target without wgmma / tma / setmaxnreg (sm_90a), groups > 1, dgrad with
-stride > 1, float32 under precision "highest", an output whose channel count is not whole 16 bytes (the
-store's row stride), problems whose im2col corners or filter offsets leave the copy engine's ranges
+stride > 1, float32 under precision "highest" and wgrad in float32 (TF32 operands must be K-major), an
+output whose channel count is not whole 16 bytes (the store's row stride; wgrad: C and K both), problems whose im2col corners or filter offsets leave the copy engine's ranges
 (convlab.kernels.hopper.geometry: 2**15 / 2**7 / 2**4 for 1D / 2D / 3D), tensors of 2**31 elements or
 more. The tensor maps hold the operands' addresses, so a recorded call is not replayed on new operands
 (``replayable = False``).
@@ -60,7 +62,7 @@ class TmaWgmma(Algorithm):
     """Implicit GEMM on the Tensor Memory Accelerator and wgmma: warp-specialized, persistent (sm_90a)."""
 
     name = "tma_wgmma"
-    ops = frozenset({"forward", "dgrad"})
+    ops = frozenset({"forward", "dgrad", "wgrad"})
     dtypes = frozenset({"float16", "bfloat16", "float32"})
     priority = 28
     deterministic = True
@@ -70,7 +72,8 @@ class TmaWgmma(Algorithm):
     simulator_examples = 3
     description = ("Hopper implicit GEMM: TMA im2col / tile copies into an mbarrier ring, warp-specialized "
                    "persistent wgmma (fp16/bf16; TF32 under 'high'), setmaxnreg, split-K in order, TMA store "
-                   "epilogue; channels-last read as is, NCHW through one transposing copy; forward, stride-1 dgrad")
+                   "epilogue; channels-last read as is, NCHW through one transposing copy; forward, stride-1 dgrad, "
+                   "wgrad (fp16/bf16)")
 
     def check(self, problem: Problem, target: Target) -> Verdict:
         if problem.dtype == "float32" and get_float32_precision() != "high":
@@ -88,7 +91,14 @@ class TmaWgmma(Algorithm):
             return Verdict.no("a tensor has 2**31 elements or more (32-bit indexing of the copies and sums)")
         itype = ITYPE[problem.dtype]
         geo = Geometry.of(problem)
-        if geo.k * ITEMSIZE[itype] % 16:
+        if problem.op == "wgrad":
+            if itype == "tf32":
+                return Verdict.no("wgrad reads MN-major operands, which wgmma takes in fp16 / bf16 only (TF32: K-major)")
+            for name, channels in (("input", geo.c), ("output", geo.k)):
+                if channels * ITEMSIZE[itype] % 16:
+                    return Verdict.no(f"{channels} {name} channels are not whole 16 bytes (the rows of dw / dy "
+                                      "the copy engine stores / loads)")
+        elif geo.k * ITEMSIZE[itype] % 16:
             return Verdict.no(f"{geo.k} output channels are not whole 16 bytes (the tensor store's row stride)")
         if geo.m * geo.k > MAX_INDEX:
             return Verdict.no("the output has 2**31 elements or more")
@@ -101,26 +111,31 @@ class TmaWgmma(Algorithm):
     def configs(self, problem: Problem, target: Target) -> list[Config]:
         itype = ITYPE[problem.dtype]
         geo = Geometry.of(problem)
+        if problem.op == "wgrad":
+            return [configs.to_config(c) for c in configs.wgrad_tiles(geo, itype, target)]
         return [configs.to_config(c) for c in configs.tiles(geo, itype, ITEMSIZE[itype], target)]
 
     def _copies(self, problem: Problem, geo: Geometry) -> list[int]:
         """Elements of the channels-last copies of an NCHW call (an upper bound: channels-last operands
-        that the copy engine reads as they are skip theirs): x, the filter, the output."""
+        that the copy engine reads as they are skip theirs): x, the filter (wgrad: dy), the output."""
         cs = _padded(geo.c, ITYPE[problem.dtype])
-        return [geo.n * math.prod(geo.size) * cs, geo.k * geo.taps * cs, geo.m * geo.k]
+        second = geo.m * geo.k if problem.op == "wgrad" else geo.k * geo.taps * cs
+        out = geo.k * geo.taps * geo.c if problem.op == "wgrad" else geo.m * geo.k
+        return [geo.n * math.prod(geo.size) * cs, second, out]
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int, target: Target) -> int:
         geo = Geometry.of(problem)
-        part = hopper_conv.partial_elements(geo, configs.hopper_config(config), ITYPE[problem.dtype], target)
+        part = hopper_conv.partial_elements(geo, configs.hopper_config(config), ITYPE[problem.dtype], target,
+                                            _kind(problem))
         return sum(self._copies(problem, geo)) * problem.itemsize + 4 * part
 
     def cost_features(self, problem: Problem, config: Config, target: Target, workspace_limit: int) -> Features:
         cfg, itype = configs.hopper_config(config), ITYPE[problem.dtype]
         geo = Geometry.of(problem)
-        sched = hopper_conv.plan(geo, cfg, itype, target)
+        sched = hopper_conv.plan(geo, cfg, itype, target, _kind(problem))
         copies = self._copies(problem, geo)
-        return cost.features(problem, cfg, itype, target, (geo.m, geo.k, geo.c, geo.taps), sched.units, sched.splits,
-                             sum(copies), len(copies))
+        gemm = (geo.k, geo.taps * geo.c, geo.m, 1) if problem.op == "wgrad" else (geo.m, geo.k, geo.c, geo.taps)
+        return cost.features(problem, cfg, itype, target, gemm, sched.units, sched.splits, sum(copies), len(copies))
 
     def compute_eps(self, dtype: str) -> float:
         """TF32 operands keep 10 mantissa bits (wgmma truncates: 2**-10); fp16 / bf16 products are exact
@@ -141,11 +156,18 @@ class TmaWgmma(Algorithm):
             return [make_problem("dgrad", 2, 16, 5, 5, 8, 3, 3, padding=1, dtype="float16"),
                     make_problem("dgrad", 1, 8, 6, 5, 16, 2, 3, dilation=(2, 1), padding=(2, 0), dtype="bfloat16",
                                  bias=True)]
+        if op == "wgrad":
+            return [make_problem("wgrad", 2, 16, 6, 5, 16, 3, 3, padding=1, dtype="float16"),
+                    make_problem("wgrad", 2, 32, 7, 6, 24, 2, 3, stride=2, dilation=(2, 1), padding=(1, 0),
+                                 dtype="bfloat16")]
         return []
 
     def run(self, problem: Problem, config: Config, a: Any, b: Any, bias: Any, out: Any, *,
             workspace_limit: int) -> None:
         """a, b, out: 4-D (5-D) device arrays, C-contiguous or channels-last; bias 1-D or None."""
+        if problem.op == "wgrad":
+            self._run_wgrad(problem, config, a, b, out)
+            return
         cfg, itype = configs.hopper_config(config), ITYPE[problem.dtype]
         geo = Geometry.of(problem)
         cs = _padded(geo.c, itype)
@@ -175,3 +197,34 @@ class TmaWgmma(Algorithm):
                                 xs=cs, ws=cs)
             if not y_as_is:  # [N, P*Q, K] -> [N, K, P*Q]
                 transpose.to_channels_last(yh, flat(dst_y), geo.n, geo.pixels, geo.k, geo.pixels)
+
+    def _run_wgrad(self, problem: Problem, config: Config, a: Any, b: Any, out: Any) -> None:
+        """dw (out, [K, C, *kernel]) from x (a) and dy (b): every operand channels-last for the kernel."""
+        cfg, itype = configs.hopper_config(config), ITYPE[problem.dtype]
+        geo = Geometry.of(problem)
+        cs = _padded(geo.c, itype)
+        flat = lambda t: runtime.kernel_view(runtime.flat_view(t))  # noqa: E731
+        last = [layouts.is_channels_last(t) for t in (a, b, out)]
+        x_as_is = last[0] and cs == geo.c and runtime.is_aligned(a)
+        dy_as_is, dw_as_is = (last[i] and runtime.is_aligned(t) for i, t in ((1, b), (2, out)))
+        nx, ndy, ndw = (0 if as_is else n for as_is, n in zip((x_as_is, dy_as_is, dw_as_is), self._copies(problem, geo)))
+        store = runtime.kernel_dtype(np_dtype(problem.dtype))
+        with layouts.operands_for(NCHW, (a,) if last[0] and not x_as_is else (), out_index=None) as nchw_x, \
+                layouts.operands_for(NCHW, (b,) if last[1] and not dy_as_is else (), out_index=None) as nchw_dy, \
+                layouts.operands_for(NCHW, (out,) if last[2] and not dw_as_is else (), out_index=0) as nchw_dw, \
+                scratch(max(nx + ndy + ndw, 1), store) as buf:
+            src_x, src_dy, dst_dw = (nchw_x or (a,))[0], (nchw_dy or (b,))[0], (nchw_dw or (out,))[0]
+            xh = flat(a) if x_as_is else buf[:nx]
+            dyh = flat(b) if dy_as_is else buf[nx:nx + ndy]
+            dwh = flat(out) if dw_as_is else buf[nx + ndy:nx + ndy + ndw]
+            if not x_as_is:
+                transpose.to_channels_last(flat(src_x), xh, geo.n, geo.c, math.prod(geo.size), cs)
+            if not dy_as_is:
+                transpose.to_channels_last(flat(src_dy), dyh, geo.n, geo.k, geo.pixels, geo.k)
+            hopper_conv.wgrad(geo, cfg, itype, xh, dyh, dwh, xs=cs)
+            if not dw_as_is:  # [K, taps, C] -> [K, C, taps]
+                transpose.to_channels_last(dwh, flat(dst_dw), geo.k, geo.taps, geo.c, geo.taps)
+
+
+def _kind(problem: Problem) -> str:
+    return "wgrad" if problem.op == "wgrad" else "fprop"

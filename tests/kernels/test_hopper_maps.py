@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from convlab.kernels.arch import tensormap
 from convlab.kernels.arch.tensormap import CORNER_LIMIT, OFFSET_LIMIT
-from convlab.kernels.hopper.geometry import Geometry, output_map
+from convlab.kernels.hopper.geometry import Geometry, dense_map
 
 
 @st.composite
@@ -81,7 +81,7 @@ def test_im2col_boxes_are_the_reference_rows(geo, data):
     np.testing.assert_array_equal(got, _reference_rows(geo, x, m0, bm, tap, c0, bk))
     bmap = geo.filter_map("float16", cs, 0, 16, bk, 2)
     assert tensormap.reason(bmap) == ""
-    assert tensormap.reason(output_map("float16", geo.m, geo.k, geo.k, 0, bm, 16, 2, 32)) == ""
+    assert tensormap.reason(dense_map("float16", (geo.k, geo.m), 2, 0, (16, bm), 32)) == ""
 
 
 def test_dgrad_forms_flip_the_padding():

@@ -73,9 +73,10 @@ class HopperConfig(NamedTuple):
         return {"a_stage": a_stage, "b_stage": b_stage, "a0": 0, "b0": b0, "c0": c0, "panel": panel, "bars": bars,
                 "total": bars + 16 * self.STAGES}
 
-    def reason(self, itype: str, out_size: int) -> str:
+    def reason(self, itype: str, out_size: int, kind: str = "fprop") -> str:
         """'' when this config compiles and fits sm_90 for ``itype`` operands and ``out_size``-byte
-        outputs, else the first limit it breaks."""
+        outputs in a ``kind`` kernel (kinds.py: fprop reads K-major operand rows of BK elements, wgrad
+        MN-major ones of BK k rows), else the first limit it breaks."""
         if itype not in ITEMSIZE:
             return f"wgmma reads f16, bf16 or tf32 operands, not {itype}"
         if any(not isinstance(v, int) or v < 1 for v in self):
@@ -84,7 +85,11 @@ class HopperConfig(NamedTuple):
             return f"config {self.name}: BM is one or two m64 slices for each of 1 or 2 consumer warpgroups"
         if self.BN % 8 or not 8 <= self.BN <= 256:
             return f"config {self.name}: BN (the wgmma N) must be a multiple of 8 in 8..256"
-        if self.row_bytes(itype) not in (32, 64, 128) or self.BK % KSTEP[itype]:
+        if kind == "wgrad":
+            why = self._mn_reason(itype)
+            if why:
+                return why
+        elif self.row_bytes(itype) not in (32, 64, 128) or self.BK % KSTEP[itype]:
             return (f"config {self.name}: BK x {ITEMSIZE[itype]} bytes must be 32, 64 or 128 (the swizzled "
                     "K-major rows the copy engine writes and wgmma reads)")
         if self.BN % self.epilogue_width(out_size):
@@ -99,6 +104,18 @@ class HopperConfig(NamedTuple):
         total = self.layout(itype, out_size)["total"]
         if total > SMEM_LIMIT:
             return f"config {self.name}: {total} bytes of shared memory for {itype}, over {SMEM_LIMIT}"
+        return ""
+
+
+    def _mn_reason(self, itype: str) -> str:
+        """The MN-major operands' rules: f16 / bf16 (wgmma's imm-trans), BK k rows in whole k16 steps
+        within a box (<= 256), B in swizzle atoms of 16, 32 or whole 64 columns."""
+        if ITEMSIZE[itype] != 2:
+            return f"wgmma reads MN-major operands in f16 / bf16 only, not {itype}"
+        if self.BK % 16 or not 16 <= self.BK <= 256:
+            return f"config {self.name}: BK (k rows of the MN-major tiles) must be a multiple of 16 in 16..256"
+        if (self.BN > 64 and self.BN % 64) or (self.BN <= 64 and self.BN not in (16, 32, 64)):
+            return f"config {self.name}: BN must be 16, 32, or whole 64-column atoms (MN-major B)"
         return ""
 
 

@@ -17,6 +17,7 @@ sum (convlab.kernels.data.splitk).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from convlab.kernels.source import Writer
 from convlab.kernels.hopper.config import HopperConfig
@@ -40,9 +41,10 @@ class Out:
         return KINDS[self.kind][2]
 
 
-def epilogue(w: Writer, cfg: HopperConfig, out: Out, lay: dict[str, int]) -> None:
+def epilogue(w: Writer, cfg: HopperConfig, out: Out, lay: dict[str, int], coords: Callable[[int, int], str]) -> None:
     """The lines of the module doc; the kernel defines cw, warp, lane, tid, m0, n0, z, base, ct (the
-    shared memory in the output's element type) and the final accumulators a0.."""
+    shared memory in the output's element type) and the final accumulators a0..; ``coords(p, eb)``: the
+    store coordinates of panel p (kinds.py)."""
     convert, load, size = KINDS[out.kind]
     eb = cfg.epilogue_width(size)
     ebb = eb * size
@@ -77,6 +79,5 @@ def epilogue(w: Writer, cfg: HopperConfig, out: Out, lay: dict[str, int]) -> Non
     w("csync()")
     with w.block("if tid == 0:"):
         for p in range(cfg.BN // eb):
-            coords = f"I(U(n0 + {p * eb})), I(m0)" + (", I(z)" if out.split else "")
-            w(f"store_c(maps, {out.mi}, U(base + {lay['c0'] + p * lay['panel']}), {coords})")
+            w(f"store_c(maps, {out.mi}, U(base + {lay['c0'] + p * lay['panel']}), {coords(p, eb)})")
         w("bulk_commit()")

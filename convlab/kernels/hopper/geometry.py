@@ -14,8 +14,7 @@ The maps (:mod:`convlab.kernels.arch.tensormap`): A is an im2col map of x (C, W,
 ``pixels`` = the tile's rows and ``channels`` = one k block, traversal = the stride, the box corners
 ``lower = -pad`` and the ``upper`` closest to 0 that keeps prod(out) positions per image; one copy per
 (tap, channel block) with the tap's filter offsets ``tap * dil``. B is a tiled map of the KRSC filter
-(C, S, [R, [T]], K), box (BK, 1, .., BN). The output is a tiled map of y as [M, K] (K, M), box (EB, BM);
-a split-K partial one of fp32 [splits, M, Kp].
+(C, S, [R, [T]], K), box (BK, 1, .., BN). Dense tensors (the output, dy in wgrad) get :func:`dense_map`.
 """
 from __future__ import annotations
 
@@ -59,11 +58,11 @@ class Geometry:
 
     @classmethod
     def of(cls, pr: Problem) -> "Geometry":
-        """The forward form of a forward or stride-1 dgrad problem (module doc); ValueError otherwise."""
+        """The forward form of a forward, wgrad or stride-1 dgrad problem (module doc); ValueError otherwise."""
         axes = slice(1, None) if pr.ndim == 2 and (pr.h, pr.r, pr.p) == (1, 1, 1) else slice(None)
         size, kernel, out = pr.spatial_in[axes], pr.kernel_size[axes], pr.spatial_out[axes]
         stride, pad, dil = pr.strides[axes], pr.paddings[axes], pr.dilations[axes]
-        if pr.op == "forward":
+        if pr.op in ("forward", "wgrad"):  # wgrad: the forward whose filter gradient is wanted
             return cls(pr.n, pr.c, pr.k, size, kernel, out, stride, pad, dil)
         if pr.op == "dgrad" and all(s == 1 for s in stride):
             flipped = tuple(d * (t - 1) - p for d, t, p in zip(dil, kernel, pad))
@@ -131,10 +130,11 @@ class Geometry:
         return ""
 
 
-def output_map(dtype: str, m: int, k: int, ks: int, address: int, bm: int, eb: int, itemsize: int,
-               swizzle: int, splits: int = 1) -> TiledMap:
-    """The output as [splits,] M x K rows ``ks`` elements apart (K innermost), box (EB, BM[, 1])."""
-    dims, strides, box = (k, m), (ks * itemsize,), (eb, bm)
-    if splits > 1:
-        dims, strides, box = dims + (splits,), strides + (ks * itemsize * m,), box + (1,)
-    return TiledMap(dtype, dims, strides, box, swizzle, address)
+def dense_map(dtype: str, dims: tuple[int, ...], itemsize: int, address: int, box: tuple[int, ...],
+              swizzle: int) -> TiledMap:
+    """The tiled map of a dense tensor of ``dims`` (innermost first): y as (K, M), a split-K partial as
+    (K, M, splits), dw as (C, taps, K), dy as (K, N x P x Q)."""
+    strides = [dims[0] * itemsize]
+    for d in dims[1:-1]:
+        strides.append(strides[-1] * d)
+    return TiledMap(dtype, tuple(dims), tuple(strides), tuple(box), swizzle, address)

@@ -24,11 +24,11 @@ from numba.np.numpy_support import from_dtype as numba_from_dtype
 from convlab import runtime
 from convlab.kernels.arch import mma, sm90, wgmma
 from convlab.kernels.arch.intrinsics import u32 as U
-from convlab.kernels.arch.wgmma_desc import desc_hi
 from convlab.kernels.hopper import schedule
 from convlab.kernels.hopper.config import CONSUMER_REGS, PRODUCER_REGS, HopperConfig
-from convlab.kernels.hopper.epilogue import KINDS, Out, epilogue
-from convlab.kernels.hopper.mainloop import Loads, consumer, init_barriers, producer
+from convlab.kernels.hopper.epilogue import Out, epilogue
+from convlab.kernels.hopper.kinds import KINDS
+from convlab.kernels.hopper.mainloop import consumer, init_barriers, producer
 from convlab.kernels.source import Writer, compile_source
 from convlab.runtime import cuda
 
@@ -36,50 +36,14 @@ ALIGN = None if runtime.SIMULATOR else 1024  # the 128-byte swizzle's repeat (th
 CTYPES = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32}
 
 
-class ConvLoads(Loads):
-    """A: the im2col box of x at the unit's first pixel and the tap's offsets; B: the filter's box."""
-
-    def __init__(self, cfg: HopperConfig, nd: int) -> None:
-        self.cfg, self.nd = cfg, nd
-
-    def unit(self, w: Writer) -> None:
-        w("img = I(m0 // PIX)")
-        w("rest = U(m0 % PIX)")
-        for a in range(self.nd):
-            w(f"x{a} = I(I(U(U(rest % O{a}) * ST{a})) - PD{a})")
-            w(f"rest = U(rest // O{a})")
-
-    def begin(self, w: Writer) -> None:
-        w("tap = U(kt // CB)")
-        w("cb = U(kt - U(tap * CB))")
-
-    def ktile(self, w: Writer) -> None:
-        w("t = tap")
-        for a in range(self.nd):
-            w(f"f{a} = U(t % KS{a})")
-            w(f"t = U(t // KS{a})")
-
-    def copies(self, w: Writer, dst_a: str, dst_b: str, bar: str) -> None:
-        axes = range(self.nd)
-        c0 = f"I(U(cb * {self.cfg.BK}))"
-        w(f"load_a(maps, 0, {dst_a}, {bar}, {c0}, {', '.join(f'x{a}' for a in axes)}, img, "
-          f"{', '.join(f'U(f{a} * DL{a})' for a in axes)})")
-        w(f"load_b(maps, 1, {dst_b}, {bar}, {c0}, {', '.join(f'I(f{a})' for a in axes)}, I(n0))")
-
-    def advance(self, w: Writer) -> None:
-        w("cb = U(cb + 1)")
-        with w.block("if cb == CB:"):
-            w("cb = U(0)")
-            w("tap = U(tap + 1)")
-
-
 def params(nd: int) -> str:
     axes = ", ".join(f"O{a}, ST{a}, PD{a}, KS{a}, DL{a}" for a in range(nd))
     return f"maps, bias, N, KT, CB, TILES_M, TILES_N, UNITS, PER_SPLIT, GROUP, PIX, {axes}"
 
 
-def conv_source(cfg: HopperConfig, itype: str, nd: int, out: Out) -> str:
-    """The kernel's source (module doc)."""
+def conv_source(cfg: HopperConfig, itype: str, nd: int, out: Out, kind: str = "fprop") -> str:
+    """The kernel's source (module doc) of one operand plan (kinds.py)."""
+    loads = KINDS[kind](cfg, itype, nd)
     lay = cfg.layout(itype, out.size)
     sim = runtime.target().simulator
     cwarps = 4 * cfg.CONSUMERS
@@ -95,47 +59,52 @@ def conv_source(cfg: HopperConfig, itype: str, nd: int, out: Out) -> str:
     with w.block(f"if warp >= {cwarps}:  # the producer warpgroup" + (" (one warp on the simulator)" if sim else "")):
         w("producer_regs()")
         with w.block(f"if tid == {128 * cfg.CONSUMERS}:"):
-            producer(w, cfg, itype, lay, ConvLoads(cfg, nd))
+            producer(w, cfg, itype, lay, loads)
     with w.block("else:  # the consumer warpgroups"):
         w("consumer_regs()")
         with w.block("if tid == 0:"):
             w(f"tensormap_acquire(maps, {out.mi})")
-        consumer(w, cfg, itype, lay, lambda w: epilogue(w, cfg, out, lay))
+        consumer(w, cfg, itype, lay, loads,
+                 lambda w: epilogue(w, cfg, out, lay, lambda p, eb: loads.store_coords(p, eb, out.split)))
         with w.block("if tid == 0:"):
             w("wait0()  # the last stores done before the CTA's shared memory goes")
     return w.source
 
 
-def _namespace(cfg: HopperConfig, itype: str, nd: int, out: Out) -> dict[str, Any]:
+def _namespace(cfg: HopperConfig, itype: str, nd: int, out: Out, kind: str) -> dict[str, Any]:
     nb = numba_from_dtype
+    loads = KINDS[kind](cfg, itype, nd)
+    tile, im2col = sm90.tma_load(2 if kind == "wgrad" else nd + 2), sm90.tma_load_im2col(nd + 2)
+    trans = int(kind == "wgrad")
     return {"cuda": cuda, "U": U, "I": np.int32, "U64": np.uint64, "f32": np.float32, "min": min,
             "c_uint8": nb(np.dtype(np.uint8)), "ctype": nb(np.dtype(CTYPES[out.kind])), "align": ALIGN,
             "shared_addr": wgmma.shared_addr, "mbar_init": sm90.mbar_init, "mbar_wait": sm90.mbar_wait,
             "mbar_arrive": sm90.mbar_arrive, "mbar_arrive_tx": sm90.mbar_arrive_tx,
             "fence_mbarrier_init": sm90.fence_mbarrier_init, "tensormap_acquire": sm90.tensormap_acquire,
-            "load_a": sm90.tma_load_im2col(nd + 2), "load_b": sm90.tma_load(nd + 2),
-            "store_c": sm90.tma_store(3 if out.split else 2), "bulk_commit": sm90.bulk_commit,
+            "load_a": tile if trans else im2col, "load_b": im2col if trans else tile,
+            "store_c": sm90.tma_store(loads.store_rank + out.split), "bulk_commit": sm90.bulk_commit,
             "wait_read0": sm90.bulk_wait_read(0), "wait0": sm90.bulk_wait(0),
             "producer_regs": sm90.setmaxnreg_dec(PRODUCER_REGS),
             "consumer_regs": sm90.setmaxnreg_inc(CONSUMER_REGS[cfg.CONSUMERS]),
             "csync": sm90.named_sync(1, 128 * cfg.CONSUMERS), "unit_of": schedule.unit_of_device,
-            "ZEROS": (np.float32(0),) * (cfg.BN // 2), "DHI": np.uint64(desc_hi(cfg.row_bytes(itype))),
-            "mma": wgmma.wgmma_async(itype, cfg.BN), "wgmma_fence": wgmma.wgmma_fence,
+            "ZEROS": (np.float32(0),) * (cfg.BN // 2), **{k: np.uint64(v) for k, v in loads.dhi.items()},
+            "mma": wgmma.wgmma_async(itype, cfg.BN, trans, trans), "wgmma_fence": wgmma.wgmma_fence,
             "wgmma_commit": wgmma.wgmma_commit, "wgmma_wait1": wgmma.wgmma_wait(1),
             "wgmma_wait0": wgmma.wgmma_wait(0), "fence_proxy_async": wgmma.fence_proxy_async,
             "f32_to_bf16": mma.f32_to_bf16, "bf16_to_f32": mma.bf16_to_f32}
 
 
 @functools.cache
-def conv_kernel(cfg: HopperConfig, itype: str, nd: int, out: Out) -> Callable:
-    """The compiled kernel (cached); ValueError when the config breaks a limit."""
-    why = cfg.reason(itype, out.size)
+def conv_kernel(cfg: HopperConfig, itype: str, nd: int, out: Out, kind: str = "fprop") -> Callable:
+    """The compiled kernel of one operand plan (kinds.py; cached); ValueError when the config breaks a
+    limit."""
+    why = cfg.reason(itype, out.size, kind)
     if why:
         raise ValueError(why)
-    src = conv_source(cfg, itype, nd, out)
-    name = f"<convlab.kernels.hopper.kernel conv {itype} {cfg.name} {nd}d {out.kind}" + \
+    src = conv_source(cfg, itype, nd, out, kind)
+    name = f"<convlab.kernels.hopper.kernel {kind} {itype} {cfg.name} {nd}d {out.kind}" + \
         (" bias" if out.bias else "") + (" split" if out.split else "") + ">"
-    fn = compile_source(src, name, _namespace(cfg, itype, nd, out))["conv"]
+    fn = compile_source(src, name, _namespace(cfg, itype, nd, out, kind))["conv"]
     threads = cfg.threads(runtime.target().simulator)
     return runtime.jit(fastmath=False, launch_bounds=(threads, 1))(fn)
 
@@ -162,4 +131,4 @@ def out_kind(itype: str, dtype: Any) -> str:
     return kind
 
 
-__all__ = ["conv_kernel", "conv_source", "launch", "out_kind", "ConvLoads", "KINDS"]
+__all__ = ["conv_kernel", "conv_source", "launch", "out_kind"]

@@ -41,12 +41,21 @@ def releasers(cfg: HopperConfig) -> tuple[int, str]:
 
 
 class Loads:
-    """The producer's copies of one kernel kind. ``unit(w)``: lines run once per unit (``m0``, ``n0``
-    known); ``ktile(w)``: lines run once per k tile (``kt`` known) before the copies; ``copies(w, dst_a,
-    dst_b, bar)``: the copy calls; ``begin(w, kt)`` / ``advance(w)``: the k-tile counters at the unit's
-    first k tile and after each; ``maps``: the tensor-map indices the producer uses."""
+    """The operands of one kernel kind. Producer side: ``unit(w)``: lines run once per unit (``m0``,
+    ``n0`` known); ``ktile(w)``: lines run once per k tile (``kt`` known) before the copies;
+    ``copies(w, dst_a, dst_b, bar)``: the copy calls; ``begin(w)`` / ``advance(w)``: the k-tile counters
+    at the unit's first k tile and after each; ``maps``: the tensor-map indices the producer uses.
+    Consumer side: ``consumer_unit(w)``: lines run once per unit (names the epilogue's store needs);
+    ``mma(w, a, b)``: the wgmma of one stage (A and B at the shared addresses ``a``, ``b``), reading the
+    operands in the layout the copies wrote."""
 
     maps: tuple[int, ...] = (0, 1)
+
+    def consumer_unit(self, w: Writer) -> None:
+        pass
+
+    def mma(self, w: Writer, a: str, b: str) -> None:
+        raise NotImplementedError
 
     def unit(self, w: Writer) -> None:
         raise NotImplementedError
@@ -128,19 +137,18 @@ def accumulators(cfg: HopperConfig) -> str:
     return "(" + ", ".join(f"a{s}" for s in range(cfg.slices)) + ",)" if cfg.slices > 1 else "a0"
 
 
-def consumer(w: Writer, cfg: HopperConfig, itype: str, lay: dict[str, int], epilogue) -> None:
-    """The consumer warpgroups' loop (module doc); ``epilogue(w)`` writes the lines run after a unit's
-    mainloop with the accumulators a0..a{slices-1} final."""
+def consumer(w: Writer, cfg: HopperConfig, itype: str, lay: dict[str, int], loads: Loads, epilogue) -> None:
+    """The consumer warpgroups' loop (module doc); ``loads.mma`` writes a stage's wgmma, ``epilogue(w)``
+    the lines run after a unit's mainloop with the accumulators a0..a{slices-1} final."""
     at = addresses(cfg, itype, lay)
-    r = cfg.row_bytes(itype)
-    rows = cfg.BM // cfg.CONSUMERS
     every = accumulators(cfg)
-    w("cw = U(warp // 4)  # this consumer warpgroup: rows cw * ROWS .. of the tile")
+    w("cw = U(warp // 4)  # this consumer warpgroup: rows cw * BM / CONSUMERS .. of the tile")
     w("st = U(0)")
     w("ph = U(0)")
     w("u = U(cuda.blockIdx.x)")
     with w.block("while u < UNITS:"):
         _unit(w, cfg)
+        loads.consumer_unit(w)
         for s in range(cfg.slices):
             w(f"a{s} = ZEROS")
         w("prev = U(0)")
@@ -148,11 +156,7 @@ def consumer(w: Writer, cfg: HopperConfig, itype: str, lay: dict[str, int], epil
         with w.block("while kt < ke:"):
             w(f"mbar_wait({at['full']}, ph)")
             w(f"{every} = wgmma_fence({every})")
-            w(f"da = U64(U64(U(U({at['a']} + U(cw * {rows * r})) >> 4) & U(0x3FFF)) | DHI)")
-            w(f"db = U64(U64(U({at['b']} >> 4) & U(0x3FFF)) | DHI)")
-            for kk in range(r // 32):
-                for s in range(cfg.slices):
-                    w(f"a{s} = mma(U64(da + U64({(s * 64 * r + 32 * kk) // 16})), U64(db + U64({2 * kk})), 1, a{s})")
+            loads.mma(w, at["a"], at["b"])
             w("wgmma_commit()")
             w(f"{every} = wgmma_wait1({every})")
             with w.block(f"if {releasers(cfg)[1]}:"):
@@ -166,4 +170,3 @@ def consumer(w: Writer, cfg: HopperConfig, itype: str, lay: dict[str, int], epil
             w(f"mbar_arrive(U(base + U({lay['bars'] + 8 * cfg.STAGES} + U(prev * 8))))")
         epilogue(w)
         w("u = U(u + cuda.gridDim.x)")
-

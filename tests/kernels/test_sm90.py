@@ -7,12 +7,15 @@ import pytest
 
 from convlab import runtime
 from convlab.kernels.arch import sm90, sm90_sim, tensormap, wgmma
+from convlab.kernels.hopper import probes
 from convlab.runtime import cuda
 from numba import types
 
 u8, u32 = types.uint8, types.uint32
 
-pytestmark = pytest.mark.skipif(not runtime.SIMULATOR, reason="the stand-ins run on the simulator")
+sim_only = pytest.mark.skipif(not runtime.SIMULATOR, reason="the stand-ins' own checks (simulator)")
+hopper = pytest.mark.skipif(not runtime.SIMULATOR and runtime.compute_capability() < (9, 0),
+                            reason="the copy engine and mbarriers need sm_90")
 U, I = np.uint32, np.int32
 SMEM = 8192
 BAR = SMEM - 64  # the launches' mbarriers at the end of dynamic shared memory
@@ -26,6 +29,7 @@ def _maps(*records_and_tensors):
     return cuda.to_device(np.concatenate([tensormap.encode(r, t) for r, t in records_and_tensors]))
 
 
+@sim_only
 def test_mbarrier_phase_completes_on_arrivals_and_transaction_bytes():
     """count 2 plus 48 expected bytes: the phase completes after both arrivals and the bytes; a fresh
     barrier's parity-1 wait returns at once, parity 0 after phase 0, then parity 1 after phase 1."""
@@ -59,6 +63,7 @@ def test_mbarrier_phase_completes_on_arrivals_and_transaction_bytes():
     assert out.copy_to_host().tolist() == [1, 0, 0, 0, 0, 1]
 
 
+@sim_only
 def test_a_wait_for_a_phase_that_never_completes_is_reported(monkeypatch):
     monkeypatch.setattr(sm90_sim, "WAIT_LIMIT", 0.3)
 
@@ -72,6 +77,7 @@ def test_a_wait_for_a_phase_that_never_completes_is_reported(monkeypatch):
         _launch(kernel, 32, cuda.to_device(np.zeros(1)))
 
 
+@hopper
 def test_named_barrier_orders_two_warps():
     sync = sm90.named_sync(3, 64)
 
@@ -88,45 +94,18 @@ def test_named_barrier_orders_two_warps():
         sm90.named_sync(0, 64)
 
 
-def _unswizzle(raw: np.ndarray, nbytes: int, swizzle: int) -> np.ndarray:
-    return raw[tensormap.swizzled(np.arange(nbytes), swizzle)]
-
-
+@hopper
 @pytest.mark.parametrize("swizzle,coords", [(0, (-3, 1, 2)), (32, (4, -1, 0)), (64, (8, 2, 1)),
                                             (128, (0, 3, -1))])
 def test_tile_load_and_store_move_the_box_with_zeros_outside(swizzle, coords):
     """A (C=40, W=5, N=3) fp16 tensor, box (inner = the swizzle span, 3, 2): the shared bytes, read through
     the swizzle, are the tensor's box with zeros outside; the store writes the box back where it lies in
-    the tensor and nothing outside."""
+    the tensor and nothing outside (probes.tile_roundtrip)."""
     rng = np.random.default_rng(1)
     ten = rng.standard_normal((3, 5, 40)).astype(np.float16)  # N, W, C: dims (40, 5, 3)
     inner = (swizzle or 16) // 2
     box = (inner, 3, 2)
-    flat = cuda.to_device(ten.reshape(-1))
-    dst = cuda.to_device(np.zeros(ten.size, np.float16))
-    rec = tensormap.TiledMap("float16", (40, 5, 3), (80, 400), box, swizzle, 0)
-    maps = _maps((rec, flat), (rec, dst))
-    load, store = sm90.tma_load(3), sm90.tma_store(3)
-    nbytes = rec.box_bytes
-
-    def kernel(maps, out, c0, c1, c2):
-        sm = cuda.shared.array(0, u8)
-        base = wgmma.shared_addr(sm, 0)
-        bar = U(base + BAR)
-        if cuda.threadIdx.x == 0:
-            sm90.mbar_init(bar, 1)
-            sm90.tensormap_acquire(maps, 0)
-            sm90.tensormap_acquire(maps, 1)
-            sm90.mbar_arrive_tx(bar, nbytes)
-            load(maps, 0, base, bar, c0, c1, c2)
-            sm90.mbar_wait(bar, 0)
-            for i in range(nbytes):
-                out[i] = sm[i]
-            store(maps, 1, base, c0, c1, c2)
-            sm90.bulk_commit()
-    out = cuda.to_device(np.zeros(nbytes, np.uint8))
-    _launch(kernel, 32, maps, out, *(I(c) for c in coords))
-    got = _unswizzle(out.copy_to_host(), nbytes, swizzle).view(np.float16).reshape(box[::-1])
+    got, stored = probes.tile_roundtrip(ten, box, swizzle, coords)
     want = np.zeros(box[::-1], np.float16)
     written = np.zeros_like(ten)
     for n in range(2):
@@ -137,38 +116,18 @@ def test_tile_load_and_store_move_the_box_with_zeros_outside(swizzle, coords):
                     want[n, w, c] = ten[i]
                     written[i] = ten[i]
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(dst.copy_to_host().reshape(ten.shape), written)
+    np.testing.assert_array_equal(stored, written)
 
 
 def _im2col(inp: np.ndarray, lower, upper, coords, offsets) -> np.ndarray:
     """One 16-pixel, 32-channel im2col copy of a (N, 4, 4, 32) float32 NHWC tensor; returns channel 0 of
     each pixel (what Triton's tutorial prints). ``coords`` (n, h, w, c) and corners (h, w) in the
     tutorial's order."""
-    n = inp.shape[0]
-    rec = tensormap.Im2colMap("float32", (32, 4, 4, n), (128, 512, 2048), tuple(lower[::-1]), tuple(upper[::-1]),
-                              32, 16, (1, 1, 1, 1), 128, 0)
-    flat = cuda.to_device(inp.reshape(-1))
-    maps = _maps((rec, flat))
-    load = sm90.tma_load_im2col(4)
-
-    def kernel(maps, out, c, w, h, b, ow, oh):
-        sm = cuda.shared.array(0, u8)
-        base = wgmma.shared_addr(sm, 0)
-        bar = U(base + BAR)
-        if cuda.threadIdx.x == 0:
-            sm90.mbar_init(bar, 1)
-            sm90.tensormap_acquire(maps, 0)
-            sm90.mbar_arrive_tx(bar, 2048)
-            load(maps, 0, base, bar, c, w, h, b, ow, oh)
-            sm90.mbar_wait(bar, 0)
-            for i in range(2048):
-                out[i] = sm[i]
-    out = cuda.to_device(np.zeros(2048, np.uint8))
     b, h, w, c = coords
-    _launch(kernel, 32, maps, out, I(c), I(w), I(h), I(b), U(offsets[1]), U(offsets[0]))
-    return _unswizzle(out.copy_to_host(), 2048, 128).view(np.float32).reshape(16, 32)
+    return probes.im2col_load(inp, lower[::-1], upper[::-1], (c, w, h, b), offsets[::-1], 16, 32)
 
 
+@hopper
 def test_im2col_walk_matches_the_tutorials_worked_examples():
     """Triton's ``13-tma-im2col`` tutorial (checked there on a GPU): a (1 or 2, 4, 4, 32) tensor of
     pixel numbers 1.., 16 pixels per copy; padded corners, filter offsets, and the walk into the next
@@ -185,6 +144,7 @@ def test_im2col_walk_matches_the_tutorials_worked_examples():
     assert np.array_equal(got[:, 31], got[:, 0])  # every channel of a pixel
 
 
+@sim_only
 def test_copies_refuse_what_a_gpu_would_get_wrong():
     ten = cuda.to_device(np.zeros(64, np.float32))
     rec = tensormap.TiledMap("float32", (64,), (), (32,), 128, 0)

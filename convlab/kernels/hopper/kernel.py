@@ -29,8 +29,10 @@ from convlab.kernels.hopper.config import CONSUMER_REGS, PRODUCER_REGS, HopperCo
 from convlab.kernels.hopper.epilogue import Out, epilogue
 from convlab.kernels.hopper.kinds import KINDS
 from convlab.kernels.hopper.mainloop import consumer, init_barriers, producer
+from convlab.kernels.resources import declare_registers
 from convlab.kernels.source import Writer, compile_source
-from convlab.runtime import cuda
+from convlab.runtime import cuda, kernel_cache
+from convlab.runtime.driver import driver_function
 
 ALIGN = None if runtime.SIMULATOR else 1024  # the 128-byte swizzle's repeat (the simulator rejects alignment=)
 CTYPES = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32}
@@ -105,21 +107,37 @@ def conv_kernel(cfg: HopperConfig, itype: str, nd: int, out: Out, kind: str = "f
     name = f"<convlab.kernels.hopper.kernel {kind} {itype} {cfg.name} {nd}d {out.kind}" + \
         (" bias" if out.bias else "") + (" split" if out.split else "") + ">"
     fn = compile_source(src, name, _namespace(cfg, itype, nd, out, kind))["conv"]
-    threads = cfg.threads(runtime.target().simulator)
-    return runtime.jit(fastmath=False, launch_bounds=(threads, 1))(fn)
+    sim = runtime.target().simulator
+    kernel = runtime.jit(fastmath=False, launch_bounds=(cfg.threads(sim), 1))(fn)
+    budgets = ((32 * cfg.producer_warps(sim), PRODUCER_REGS), (128 * cfg.CONSUMERS, CONSUMER_REGS[cfg.CONSUMERS]))
+    return declare_registers(kernel, budgets)
 
 
 def launch(kernel: Callable, cfg: HopperConfig, itype: str, out: Out, ctas: int, args: tuple) -> None:
     """``kernel[ctas, threads, None, shared](*args)``, the kernel's dynamic shared-memory limit raised
-    past 48 KiB through the driver first (numba-cuda#94) on a GPU."""
+    past 48 KiB through the driver first on a GPU (numba-cuda#94): on the function the launch will use,
+    the disk cache's (convlab.runtime.kernel_cache) when it is on, else Numba's."""
     shared = cfg.layout(itype, out.size)["total"]
     if runtime.MODE == "gpu" and shared > 48 * 1024:
-        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
-        cufunc = compiled.library.get_cufunc()
-        drv = cuda.cudadrv.driver
-        attribute = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        drv.driver.cuKernelSetAttribute(attribute, int(shared), cufunc.handle, cufunc.device.id)
+        _allow_shared(kernel, args, shared)
     kernel[ctas, cfg.threads(runtime.target().simulator), None, shared](*args)
+
+
+def _allow_shared(kernel: Any, args: tuple, nbytes: int) -> None:
+    from cuda.bindings import driver as drv
+
+    attribute = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    found = kernel_cache.compiled(kernel.dispatcher, tuple(args)) if kernel_cache.enabled() else None
+    if found is None:  # Numba's own launch
+        cufunc = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args)).library.get_cufunc()
+        handle, device = cufunc.handle, cufunc.device.id
+    else:
+        handle, device = found.handle, cuda.get_current_device().id
+    function = driver_function(handle)
+    if isinstance(function, drv.CUkernel):
+        drv.cuKernelSetAttribute(attribute, int(nbytes), function, device)
+    else:
+        drv.cuFuncSetAttribute(function, attribute, int(nbytes))
 
 
 def out_kind(itype: str, dtype: Any) -> str:

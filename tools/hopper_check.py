@@ -14,7 +14,7 @@ in ``--workers`` processes from the last, the kernels they compile kept in the d
 medians of the forced plugin and of cuDNN (torch, channels-last, cudnn.benchmark on) over interleaved
 repeats, after a correct check of the same call (a time case whose check has not run waits for the
 next call). No case starts past ``--budget`` seconds (checks past 60% of it);
-``summary.json`` and ``README.md`` list every case at the end.
+``summary.json`` and ``README.md`` list every case at the end; ``complete`` is written once none is left.
 """
 from __future__ import annotations
 
@@ -240,6 +240,8 @@ def summarise(out: Path, incomplete: bool) -> None:
         lines.append(f"| {r['id']} | {r['status']} | {err} | {r.get('convlab_ms', '')} | {r.get('cudnn_ms', '')} | "
                      f"{round(r['ratio'], 3) if 'ratio' in r else ''} |")
     (out / "README.md").write_text("\n".join(lines) + "\n")
+    if not incomplete:
+        (out / "complete").write_text(f"{len(rows)} cases\n")
 
 
 def main() -> None:

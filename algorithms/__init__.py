@@ -4,6 +4,7 @@
     explicit_gemm/   im2col (forward, wgrad) and col2im (dgrad): a column buffer and the SIMT GEMM
     implicit_gemm/   the SIMT implicit GEMM: operand tiles gathered into shared memory, any shape
     tensor_core/     the tensor-core implicit GEMM (mma.sync, wgmma) and its 3xTF32 variant tf32x3
+    tma_wgmma/       Hopper: TMA im2col copies feeding warp-specialized, persistent wgmma (sm_90a)
     depthwise.py     depthwise convolutions (groups == C), generated per layer shape
     widen.py         fp16 / bf16 problems on the float32 plugins
 

@@ -1,5 +1,6 @@
 """The GPU check of convlab in one resumable script: the tests, the sanitizers, the user's path against
-cuDNN, the cold start, the host cost and the GEMMs, each step's files under results/ as it finishes.
+cuDNN, the cold start, the host cost, the GEMMs and the Hopper kernels (tools/hopper_check.py), each step's
+files under results/ as it finishes.
 
     python tools/gpu_check.py --resume --budget 560           # on the GPU machine, from the repository root
     python tools/gpu_check.py --list                          # the steps, in order (no GPU needed)
@@ -102,7 +103,11 @@ def steps(workers: int) -> list[Step]:
                  "overhead.json", 120),
             Step("gemm", "tc_gemm", "the tensor-core GEMM at 4096^3 in fp16, bf16 and TF32 against cuBLAS",
                  [Job("tc_gemm", [PY, "benchmarks/gemm_bench.py", "--itypes", "f16", "bf16", "tf32", "--configs",
-                                  "mma", "--out", "{dir}/tc_gemm.json"], 300)], "tc_gemm.json", 120)]
+                                  "mma", "--out", "{dir}/tc_gemm.json"], 300)], "tc_gemm.json", 120),
+            Step("hopper", "hopper", "tools/hopper_check.py: the Hopper probes, tma_wgmma on ResNet-50 / Burn layers "
+                 "(each op and dtype) against float64, then timed against cuDNN channels-last (sm_90 only)",
+                 [Job("hopper_check", [PY, "tools/hopper_check.py", "--resume", "--budget", "420", "--out",
+                                       "{dir}/check"], 560)], "check/complete", 300)]
     out += [auto_step(s, t, workers) for s in SUITES_THEN for t in DTYPES_FIRST]
     out += [auto_step(s, "float32+high", workers) for s in SUITES_FIRST + SUITES_THEN]
     return out
@@ -182,7 +187,8 @@ def wait_jobs(procs: list[tuple]) -> list[dict]:
 
 
 def summarize(step: Step, folder: Path) -> str:
-    """One line: the test counts and failures, the sanitizer summaries, or the rows of an auto step."""
+    """One line: the test counts and failures, the sanitizer summaries, the Hopper cases or the rows of an
+    auto step, by status."""
     if step.what == "tests" and (folder / "gpu-tests.xml").exists():
         import xml.etree.ElementTree as ET
         suite = ET.parse(folder / "gpu-tests.xml").getroot()
@@ -198,10 +204,13 @@ def summarize(step: Step, folder: Path) -> str:
             text = log.read_text(errors="replace").splitlines() if log.exists() else []
             got.append(f"{tool}: " + " | ".join(l.strip() for l in text if "SUMMARY" in l or " runs, " in l))
         return "; ".join(got)
+    by_status = lambda rows: {s: sum(r["status"] == s for r in rows) for s in {r["status"] for r in rows}}  # noqa: E731
+    if step.what == "hopper" and (folder / "check" / "summary.json").exists():
+        rows = json.loads((folder / "check" / "summary.json").read_text())["cases"]
+        return f"hopper_check: {len(rows)} cases {by_status(rows)}"
     for js in folder.glob("auto_*.json"):
         rows = json.loads(js.read_text())["rows"]
-        stat = {s: sum(r["status"] == s for r in rows) for s in {r["status"] for r in rows}}
-        return f"{js.stem}: {len(rows)} rows {stat}"
+        return f"{js.stem}: {len(rows)} rows {by_status(rows)}"
     return ", ".join(p.name for p in sorted(folder.iterdir()))[:200]
 
 

@@ -2,8 +2,9 @@
 
 A kernel fails its target when it does not lower, NVVM or ptxas reject it, ptxas warns that wgmma was
 serialised (:data:`convlab.compile.assemble.FATAL_WARNINGS`), its registers or its shared memory (static
-plus the largest dynamic request of its launches) exceed the target, a launch asks for more threads than
-a block may have, or it spills more than the budget (bytes of spill stores plus loads: the run's
+plus the largest dynamic request of its launches) exceed the target, the registers its warp roles run
+with after ``setmaxnreg`` (:func:`convlab.kernels.resources.declare_registers`) take more than the
+block's register file, a launch asks for more threads than a block may have, or it spills more than the budget (bytes of spill stores plus loads: the run's
 ``max_spill``, or what the kernel declares with :func:`convlab.kernels.resources.allow_spills`, with its
 reason). A kernel *near* a limit (90% of the block's registers or of the shared memory, 240+ registers
 a thread) is flagged.
@@ -69,6 +70,10 @@ class Row:
         why = t.fits(threads=self.threads, shared=self.shared, registers=regs)
         if why:
             out.append(why)
+        budgets = self.get("register_budgets") or []
+        if sum(threads * regs for threads, regs in budgets) > t.regs_per_block:
+            out.append(f"setmaxnreg budgets {budgets} take {sum(a * b for a, b in budgets)} registers, over "
+                       f"{t.name}'s {t.regs_per_block}")
         if (self.get("static_shared") or 0) > t.smem_per_block:
             out.append(f"{self.get('static_shared')} bytes of static shared memory, over {t.smem_per_block}")
         budget = max(max_spill, self.allowance[0])
@@ -117,7 +122,7 @@ class Report:
             for target, res in result["targets"].items():
                 use = usage[(target, result["id"])]
                 extra = {k: result.get(k) for k in ("lower_seconds", "argtypes", "max_registers",
-                                                    "allowed_spills", "allowed_spills_why")}
+                                                    "allowed_spills", "allowed_spills_why", "register_budgets")}
                 rows.append(Row(target, result["id"], result["name"], sorted(use["plugins"]), use["cases"],
                                 use["threads"], use["shared"], dict(res, **extra)))
         return sorted(rows, key=lambda r: (r.target, r.plugins, r.name, r.kernel))

@@ -91,13 +91,14 @@ def compile_kernel(kid: str) -> dict:
 
     dispatcher, argtypes = _state["known"][kid]
     targets = sorted((get(n) for n in _state["where"][kid]), key=lambda t: t.cc)
-    from convlab.kernels.resources import allowed_spills
+    from convlab.kernels.resources import allowed_spills, register_budgets
 
     max_registers = (getattr(dispatcher, "targetoptions", None) or {}).get("max_registers")
     spills, why = allowed_spills(dispatcher)
     out: dict[str, Any] = {"id": kid, "name": getattr(dispatcher.py_func, "__qualname__", "kernel"),
                            "argtypes": [str(t) for t in argtypes], "max_registers": max_registers,
-                           "allowed_spills": spills, "allowed_spills_why": why, "targets": {}}
+                           "allowed_spills": spills, "allowed_spills_why": why,
+                           "register_budgets": [list(b) for b in register_budgets(dispatcher)], "targets": {}}
     start_time = time.perf_counter()
     try:
         with using(targets[0]):  # the lowering is the same for every target of 8.0 or newer

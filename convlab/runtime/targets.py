@@ -2,7 +2,8 @@
 
 A :class:`Target` holds the limits that decide which kernel configs can run (compute capability, SMs,
 shared memory and registers per block and per SM, threads, warp size), the features the kernels use
-(``mma.sync``, ``cp.async``, ``wgmma``), and the ceilings a cost model divides by (FLOP/s per unit,
+(``mma.sync``, ``cp.async``, ``wgmma``, ``tma``: the Tensor Memory Accelerator's tensor copies and their
+mbarriers, ``setmaxnreg``: warpgroup register reallocation), and the ceilings a cost model divides by (FLOP/s per unit,
 memory bandwidth). Plugins are handed a target in ``check`` / ``configs`` / ``workspace_bytes``
 (:mod:`convlab.plugin.contract`), so their configs for any GPU can be computed on a machine without
 one; their kernels run on :func:`current`.
@@ -19,7 +20,7 @@ datasheet's):
 
     name       cc     SMs  shared/block (opt-in)  shared/SM  features
     sm_80      8.0    108  163 KiB                164 KiB    mma.sync, cp.async
-    sm_90      9.0    132  227 KiB                228 KiB    mma.sync, cp.async, wgmma
+    sm_90      9.0    132  227 KiB                228 KiB    mma.sync, cp.async, wgmma, tma, setmaxnreg
     simulator  -      2    227 KiB                228 KiB    the stand-ins of every feature (tiny tiles)
 
 The simulator's 2 "SMs" make small test problems split their reductions, as large ones do on a GPU.
@@ -74,7 +75,8 @@ class Target:
         return self.arch
 
     def has(self, feature: str) -> bool:
-        """Whether kernels may use ``feature`` ("mma.sync", "cp.async", "ldmatrix", "wgmma")."""
+        """Whether kernels may use ``feature`` ("mma.sync", "cp.async", "ldmatrix", "wgmma", "tma",
+        "setmaxnreg")."""
         return feature in self.features
 
     def fits(self, *, threads: int, shared: int = 0, registers: int = 0) -> str:
@@ -109,12 +111,12 @@ TARGETS: dict[str, Target] = {
                     tflops={"fp32": 19.5, "fp64": 9.7, "tf32": 156.0, "f16": 312.0},
                     dram_bytes_per_s=2.04e12, **_COMMON),
     "sm_90": Target("sm_90", (9, 0), 132, smem_per_block_optin=227 * KIB, smem_per_sm=228 * KIB,
-                    features=frozenset({"mma.sync", "cp.async", "ldmatrix", "wgmma"}),
+                    features=frozenset({"mma.sync", "cp.async", "ldmatrix", "wgmma", "tma", "setmaxnreg"}),
                     memory_bytes=141 * 10**9,
                     tflops={"fp32": 50.7, "fp64": 33.5, "tf32": 370.0, "f16": 790.0},
                     dram_bytes_per_s=4.24e12, **_COMMON),
     "simulator": Target("simulator", (0, 0), 2, smem_per_block_optin=227 * KIB, smem_per_sm=228 * KIB,
-                        features=frozenset({"mma.sync", "cp.async", "ldmatrix", "wgmma"}),
+                        features=frozenset({"mma.sync", "cp.async", "ldmatrix", "wgmma", "tma", "setmaxnreg"}),
                         memory_bytes=2 * 2**30, simulator=True, **_COMMON),
 }
 #: the named targets a GPU kernel can be compiled for (the simulator runs Python, not PTX)
@@ -149,7 +151,7 @@ def from_device(device: object) -> Target:
     name = name.decode() if isinstance(name, bytes) else str(name)
     features = set(base.features)
     if cc < (9, 0):
-        features.discard("wgmma")
+        features -= {"wgmma", "tma", "setmaxnreg"}
     if cc < (8, 0):
         features -= {"mma.sync", "cp.async", "ldmatrix"}
     return dataclasses.replace(

@@ -1,5 +1,6 @@
 """tools/gpu_check.py: ``--list`` runs without a GPU, and every job of every step names a script the
-repository has, with arguments that script's parser accepts (``convlab bench auto`` through the CLI's)."""
+repository has, with arguments that script's parser accepts (``convlab bench auto`` through the CLI's,
+tools/hopper_check.py through its ``--list``)."""
 from __future__ import annotations
 
 import importlib.util
@@ -56,3 +57,26 @@ def test_every_job_names_a_script_here_with_arguments_it_takes(gpu_check):
     with pytest.raises(SystemExit) as help_exit:  # its parser knows every option the step passes
         module.main([a.replace("{dir}", "/tmp/x") for a in gemm[2:]] + ["--help"])
     assert help_exit.value.code == 0
+
+
+def test_hopper_step_runs_the_hopper_check_with_arguments_it_takes(gpu_check, tmp_path):
+    """The step's job parses in tools/hopper_check.py (``--list`` after them: no GPU needed), it counts as
+    finished only once hopper_check marks its cases complete, and its summary counts them by status."""
+    step = next(s for s in gpu_check.steps(workers=1) if s.name == "hopper")
+    (job,) = step.jobs
+    argv = [a.replace("{dir}", str(tmp_path)) for a in job.argv]
+    assert argv[1] == "tools/hopper_check.py" and "--resume" in argv
+    done = subprocess.run([*argv, "--list"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0 and "check/resnet50/" in done.stdout and "time/burn/" in done.stdout, done.stderr
+    out = Path(argv[argv.index("--out") + 1])
+    assert out / "complete" == tmp_path / step.done
+    hopper = _load(REPO / "tools" / "hopper_check.py")
+    (out / "cases").mkdir(parents=True)
+    for cid, status in (("a", "ok"), ("b", "failed"), ("c", "ok")):
+        (out / "cases" / f"{cid}.json").write_text(f'{{"id": "{cid}", "status": "{status}"}}')
+    hopper.summarise(out, True)
+    assert not (tmp_path / step.done).exists()
+    line = gpu_check.summarize(step, tmp_path)
+    assert line.startswith("hopper_check: 3 cases") and "'ok': 2" in line and "'failed': 1" in line, line
+    hopper.summarise(out, False)
+    assert (tmp_path / step.done).exists()

@@ -7,7 +7,9 @@ the descriptors point at (swizzle included) and check the asynchronous ordering 
 consecutive warps starting at a warp index divisible by 4; every ``.sync.aligned`` call below must be
 made by all 128 of its threads together (warpgroup-uniform control flow).
 
-    mma = wgmma_async(itype, n)      itype 'f16', 'bf16' or 'tf32', n a multiple of 8 in 8..256 (factory)
+    mma = wgmma_async(itype, n)      itype 'f16', 'bf16' or 'tf32', n a multiple of 8 in 8..256 (factory);
+          wgmma_async(itype, n, trans_a, trans_b): A / B MN-major (imm-trans, f16 / bf16 only;
+          wgmma_desc.mn_desc_hi and mn_addresses give their layout)
     acc = mma(desc_a, desc_b, scale_d, acc)
         wgmma.mma_async.sync.aligned.m64n{n}k{16|8}.f32.{itype}.{itype}: D[64, n] = A[64, k] @ B[k, n]
         (+ acc when scale_d != 0; scale_d 0 ignores acc, NaN included), A and B K-major (B given as its

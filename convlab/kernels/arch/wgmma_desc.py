@@ -80,6 +80,33 @@ def addresses(desc: int, rows: np.ndarray, nbytes: int = 32) -> np.ndarray:
     return a ^ (((a >> 7) & ((1 << bits) - 1)) << 4)
 
 
+def mn_desc_hi(atom_bytes: int, lbo: int) -> int:
+    """The descriptor without its start address of an MN-major operand (f16 / bf16: wgmma's imm-trans):
+    swizzle atoms of ``atom_bytes``-byte rows (32 / 64 / 128: 16 / 32 / 64 MN elements), 8 k rows to an
+    atom (SBO = 8 rows), atoms along MN ``lbo`` bytes apart (CUTLASS ``make_gmma_desc<Major::MN>``:
+    ((W, n), (8, k)) : ((1, LBO), (W, SBO)) in 16-byte units, W = atom_bytes / 16)."""
+    if atom_bytes not in MODE or lbo % 16:
+        raise ValueError(f"MN-major atoms are 32, 64 or 128-byte rows, LBO a multiple of 16, got {atom_bytes}, {lbo}")
+    return (MODE[atom_bytes] << 62) | (encode(8 * atom_bytes) << 32) | ((lbo >> 4) << 16)
+
+
+def mn_addresses(desc: int, mn: np.ndarray, k: int = 16, size: int = 2) -> np.ndarray:
+    """Shared byte addresses [len(mn), k * size] of elements 0..k-1 (``size`` bytes each, in k order) of
+    MN indices ``mn`` of the MN-major operand ``desc`` describes: element (mn, kk) at start + (mn // E) *
+    LBO + (mn % E) * size + (kk % 8) * R + (kk // 8) * SBO (E = R / size elements in an atom row of R
+    bytes), then the swizzle's XOR on the address, as K-major's."""
+    f = decode(desc)
+    row_bytes, bits = LAYOUT[f["mode"]]
+    if f["mode"] == 0 or f["base_offset"]:
+        raise ValueError("MN-major operands here are swizzled (32B / 64B / 128B) and start on their repeat")
+    per = row_bytes // size
+    mn = np.asarray(mn, np.int64)[:, None, None]
+    kk = np.arange(k, dtype=np.int64)[None, :, None]
+    a = f["start"] + (mn // per) * f["lbo"] + (mn % per) * size + (kk % 8) * row_bytes + (kk // 8) * f["sbo"]
+    a = (a + np.arange(size, dtype=np.int64)[None, None, :]).reshape(len(mn), k * size)
+    return a ^ (((a >> 7) & ((1 << bits) - 1)) << 4)
+
+
 def pipeline_chunk(row: int, chunk: int, chunks: int) -> int:
     """Where tc_pipeline stores 16-byte chunk ``chunk`` of tile row ``row`` (rows of ``chunks`` chunks):
     the chunk index within the row."""

@@ -67,16 +67,20 @@ def _tied(builder, context, signature, text: str, ops: list, acc, acc_ty, constr
 
 
 @functools.cache
-def wgmma_async(itype: str, n: int):
+def wgmma_async(itype: str, n: int, trans_a: int = 0, trans_b: int = 0):
     """The intrinsic ``mma(desc_a, desc_b, scale_d, acc) -> acc`` for
     ``wgmma.mma_async.sync.aligned.m64n{n}k{16|8}.f32.{itype}.{itype}`` (A and B K-major in shared
-    memory, ``acc`` a UniTuple of n/2 float32; ``scale_d`` 0 computes D = A @ B, else D = A @ B + acc)."""
+    memory, or MN-major with ``trans_a`` / ``trans_b`` (f16 / bf16), ``acc`` a UniTuple of n/2 float32;
+    ``scale_d`` 0 computes D = A @ B, else D = A @ B + acc)."""
     ptype, k = SHAPE_K[itype]
     if n % 8 or not 8 <= n <= 256:
         raise ValueError(f"wgmma N must be a multiple of 8 in 8..256, got {n}")
+    if (trans_a or trans_b) and ptype == "tf32":
+        raise ValueError("wgmma reads tf32 operands K-major only (imm-trans is for f16 / bf16)")
     nacc = n // 2
     regs = ",".join(f"${i}" for i in range(nacc))
-    tail = "p, 1, 1, 0, 0" if ptype != "tf32" else "p, 1, 1"  # imm-scale-a/b 1; imm-trans-a/b 0 (K-major)
+    # imm-scale-a/b 1; imm-trans-a/b: 0 K-major, 1 MN-major (f16 / bf16 only: tf32 takes no trans operands)
+    tail = f"p, 1, 1, {int(bool(trans_a))}, {int(bool(trans_b))}" if ptype != "tf32" else "p, 1, 1"
     text = (f"{{ .reg .pred p; setp.ne.b32 p, ${nacc + 2}, 0; "
             f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptype}.{ptype} {{{regs}}}, ${nacc}, ${nacc + 1}, "
             f"{tail}; }}")

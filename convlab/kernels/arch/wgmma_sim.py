@@ -37,7 +37,7 @@ import threading
 
 import numpy as np
 
-from convlab.kernels.arch.wgmma_desc import addresses
+from convlab.kernels.arch.wgmma_desc import addresses, mn_addresses
 
 _ATTR = "_convlab_async_state"
 _CREATE = threading.Lock()
@@ -202,10 +202,10 @@ def _values(buf: np.ndarray, addr: np.ndarray, itype: str) -> np.ndarray:
     return (raw.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
 
 
-def _track(st: _State, tid: int, descs: tuple, rows: tuple) -> None:
-    """The warpgroup leader's bookkeeping of one wgmma: every chunk it reads must be clean, and stays in
-    flight until retired."""
-    chunks = np.unique(np.concatenate([(addresses(d, np.arange(r)) // 16).ravel() for d, r in zip(descs, rows)]))
+def _track(st: _State, tid: int, reads: tuple) -> None:
+    """The warpgroup leader's bookkeeping of one wgmma (``reads``: the byte addresses of each operand):
+    every chunk it reads must be clean, and stays in flight until retired."""
+    chunks = np.unique(np.concatenate([(a // 16).ravel() for a in reads]))
     if st.dirty[chunks].any():
         bad = int(chunks[st.dirty[chunks]][0])
         raise RuntimeError(f"wgmma reads shared bytes [{16 * bad}, {16 * bad + 16}) written by cp.async that "
@@ -216,11 +216,20 @@ def _track(st: _State, tid: int, descs: tuple, rows: tuple) -> None:
     st.thread(tid).wg_open.append(chunks)
 
 
+def _operand(desc: int, rows: np.ndarray, trans: int) -> np.ndarray:
+    """Byte addresses [rows, 32] of the k-step's elements of operand rows (M or N) ``rows``: K-major, or
+    MN-major when ``trans`` (wgmma_desc.mn_addresses)."""
+    return mn_addresses(desc, rows) if trans else addresses(desc, rows)
+
+
 @functools.cache
-def wgmma_async(itype: str, n: int):
-    """The stand-in ``mma(desc_a, desc_b, scale_d, acc) -> acc`` of m64n{n}k{16|8} (see module doc)."""
+def wgmma_async(itype: str, n: int, trans_a: int = 0, trans_b: int = 0):
+    """The stand-in ``mma(desc_a, desc_b, scale_d, acc) -> acc`` of m64n{n}k{16|8} (see module doc);
+    ``trans_a`` / ``trans_b``: the operand is MN-major (imm-trans 1: f16 / bf16 only)."""
     if itype not in ("f16", "bf16", "tf32") or n % 8 or not 8 <= n <= 256:
         raise ValueError(f"wgmma is f16 / bf16 / tf32 with N a multiple of 8 in 8..256, got {itype}, {n}")
+    if (trans_a or trans_b) and itype == "tf32":
+        raise ValueError("wgmma reads tf32 operands K-major only (imm-trans is for f16 / bf16)")
     j = np.arange(n // 8)
 
     def mma(desc_a, desc_b, scale_d, acc):
@@ -232,9 +241,9 @@ def wgmma_async(itype: str, n: int):
         rows_b = (8 * j[:, None] + 2 * q + np.arange(2)[None, :]).ravel()  # B^T rows n = 8j + 2q + u
         st = _state(kctx)
         if st is not None and t == 0:
-            _track(st, tid, (int(desc_a), int(desc_b)), (64, n))
-        A = _values(buf, addresses(int(desc_a), np.array([16 * w + g, 16 * w + g + 8])), itype)
-        B = _values(buf, addresses(int(desc_b), rows_b), itype)
+            _track(st, tid, (_operand(int(desc_a), np.arange(64), trans_a), _operand(int(desc_b), np.arange(n), trans_b)))
+        A = _values(buf, _operand(int(desc_a), np.array([16 * w + g, 16 * w + g + 8]), trans_a), itype)
+        B = _values(buf, _operand(int(desc_b), rows_b, trans_b), itype)
         D = (A @ B.T).reshape(2, n // 8, 2).transpose(1, 0, 2).reshape(-1)  # d[4j + 2h + u] = D[h, 2j + u]
         if scale_d:
             D = D + np.asarray(acc, np.float64)

@@ -5,8 +5,8 @@ Modules: :mod:`~convlab.autotune.tuner` (what :func:`tune` does, step by step), 
 tuning modes: heuristic, tune, exhaustive), :mod:`.rounds` (how the candidates of one problem are
 checked and timed), :mod:`.cache` (the per-device JSON file and its keys), :mod:`.result` (what a tuning
 reports); the cost model: :mod:`.costmodel` (the formula, its JSON files per target class),
-:mod:`.features` and :mod:`.families` (what it knows of a candidate), :mod:`.ranking`; its fit:
-``python -m convlab.autotune.fit`` (:mod:`.fit`, :mod:`.fitting`, :mod:`.measured`, :mod:`.evaluate`).
+:mod:`.features` and :mod:`.families` (what it knows of a candidate), :mod:`.ranking`. Its offline fit on
+measured results is :mod:`convlab.modelfit` (``python -m convlab.modelfit``).
 The key policy, deterministic mode, tuning depth, mode and budget live in :mod:`convlab.runtime.settings` and
 are re-exported here.
 """

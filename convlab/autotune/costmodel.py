@@ -11,7 +11,7 @@ DRAM bandwidth ``W``)::
 looked up as ``family|arith|op``, then ``family|arith|*``, then ``family|*|*``, then the defaults of
 :data:`DEFAULT_EFFICIENCY` (the physics alone); ``e_aux`` (the copies, unfolds, folds and split sums:
 streaming kernels), ``launch_ms`` and ``base_ms`` are one value each. The constants are fitted on
-measured times (``python -m convlab.autotune.fit``) and shipped as JSON per target class in
+measured times (``python -m convlab.modelfit``) and shipped as JSON per target class in
 ``convlab/autotune/model/<class>.json`` (class: the named target, e.g. ``sm_90``; a GPU's: its nearest
 named class).
 
@@ -143,7 +143,7 @@ class Model:
         if data.get("features_version") != FEATURES_VERSION:
             raise ValueError(f"stale: fitted on features version {data.get('features_version')!r}, this "
                              f"convlab computes version {FEATURES_VERSION} (refit: python -m "
-                             f"convlab.autotune.fit)")
+                             f"convlab.modelfit)")
         groups = {}
         for key, vals in dict(data["groups"]).items():
             e_c, e_m, ratio, rows = (float(v) for v in vals)

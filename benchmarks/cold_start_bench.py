@@ -96,6 +96,7 @@ for op in spec["ops"]:
 if spec["precompile"]:  # the fill step: compile (and save) every tuning candidate's kernels of these
     from convlab.runtime import settings  # shapes by running each once, without tuning them (nothing is timed)
     from convlab.plugin import registry
+    from convlab.call.candidate import run_candidate
     for xs, ws, pad in spec["precompile"]:
         x, w = (rng.standard_normal(s).astype(np.float32) for s in (xs, ws))
         prob = convlab.problem_for("conv2d", x, w, padding=pad)
@@ -108,7 +109,7 @@ if spec["precompile"]:  # the fill step: compile (and save) every tuning candida
         else:
             arrays = [runtime.to_device(x), runtime.to_device(w), None, runtime.to_device(poison)]
         for cand in registry.candidates(prob, limit, per_plugin=settings.get_tune_configs()):
-            cand.plugin.run(prob, cand.config, *arrays, workspace_limit=limit)
+            run_candidate(cand, prob, *arrays, limit)
     sync()
 print(json.dumps({"t_start": t_start, "import_torch_s": t1 - t0, "setup_s": t2 - t1,
                   "import_convlab_s": t_imported - t2, "numba_setup_s": t3 - t_imported,

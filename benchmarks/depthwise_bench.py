@@ -36,6 +36,8 @@ import torch.nn.functional as F
 import convlab
 from convlab import measure, runtime
 from convlab.runtime.settings import get_workspace_limit
+from convlab.call.candidate import run_candidate
+from convlab.plugin.registry import Candidate
 
 # (name, C, H, kernel, stride, count in the network)
 MOBILENET_V2 = [("mbv2_112_c32_s1", 32, 112, 3, 1, 1), ("mbv2_112_c96_s2", 96, 112, 3, 2, 1),
@@ -125,7 +127,7 @@ def run_layer(net, name, c, h, k, stride, count, args) -> list[dict]:
                 continue
             res = torch.full(problem.operand_shapes[2], float("nan"), device="cuda")
             dres = convlab.runtime.as_device_array(res)
-            run = lambda: plugin.run(problem, config, a, b, None, dres, workspace_limit=limit)  # noqa: E731
+            run = lambda: run_candidate(Candidate(plugin, config), problem, a, b, None, dres, limit)  # noqa: E731
 
             def check():
                 run()

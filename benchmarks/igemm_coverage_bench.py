@@ -24,6 +24,8 @@ import traceback
 import convlab
 from convlab import make_problem, runtime
 from convlab.measure import rel_error, tolerance
+from convlab.call.candidate import run_candidate
+from convlab.plugin.registry import Candidate
 
 # (label, ops, make_problem keywords): ResNeXt-50 32x4d grouped 3x3, MobileNetV2-like odd channels, a
 # 3-channel stem, ResNet-50 stride-2 3x3 dgrad, a DCGAN ConvTranspose2d(256, 128, 4, 2, 1) (dgrad + bias)
@@ -109,7 +111,7 @@ def measure(label: str, prob, torch, limit: int, n_configs: int | None, repeat: 
         entry = rec["configs"][cfg.name] = {"tolerance": tol}
 
         def run(plug=plugin, cfg=cfg):
-            plug.run(prob, cfg, da, db, dbias, dout, workspace_limit=limit)
+            run_candidate(Candidate(plug, cfg), prob, da, db, dbias, dout, limit)
         out.fill_(float("nan"))
         if guard(entry, "first_call_s", lambda: first_call_s(run, torch)) is None:
             continue
@@ -128,7 +130,7 @@ def measure(label: str, prob, torch, limit: int, n_configs: int | None, repeat: 
         if prev.applicable(prob, pcfg, limit):
             rec["previous"] = name
             guard(rec, "previous_ms", lambda: median_ms(
-                lambda: prev.run(prob, pcfg, da, db, dbias, dout, workspace_limit=limit),
+                lambda: run_candidate(Candidate(prev, pcfg), prob, da, db, dbias, dout, limit),
                 repeat if name != "direct" else 3, warmup=1))
             break
     return rec

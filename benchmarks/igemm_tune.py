@@ -20,6 +20,8 @@ import time
 import convlab
 from convlab import make_problem, runtime
 from convlab.measure import rel_error, tolerance
+from convlab.call.candidate import run_candidate
+from convlab.plugin.registry import Candidate
 
 # Burn conv2d suite (C, H, W, K, R, S, stride), batch 16, padding 0
 BURN = [(16, 512, 512, 16, 3, 3, 1), (3, 227, 227, 96, 11, 11, 4), (3, 231, 231, 96, 11, 11, 4),
@@ -68,13 +70,13 @@ def host_profile(plugin, torch, limit: int, calls: int = 200) -> str:
     prob = make_problem("forward", 16, 512, 7, 7, 512, 3, 3)
     cfg = plugin.configs(prob)[0]
     arrays = [runtime.as_device_array(torch.randn(s, device="cuda")) for s in prob.operand_shapes]
-    plugin.run(prob, cfg, arrays[0], arrays[1], None, arrays[2], workspace_limit=limit)
+    run_candidate(Candidate(plugin, cfg), prob, arrays[0], arrays[1], None, arrays[2], limit)
     torch.cuda.synchronize()
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
     for _ in range(calls):
-        plugin.run(prob, cfg, arrays[0], arrays[1], None, arrays[2], workspace_limit=limit)
+        run_candidate(Candidate(plugin, cfg), prob, arrays[0], arrays[1], None, arrays[2], limit)
     prof.disable()
     host_us = (time.perf_counter() - t0) / calls * 1e6
     torch.cuda.synchronize()
@@ -128,7 +130,7 @@ def main() -> int:
                 for cfg in plugin.configs(prob):
                     out.fill_(float("nan"))
                     t0 = time.time()
-                    plugin.run(prob, cfg, da, db, dbias, dout, workspace_limit=limit)
+                    run_candidate(Candidate(plugin, cfg), prob, da, db, dbias, dout, limit)
                     torch.cuda.synchronize()
                     first = time.time() - t0
                     err = rel_error(out.cpu().numpy(), ref)
@@ -136,8 +138,8 @@ def main() -> int:
                              "first_call_s": round(first, 3),
                              "workspace_bytes": plugin.workspace_bytes(prob, cfg, limit)}
                     if not args.sanitize:
-                        ms = cuda_time(lambda: plugin.run(prob, cfg, da, db, dbias, dout,
-                                                          workspace_limit=limit), torch, repeat=args.repeat)
+                        ms = cuda_time(lambda: run_candidate(Candidate(plugin, cfg), prob, da, db, dbias, dout,
+                                                             limit), torch, repeat=args.repeat)
                         entry.update(ms=ms, tflops=prob.flops / ms / 1e9)
                     rec["configs"][cfg.name] = entry
                     print(f"   {cfg.name:32s} err {err:.1e} {'OK ' if err <= entry['tolerance'] else 'BAD'}"
@@ -151,13 +153,13 @@ def main() -> int:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()  # host cost of one call (the GPU queue absorbs the launches)
                 for _ in range(5):
-                    plugin.run(prob, cfg, da, db, dbias, dout, workspace_limit=limit)
+                    run_candidate(Candidate(plugin, cfg), prob, da, db, dbias, dout, limit)
                 rec["best"]["host_us_per_call"] = (time.perf_counter() - t0) / 5 * 1e6
                 torch.cuda.synchronize()
                 rec["cudnn_ms"] = cuda_time(lambda: cudnn(a, b, bt), torch, repeat=args.repeat)
                 if args.direct_all or (geo["c"], geo["h"]) == (16, 512):
-                    rec["direct_ms"] = cuda_time(lambda: direct.run(prob, direct.configs(prob)[0], da, db,
-                                                                    dbias, dout, workspace_limit=limit),
+                    rec["direct_ms"] = cuda_time(lambda: run_candidate(Candidate(direct, direct.configs(prob)[0]),
+                                                                       prob, da, db, dbias, dout, limit),
                                                  torch, warmup=1, repeat=3)
                 print(f"   best {best[0]} {best[1]['ms']:.3f} ms (host "
                       f"{rec['best']['host_us_per_call']:.0f} us), cuDNN {rec['cudnn_ms']:.3f} ms, ratio "

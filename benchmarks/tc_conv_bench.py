@@ -38,6 +38,8 @@ from convlab.bench.baseline import torch_call
 from convlab.bench.suite import load_suite
 from convlab.measure import rel_error, tolerance
 from convlab.plugin import registry
+from convlab.call.candidate import run_candidate
+from convlab.plugin.registry import Candidate
 
 DTYPES = ("float16", "bfloat16", "float32")  # float32 = TF32 under precision "high"
 
@@ -94,7 +96,7 @@ def bench_one(torch, plugin, entry, pr, rows: list, config_index: int = 0) -> No
         tout = torch.full(out_shape, float("nan"), device="cuda", dtype=tdt)
         a, b, bias, out = (_as_numba(torch, t) for t in (ta, tb, tbias, tout))
         t0 = time.perf_counter()
-        ours = lambda: plugin.run(pr, config, a, b, bias, out, workspace_limit=LIMIT)  # noqa: E731
+        ours = lambda: run_candidate(Candidate(plugin, config), pr, a, b, bias, out, LIMIT)  # noqa: E731
         ours()
         torch.cuda.synchronize()
         row["first_s"] = round(time.perf_counter() - t0, 1)

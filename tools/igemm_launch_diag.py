@@ -18,6 +18,7 @@ from convlab.plugin import registry
 import sys
 
 from convlab.algorithms.implicit_gemm import common
+from convlab.call.candidate import run_candidate
 
 SHAPES = [("forward", 16, 512, 7, 7, 512, 3, 3, 1), ("wgrad", 16, 256, 14, 14, 256, 3, 3, 1),
           ("forward", 16, 64, 56, 56, 64, 3, 3, 1), ("dgrad", 16, 512, 7, 7, 512, 3, 3, 1)]
@@ -26,7 +27,7 @@ SHAPES = [("forward", 16, 512, 7, 7, 512, 3, 3, 1), ("wgrad", 16, 256, 14, 14, 2
 def time_run(prob, cand, dev, out):
     """(median device ms per run with CUDA events, host us per run of 100 back-to-back runs)."""
     def run():
-        cand.plugin.run(prob, cand.config, *dev, out, workspace_limit=convlab.get_workspace_limit())
+        run_candidate(cand, prob, *dev, out, convlab.get_workspace_limit())
     device_ms = statistics.median(runtime.time_ms(run, warmup=5, repeat=30))
     runtime.synchronize()
     start = time.perf_counter()

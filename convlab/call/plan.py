@@ -37,7 +37,7 @@ import numpy as np
 
 from convlab.call import graphs as _graphs
 from convlab.call import operands as _operands
-from convlab.kernels.data import layouts
+from convlab.call.candidate import run_candidate
 from convlab.plugin import registry
 from convlab.runtime import context, launch, settings
 from convlab.runtime.thin import stream_handle as _stream_handle
@@ -125,7 +125,7 @@ class Plan:
         if stream is None and torch_call and self._raw_stream is not None:
             handle, st = self._raw_stream(self.torch_device), None  # rule 2 for a torch first operand
         else:
-            st = _operands.resolve_stream(stream, (ra[2], rb[2], rbias[2], out))
+            st = _operands.resolve_stream(stream, recs)
             handle = _stream_handle(st)
         if out is not None:
             result, at = out, rout[1]
@@ -133,7 +133,7 @@ class Plan:
             if torch_call:
                 result = self._empty(*self._out_args, **self._out_kwargs)
             else:
-                result = _operands.empty_like_kind(ra[2], self.out_shape, self.dtype, st,
+                result = _operands.empty_like_kind(ra, self.out_shape, self.dtype, st,
                                                    channels_last=self.channels_last_out)
             at = _operands.data_pointer(result)
         bases = [ra[1], rb[1], rbias[1], at]
@@ -146,7 +146,7 @@ class Plan:
             values = (ra[2], rb[2], rbias[2], result)
             devs = [None if v is None else _operands.as_device(v) for v in values]
             if st is None:
-                st = _operands.resolve_stream(None, values)
+                st = _operands.resolve_stream(None, recs)
             self.replay(devs, bases, st)
         if self.counts is not None:
             self.counts["replayed"] += 1
@@ -275,16 +275,16 @@ def _held(table: Table) -> int:
 
 def record(candidate: Any, problem: Any, arrays: Sequence[Any], *, workspace_limit: int, stream: Any = 0,
            signatures: Sequence[Any] = (), channels_last_out: bool = False,
-           check: Callable[[], bool] | None = None) -> Plan:
-    """Run ``candidate`` once on the device operands ``arrays`` = (a, b, bias or None, out) on ``stream``,
-    as the public op does (channels-last operands of a plugin that takes NCHW go through NCHW copies:
-    convlab.kernels.data.layouts), recording its launches; the :class:`Plan` replays them on other
-    operands. The public op stores the plans it records (:func:`store`); the autotuner times the
+           check: Callable[[], bool] | None = None, spans: Sequence[Any] | None = None) -> Plan:
+    """Run ``candidate`` once on the device operands ``arrays`` = (a, b, bias or None, out) on ``stream``
+    through :func:`convlab.call.candidate.run_candidate`, as the public op does, recording its launches;
+    the :class:`Plan` replays them on other operands. ``spans``: each operand's (pointer, bytes) when the
+    caller has them. The public op stores the plans it records (:func:`store`); the autotuner times the
     replays of one (what a call costs, graphs included). Raises what the plugin raises."""
-    spans = [None if v is None else _operands.pointer(v) for v in arrays]
-    with launch.using_stream(stream), launch.recording(spans) as recorded:
-        with layouts.operands_for(candidate.plugin.layouts, tuple(arrays)) as taken:
-            candidate.plugin.run(problem, candidate.config, *taken, workspace_limit=workspace_limit)
+    if spans is None:
+        spans = [None if v is None else _operands.pointer(v) for v in arrays]
+    with launch.recording(spans) as recorded:
+        run_candidate(candidate, problem, *arrays, workspace_limit, stream=stream)
     out = arrays[3]
     return Plan(candidate, recorded, tuple(out.shape), problem.dtype, signatures, channels_last_out, check)
 

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", type=int, nargs="*", default=None,
                         help="indices into tc_gemm.CONFIGS[itype] to time (default: all)")
     parser.add_argument("--tf32-round", nargs="+", default=["trunc"], choices=["add", "cvt", "trunc"],
-                        help="TF32 rounding of the fragments (tc_pipeline.TF32_ROUND) to time, each")
+                        help="TF32 rounding of the fragments (kernels.tensor_core.warp.TF32_ROUND) to time, each")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--inner", type=int, default=5)

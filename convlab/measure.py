@@ -67,7 +67,7 @@ def tolerance(problem: Problem, eps: float) -> float:
     plus one output rounding, a relative norm error below half the input type's machine epsilon
     (:func:`convlab.problem.unit_roundoff`: 2**-10 float16, 2**-7 bfloat16), allowed in full. TF32
     (float32 under precision "high") keeps 10 mantissa bits of the inputs (truncated by default, or
-    rounded: tc_pipeline.TF32_ROUND): eps = 2**-10 covers both.
+    rounded: kernels.tensor_core.warp.TF32_ROUND): eps = 2**-10 covers both.
     """
     out = unit_roundoff(problem.dtype) if problem.dtype in HALF_DTYPES else 0.0
     return out + eps * (8.0 * math.sqrt(max(problem.reduction_length, 1)) + 16.0)

@@ -81,6 +81,6 @@ def addresses(desc: int, rows: np.ndarray, nbytes: int = 32) -> np.ndarray:
 
 
 def pipeline_chunk(row: int, chunk: int, chunks: int) -> int:
-    """Where tc_pipeline stores 16-byte chunk ``chunk`` of tile row ``row`` (rows of ``chunks`` chunks):
-    the chunk index within the row."""
+    """Where the warp pipeline (convlab.kernels.tensor_core.warp) stores 16-byte chunk ``chunk`` of tile
+    row ``row`` (rows of ``chunks`` chunks): the chunk index within the row."""
     return chunk ^ ((row // (8 // chunks)) % chunks)

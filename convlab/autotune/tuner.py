@@ -8,10 +8,10 @@ For a problem, :func:`tune` does, in order (the tuning mode, :mod:`.modes`, deci
 2. cache (:mod:`.cache_entries`): the entry under ``cache.tuning_key(problem, key policy,
    deterministic)`` answers at once (nothing runs, nothing is timed) when it was written by this
    convlab version, timed the same way (``rounds.TIMED``: by plan replay), for the same candidate
-   labels and the same plugin fingerprints (source + config names) and its winner is still eligible (an entry shared by a
-   neighbouring shape under the pow2 policy: the labels and fingerprints of the shape it was tuned
-   on, and its winner eligible for this one) and it was made in a mode at least as thorough as the
-   current one (heuristic < tune < exhaustive);
+   labels and the same plugin fingerprints (source + config names) and its winner is still eligible (an
+   entry shared by a neighbouring shape under the pow2 policy: the labels and fingerprints of the shape
+   it was tuned on, and its winner eligible for this one) and it was made in a mode at least as thorough
+   as the current one (heuristic < tune < exhaustive);
    mode "heuristic": the cost model's best candidate (:mod:`.ranking`), nothing
    compiled or timed, stored as a heuristic entry (a later "tune" replaces it; a pick by declared
    priority, where no model applies, is not stored);

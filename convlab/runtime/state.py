@@ -6,7 +6,8 @@ The runtime is in one of three states (:data:`MODE`):
     "simulator"  Numba's CUDA simulator: kernels run as Python, one thread per CUDA thread, with the
                  stand-ins of the GPU intrinsics
     "compile"    compile-only: no device and no simulator; kernels compile to PTX for a named target
-                 (:mod:`convlab.runtime.targets`) and nothing runs (:mod:`convlab.runtime.offline`, :mod:`convlab.compile`)
+                 (:mod:`convlab.runtime.targets`) and nothing runs (:mod:`convlab.runtime.offline`,
+                 :mod:`convlab.compile`)
 
 ``CONVLAB_RUNTIME=gpu|simulator|compile`` chooses one. Otherwise ``NUMBA_ENABLE_CUDASIM=1`` is the
 simulator; ``NUMBA_ENABLE_CUDASIM=0`` is the GPU when the CUDA driver reports a device, else compile-only;

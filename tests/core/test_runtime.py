@@ -98,3 +98,13 @@ def test_bfloat16_travels_as_uint16_bits():
     assert np.array_equal(runtime.to_host(dev).view(np.uint16), host.view(np.uint16))
     runtime.copy_into(dev, host[::-1].copy())
     assert np.array_equal(runtime.to_host(dev).view(np.uint16), host[::-1].view(np.uint16))
+
+
+@pytest.mark.skipif(not runtime.SIMULATOR, reason="the simulator's stand-in of an inline-PTX intrinsic")
+def test_an_inline_ptx_intrinsic_raises_when_called_on_the_simulator():
+    from convlab.kernels.arch import mma_ptx, wgmma_ptx
+
+    with pytest.raises(NotImplementedError, match="mma_ptx.to_tf32 is inline PTX"):
+        mma_ptx.to_tf32(1.0)
+    with pytest.raises(NotImplementedError, match="wgmma_ptx.wgmma_commit is inline PTX"):
+        wgmma_ptx.wgmma_commit()

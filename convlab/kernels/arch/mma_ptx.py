@@ -1,9 +1,9 @@
 """The GPU definitions of the tensor-core intrinsics of :mod:`convlab.kernels.arch.mma`: inline PTX.
 
 numba-cuda has no MMA API (numba-cuda#309); each name here is a ``cuda.extending.intrinsic``
-(``convlab.runtime.intrinsic``) that emits an llvmlite ``ir.InlineAsm``. The semantics, fragment layouts and argument rules are in
-:mod:`convlab.kernels.arch.mma`'s docstring; import the names from there, which picks these on a GPU and
-the stand-ins of :mod:`convlab.kernels.arch.mma_sim` on the simulator.
+(``convlab.runtime.intrinsic``) that emits an llvmlite ``ir.InlineAsm``. The semantics, fragment layouts
+and argument rules are in :mod:`convlab.kernels.arch.mma`'s docstring; import the names from there, which
+picks these on a GPU and the stand-ins of :mod:`convlab.kernels.arch.mma_sim` on the simulator.
 
 On the simulator, which has no ``cuda.extending``, the module imports and each name raises when called
 (``convlab.runtime.intrinsic``): kernels there call the stand-ins, and :mod:`convlab.kernels.arch.mma`

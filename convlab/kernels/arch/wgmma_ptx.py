@@ -1,8 +1,8 @@
 """The GPU definitions of the warpgroup intrinsics of :mod:`convlab.kernels.arch.wgmma`: inline PTX (sm_90a).
 
-Each name is a ``cuda.extending.intrinsic`` (``convlab.runtime.intrinsic``) emitting one llvmlite ``ir.InlineAsm`` (the helpers are
-:mod:`convlab.kernels.arch.mma_ptx`'s); the semantics, operand rules and the descriptor layout are in
-:mod:`convlab.kernels.arch.wgmma`'s docstring. Every asm here has side effects and clobbers memory, so LLVM
+Each name is a ``cuda.extending.intrinsic`` (``convlab.runtime.intrinsic``) emitting one llvmlite
+``ir.InlineAsm`` (the helpers are :mod:`convlab.kernels.arch.mma_ptx`'s); the semantics, operand rules and
+the descriptor layout are in :mod:`convlab.kernels.arch.wgmma`'s docstring. Every asm here has side effects and clobbers memory, so LLVM
 keeps them in program order among themselves and around ``cp.async`` / barriers. The accumulators go
 in and out of ``wgmma.mma_async``, ``wgmma.fence`` and ``wgmma.wait_group`` as tied registers ("=f"
 outputs tied to their inputs, the "+f" of CUDA C++): no accumulator use can move across the wait, and

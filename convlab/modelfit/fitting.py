@@ -27,7 +27,7 @@ import numpy as np
 from convlab.runtime.targets import Target
 
 from convlab.autotune.costmodel import Group, Model, default_group, formula
-from convlab.autotune.features_base import ARITH_CEILING, Features
+from convlab.autotune.features import ARITH_CEILING, Features
 
 MIN_GROUP_ROWS = 6  # rows an op-specific group needs to be fitted on its own
 ROUNDS = 3

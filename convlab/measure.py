@@ -1,5 +1,7 @@
 """Shared measuring tools: random operands, error against the reference, tolerances, timing, and the
 one check-and-time engine (:class:`CandidateResult`, :func:`trusted_output`, :func:`check_candidate`).
+A candidate runs through :func:`convlab.call.candidate.run_candidate` (re-exported here), timed through
+the launch plan it records (:func:`time_candidate`).
 
 Used by the conformance suite, the autotuner and the benchmarks, so all three judge and time a
 candidate the same way.
@@ -15,6 +17,8 @@ from typing import Any, Callable
 import numpy as np
 
 from convlab import reference, runtime
+from convlab.call import operands, plan
+from convlab.call.candidate import run_candidate
 from convlab.runtime import settings
 from .plugin import registry
 from .plugin.contract import Config
@@ -63,16 +67,10 @@ def tolerance(problem: Problem, eps: float) -> float:
     plus one output rounding, a relative norm error below half the input type's machine epsilon
     (:func:`convlab.problem.unit_roundoff`: 2**-10 float16, 2**-7 bfloat16), allowed in full. TF32
     (float32 under precision "high") keeps 10 mantissa bits of the inputs (truncated by default, or
-    rounded: tc_pipeline.TF32_ROUND): eps = 2**-10 covers both.
+    rounded: kernels.tensor_core.warp.TF32_ROUND): eps = 2**-10 covers both.
     """
     out = unit_roundoff(problem.dtype) if problem.dtype in HALF_DTYPES else 0.0
     return out + eps * (8.0 * math.sqrt(max(problem.reduction_length, 1)) + 16.0)
-
-
-def run_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias: Any, out: Any,
-                  workspace_limit: int) -> None:
-    """Launch one candidate on device operands (no synchronisation)."""
-    candidate.plugin.run(problem, candidate.config, a, b, bias, out, workspace_limit=workspace_limit)
 
 
 def time_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias: Any, out: Any, *,
@@ -84,8 +82,6 @@ def time_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias:
     ``convlab.call.graphs.CAPTURE_AFTER``-th); None without a GPU. ``plugin.run`` alone would time
     Numba's per-launch marshalling as well, tens of microseconds a launch that no planned call pays.
     ``plans``: a dict keeping each candidate's recorded plan between calls (the autotuner's rounds)."""
-    from convlab.call import operands, plan
-
     recorded = None if plans is None else plans.get(candidate.label)
     if recorded is None:
         recorded = plan.record(candidate, problem, (a, b, bias, out), workspace_limit=workspace_limit)

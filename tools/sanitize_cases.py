@@ -24,6 +24,8 @@ import convlab
 from convlab import make_problem, make_problem_nd, measure, reference, runtime
 from convlab.plugin import registry
 from convlab.problem import np_dtype
+from convlab.call.candidate import run_candidate
+from convlab.plugin.registry import Candidate
 
 DTYPES = ("float64", "float32", "float16", "bfloat16", "tf32")  # tf32: float32 under precision "high"
 SHAPES = [  # (n, c, h, w, k, r, s, stride, padding, dilation, groups, bias)
@@ -60,7 +62,7 @@ def _case(plugin, prob, config, rng) -> tuple[float, bool]:
     host = measure.random_operands(prob, rng)
     a, b, bb = measure.to_device(*host)
     out = runtime.full(prob.operand_shapes[2], np.nan, np_dtype(prob.dtype))
-    plugin.run(prob, config, a, b, bb, out, workspace_limit=convlab.get_workspace_limit())
+    run_candidate(Candidate(plugin, config), prob, a, b, bb, out, convlab.get_workspace_limit())
     err = measure.rel_error(runtime.to_host(out), reference.solve(prob, *host))
     return err, err <= measure.tolerance(prob, plugin.compute_eps(prob.dtype))
 

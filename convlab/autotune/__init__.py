@@ -3,11 +3,12 @@ on the GPU, checks each against a trusted output, and caches the winner per shap
 
 Modules: :mod:`~convlab.autotune.tuner` (what :func:`tune` does, step by step), :mod:`.modes` (the
 tuning modes: heuristic, tune, exhaustive), :mod:`.rounds` (how the candidates of one problem are
-checked and timed), :mod:`.cache` (the per-device JSON file and its keys), :mod:`.result` (what a tuning
+checked and timed), :mod:`.cache` (the per-device JSON file and its keys), :mod:`.cache_entries` (when a
+stored entry answers, what a tuning stores), :mod:`.result` (what a tuning
 reports); the cost model: :mod:`.costmodel` (the formula, its JSON files per target class),
 :mod:`.features` (what it knows of a candidate: what the plugin declares, ``Algorithm.cost_features``),
-:mod:`.ranking`; its fit:
-``python -m convlab.autotune.fit`` (:mod:`.fit`, :mod:`.fitting`, :mod:`.measured`, :mod:`.evaluate`).
+:mod:`.ranking`. Its offline fit on measured results is :mod:`convlab.modelfit`
+(``python -m convlab.modelfit``).
 The key policy, deterministic mode, tuning depth, mode and budget live in :mod:`convlab.runtime.settings` and
 are re-exported here.
 """

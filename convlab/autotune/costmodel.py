@@ -12,7 +12,7 @@ looked up as ``family|arith|op``, then ``family|arith|*``, then ``family|*|*``, 
 :data:`DEFAULT_EFFICIENCY` for the kernel's kind (the physics alone; the kind is the candidate's
 declared ``f.kind``, "tensor" for tensor-core arithmetic); ``e_aux`` (the copies, unfolds, folds and split sums:
 streaming kernels), ``launch_ms`` and ``base_ms`` are one value each. The constants are fitted on
-measured times (``python -m convlab.autotune.fit``) and shipped as JSON per target class in
+measured times (``python -m convlab.modelfit``) and shipped as JSON per target class in
 ``convlab/autotune/model/<class>.json`` (class: the named target, e.g. ``sm_90``; a GPU's: its nearest
 named class).
 
@@ -146,7 +146,7 @@ class Model:
         if data.get("features_version") != FEATURES_VERSION:
             raise ValueError(f"stale: fitted on features version {data.get('features_version')!r}, this "
                              f"convlab computes version {FEATURES_VERSION} (refit: python -m "
-                             f"convlab.autotune.fit)")
+                             f"convlab.modelfit)")
         groups = {}
         for key, vals in dict(data["groups"]).items():
             e_c, e_m, ratio, rows = (float(v) for v in vals)

@@ -5,13 +5,13 @@ For a problem, :func:`tune` does, in order (the tuning mode, :mod:`.modes`, deci
 1. candidates: every eligible (plugin, config) from ``registry.candidates(problem, workspace_limit)``
    (within the workspace limit; each plugin's first N configs under ``set_tune_configs(N)``), minus
    plugins declaring ``deterministic = False`` when :func:`set_deterministic` is on;
-2. cache: the entry under ``cache.tuning_key(problem, key policy, deterministic)`` answers at once
-   (nothing runs, nothing is timed) when it was written by this convlab version, timed the same way
-   (``rounds.TIMED``: by plan replay), for the same candidate labels and the same plugin
-   fingerprints (source + config names) and its winner is still eligible (an entry shared by a
-   neighbouring shape under the pow2 policy: the labels and fingerprints of the shape it was tuned
-   on, and its winner eligible for this one) and it was made in a mode at least as thorough as the
-   current one (heuristic < tune < exhaustive);
+2. cache (:mod:`.cache_entries`): the entry under ``cache.tuning_key(problem, key policy,
+   deterministic)`` answers at once (nothing runs, nothing is timed) when it was written by this
+   convlab version, timed the same way (``rounds.TIMED``: by plan replay), for the same candidate
+   labels and the same plugin fingerprints (source + config names) and its winner is still eligible (an
+   entry shared by a neighbouring shape under the pow2 policy: the labels and fingerprints of the shape
+   it was tuned on, and its winner eligible for this one) and it was made in a mode at least as thorough
+   as the current one (heuristic < tune < exhaustive);
    mode "heuristic": the cost model's best candidate (:mod:`.ranking`), nothing
    compiled or timed, stored as a heuristic entry (a later "tune" replaces it; a pick by declared
    priority, where no model applies, is not stored);
@@ -38,20 +38,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from convlab import _version, runtime
+from convlab import runtime
 from convlab.runtime import context, settings
 from convlab.runtime.settings import cache_dir
 from convlab.plugin import registry
 from convlab.problem import Problem
 from convlab.plugin.registry import Candidate
 from .result import CandidateResult, TuneResult
-from .cache import TuningCache, file_name, plugin_fingerprint, tuning_key
-from .rounds import TIMED, Timer, measure_candidates
-from . import mode_steps, modes
+from .cache import TuningCache, file_name, tuning_key
+from .rounds import Timer, measure_candidates
+from . import cache_entries, mode_steps, modes
 
 log = logging.getLogger("convlab")
 
@@ -120,93 +119,8 @@ def clear_cache(memory: bool = True, disk: bool = True) -> None:
             _cache().clear(memory=False, disk=True)
 
 
-# ---- tuning -------------------------------------------------------------------------------------
-def _eligible(problem: Problem, limit: int) -> list[Candidate]:
-    cands = registry.candidates(problem, limit, per_plugin=settings.get_tune_configs())
-    deterministic = settings.get_deterministic()
-    if deterministic:
-        cands = [c for c in cands if c.plugin.deterministic]
-    if not cands:
-        what = "deterministic plugin (deterministic mode is on)" if deterministic else "registered plugin"
-        raise ValueError(f"no {what} can run {problem.describe()}")
-    return cands
-
-
-def _fingerprints(problem: Problem, cands: list[Candidate]) -> dict[str, str]:
-    plugins = {c.plugin.name: c.plugin for c in cands}
-    return {name: plugin_fingerprint(p, registry.safe_configs(p, problem)) for name, p in plugins.items()}
-
-
-def _stale(entry: dict, cands: list[Candidate], prints: dict[str, str]) -> str:
-    """Why a cache entry cannot be used ('' when it can)."""
-    labels = sorted(c.label for c in cands)
-    try:
-        if entry["version"] != _version.__version__:
-            return f"written by convlab {entry['version']}, this is {_version.__version__}"
-        if entry.get("timed") != TIMED:
-            return f"timed {entry.get('timed', 'by plugin.run')}, now {TIMED}"
-        if sorted(entry["candidates"]) != labels:
-            return "the candidate set changed"
-        changed = sorted(n for n in prints if entry["plugins"].get(n) != prints[n])
-        if changed:
-            return f"source or configs of {', '.join(changed)} changed"
-        if entry["winner"] not in labels:
-            return "its winner is no longer eligible"
-    except (KeyError, TypeError, AttributeError) as exc:
-        return f"malformed entry ({exc!r})"
-    return ""
-
-
-def _stale_for(problem: Problem, entry: dict, cands: list[Candidate], prints: dict[str, str],
-               limit: int) -> str:
-    """Why ``entry`` cannot answer ``problem`` ('' when it can). An entry shared through the pow2 key
-    policy was tuned on a neighbouring shape: it is judged against the candidates and fingerprints of
-    that shape (whose configs may differ), and its winner must also be eligible here."""
-    try:
-        tuned = Problem.from_dict(entry["problem"])
-    except (KeyError, TypeError, ValueError):
-        tuned = problem
-    if tuned != problem:
-        try:
-            tuned_cands = _eligible(tuned, limit)
-        except ValueError as exc:
-            return f"the tuned shape has no candidates now ({exc})"
-        why = _stale(entry, tuned_cands, _fingerprints(tuned, tuned_cands))
-        if why:
-            return why
-        return "" if entry["winner"] in {c.label for c in cands} else \
-            f"its winner (tuned on {tuned.describe()}) is not eligible for this shape"
-    return _stale(entry, cands, prints)
-
-
-def _from_entry(problem: Problem, key: str, entry: dict, cands: list[Candidate], start: float
-                ) -> TuneResult:
-    known = {c.label: c for c in cands}
-    rows = []
-    for row in entry.get("results", []):
-        try:
-            rows.append(CandidateResult.from_dict(row))
-        except TypeError:
-            continue
-    made = modes.entry_mode(entry)
-    how = "a heuristic pick (nothing timed)" if made == "heuristic" else \
-        f"tuned in {entry.get('tuning_s', float('nan')):.3g} s"
-    estimates = entry.get("estimates") if isinstance(entry.get("estimates"), dict) else {}
-    return TuneResult(problem, key, rows, known[entry["winner"]], "cache", time.perf_counter() - start,
-                      f"stored result of mode {made!r}", entry.get("checked_against", ""),
-                      [f"{how} on {entry.get('device')}"]
-                      + ([f"shared: tuned on {entry['problem']['x']} (key policy {settings.get_key_policy()})"]
-                         if entry.get("problem") != problem.to_dict() else []),
-                      mode=made, estimates=dict(estimates), ranking=str(entry.get("ranking", "")))
-
-
 def _store(result: TuneResult, cands: list[Candidate], prints: dict[str, str], extra: dict) -> None:
-    entry = {**extra, "winner": result.winner_label, "version": _version.__version__, "timed": TIMED,
-             "plugins": prints, "candidates": sorted(c.label for c in cands),
-             "results": [asdict(r) for r in result.candidates], "tuning_s": result.tuning_s,
-             "checked_against": result.checked_against, "problem": result.problem.to_dict(),
-             "device": runtime.device_name()}
-    _cache().put(result.key, entry)
+    _cache().put(result.key, cache_entries.entry_of(result, cands, prints, extra))
 
 
 def stored(key: str) -> dict | None:
@@ -246,16 +160,16 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
     start = time.perf_counter()
     mode = settings.get_tune_mode()
     with _lock:
-        cands = _eligible(problem, limit)
+        cands = cache_entries.eligible(problem, limit)
         key = tuning_key(problem, settings.get_key_policy(), settings.get_deterministic())
-        prints = _fingerprints(problem, cands)
+        prints = cache_entries.fingerprints(problem, cands)
         entry = None if force or problem.n == 0 else _cache().get(key)
-        stale = _stale_for(problem, entry, cands, prints, limit) if entry is not None else "no entry"
+        stale = cache_entries.stale_for(problem, entry, cands, prints, limit) if entry is not None else "no entry"
         if not stale:
             stale = mode_steps.mode_stale(entry, mode)
         if not stale:
             _counters()["cache_hits"] += 1
-            result = _from_entry(problem, key, entry, cands, start)
+            result = cache_entries.from_entry(problem, key, entry, cands, start)
         elif problem.n == 0 or (mode != "heuristic" and not runtime.HAS_DEVICE and timer is None):
             _counters()["priority"] += 1
             why = ("an empty batch (N = 0) has nothing to time" if problem.n == 0 else

@@ -1,7 +1,7 @@
 """The paths of one candidate the harness checks and times, and the checks of their timed outputs.
 
     path   what runs                                                        row field
-    run    run_candidate: ``plugin.run(problem, config, a, b, bias, out)``  median_ms (min, samples, rates)
+    run    run_candidate: convlab.call.candidate.run_candidate              median_ms (min, samples, rates)
     op     op_call: the public op with ``algorithm=(plugin, config)``        op_median_ms
            forced, as a user calls it (its plan replayed, a CUDA graph once
            the same operands repeat: convlab.call)
@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from convlab import runtime
+from convlab.call.candidate import run_candidate as entry
 from convlab.measure import CandidateResult, Trusted, judge
 from convlab.ops import call_problem
 from convlab.plugin.registry import Candidate
@@ -33,7 +34,7 @@ PATH_NAMES = {"run": "plugin.run", "op": "the public op (plan replay)", "cudnn":
 def run_candidate(cand: Candidate, problem: Problem, dev: tuple, out: Any, limit: int) -> None:
     """One run of ``cand`` = (plugin, config) on the device operands ``dev`` = (a, b, bias) into ``out``,
     not synchronised: every run of a candidate the benchmarks make outside the public op is this call."""
-    cand.plugin.run(problem, cand.config, *dev, out, workspace_limit=limit)
+    entry(cand, problem, *dev, out, limit)
 
 
 def op_call(cand: Candidate, problem: Problem, dev: tuple, out: Any, limit: int,

@@ -1,22 +1,29 @@
 """Operands of the public ops, each adapted once at the API edge into an :class:`Operand` record: its
-signature (what a launch plan keys on), device pointer and the value the call path uses; then streams
-and outputs.
+signature (what a launch plan keys on), device pointer, the value the call path uses and its kind; then
+streams and outputs, read from the records.
 
-    adapt(obj) -> Operand   (signature, pointer, value): one read of the operand's attributes
+    adapt(obj) -> Operand   (signature, pointer, value, kind): one read of the operand's attributes
     rec.signature           (kind, shape, strides, dtype, device, aligned) for a device operand
                             ("torch": a CUDA tensor, element strides; "numba": a Numba device array, byte
                             strides); False for a host operand (numpy, a CPU tensor) or one that is not
                             planned (another __cuda_array_interface__ object); None when absent
     rec.pointer, rec.nbytes the device address and size of its data (0 for host or absent operands)
     rec.value               the operand as the caller passed it
+    rec.kind                NUMPY, HOST_TENSOR (a CPU tensor), TORCH (a CUDA tensor), NUMBA (a Numba device
+                            array), ARRAY (anything else: a ``__cuda_array_interface__`` object, or what
+                            the op refuses), None when absent
+
+A call makes its four records once (a, b, bias, out) and hands them down: the replay of a plan, the
+full path's checks and device views, the stream and the output all read the records, not the operands.
 
 PyTorch tensors are read through their own attributes (``shape``, ``stride()``, ``dtype``,
 ``data_ptr()``, ``is_cuda``) instead of ``__cuda_array_interface__`` (~12 us through
 ``cuda.as_cuda_array``); a tensor is recognised by its class's module, so torch is never imported
 here: it is imported lazily, and only once a torch tensor was seen. Tensors that require grad are
 detached (convlab computes no autograd graph), not refused. CPU tensors are host operands: the ops
-read them as numpy arrays (:func:`host_view`; bfloat16 through its int16 bits and ``ml_dtypes``) and
-hand back a CPU tensor of the result's dtype (:func:`from_host`), like numpy in -> numpy out.
+read them as numpy arrays (:func:`host_record`, :func:`host_view`; bfloat16 through its int16 bits and
+``ml_dtypes``) and hand back a CPU tensor of the result's dtype (:func:`from_host`), like numpy in ->
+numpy out.
 
 Synchronisation rules (the stream a call's kernels run on), first match wins:
 1. ``stream=`` given to the op: a Numba stream, a ``torch.cuda.Stream`` (or anything with an int
@@ -45,14 +52,19 @@ from convlab.kernels.data.layouts import channels_last_view, is_channels_last, i
 from convlab.runtime import context
 
 
+#: the kinds of operand (Operand.kind)
+NUMPY, HOST_TENSOR, TORCH, NUMBA, ARRAY = "numpy", "host tensor", "torch", "numba", "array"
+
+
 class Operand(tuple):
-    """One operand of a call: ``(signature, pointer, value)`` (see the module docstring). A tuple, made
-    once per operand per call: the replay path reads it and nothing else."""
+    """One operand of a call: ``(signature, pointer, value, kind)`` (see the module docstring). A tuple,
+    made once per operand per call: the call path reads it and nothing else."""
 
     __slots__ = ()
     signature = property(operator.itemgetter(0))
     pointer = property(operator.itemgetter(1))
     value = property(operator.itemgetter(2))
+    kind = property(operator.itemgetter(3))
 
     @property
     def host(self) -> bool:
@@ -69,7 +81,7 @@ class Operand(tuple):
         return int(value.size) * np.dtype(value.dtype).itemsize
 
 
-ABSENT = Operand((None, 0, None))
+ABSENT = Operand((None, 0, None, None))
 
 
 def adapt(obj: Any) -> Operand:
@@ -78,14 +90,22 @@ def adapt(obj: Any) -> Operand:
         return ABSENT
     if type(obj).__module__.startswith("torch"):
         if not obj.is_cuda:
-            return Operand((False, 0, obj))
+            return Operand((False, 0, obj, HOST_TENSOR))
         ptr = obj.data_ptr()
-        return Operand((("torch", obj.shape, obj.stride(), obj.dtype, obj.get_device(), ptr % 16 == 0), ptr, obj))
+        return Operand((("torch", obj.shape, obj.stride(), obj.dtype, obj.get_device(), ptr % 16 == 0), ptr, obj,
+                        TORCH))
     if runtime.is_device_array(obj):
         ptr = runtime.device_pointer(obj)
         return Operand((("numba", tuple(obj.shape), runtime.strides_of(obj), obj.dtype.str, ptr % 16 == 0),
-                        ptr, obj))
-    return Operand((False, 0, obj))
+                        ptr, obj, NUMBA))
+    return Operand((False, 0, obj, NUMPY if isinstance(obj, np.ndarray) else ARRAY))
+
+
+def host_record(rec: Operand, *, writable: bool = False) -> Operand:
+    """The record of a CPU tensor's numpy view (:func:`host_view`); any other record as it is."""
+    if rec[3] != HOST_TENSOR:
+        return rec
+    return Operand((False, 0, host_view(rec[2], writable=writable), NUMPY))
 
 
 def _external() -> dict:
@@ -180,8 +200,9 @@ def _numba_stream(handle: int) -> Any:
     return stream
 
 
-def resolve_stream(stream: Any, operands: tuple) -> Any:
-    """The stream the call's kernels run on (a Numba stream or 0); see the module docstring."""
+def resolve_stream(stream: Any, recs: tuple) -> Any:
+    """The stream the call's kernels run on (a Numba stream or 0), from ``stream=`` or the operand
+    records ``recs`` (see the module docstring)."""
     if stream is not None:
         if isinstance(stream, bool):
             raise TypeError(f"stream must be a CUDA stream or an int handle, got {stream!r}")
@@ -193,37 +214,37 @@ def resolve_stream(stream: Any, operands: tuple) -> Any:
             return stream
         raise TypeError(f"stream must be a Numba stream, a torch.cuda.Stream or an int handle, "
                         f"got {type(stream).__name__}")
-    for obj in operands:
-        if obj is None:
-            continue
-        if is_torch(obj):
-            if obj.is_cuda:
-                torch = sys.modules["torch"]
-                return _numba_stream(int(torch.cuda.current_stream(obj.device).cuda_stream))
+    for _, _, obj, kind in recs:
+        if kind == TORCH:
+            torch = sys.modules["torch"]
+            return _numba_stream(int(torch.cuda.current_stream(obj.device).cuda_stream))
+        if kind != NUMBA and kind != ARRAY:
             continue
         own = getattr(obj, "stream", 0)
         if own and runtime.is_stream(own):
             return own
-        cai = getattr(obj, "__cuda_array_interface__", None) if not runtime.is_device_array(obj) else None
+        cai = getattr(obj, "__cuda_array_interface__", None) if kind == ARRAY else None
         if cai is not None and cai.get("stream"):
             return _numba_stream(0 if cai["stream"] == 1 else int(cai["stream"]))
     return 0
 
 
-def empty_like_kind(like: Any, shape: tuple, dtype: str, stream: Any = 0, *,
+def empty_like_kind(like: Operand, shape: tuple, dtype: str, stream: Any = 0, *,
                     channels_last: bool = False) -> Any:
-    """An uninitialised output in the kind of ``like``: a torch tensor on its device (torch's
-    caching allocator), else a Numba device array from convlab.runtime.scratch's output pool for ``stream``.
+    """An uninitialised output in the kind of the operand record ``like``: a torch tensor on a CUDA
+    tensor's device (torch's caching allocator), else a Numba device array from
+    convlab.runtime.scratch's output pool for ``stream``.
     ``channels_last`` (4-D ``shape`` (N, C, H, W)): NHWC memory viewed as NCHW (torch's
     ``memory_format=torch.channels_last``; a Numba array allocated outside the pool); 5-D: NDHWC
     (``torch.channels_last_3d``)."""
-    if is_torch(like):
+    if like[3] == TORCH:
         torch = sys.modules["torch"]
+        device = like[2].device
         if channels_last:
-            return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device,
+            return torch.empty(shape, dtype=getattr(torch, dtype), device=device,
                                memory_format=torch.channels_last_3d if len(shape) == 5 else
                                torch.channels_last)
-        return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=device)
     if channels_last:
         return channels_last_view(runtime.empty((max(int(np.prod(shape)), 1),), dtype), shape, dtype)
     from convlab.runtime.thin import stream_handle

@@ -16,8 +16,9 @@ from typing import Any
 
 from convlab import runtime
 from convlab.runtime import kernel_cache, offline
-from convlab.kernels.data import layouts
+from convlab.call.candidate import run_candidate
 from convlab.plugin import registry
+from convlab.plugin.registry import Candidate
 from convlab.runtime.settings import float32_precision, get_workspace_limit
 from convlab.runtime.targets import Target, using
 
@@ -71,8 +72,7 @@ def launches(case: Case, target: Target, known: dict[str, tuple[Any, tuple]] | N
     a, b, out = (_operand(s, dtype, lay) for s, lay in zip((a_shape, b_shape, out_shape), case.layouts))
     bias = None if pr.bias_shape is None else runtime.empty(pr.bias_shape, dtype)
     with using(target), float32_precision(case.precision), offline.collecting() as requests:
-        with layouts.operands_for(plugin.layouts, (a, b, bias, out)) as taken:
-            plugin.run(pr, case.config, *taken, workspace_limit=limit)
+        run_candidate(Candidate(plugin, case.config), pr, a, b, bias, out, limit)
     out_list = []
     for req in requests:
         kid = kernel_id(req.dispatcher, req.argtypes)

@@ -12,17 +12,15 @@ transposes and gradients), and checks each array's rank and each tuple's length 
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from convlab import runtime
-from convlab.call import operands
-from convlab.runtime import context
 from convlab.problem import (DTYPES, ND_OP_NAMES, Problem, as_tuple, dtype_name, make_problem_nd, np_dtype,
                              op_ndim, public_op, short_op)
 from convlab.reference import transpose_output_size
+
+from .output_checks import SIMULATOR_MEMORY, check_fits, check_out_aliasing, memory_budget  # noqa: F401
 
 #: accepted operand dtypes (names; bfloat16 is ``ml_dtypes.bfloat16`` or torch.bfloat16)
 _DTYPES = DTYPES
@@ -213,83 +211,6 @@ def transpose_problem(x, w, bias, stride, padding, output_padding, groups, dilat
                          f"padding {pd}, dilation {dl}")
     return make_problem_nd("dgrad", n, cout, outs, cin, kernel, spatial, stride=st, padding=pd,
                            dilation=dl, groups=groups, dtype=dtype, bias=bias is not None)
-
-
-# ---- out= aliasing and sizes (checked by the ops before anything is allocated or launched) ---------
-def _device_span(obj: Any) -> tuple[int, int] | None:
-    """(address, bytes) of a device operand's memory; None for a numpy array."""
-    if isinstance(obj, np.ndarray):
-        return None
-    if operands.is_torch(obj):
-        return operands.pointer(obj)
-    return operands.pointer(runtime.as_device_array(obj))
-
-
-def check_out_aliasing(out: Any, inputs: dict[str, Any]) -> None:
-    """ValueError when ``out`` shares memory with an input (the same array, a view into the same
-    buffer, overlapping device memory): the kernels read the inputs while they write ``out``."""
-    if out is None:
-        return
-    span = _device_span(out)
-    for name, value in inputs.items():
-        if value is None:
-            continue
-        if isinstance(out, np.ndarray) or isinstance(value, np.ndarray):
-            overlap = (isinstance(out, np.ndarray) and isinstance(value, np.ndarray)
-                       and np.shares_memory(out, value))
-        else:
-            other = _device_span(value)
-            overlap = (span[1] > 0 and other[1] > 0 and span[0] < other[0] + other[1]
-                       and other[0] < span[0] + span[1])
-        if overlap:
-            raise ValueError(f"out overlaps {name}: they share memory, and the kernels read {name} "
-                             f"while they write out; pass an out= that shares no memory with the "
-                             f"inputs (or out=None)")
-
-
-#: Memory the simulator is assumed to have (it allocates host memory for every device array).
-SIMULATOR_MEMORY = 2 * 2**30
-
-
-def memory_budget() -> tuple[int, str]:
-    """(bytes, description) of the memory an op's operands must fit in: the GPU's total memory (read
-    once per device), or the target's (:data:`SIMULATOR_MEMORY` on the simulator)."""
-    return context.current().cached("memory_budget", None, _memory_budget)
-
-
-def _memory_budget() -> tuple[int, str]:
-    if not runtime.HAS_DEVICE:
-        target = runtime.target()
-        return (SIMULATOR_MEMORY, "simulator's budget") if target.simulator else \
-            (target.memory_bytes, f"{target.name}'s memory")
-    return int(runtime.cuda.current_context().get_memory_info()[1]), "device's memory"
-
-
-def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.3g} GiB"
-
-
-def check_fits(op: str, prob: Problem) -> None:
-    """ValueError naming the argument when the output of ``op`` (a public op name) on ``prob``, or all
-    its operands together, cannot fit in :func:`memory_budget` (checked before any allocation)."""
-    budget, where = memory_budget()
-    shapes = prob.operand_shapes
-    out_bytes = math.prod(shapes[2]) * prob.itemsize
-    total = sum(math.prod(s) for s in shapes) * prob.itemsize
-    if out_bytes <= budget and total <= budget:
-        return
-    nd = op_ndim(op)
-    pd, st = prob.paddings[-nd:], prob.strides[-nd:]  # a conv1d's problem is its 2D embedding
-    one = lambda v: v[0] if len(set(v)) == 1 else v  # noqa: E731
-    culprit = {"forward": f"padding={one(pd)}" if max(pd) else f"x {prob.x_shape}",
-               "dgrad": f"input_shape={prob.x_shape}",
-               "wgrad": f"weight_shape={prob.w_shape}" if max(pd) == 0 else
-               f"padding={one(pd)} with weight_shape={prob.w_shape}",
-               "transpose": f"stride={one(st)} on x {prob.y_shape}"}[short_op(op)]
-    dims = "x".join(map(str, shapes[2]))
-    what = (f"the output {dims} ({_gib(out_bytes)})" if out_bytes > budget else
-            f"the operands ({_gib(total)} with the output {dims})")
-    raise ValueError(f"{op}: {culprit} makes {what}, more than the {where} ({_gib(budget)})")
 
 
 _BUILDERS = {"forward": forward_problem, "dgrad": dgrad_problem, "wgrad": wgrad_problem,

@@ -1,7 +1,8 @@
 """The machine: the device and its runtime state, the targets, the settings, launches and device memory.
 
-    device.py        the one module that imports ``numba.cuda``: the runtime's state (GPU, simulator,
-                     compile-only), device arrays, copies, events (re-exported here: ``runtime.empty``)
+    device.py        the device API (re-exported here: ``runtime.empty``): the runtime's state (state.py:
+                     GPU, simulator or compile-only, and the one import of ``numba.cuda``) and device
+                     arrays, copies, events (arrays.py)
     targets.py       Target: a device's limits, features and ceilings; named targets; the current one
     kernel.py        ``jit``: Numba kernels that launch through launch.py
     launch.py        the one entry of every launch: streams, plan recording and replay, the thin path
@@ -14,5 +15,5 @@
     fileio.py        atomic writes and locked JSON files
 """
 from .device import *  # noqa: F401,F403  (the device API: runtime.empty, runtime.SIMULATOR, ...)
-from .kernel import jit  # noqa: F401
+from .kernel import intrinsic, jit  # noqa: F401
 from . import targets  # noqa: F401

@@ -3,13 +3,13 @@
 packed parameter array (:class:`convlab.runtime.thin.Packed`), with the stream's CUstream wrapper made once per
 handle.
 
-Measured on the H200 host (``benchmarks/overhead_bench.py``, results/overhead/h200/ab4faa3): a packed
-launch of an empty kernel costs 5.0 us through ``cuda.bindings.driver.cuLaunchKernel``. libcuda's own
-``cuLaunchKernel`` called through ctypes with every argument a ctypes value made in advance was not
-faster (a thin replay 6.4-8.5 us, against 6.6-9.1 us with the bindings in sessions 4-5), so the
-bindings stay. The call runs in the calling thread's current context (Numba's primary context, made
-current by Numba before any kernel is recorded) and raises ``RuntimeError`` naming the ``CUresult``
-when the launch fails.
+The launch goes through cuda.bindings, not libcuda's ``cuLaunchKernel`` through ctypes: with every ctypes
+argument made in advance, a thin replay of an empty kernel took 6.4-8.5 us, no less than the bindings'
+6.6-9.1 us, and a packed launch through the bindings alone takes 5.0 us (``benchmarks/overhead_bench.py``;
+results/overhead/h200/ab4faa3 for ctypes and the bare launch, results/overhead/h200/943a35c and
+results/overhead/h200/4ad9ded for the bindings' replays; results/FINDINGS.md). The call runs in the
+calling thread's current context (Numba's primary context, made current by Numba before any kernel is
+recorded) and raises ``RuntimeError`` naming the ``CUresult`` when the launch fails.
 """
 from __future__ import annotations
 

@@ -1,8 +1,12 @@
-"""``runtime.jit``: Numba's ``cuda.jit`` whose kernels launch through :mod:`convlab.runtime.launch`.
+"""``runtime.jit``: Numba's ``cuda.jit`` whose kernels launch through :mod:`convlab.runtime.launch`, and
+``runtime.intrinsic`` for inline-PTX intrinsics.
 
     jit(fn) / jit(**options)(fn)   a :class:`Kernel` (device functions, ``device=True``, as Numba's)
     kernel[grid, block(, stream(, shared))](*args)   -> convlab.runtime.launch.launch: the ambient
                                    stream, plan recording, the thin path, the compile-only collector
+    intrinsic(fn)                  ``cuda.extending.intrinsic`` (a GPU, compiling only); on the
+                                   simulator, which has no ``cuda.extending``, a stand-in that raises
+                                   when called, so that the inline-PTX modules import there too
 
 On the simulator the GPU-only options (``max_registers``, ``lineinfo``, ``launch_bounds``, ``lto``,
 ``forceinline``, ``link``, and ``cache``) are dropped, as it rejects them.
@@ -52,6 +56,25 @@ def _wrap(jitted: Any) -> Any:
     if isinstance(jitted, pytypes.FunctionType):
         return lambda fn: _wrap(jitted(fn))
     return Kernel(jitted)
+
+
+def _simulated_intrinsic(fn: Callable) -> Callable:
+    """The simulator's form of an inline-PTX intrinsic: it cannot run there (kernels on the simulator
+    call the Python stand-ins, convlab.kernels.arch.mma_sim and wgmma_sim); calling it says so."""
+
+    def unavailable(*args: Any) -> Any:
+        raise NotImplementedError(f"{fn.__module__}.{fn.__name__} is inline PTX, which the CUDA simulator "
+                                  f"cannot run; kernels there call the simulator stand-ins")
+
+    unavailable.__name__, unavailable.__qualname__, unavailable.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    return unavailable
+
+
+def intrinsic(fn: Callable) -> Callable:
+    """``cuda.extending.intrinsic(fn)``; on the simulator :func:`_simulated_intrinsic` (module docstring)."""
+    if device.SIMULATOR:
+        return _simulated_intrinsic(fn)
+    return device.cuda.extending.intrinsic(fn)
 
 
 def jit(*args: Any, **kwargs: Any) -> Callable:

@@ -11,7 +11,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import ops, reference, runtime
+from ..call.candidate import run_candidate
 from ..plugin import registry
+from ..plugin.registry import Candidate
 from ..measure import random_operands, rel_error, to_device, tolerance
 from ..plugin.contract import Algorithm
 from ..problem import Problem, np_dtype
@@ -29,7 +31,7 @@ def _accepted(plugin: Algorithm, problem: Problem):
 def _run(plugin: Algorithm, problem: Problem, config, host_ops, poison: float = np.nan) -> np.ndarray:
     a, b, bias = to_device(*host_ops)
     out = runtime.full(problem.operand_shapes[2], poison, problem.dtype)
-    plugin.run(problem, config, a, b, bias, out, workspace_limit=get_workspace_limit())
+    run_candidate(Candidate(plugin, config), problem, a, b, bias, out, get_workspace_limit())
     return runtime.to_host(out)
 
 
@@ -66,7 +68,7 @@ def check_inputs_unmodified(plugin: Algorithm, problem: Problem, rng: np.random.
     host = random_operands(problem, rng)
     dev = to_device(*host)
     out = runtime.empty(problem.operand_shapes[2], problem.dtype)
-    plugin.run(problem, config, *dev, out, workspace_limit=get_workspace_limit())
+    run_candidate(Candidate(plugin, config), problem, *dev, out, get_workspace_limit())
     for name, before, after in zip(("a", "b", "bias"), host, dev):
         if before is not None:
             assert np.array_equal(before, runtime.to_host(after)), f"{plugin.name} modified input {name}"
@@ -102,7 +104,7 @@ def check_channels_last_operands(plugin: Algorithm, problem: Problem, rng: np.ra
     bias = None if host[2] is None else to_device(host[2])[0]
     poison = np.full(shapes[2], np.nan, np_dtype(problem.dtype))
     out = channels_last_copy(poison) if lasts[2] else runtime.to_device(poison)
-    plugin.run(problem, config, a, b, bias, out, workspace_limit=get_workspace_limit())
+    run_candidate(Candidate(plugin, config), problem, a, b, bias, out, get_workspace_limit())
     got = runtime.to_host(out)  # in NCHW index order whatever the memory layout
     err = rel_error(got, reference.solve(problem, *host))
     tol = tolerance(problem, plugin.compute_eps(problem.dtype))

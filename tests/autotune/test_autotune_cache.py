@@ -114,8 +114,8 @@ def test_invalidation_on_source_configs_and_version(tmp_path, monkeypatch):
     assert tune().source == "cache"
     _load_plugin(path, [1, 3], comment="# an edited kernel\n")  # same eligible set, other config names
     assert tune().source == "tuned" and tune().source == "cache"
-    from convlab.autotune import tuner
-    monkeypatch.setattr(tuner, "TIMED", "some other way")  # entries timed otherwise are tuned again
+    from convlab.autotune import cache_entries
+    monkeypatch.setattr(cache_entries, "TIMED", "some other way")  # entries timed otherwise are tuned again
     result = tune()
     assert result.source == "tuned" and any("timed by plan replay, now some other way" in n
                                             for n in result.notes)

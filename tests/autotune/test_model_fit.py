@@ -1,7 +1,7 @@
-"""Fitting and judging the cost model on small synthetic datasets (convlab.autotune.fitting, measured,
+"""Fitting and judging the cost model on small synthetic datasets (convlab.modelfit.fitting, measured,
 evaluate, fit): the fit recovers known constants, the loader keeps the newest commit's ok rows of GPU
 files, leave-one-network-out scores a right model near zero regret and a wrong one badly, and
-``python -m convlab.autotune.fit`` writes a model that loads and a report of the figures.
+``python -m convlab.modelfit`` writes a model that loads and a report of the figures.
 """
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from convlab.autotune import costmodel, evaluate, fit as fit_cli, fitting, measured
+from convlab.autotune import costmodel
+from convlab.modelfit import evaluate, fit as fit_cli, fitting, measured
 from convlab.autotune.costmodel import Group, Model
 from convlab.autotune.features import Features
 from convlab.bench.suite import load_suite
@@ -127,6 +128,28 @@ def test_loader_keeps_the_newest_commit_and_ok_gpu_rows(tmp_path):
         measured.load(tmp_path / "absent")
 
 
+def test_a_newer_commit_supersedes_only_what_it_measured_again(tmp_path):
+    """A sweep of two configs on two layers, both layers measured again at a newer commit, then one of
+    them at a newer one still: each layer keeps its newest commit's row, and the older sweep of that
+    plugin never comes back on either (a run of a few layers supersedes nothing else)."""
+    (e1, p1), (e2, p2) = load_suite("burn").problems(["forward"])[:2]
+    sweep, full, partial = "sweep/h200/aaaaaaa", "tc_conv/h200/bbbbbbb", "tc_conv/h200/ccccccc"
+    _runs(tmp_path, sweep, full, partial)
+    entries = {f"k{i}|float32+high": {"problem": p.to_dict(), "results": [
+        {"plugin": "tensor_core", "config": c, "status": "ok", "median_ms": 7.0} for c in ("T=1", "T=2")]}
+        for i, p in enumerate((p1, p2))}
+    (tmp_path / sweep).mkdir(parents=True)
+    (tmp_path / sweep / "cache.json").write_text(json.dumps({"format": 1, "entries": entries}))
+    for folder, layers, ms in ((full, (e1, e2), 0.5), (partial, (e1,), 0.4)):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "tc_conv_float32.json").write_text(json.dumps([
+            {"part": "bench", "shape": e.label, "op": "forward", "dtype": "tf32", "config": "T=1",
+             "status": "ok", "op_ms": ms} for e in layers]))
+    rows = {(m.problem.key(), m.label): (m.ms, m.file.split("/")[2]) for m in measured.load(tmp_path)}
+    assert rows == {(p1.key(), "tensor_core[T=1]"): (0.4, "ccccccc"),
+                    (p2.key(), "tensor_core[T=1]"): (0.5, "bbbbbbb")}
+
+
 def _synthetic_results(root, model, suites=("burn", "resnet50"), entries=5):
     """Bench files whose times are ``model``'s estimates of a few candidates per plugin (every op)."""
     registry.load()
@@ -168,7 +191,7 @@ def test_leave_one_out_and_the_fit_command(real, tmp_path):
     assert set(model.meta["files"]) == {"bench/h200/aaaaaaa/burn.json", "bench/h200/aaaaaaa/resnet50.json"}
     text = report.read_text()
     assert "| burn | 15 |" in text and "| resnet50 | 15 |" in text and "**met**" in text
-    assert "python -m convlab.autotune.fit" in text and "`bench/h200/aaaaaaa/burn.json`" in text
+    assert "python -m convlab.modelfit" in text and "`bench/h200/aaaaaaa/burn.json`" in text
     data = json.loads((report.parent / fit_cli.FIGURES).read_text())
     assert data["all"]["heuristic_geomean"] < 0.05 and set(data["k_choices"]) == {"1", "2", "3", "4"}
     first = out.read_text()

@@ -6,7 +6,7 @@ was fitted on.
 The last is pinned by tests/autotune/golden/features_sm90.json: a digest of the features of every
 candidate (sm_90, 256 MiB, float32 under "highest" and "high", float16) on every third layer of the
 networks the fit measured, per suite, op, precision and plugin. A change there means the shipped
-constants were fitted on other features: refit (``python -m convlab.autotune.fit``, bump
+constants were fitted on other features: refit (``python -m convlab.modelfit``, bump
 ``costmodel.FEATURES_VERSION``) or say why not, then regenerate and review the diff:
 
     CONVLAB_UPDATE_GOLDEN=1 python -m pytest tests/autotune/test_plugin_cost.py -p no:cacheprovider

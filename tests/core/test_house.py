@@ -87,16 +87,14 @@ LAZY_IMPORTS = {
     ("convlab.kernels.data.splitk", "convlab.kernels.data.convert"): "the split-K sum's kernel, built on use",
     ("convlab.kernels.tensor_core.launch", "convlab.kernels.tensor_core.warpgroup"): "wgmma configs only",
     ("convlab.kernels.tensor_core.warp", "convlab.kernels.tensor_core.warpgroup"): "wgmma configs only",
-    ("convlab.measure", "convlab.call.operands"): "timing a candidate through a recorded plan",
-    ("convlab.measure", "convlab.call.plan"): "timing a candidate through a recorded plan",
-    ("convlab.ops.conv", "convlab.autotune.tuner"): "calls under algorithm='auto' only",
+    ("convlab.ops.full_path", "convlab.autotune.tuner"): "calls under algorithm='auto' only",
     ("convlab.ops.conv", "convlab.ops.explain"): "convlab.explain only",
     ("convlab.ops.explain", "convlab.runtime.settings"): "convlab.explain only",
     ("convlab.ops.explain", "convlab.runtime.targets"): "convlab.explain only",
     ("convlab.ops.strategy", "convlab.autotune"): "calls under algorithm='auto' only",
     ("convlab.plugin.contract", "convlab.runtime.settings"): "applicable() without a workspace_limit",
     ("convlab.plugin.contract", "convlab.runtime.targets"): "a predicate called without a target",
-    ("convlab.runtime.device", "convlab.runtime.offline"): "the compile-only runtime's events only",
+    ("convlab.runtime.arrays", "convlab.runtime.offline"): "the compile-only runtime's events only",
     ("convlab.runtime.kernel_cache", "convlab.runtime.settings"): "the disk cache's folder, when enabled",
     ("convlab.runtime.launch", "convlab.runtime.settings"): "the simulator's thread-budget warning only",
     ("convlab.runtime.scratch", "convlab.runtime.launch"): "whether a plan is being recorded, per borrow",
@@ -166,7 +164,7 @@ def _imports_numba_cuda(tree: ast.AST) -> bool:
 def test_only_the_runtime_package_imports_numba_cuda():
     """Every form (``import numba.cuda as c``, ``from numba import jit, cuda``, ``from numba.cuda.x import
     y``, inside functions too); kernels and plugins take ``cuda`` from convlab.runtime (test_runtime.py
-    pins the one module inside the package: device.py)."""
+    pins the one module inside the package: state.py)."""
     assert _imports_numba_cuda(ast.parse("def f():\n    from numba import float32, cuda as c\n"))
     assert not _imports_numba_cuda(ast.parse("from convlab.runtime import cuda\nimport numba\n"))
     runtime = ROOT / "convlab" / "runtime"

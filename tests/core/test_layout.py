@@ -31,10 +31,8 @@ FLOORS = [("convlab._version", "convlab.runtime", "convlab.dtypes", "convlab.pro
           ("convlab.algorithms", "convlab.call", "convlab.measure"),
           ("convlab.autotune",),
           ("convlab.ops",),
-          ("convlab.bench", "convlab.compile", "convlab.sweep", "convlab.testing", "convlab.torch",
-           # the cost model's refit reads the committed results and the suites, as the bench does
-           "convlab.autotune.measured", "convlab.autotune.evaluate", "convlab.autotune.fit",
-           "convlab.autotune.fit_report"),
+          ("convlab.bench", "convlab.compile", "convlab.sweep", "convlab.testing", "convlab.torch"),
+          ("convlab.modelfit",),
           ("convlab.examples", "convlab.cli"),
           ("convlab",)]
 #: what a plugin may import besides its own package: the kernel layer and the plugin contract
@@ -159,7 +157,10 @@ def test_cycle_finder_finds_a_planted_cycle():
 
 
 @pytest.mark.parametrize("module", ["convlab.autotune", "convlab.ops.strategy", "convlab.bench.harness",
-                                    "convlab.cli", "convlab.testing", "convlab.runtime.fileio", "convlab.runtime.settings"])
+                                    "convlab.cli", "convlab.testing", "convlab.runtime.fileio",
+                                    "convlab.runtime.settings", "convlab.modelfit.fit",
+                                    # inline PTX: intrinsics that raise when called on the simulator
+                                    "convlab.kernels.arch.mma_ptx", "convlab.kernels.arch.wgmma_ptx"])
 def test_module_imports_alone(module):
     proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
                           timeout=120)

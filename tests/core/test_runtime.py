@@ -1,4 +1,5 @@
-"""The runtime (convlab.runtime.device): simulator chosen by itself, and the only importer of numba.cuda."""
+"""The runtime (convlab.runtime.device): simulator chosen by itself, and the only importer of numba.cuda
+(convlab.runtime.state)."""
 import os
 import pathlib
 import re
@@ -12,7 +13,7 @@ import pytest
 from numba import float32
 
 from convlab import runtime
-from convlab.runtime import cuda, device
+from convlab.runtime import arrays, cuda, device
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -39,8 +40,8 @@ def test_only_runtime_imports_numba_cuda():
                          re.M)
     offenders = [str(p.relative_to(ROOT)) for folder in ("convlab", "algorithms")
                  for p in (ROOT / folder).rglob("*.py")
-                 if pattern.search(p.read_text()) and p != ROOT / "convlab" / "runtime" / "device.py"]
-    assert offenders == [], f"only convlab/runtime/device.py may import numba.cuda: {offenders}"
+                 if pattern.search(p.read_text()) and p != ROOT / "convlab" / "runtime" / "state.py"]
+    assert offenders == [], f"only convlab/runtime/state.py may import numba.cuda: {offenders}"
 
 
 def test_time_ms_on_this_device():
@@ -90,10 +91,20 @@ def test_bfloat16_travels_as_uint16_bits():
     (H200: "cannot include dtype 'E' in a buffer"): runtime's copies move its uint16 bits instead."""
     import ml_dtypes
 
-    assert device._bits_dtype(ml_dtypes.bfloat16) == np.dtype(np.uint16)
-    assert device._bits_dtype(np.float16) is None and device._bits_dtype(np.float32) is None
+    assert arrays._bits_dtype(ml_dtypes.bfloat16) == np.dtype(np.uint16)
+    assert arrays._bits_dtype(np.float16) is None and arrays._bits_dtype(np.float32) is None
     host = np.random.default_rng(0).standard_normal(7).astype(ml_dtypes.bfloat16)
     dev = runtime.to_device(host)
     assert np.array_equal(runtime.to_host(dev).view(np.uint16), host.view(np.uint16))
     runtime.copy_into(dev, host[::-1].copy())
     assert np.array_equal(runtime.to_host(dev).view(np.uint16), host[::-1].view(np.uint16))
+
+
+@pytest.mark.skipif(not runtime.SIMULATOR, reason="the simulator's stand-in of an inline-PTX intrinsic")
+def test_an_inline_ptx_intrinsic_raises_when_called_on_the_simulator():
+    from convlab.kernels.arch import mma_ptx, wgmma_ptx
+
+    with pytest.raises(NotImplementedError, match="mma_ptx.to_tf32 is inline PTX"):
+        mma_ptx.to_tf32(1.0)
+    with pytest.raises(NotImplementedError, match="wgmma_ptx.wgmma_commit is inline PTX"):
+        wgmma_ptx.wgmma_commit()

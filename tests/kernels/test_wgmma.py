@@ -40,7 +40,7 @@ def test_descriptor_bits_follow_the_isa_table():
 @pytest.mark.parametrize("row_bytes", [32, 64, 128])
 def test_descriptor_addresses_are_the_pipeline_layout(row_bytes):
     """The ISA's K-major swizzled addressing (SBO = 8 rows, the XOR on address bits 4.. with bits 7..) of a
-    tile on its swizzle repeat, started 32 bytes further per k step, reads tc_pipeline's layout: chunk c
+    tile on its swizzle repeat, started 32 bytes further per k step, reads the warp pipeline's layout: chunk c
     of row r at chunk c ^ ((r // (8 // CH)) % CH)."""
     ch = row_bytes // 16
     rows = np.arange(128)

@@ -1,12 +1,13 @@
 """The GPU definitions of the tensor-core intrinsics of :mod:`convlab.kernels.arch.mma`: inline PTX.
 
-numba-cuda has no MMA API (numba-cuda#309); each name here is a ``cuda.extending.intrinsic`` that
-emits an llvmlite ``ir.InlineAsm``. The semantics, fragment layouts and argument rules are in
-:mod:`convlab.kernels.arch.mma`'s docstring; import the names from there, which picks these on a GPU and
-the stand-ins of :mod:`convlab.kernels.arch.mma_sim` on the simulator.
+numba-cuda has no MMA API (numba-cuda#309); each name here is a ``cuda.extending.intrinsic``
+(``convlab.runtime.intrinsic``) that emits an llvmlite ``ir.InlineAsm``. The semantics, fragment layouts
+and argument rules are in :mod:`convlab.kernels.arch.mma`'s docstring; import the names from there, which
+picks these on a GPU and the stand-ins of :mod:`convlab.kernels.arch.mma_sim` on the simulator.
 
-Not for the simulator (it has no ``cuda.extending``): :mod:`convlab.kernels.arch.mma` imports this module
-only on a GPU.
+On the simulator, which has no ``cuda.extending``, the module imports and each name raises when called
+(``convlab.runtime.intrinsic``): kernels there call the stand-ins, and :mod:`convlab.kernels.arch.mma`
+imports this module only on a GPU and when compiling only.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import functools
 from llvmlite import ir
 from numba import types
 
-from convlab.runtime import cuda
+from convlab.runtime import intrinsic
 
 _I32, _F32, _I64 = ir.IntType(32), ir.FloatType(), ir.IntType(64)
 
@@ -65,7 +66,7 @@ def _make_mma(shape: str, itype: str):
     text = (f"mma.sync.aligned.{shape}.row.col.f32.{itype}.{itype}.f32 "
             "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};")
 
-    @cuda.extending.intrinsic
+    @intrinsic
     def mma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         ints, floats = (a0, a1, a2, a3, b0, b1), (c0, c1, c2, c3)
         if not all(isinstance(x, types.Integer) for x in ints):
@@ -88,7 +89,7 @@ def _make_mma(shape: str, itype: str):
     return mma
 
 
-@cuda.extending.intrinsic
+@intrinsic
 def mma_tf32x3(typingctx, s0, s1, s2, s3, a0, a1, a2, a3, t0, t1, b0, b1, c0, c1, c2, c3):
     """D = As @ B + A @ Bs + A @ B + C: three m16n8k8 TF32 mma in one asm block (small parts first)."""
     ints, floats = (s0, s1, s2, s3, a0, a1, a2, a3, t0, t1, b0, b1), (c0, c1, c2, c3)
@@ -118,7 +119,7 @@ mma_bf16 = _make_mma("m16n8k16", "bf16")
 mma_tf32 = _make_mma("m16n8k8", "tf32")
 
 
-@cuda.extending.intrinsic
+@intrinsic
 def to_tf32(typingctx, x):
     if not isinstance(x, (types.Float, types.Integer)):
         return None
@@ -130,7 +131,7 @@ def to_tf32(typingctx, x):
     return types.uint32(x), codegen
 
 
-@cuda.extending.intrinsic
+@intrinsic
 def split_tf32(typingctx, x):
     """(big, small): big = cvt.rna.tf32(x), small = cvt.rna.tf32(x - big) (the difference is exact)."""
     if not isinstance(x, (types.Float, types.Integer)):
@@ -147,7 +148,7 @@ def split_tf32(typingctx, x):
     return types.UniTuple(types.uint32, 2)(x), codegen
 
 
-@cuda.extending.intrinsic
+@intrinsic
 def f32_to_bf16(typingctx, x):
     if not isinstance(x, (types.Float, types.Integer)):
         return None
@@ -159,7 +160,7 @@ def f32_to_bf16(typingctx, x):
     return types.uint16(x), codegen
 
 
-@cuda.extending.intrinsic
+@intrinsic
 def bf16_to_f32(typingctx, bits):
     if not isinstance(bits, types.Integer):
         return None
@@ -177,7 +178,7 @@ def _make_ldmatrix(count: int, trans: bool):
             f"{{{regs}}}, [${count}];")
     constraints = ",".join(["=r"] * count) + ",r,~{memory}"
 
-    @cuda.extending.intrinsic
+    @intrinsic
     def ldmatrix(typingctx, arr, off):
         if not isinstance(arr, types.Array) or not isinstance(off, types.Integer):
             return None
@@ -201,7 +202,7 @@ ldmatrix_x4_trans = _make_ldmatrix(4, True)
 ldmatrix_x2_trans = _make_ldmatrix(2, True)
 
 
-@cuda.extending.intrinsic
+@intrinsic
 def cp_async16(typingctx, sarr, soff, garr, goff, src_bytes):
     if not (isinstance(sarr, types.Array) and isinstance(garr, types.Array)
             and all(isinstance(x, types.Integer) for x in (soff, goff, src_bytes))):
@@ -219,7 +220,7 @@ def cp_async16(typingctx, sarr, soff, garr, goff, src_bytes):
     return types.void(sarr, soff, garr, goff, src_bytes), codegen
 
 
-@cuda.extending.intrinsic
+@intrinsic
 def cp_async_commit(typingctx):
     def codegen(context, builder, signature, args):
         _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}", side_effect=True)
@@ -234,7 +235,7 @@ def cp_async_wait(n: int):
     if not 0 <= int(n) <= 7:
         raise ValueError(f"cp_async_wait n must be in 0..7, got {n!r}")
 
-    @cuda.extending.intrinsic
+    @intrinsic
     def wait(typingctx):
         def codegen(context, builder, signature, args):
             _asm(builder, ir.VoidType(), [], f"cp.async.wait_group {int(n)};", "~{memory}",

@@ -38,8 +38,8 @@ m16n8 C fragment (c0, c1 = row g, cols 2q, 2q+1; c2, c3 = row g+8) repeated over
 d[4j:4j+4] being block j's c0..c3. So the staged epilogue of :mod:`convlab.kernels.tensor_core.epilogue` takes a
 warpgroup's accumulators as 4 warps of 16-row tiles (:mod:`convlab.kernels.tensor_core.warpgroup`).
 
-Descriptors: :mod:`convlab.kernels.arch.wgmma_desc` (bit layout, addressing, the tc_pipeline layout it
-matches); a descriptor is ``U64(desc_hi(R)) | U64((shared_addr(..) >> 4) & 0x3FFF)``, and a k step of
+Descriptors: :mod:`convlab.kernels.arch.wgmma_desc` (bit layout, addressing, the warp pipeline's
+layout it matches); a descriptor is ``U64(desc_hi(R)) | U64((shared_addr(..) >> 4) & 0x3FFF)``, and a k step of
 32 bytes inside a row adds 2 to it. The shared tiles start on their swizzle repeat: dynamic shared memory
 declared ``alignment=1024`` (``.extern .shared .align 1024``; the probes report the address).
 
@@ -81,7 +81,7 @@ STATIC_LIMIT = 48 * 1024  # the probes' dynamic shared memory stays below the op
 
 def _probe_source(itype: str, n: int, row_bytes: int) -> str:
     """Kernel (A, Bt, C, D, info, a_row0, b_row0, scale0), one warpgroup: A [a_rows, k] and Bt [b_rows, k]
-    as uint32 words -> dynamic shared memory in tc_pipeline's swizzled layout (B after A); then
+    as uint32 words -> dynamic shared memory in the warp pipeline's swizzled layout (B after A); then
     K / KSTEP wgmma of the 64 rows of A from a_row0 and n rows of Bt from b_row0, the first with scale_d
     = scale0, one group, wait 0; D [64, n] = the fragments (C [64, n] their start); info[0] = the
     shared address of the dynamic array."""

@@ -108,6 +108,6 @@ def mn_addresses(desc: int, mn: np.ndarray, k: int = 16, size: int = 2) -> np.nd
 
 
 def pipeline_chunk(row: int, chunk: int, chunks: int) -> int:
-    """Where tc_pipeline stores 16-byte chunk ``chunk`` of tile row ``row`` (rows of ``chunks`` chunks):
-    the chunk index within the row."""
+    """Where the warp pipeline (convlab.kernels.tensor_core.warp) stores 16-byte chunk ``chunk`` of tile
+    row ``row`` (rows of ``chunks`` chunks): the chunk index within the row."""
     return chunk ^ ((row // (8 // chunks)) % chunks)

@@ -1,16 +1,17 @@
 """The GPU definitions of the warpgroup intrinsics of :mod:`convlab.kernels.arch.wgmma`: inline PTX (sm_90a).
 
-Each name is a ``cuda.extending.intrinsic`` emitting one llvmlite ``ir.InlineAsm`` (the helpers are
-:mod:`convlab.kernels.arch.mma_ptx`'s); the semantics, operand rules and the descriptor layout are in
-:mod:`convlab.kernels.arch.wgmma`'s docstring. Every asm here has side effects and clobbers memory, so LLVM
+Each name is a ``cuda.extending.intrinsic`` (``convlab.runtime.intrinsic``) emitting one llvmlite
+``ir.InlineAsm`` (the helpers are :mod:`convlab.kernels.arch.mma_ptx`'s); the semantics, operand rules and
+the descriptor layout are in :mod:`convlab.kernels.arch.wgmma`'s docstring. Every asm here has side effects and clobbers memory, so LLVM
 keeps them in program order among themselves and around ``cp.async`` / barriers. The accumulators go
 in and out of ``wgmma.mma_async``, ``wgmma.fence`` and ``wgmma.wait_group`` as tied registers ("=f"
 outputs tied to their inputs, the "+f" of CUDA C++): no accumulator use can move across the wait, and
 the values keep one register each through the pipeline (what ptxas needs to keep the wgmma pipeline
 unserialised: warnings C7510 / C7515, /work/shared/NUMBA_NOTES.md).
 
-Not for the simulator (it has no ``cuda.extending``): :mod:`convlab.kernels.arch.wgmma` imports this module
-only on a GPU.
+On the simulator, which has no ``cuda.extending``, the module imports and each name raises when called
+(``convlab.runtime.intrinsic``): kernels there call the stand-ins, and :mod:`convlab.kernels.arch.wgmma`
+imports this module only on a GPU and when compiling only.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from llvmlite import ir
 from numba import types
 
 from convlab.kernels.arch.mma_ptx import _F32, _I64, _as_i32, _asm, _shared_u32
-from convlab.runtime import cuda
+from convlab.runtime import intrinsic
 
 #: (PTX type, k of one instruction) of each input type
 SHAPE_K = {"f16": ("f16", 16), "bf16": ("bf16", 16), "tf32": ("tf32", 8)}
@@ -85,7 +86,7 @@ def wgmma_async(itype: str, n: int, trans_a: int = 0, trans_b: int = 0):
             f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptype}.{ptype} {{{regs}}}, ${nacc}, ${nacc + 1}, "
             f"{tail}; }}")
 
-    @cuda.extending.intrinsic
+    @intrinsic
     def mma(typingctx, desc_a, desc_b, scale_d, acc):
         if not (isinstance(desc_a, types.Integer) and isinstance(desc_b, types.Integer)
                 and isinstance(scale_d, types.Integer) and isinstance(acc, types.UniTuple)
@@ -102,7 +103,7 @@ def wgmma_async(itype: str, n: int, trans_a: int = 0, trans_b: int = 0):
     return mma
 
 
-@cuda.extending.intrinsic
+@intrinsic
 def wgmma_fence(typingctx, acc):
     """``wgmma.fence.sync.aligned`` with the accumulators tied through it (CUTLASS's
     warpgroup_fence_operand + warpgroup_arrive in one asm)."""
@@ -115,7 +116,7 @@ def wgmma_fence(typingctx, acc):
     return acc(acc), codegen
 
 
-@cuda.extending.intrinsic
+@intrinsic
 def wgmma_commit(typingctx):
     def codegen(context, builder, signature, args):
         _asm(builder, ir.VoidType(), [], "wgmma.commit_group.sync.aligned;", "~{memory}", side_effect=True)
@@ -132,7 +133,7 @@ def wgmma_wait(n: int):
         raise ValueError(f"wgmma_wait n must be in 0..7, got {n!r}")
     text = f"wgmma.wait_group.sync.aligned {int(n)};"
 
-    @cuda.extending.intrinsic
+    @intrinsic
     def wait(typingctx, acc):
         if not _accumulators(acc):
             return None
@@ -145,7 +146,7 @@ def wgmma_wait(n: int):
     return wait
 
 
-@cuda.extending.intrinsic
+@intrinsic
 def fence_proxy_async(typingctx):
     def codegen(context, builder, signature, args):
         _asm(builder, ir.VoidType(), [], "fence.proxy.async.shared::cta;", "~{memory}", side_effect=True)
@@ -154,7 +155,7 @@ def fence_proxy_async(typingctx):
     return types.void(), codegen
 
 
-@cuda.extending.intrinsic
+@intrinsic
 def shared_addr(typingctx, arr, off):
     """uint32 shared-window byte address of element ``off`` of a shared array (cvta.to.shared)."""
     if not isinstance(arr, types.Array) or not isinstance(off, types.Integer):

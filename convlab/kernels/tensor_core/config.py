@@ -5,8 +5,8 @@ an input type.
     ITYPES[itype] = (shared / storage dtype, bytes per element, k of one mma)
     TcConfig(BM, BN, BK, WM, WN, STAGES, REGS, MMA)
 
-MMA "sync" (the default): warps of WM x WN tiles on ``mma.sync`` (tc_pipeline). MMA "wgmma" / "wgmma0":
-warpgroups (4 warps, 128 threads) of WM x WN tiles on Hopper's ``wgmma.mma_async`` (sm_90a;
+MMA "sync" (the default): warps of WM x WN tiles on ``mma.sync`` (:mod:`convlab.kernels.tensor_core.warp`).
+MMA "wgmma" / "wgmma0": warpgroups (4 warps, 128 threads) of WM x WN tiles on Hopper's ``wgmma.mma_async`` (sm_90a;
 :mod:`convlab.kernels.tensor_core.warpgroup`), WM a multiple of 64 (WM / 64 instructions of m64nWNk16 per k step),
 "wgmma" keeping one wgmma group in flight across k tiles (prefetch distance STAGES - 2), "wgmma0"
 waiting for each k tile's group (prefetch distance STAGES - 1).

@@ -187,7 +187,7 @@ def reads_nchw(itype: str, x: Any, *, c: int, h: int, w: int, r: int, s: int, st
     """Whether the forward kernel with BM-row tiles can read the NCHW input ``x`` (a device array) as it
     is (:class:`NchwA`): a 1x1 filter, stride 1, no padding, H*W a whole number of 16-byte chunks (8
     pixels of 16-bit types, 4 of TF32) and C too (the weights' chunks), x 16-byte aligned, and a tile
-    whose m-contiguous rows can be swizzled (``tc_pipeline.km_tile_ok``)."""
+    whose m-contiguous rows can be swizzled (``copy.km_tile_ok``)."""
     size = ITYPES[itype][1]
     epc = 16 // size
     return r == s == 1 and tuple(stride) == (1, 1) and tuple(padding) == (0, 0) and (h * w) % epc == 0 \

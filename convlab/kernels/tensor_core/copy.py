@@ -1,7 +1,7 @@
-"""The loading half of the tensor-core main loops (tc_pipeline's mma.sync warps, tc_wgmma's wgmma
+"""The loading half of the tensor-core main loops (warp's mma.sync warps, warpgroup's wgmma
 warpgroups): where a block's tile and k range are, each thread's 16-byte ``cp.async`` copies of a k
 tile into the swizzled shared stages, the prologue and the in-loop prefetch, and the :class:`ALoader`
-interface that says where A's chunks come from. The layout they write is tc_pipeline's module doc's;
+interface that says where A's chunks come from. The layout they write is warp's module doc's;
 one dynamic shared array holds A's stages, then B's (:func:`shared_arrays`).
 """
 from __future__ import annotations

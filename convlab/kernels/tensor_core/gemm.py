@@ -1,7 +1,7 @@
 """Tensor-core GEMM: C[M, N] = A[M, K] @ B[K, N], with B given transposed as Bt[N, K] (both k-contiguous).
 
 Inputs fp16 ('f16', float16 arrays), bf16 ('bf16', uint16/int16 arrays of bf16 bits) or fp32 ('tf32',
-float32 arrays, cut to TF32 in the kernel: tc_pipeline.TF32_ROUND; 'tf32x3', float32 arrays split into
+float32 arrays, cut to TF32 in the kernel: warp.TF32_ROUND; 'tf32x3', float32 arrays split into
 two TF32 parts, three mma a product); fp32 accumulators; C float32 or the input type. Bt[N, K] is
 what ``ldmatrix`` (no .trans) turns into B fragments for both 16- and 32-bit inputs (a [K, N] B would
 need ``.trans``, 16-bit only); it is also the conv forward's weight layout [K_out, C*R*S]. K must be a
@@ -39,7 +39,7 @@ CONFIGS = {"f16": [TcConfig(128, 128, 32, 64, 64, 3), TcConfig(128, 64, 32, 64, 
 CONFIGS["bf16"], CONFIGS["tf32x3"] = CONFIGS["f16"], CONFIGS["tf32"]
 SIM_CONFIG = {"f16": TcConfig(32, 32, 16, 16, 32, 3), "bf16": TcConfig(32, 32, 16, 16, 32, 2),
               "tf32": TcConfig(32, 32, 8, 16, 32, 3), "tf32x3": TcConfig(32, 32, 8, 16, 32, 3)}
-#: wgmma configs (Hopper, sm_90a; tc_wgmma) for 4096^3-class GEMMs: 128-byte rows (the 128B swizzle),
+#: wgmma configs (Hopper, sm_90a; warpgroup) for 4096^3-class GEMMs: 128-byte rows (the 128B swizzle),
 #: two warpgroups of m64n256 / m64n128 (one of two m64n128 slices: 256x128), or four of m64n128 (the last
 #: f16 one); one wgmma group in flight ("wgmma") or none ("wgmma0"). ptxas 13.5 (sm_90a): 225 registers
 #: for the n256 ones, 118 for 128x128, 200 for 256x128, 100 for the four-warpgroup tile; no spills
@@ -154,7 +154,7 @@ def make_tc_gemm(itype: str, cfg: TcConfig, out_dtype: str = "float32", batched:
     (tc_epilogue.vector_ok of C). Grid (ceil(M/BM) * ceil(N/BN), 1, batch) (tc_launch.configure),
     ``cfg.threads`` threads per block. ``batched``: (A, Bt, C, M, N, K, sA, sB, sC, vec) on flat arrays,
     matrix z at z * sA, z * sB, z * sC; grid z = the batch. ``parted``: (..., sC, ld, parts, vec),
-    :class:`PartedA`'s slices of rows ``ld`` long. ``tf32_round``: tc_pipeline.TF32_ROUND's key.
+    :class:`PartedA`'s slices of rows ``ld`` long. ``tf32_round``: warp.TF32_ROUND's key.
     """
     cfg = TcConfig(*cfg).validate(itype)
     out = _out_kind(itype, out_dtype)

@@ -1,4 +1,4 @@
-"""The warpgroup tensor-core main loop (Hopper ``wgmma.mma_async``, sm_90a) beside tc_pipeline's warp loop:
+"""The warpgroup tensor-core main loop (Hopper ``wgmma.mma_async``, sm_90a) beside warp's mma.sync loop:
 the same loaders (cp.async into the same swizzled stages), split-K, batches and staged epilogue.
 
 One block computes a BM x BN tile with warpgroups WGM x WGN (WGM = BM / WM, WGN = BN / WN), each a WM x
@@ -24,7 +24,7 @@ barrier writes stage (kt+D) % S = (kt-2) % S ("wgmma") or (kt-1) % S ("wgmma0"):
 wgmma reads, and not stage kt % S, read next. The simulator checks this (wgmma_sim: a cp.async into
 bytes a pending wgmma reads raises), and that every copy was waited and fenced before a wgmma reads it.
 
-Shared layout: tc_pipeline's rows of BK elements (R = BK * size = 32 / 64 / 128 bytes) with chunk c of
+Shared layout: warp's rows of BK elements (R = BK * size = 32 / 64 / 128 bytes) with chunk c of
 row r at c ^ ((r // (8 // CH)) % CH) are the K-major 32B / 64B / 128B swizzle layouts of the ISA
 (wgmma_desc): descriptor SBO = 8R, stage, slice and warpgroup offsets multiples of 8R, the dynamic
 shared array aligned to 1024 bytes, so every tile starts on its swizzle repeat (base offset 0). A k step
@@ -72,7 +72,7 @@ def namespace(cfg: TcConfig, itype: str) -> dict:
 
 def wgmma_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name: str,
                  tf32_round: str | None = None) -> str:
-    """Source of the kernel ``name(<loader.params>, vec)`` (as tc_pipeline.pipeline_source) on wgmma."""
+    """Source of the kernel ``name(<loader.params>, vec)`` (as warp.pipeline_source) on wgmma."""
     check(cfg, itype, loader, tf32_round)
     BM, BN, BK, WM, WN, S = cfg[:6]
     size = ITYPES[itype][1]

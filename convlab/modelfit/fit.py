@@ -1,13 +1,13 @@
-"""Refit the cost model on measured results and judge it: ``python -m convlab.autotune.fit``.
+"""Refit the cost model on measured results and judge it: ``python -m convlab.modelfit``.
 
-    python -m convlab.autotune.fit --results results/ --out convlab/autotune/model/sm_90.json \\
+    python -m convlab.modelfit --results results/ --out convlab/autotune/model/sm_90.json \\
         --report results/autotune_model/<device>/<commit>/report.md [--target sm_90]
 
-1. reads the measurements under ``--results`` (:mod:`.measured`: which files, which rows);
+1. reads the measurements under ``--results`` (:mod:`.readers`: which files; :mod:`.measured`: which rows);
 2. fits the constants on all of them (:mod:`.fitting`) and writes ``--out`` (the JSON that
    :func:`convlab.autotune.costmodel.model_for` loads for the target class);
 3. with ``--report``: leave one network out (:mod:`.evaluate`) for the mode's TOP_K and for k = 1..4,
-   and writes the Markdown table (:mod:`.fit_report`) and its figures as JSON (FIGURES) beside it.
+   and writes the Markdown table (:mod:`.report`) and its figures as JSON (FIGURES) beside it.
 
 The output is deterministic (no timestamps): refitting the same data gives the same files. Exit status
 0; 1 when no measurement was found; 2 for bad arguments.
@@ -24,10 +24,12 @@ from typing import Any, Sequence
 from convlab.runtime.fileio import atomic_write, atomic_write_json
 from convlab.runtime.targets import TARGETS, get as get_target
 
-from . import evaluate, measured, modes
-from .costmodel import Model, target_class
-from .fit_report import COMMAND, markdown
+from convlab.autotune import modes
+from convlab.autotune.costmodel import Model, target_class
+
+from . import evaluate, measured
 from .fitting import fit, rms_log_error
+from .report import COMMAND, markdown
 
 K_CHOICES = (1, 2, 3, 4)
 FIGURES = "figures.json"  # the report's figures as JSON, written beside it
@@ -79,7 +81,7 @@ def figures(judged: dict[str, Any]) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m convlab.autotune.fit", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="python -m convlab.modelfit", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", default="results", metavar="DIR", help="folder of result files (results)")
     p.add_argument("--out", required=True, metavar="FILE.json", help="the model file to write")
@@ -110,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report:
         data = figures(judge_all(layers, args.target))
         data["files"], data["model"] = files, model.to_dict()
+        data["wgmma_rows"] = sum("MMA=wgmma" in m.config for m in rows)
         data["plugins"] = {p: dict(sorted(collections.Counter(m.file for m in rows if m.plugin == p).items()))
                            for p in sorted({m.plugin for m in rows})}
         report = Path(args.report)

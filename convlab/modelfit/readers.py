@@ -1,6 +1,6 @@
-"""Measured times read back from the committed GPU results: the data the cost model is fitted and judged on.
+"""The committed result files the cost model's fit reads, as :class:`Measurement` rows.
 
-Four file formats are read (anything else under the folder is skipped):
+Four file formats are read (anything else is skipped; see :meth:`Reader.read`):
 
     bench     ``convlab bench`` JSON (convlab/bench/report.py): each row a problem with its candidates'
               ``op_median_ms`` (through the public op) or ``median_ms``; each plugin's first config
@@ -9,22 +9,14 @@ Four file formats are read (anything else under the folder is skipped):
     autotune  ``benchmarks/autotune_bench.py`` JSON: every config's ``exhaustive_ms`` per problem
     cache     autotuner cache files (convlab/autotune/cache.py): every candidate's ``median_ms``
 
-The first two are *layer* rows (one config per plugin and layer), the last two *sweep* rows (every
-config). Selection, in order:
+The first two give *layer* rows (one config per plugin and layer), the last two *sweep* rows (every
+config). Only GPU files are read (a file marked ``simulator`` gives nothing), and of them the rows whose
+status is ok with a positive time. Times are in milliseconds.
 
-1. only GPU files, rows whose status is ok with a positive time; ``history`` folders are left out
-   (copies superseded by the files beside them);
-2. only the rows of the newest *commit* that measured their group: kernels change between commits, so
-   a suite measured again supersedes the older commit's times. Groups: first, among layer rows,
-   (network, op, plugin, dtype, precision); then, among all rows, (problem, plugin) -- whatever the
-   float32 precision, the plugin's kernels are the same: a per-config sweep at an older commit gives
-   way to a newer commit's time of the same plugin, so one plugin's candidates on a layer-op are never
-   a mix of two kernel versions;
-3. per (problem, precision, candidate label) the newest row (the later run at that commit, then date).
-
-A file's run is its ``<what>/<device>/<commit>[-<run>]`` folder; commits and runs rank by their order in
-the results folder's ``runs.json`` (results/README.md: the order measured); files outside the runs
-listed there rank first, by their date. Times are in milliseconds.
+A row's ``order`` is (its commit's rank, its run's rank, its date): a file's run is its
+``<what>/<device>/<commit>[-<run>]`` folder, and commits and runs rank by their order in the results
+folder's ``runs.json`` (results/README.md: the order measured; a commit ranks where it first appears);
+files outside the runs listed there rank first, by their date.
 """
 from __future__ import annotations
 
@@ -33,7 +25,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterator
 
 from convlab.bench.suite import builtin_suites, load_suite
 from convlab.plugin.contract import Config
@@ -41,7 +33,6 @@ from convlab.problem import Problem
 
 DEFAULT_LIMIT = 256 * 2**20  # convlab's default workspace limit, which bench, tuner and caches ran under
 TC_CONV_LIMIT = 2**31  # benchmarks/tc_conv_bench.py's LIMIT
-EXCLUDED_DIRS = ("history",)
 
 
 @dataclass(frozen=True)
@@ -155,7 +146,7 @@ def _precision(problem: Problem, plugin: str, key: str = "") -> str:
     return "high" if plugin == "tensor_core" or "float32+high" in key else "highest"
 
 
-class _Reader:
+class Reader:
     """Turns one results file into measurements (see the module docstring for the formats)."""
 
     def __init__(self, root: Path) -> None:
@@ -254,56 +245,3 @@ class _Reader:
         if data.get("format") == 1 and isinstance(data.get("entries"), dict):
             return list(self.cache(path, data))
         return []
-
-
-def result_files(root: Path) -> list[Path]:
-    """Every ``*.json`` under ``root`` outside the excluded (``history``) folders, sorted."""
-    root = Path(root)
-    return sorted(p for p in root.rglob("*.json")
-                  if not any(part in EXCLUDED_DIRS for part in p.relative_to(root).parts[:-1]))
-
-
-def _newest_commit(rows: list[Measurement], group: Callable[[Measurement], tuple]) -> list[Measurement]:
-    """The rows whose commit is the newest among the rows of their group."""
-    newest: dict[tuple, int] = {}
-    for m in rows:
-        g = group(m)
-        newest[g] = max(newest.get(g, m.order[0]), m.order[0])
-    return [m for m in rows if m.order[0] == newest[group(m)]]
-
-
-def select(rows: list[Measurement]) -> list[Measurement]:
-    """Steps 2 and 3 of the module docstring."""
-    layer = [m for m in rows if m.kind == "layer"]
-    layer = _newest_commit(layer, lambda m: (m.network, m.problem.op, m.plugin, m.problem.dtype, m.precision))
-    kept = _newest_commit(layer + [m for m in rows if m.kind != "layer"],
-                           lambda m: (m.problem.key(), m.plugin))
-    best: dict[tuple, Measurement] = {}
-    for m in kept:
-        key = (m.context, m.label)
-        if key not in best or m.order > best[key].order:
-            best[key] = m
-    return sorted(best.values(), key=lambda m: (m.network, m.problem.key(), m.precision, m.label))
-
-
-def load(root: str | Path, files: Iterable[Path] | None = None) -> list[Measurement]:
-    """The selected measurements under ``root`` (module docstring), newest per (layer-op, candidate)."""
-    root = Path(root)
-    if not root.is_dir():
-        raise ValueError(f"results must be a folder of result files, got {str(root)!r}")
-    reader = _Reader(root)
-    return select([m for path in (files if files is not None else result_files(root))
-                   for m in reader.read(path)])
-
-
-def by_context(rows: Iterable[Measurement]) -> dict[tuple, list[Measurement]]:
-    """Rows grouped per layer-op (problem, precision). Under precision "high" every float32
-    candidate of "highest" is a candidate too, so a "high" layer-op also holds those rows."""
-    groups: dict[tuple, list[Measurement]] = {}
-    rows = list(rows)
-    for m in rows:
-        groups.setdefault(m.context, []).append(m)
-    for (key, precision), ms in list(groups.items()):
-        if precision == "high":
-            ms.extend(groups.get((key, "highest"), []))
-    return groups

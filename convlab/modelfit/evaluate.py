@@ -25,9 +25,10 @@ from convlab.plugin import registry
 from convlab.problem import Problem
 from convlab.runtime.targets import Target
 
+from convlab.autotune.costmodel import Model
+from convlab.autotune.features import Features, features
+
 from . import measured
-from .costmodel import Model
-from .features import Features, features
 from .fitting import Row, fit
 
 HIT_MARGIN = 0.05  # a top-k set hits when one of its candidates is within 5 % of the best measured

@@ -1,4 +1,5 @@
-"""Fitting the cost model's constants (:mod:`.costmodel`) to measured times, least squares in log space.
+"""Fitting the cost model's constants (:mod:`convlab.autotune.costmodel`) to measured times, least squares
+in log space.
 
     loss = sum over rows of (log t_model(row) - log t_measured(row))**2
 
@@ -25,8 +26,8 @@ import numpy as np
 
 from convlab.runtime.targets import Target
 
-from .costmodel import Group, Model, default_group, formula
-from .features import ARITH_CEILING, Features
+from convlab.autotune.costmodel import Group, Model, default_group, formula
+from convlab.autotune.features import ARITH_CEILING, Features
 
 MIN_GROUP_ROWS = 6  # rows an op-specific group needs to be fitted on its own
 ROUNDS = 3

@@ -1,4 +1,4 @@
-"""1D and 3D through the public ops: the 3D plugins (direct, im2col / col2im on vol2col / col2vol) per op
+"""1D and 3D through the public ops: the 3D plugins (direct, im2col / col2im on the 3D unfold / fold) per op
 against the float64 reference, 1D on 2D plugins through its embedding, channels-last-3d device operands,
 torch CPU tensors with out=."""
 import numpy as np

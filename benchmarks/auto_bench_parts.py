@@ -1,7 +1,7 @@
 """The pieces of benchmarks/auto_bench.py: operands in a memory format, the calls a user makes (convlab's
 public ops, convlab.torch, cuDNN through torch), the float64 check, the clock, and the Markdown report.
 
-    calls (a, b in the order of convlab/problem.py; st, pd, dl, g the problem's geometry)
+    calls (a, b in the order of convlab.problem; st, pd, dl, g the problem's geometry)
     op       convlab public op                         convlab.torch                        cuDNN
     forward  convlab.conv2d(x, w, bias, ...)           convlab.torch.conv2d(x, w, bias, ...) F.conv2d
     dgrad    convlab.conv2d_backward_data(dy, w, ...)  torch.ops.convlab.conv2d_backward_data

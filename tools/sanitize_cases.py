@@ -10,7 +10,7 @@ Every registered plugin runs every op, dtype and number of spatial dimensions it
 problems it accepts (2D: one GEMM-aligned, one grouped/strided/dilated/odd, ...; 3D: one padded, one
 grouped with depth stride and dilation); each result is checked against the float64 reference, so the
 sanitizer log and the printed errors cover the same launches. 1D convolutions run as 2D problems of
-height 1 (convlab/problem.py), so the 2D cases hold their kernels.
+height 1 (convlab.problem), so the 2D cases hold their kernels.
 """
 from __future__ import annotations
 

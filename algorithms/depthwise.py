@@ -50,7 +50,7 @@ from convlab.kernels.conv.depthwise_conv import conv_kernel
 from convlab.kernels.conv.depthwise_wgrad import wgrad_kernel
 
 MAX_GRID_YZ = 65535  # grid y and z: channel groups and images (wgrad: filter groups)
-MAX_TAPS = 121  # (T*)R*S: up to 11x11 (the unrolled per-thread code and wgrad's accumulators grow with it)
+MAX_TAPS = 121  # R*S (3D: T*R*S): up to 11x11 (the unrolled per-thread code and wgrad's accumulators grow)
 #: (TH, TW, VH): output tile rows x columns, rows per thread (threads = TW * TH / VH, a power of two);
 #: the H200's best on MobileNetV2's large planes first
 TILES_GPU = ((16, 32, 4), (16, 16, 4), (32, 32, 4), (16, 32, 2), (16, 16, 2), (8, 16, 2), (8, 16, 1),

@@ -38,7 +38,7 @@ def _blocks(total: int) -> int:
 
 def wgrad_splits(problem: Problem, workspace_limit: int) -> int:
     """Chunks of the N*(Do)*P*Q reduction: about 256 products per thread, within the workspace limit."""
-    length = problem.n * problem.do * problem.p * problem.q
+    length = problem.n * math.prod(problem.spatial_out)
     dw_size = int(np.prod(problem.w_shape))
     wanted = max(1, min(length // _WGRAD_CHUNK, (1 << 20) // max(dw_size, 1) + 1))
     if wanted > 1 and wanted * dw_size * problem.itemsize > workspace_limit:

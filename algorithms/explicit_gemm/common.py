@@ -52,12 +52,12 @@ def pointwise(problem: Problem) -> bool:
 
 def taps(problem: Problem) -> int:
     """Filter taps per channel: R*S (3D: T*R*S), the column rows of one channel."""
-    return problem.t * problem.r * problem.s
+    return math.prod(problem.kernel_size)
 
 
 def pixels(problem: Problem) -> int:
     """Output pixels per image: P*Q (3D: Do*P*Q), the column matrix's width."""
-    return problem.do * problem.p * problem.q
+    return math.prod(problem.spatial_out)
 
 
 def gemm_shape(problem: Problem) -> tuple[int, int, int]:

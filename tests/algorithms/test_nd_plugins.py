@@ -53,10 +53,11 @@ def test_1d_runs_on_2d_plugins_through_its_embedding(algorithm):
 
 
 def _nd_problem(op, nd, depthwise, dtype):
-    """Groups, stride, padding, dilation (and bias) on every axis; depthwise: groups = C, M = 2."""
+    """Groups, stride, padding, dilation (and bias) on every axis; depthwise: groups = C, M = 2. The
+    outputs per image (8, 16) are whole 16-byte chunks: the unfold's vector stores."""
     c, k, g, bias = (2, 4, 2, op != "wgrad") if depthwise else (4, 6, 2, op != "wgrad")
     if nd == 1:
-        return make_problem_nd(op, 2, c, (13,), k, (3,), stride=2, padding=1, dilation=2, groups=g,
+        return make_problem_nd(op, 2, c, (17,), k, (3,), stride=2, padding=1, dilation=2, groups=g,
                                dtype=dtype, bias=bias).lowered()
     return make_problem_nd(op, 1, c, (3, 4, 6), k, (2, 3, 3), stride=(2, 1, 2), padding=(1, 1, 1),
                            dilation=(1, 1, 2), groups=g, dtype=dtype, bias=bias)

@@ -1,15 +1,18 @@
 """The spatial axes of the N-d convolution kernels: which N a problem's kernels are specialised for, its
 geometry as N-tuples, and the names that generated kernel source gives each axis.
 
-The kernel families of this package (direct, unfold, fold, depthwise) write their loop nests once, as
-source generated for N = 1, 2 or 3 spatial axes (depth, height, width; the last N of them), so that a
-2D kernel carries no depth arithmetic and a 1D one no height arithmetic:
+The kernel families of this package write their loop nests once for N = 1, 2 or 3 spatial axes (depth,
+height, width; the last N of them), specialised at compile time so that a 2D kernel carries no depth
+arithmetic: direct, unfold and fold as source generated per N (a 1D kernel has no height arithmetic
+either), depthwise with its depth-tap loop a branch on a compile-time constant (1D: row windows of
+its 2D kernels, the height a literal 1).
 
     N = kernel_ndim(problem)          3 for a 3D problem; 1 for the 2D embedding of a conv1d
                                       (H = R = P = 1, no height padding); else 2
     g = geometry(problem)             g.size (input), g.kernel, g.out, g.stride, g.padding, g.dilation:
                                       N-tuples, depth first
-    names(N, AXIS_NAMES["tap"])       ("t", "r", "s")[3 - N:]: the loop variables of the taps
+    names(N, "tap")                   ("t", "r", "s")[3 - N:]: the loop variables of the taps
+    u32_product(("O", "P", "Q"))      "U(U(O * P) * Q)": a product in the generated source's uint32 U
 """
 from __future__ import annotations
 
@@ -69,3 +72,11 @@ def geometry(problem: Problem, nd: int | None = None) -> Geometry:
     return Geometry(*(tuple(v)[-nd:] for v in (pr.spatial_in, pr.kernel_size, pr.spatial_out, pr.strides,
                                                 pr.paddings, pr.dilations)))
 
+
+def u32_product(factors) -> str:
+    """Source of the uint32 product of ``factors`` (names), multiplied left to right:
+    ``U(U(a * b) * c)``; one factor as it is."""
+    text = factors[0]
+    for f in factors[1:]:
+        text = f"U({text} * {f})"
+    return text

@@ -1,7 +1,6 @@
 """Column buffers: their layout, and the launches of the unfold / fold kernels over them
 (``flat_launches``), shared by the explicit-GEMM plugins (im2col, col2im) and the tensor-core plugin's
-wgrad and strided dgrad; the geometry parameters of those generated kernels (``geometry_params``,
-``nested``).
+wgrad and strided dgrad; the geometry parameters of those generated kernels (``geometry_params``).
 
 Column layout (C' = C/groups; 2D shown, 3D adds a depth tap t and an output depth o, 1D keeps the
 width): cols[n, (g*C' + c, r, s), (p, q)] = x[n, g*C' + c, p*sh - ph + r*dh, q*sw - pw + s*dw] (0
@@ -40,8 +39,9 @@ def flat_launches(rows: int, pixels: int, whole: int = 1) -> list[tuple[int, int
     """The unfold / fold kernels' launches over the (row, pixel) pairs of ``rows`` rows of ``pixels``
     on the current target: (first row, rows, blocks, threads a block) each, one thread per pair,
     grid-stride over at most :func:`launch_shape`'s blocks per SM (so that small images, P*Q = 49 or
-    196, fill every thread: a block per row left up to 80% of them idle). A launch's pairs stay below 2**32 (uint32 indices) and its rows are a multiple of
-    ``whole`` (an image's channels); ValueError when ``whole`` rows alone pass 2**32 pairs."""
+    196, fill every thread: a block per row left up to 80% of them idle). A launch's pairs stay below
+    2**32 (uint32 indices) and its rows are a multiple of ``whole`` (an image's channels); ValueError
+    when ``whole`` rows alone pass 2**32 pairs."""
     per = min(rows, (PAIR_LIMIT - 1) // max(pixels, 1)) // whole * whole
     if per == 0 and rows:
         raise ValueError(f"{whole} rows x {pixels} pixels: more than 2**32 - 1 for 32-bit indices")
@@ -62,11 +62,3 @@ def geometry_params(nd: int) -> str:
     return ", ".join(names(nd, "size") + names(nd, "kernel") + names(nd, "extent") + names(nd, "stride")
                      + names(nd, "pad") + names(nd, "dil"))
 
-
-def nested(factors) -> str:
-    """The uint32 product of ``factors`` (names), multiplied left to right: U(U(a * b) * c); one
-    factor as it is."""
-    text = factors[0]
-    for f in factors[1:]:
-        text = f"U({text} * {f})"
-    return text

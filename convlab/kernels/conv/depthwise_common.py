@@ -109,6 +109,15 @@ def reads(ah: Axis, aw: Axis, fh: int, fw: int, vh: int, hw: int):
     return out
 
 
+def tile_products(w: Writer, uses_at: dict[int, list[tuple[int, int, int]]], product) -> None:
+    """Write each tile value a thread uses once (``x = tile[base + literal]``, :func:`reads`'s offsets),
+    then ``product(v, r, s)``, the line that accumulates it, for each of its uses."""
+    for at, uses in sorted(uses_at.items()):
+        w(f"x = tile[base + u32({at})]")
+        for v, r, s in uses:
+            w(product(v, r, s))
+
+
 def device(w: Writer, name: str, extra: dict):
     """Compile the generated source of ``w`` defining ``name`` into an inlined device function."""
     namespace = compile_source(w.source, f"<depthwise {name}>",

@@ -25,7 +25,7 @@ from numba import from_dtype, int32, int64, uint32
 from convlab import runtime
 from convlab.runtime import cuda
 
-from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads
+from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads, tile_products
 from convlab.kernels.source import Writer
 
 
@@ -46,10 +46,7 @@ def conv_compute(ah, aw, vh: int, hw: int, s_: int):
                 w(f"w{r}_{s} = ws[wb + u32({r * s_ + s})]")
             if not taps:
                 w("pass")
-            for at, uses in sorted(uses_at.items()):
-                w(f"x = tile[base + u32({at})]")
-                for v, r, s in uses:
-                    w(f"a{v} += x * w{r}_{s}")
+            tile_products(w, uses_at, lambda v, r, s: f"a{v} += x * w{r}_{s}")
     w(f"return ({accs})")
     return device(w, "compute", {})
 

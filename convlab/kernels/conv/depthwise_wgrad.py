@@ -25,7 +25,8 @@ from numba import from_dtype, int32, uint32
 from convlab import runtime
 from convlab.runtime import cuda
 
-from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads, reduce_group
+from convlab.kernels.conv.depthwise_common import (axis, device, halo_loader, names, reads, reduce_group,
+                                                   tile_products)
 from convlab.kernels.source import Writer
 
 
@@ -38,10 +39,7 @@ def wgrad_compute(ah, aw, vh: int, hw: int, s_: int, r_: int, first: int = 0, ta
     w.indent()
     w(f"{accs}= acc")
     w(f"{gs}= g")
-    for at, uses in sorted(reads(ah, aw, 0, 0, vh, hw).items()):
-        w(f"x = tile[base + u32({at})]")
-        for v, r, s in uses:
-            w(f"a{first + r * s_ + s} += x * g{v}")
+    tile_products(w, reads(ah, aw, 0, 0, vh, hw), lambda v, r, s: f"a{first + r * s_ + s} += x * g{v}")
     w(f"return ({accs})")
     return device(w, "compute", {})
 

@@ -24,8 +24,8 @@ import numpy as np
 
 from convlab import runtime
 from convlab.kernels.arch.intrinsics import u32 as U
-from convlab.kernels.conv.axes import geometry, names
-from convlab.kernels.conv.columns import flat_launches, geometry_params, nested
+from convlab.kernels.conv.axes import geometry, names, u32_product
+from convlab.kernels.conv.columns import flat_launches, geometry_params
 from convlab.kernels.source import Writer, compile_source
 from convlab.problem import Problem
 from convlab.runtime import cuda
@@ -46,14 +46,14 @@ def fold_source(nd: int = 2) -> str:
     w.indent()
     w("pair = U(U(U(cuda.blockIdx.x) * U(cuda.blockDim.x)) + U(cuda.threadIdx.x))")
     w("step = U(U(cuda.gridDim.x) * U(cuda.blockDim.x))")
-    w(f"npq = {nested(extents) if nd > 1 else 'U(Q)'}")
-    plane = nested(sizes)
+    w(f"npq = {u32_product(extents) if nd > 1 else 'U(Q)'}")
+    plane = u32_product(sizes)
     with w.block("while pair < pairs:"):
         w(f"row = U(pair // {plane})")
         rest = "hw"
         w(f"{rest} = U(pair - U(row * {plane}))")
         for a in range(nd - 1):
-            inner = nested(sizes[a + 1:])
+            inner = u32_product(sizes[a + 1:])
             w(f"{ins[a]} = U({rest} // {inner})")
             w(f"{padded[a]} = U({ins[a]} + {pd[a]})")
             if a < nd - 2:

@@ -27,12 +27,12 @@ from convlab import runtime
 from convlab.problem import Problem
 from convlab.kernels.arch.intrinsics import store4
 from convlab.kernels.arch.intrinsics import u32 as U
-from convlab.kernels.conv.axes import geometry, names
+from convlab.kernels.conv.axes import geometry, names, u32_product
 from convlab.kernels.source import Writer, compile_source
 from convlab.kernels.tensor_core.epilogue import vector_ok
 from convlab.runtime import cuda
 
-from convlab.kernels.conv.columns import flat_launches, geometry_params, nested
+from convlab.kernels.conv.columns import flat_launches, geometry_params
 
 
 def params(nd: int) -> str:
@@ -45,7 +45,7 @@ def _decode(w: Writer, outs: tuple[str, ...], extents: tuple[str, ...]) -> None:
     """The output coordinates of ``pq`` (a flat output pixel)."""
     rest = "pq"
     for a in range(len(outs) - 1):
-        inner = nested(extents[a + 1:])
+        inner = u32_product(extents[a + 1:])
         w(f"{outs[a]} = U({rest} // {inner})")
         if a + 1 < len(outs) - 1:
             w(f"rem{a} = U({rest} - U({outs[a]} * {inner}))")
@@ -81,7 +81,7 @@ def unfold_source(ept: int, nd: int = 2) -> str:
     w.indent()
     w("pair = U(U(U(cuda.blockIdx.x) * U(cuda.blockDim.x)) + U(cuda.threadIdx.x))")
     w("step = U(U(cuda.gridDim.x) * U(cuda.blockDim.x))")
-    w(f"npq = {nested(extents)}")
+    w(f"npq = {u32_product(extents)}")
     w(f"cpr = U(PQo // {ept})  # chunks per row")
     w("while pair < pairs:")
     w.indent()
@@ -96,9 +96,9 @@ def unfold_source(ept: int, nd: int = 2) -> str:
             w(f"{base[a]}{e} = U({outs[a]} * {st[a]})")
     w("i = U(row // C)  # image i of this launch, n = n_first + i of the call")
     w("n = U(n_first + i)")
-    w(f"src = U(x_off + U(row * {nested(sizes)}))")
-    w(f"dst = U(U(U(U(n // ips) * s1) + U(U(n % ips) * s2)) + U(U(U(U(row - U(i * C)) * {nested(kernel)}) * s3)"
-      " + pq))")
+    w(f"src = U(x_off + U(row * {u32_product(sizes)}))")
+    per_channel = u32_product(kernel)  # column rows of one channel
+    w(f"dst = U(U(U(U(n // ips) * s1) + U(U(n % ips) * s2)) + U(U(U(U(row - U(i * C)) * {per_channel}) * s3) + pq))")
     for a in range(nd):
         w(f"{taps[a]} = U(0)")
         w(f"while {taps[a]} < {kernel[a]}:")

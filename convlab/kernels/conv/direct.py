@@ -149,7 +149,7 @@ def wgrad_source(nd: int) -> str:
 @functools.cache
 def kernels(dtype: str, nd: int) -> tuple[Any, Any, Any]:
     """(forward, dgrad, wgrad_partial) for values of ``dtype`` over ``nd`` spatial axes."""
-    namespace = {"cuda": cuda, "zero": np.dtype(dtype).type(0)}
+    namespace = {"cuda": cuda, "zero": np.dtype(dtype).type(0), "__name__": __name__}  # messages name this module
     out = []
     for name, source in (("forward", forward_source), ("dgrad", dgrad_source),
                          ("wgrad_partial", wgrad_source)):

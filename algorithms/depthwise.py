@@ -1,7 +1,7 @@
-"""Depthwise convolution (groups == C, channel multiplier M = K / C >= 1): forward, dgrad and wgrad with
-tiled kernels (``_depthwise_conv``, ``_depthwise_wgrad``): each block owns a TH x TW tile of PL output
-planes (consecutive channels of one image), stages the PL input halo tiles and filters in shared memory,
-and each thread keeps VH output rows in registers.
+"""Depthwise convolution (groups == C, channel multiplier M = K / C >= 1) in 1D, 2D and 3D: forward, dgrad
+and wgrad with tiled kernels (convlab.kernels.conv.depthwise_conv, depthwise_wgrad): each block owns a
+TH x TW tile of PL output planes (consecutive channels of one image), stages the PL input halo tiles and
+filters in shared memory, and each thread keeps VH output rows in registers.
 
     forward  y[n, k, p, q]  = bias[k] + sum_{r, s} x[n, k // M, p*sh - ph + r*dh, q*sw - pw + s*dw]
                                                   * w[k, 0, r, s]
@@ -20,6 +20,12 @@ order by ``convlab.kernels.data.splitk.sum_partials`` (plane tiles offer SPLIT=1
 No atomics: every result is deterministic. Every layer size is a compile-time constant of its kernels,
 so a launch passes the arrays only (host time per call counts on small layers).
 
+3D: a block's tile lies at one output depth (grid x counts the depths too) and loops over the depth
+taps whose input plane exists, staging each plane's halo and taps in turn (dgrad: the taps with
+z + pd - t*dd = o*sd); wgrad's units are (n, output depth, tile) and its T*R*S accumulators take every
+depth tap of a unit. 1D (the 2D embedding, H = 1): windows of one output row (TH = VH = 1) and, for
+short rows, plane windows of PL whole rows.
+
 Applicability: groups == C; at most MAX_TAPS filter taps (the per-thread code is unrolled over them);
 the halo tile of some config fits 48 KiB of shared memory; every tensor within 32-bit indexing; at most
 65535 images and channels (grid y and z).
@@ -34,17 +40,18 @@ from convlab import runtime
 from convlab.plugin.contract import Algorithm, Config, Verdict
 from convlab.plugin.cost import Features, blocks_per_sm, default_arith
 from convlab.plugin.registry import register
-from convlab.problem import Problem, make_problem
+from convlab.problem import Problem, make_problem, make_problem_nd
 from convlab.kernels.data.splitk import MAX_INDEX, sum_partials  # the ordered split sum
 from convlab.runtime.scratch import scratch
 from convlab.runtime.targets import Target
 
+from convlab.kernels.conv.axes import kernel_ndim
 from convlab.kernels.conv.depthwise_common import MAX_SHARED, axis, shared_bytes
 from convlab.kernels.conv.depthwise_conv import conv_kernel
 from convlab.kernels.conv.depthwise_wgrad import wgrad_kernel
 
 MAX_GRID_YZ = 65535  # grid y and z: channel groups and images (wgrad: filter groups)
-MAX_TAPS = 121  # R*S: up to 11x11 (the unrolled per-thread code and wgrad's accumulators grow with it)
+MAX_TAPS = 121  # R*S (3D: T*R*S): up to 11x11 (the unrolled per-thread code and wgrad's accumulators grow)
 #: (TH, TW, VH): output tile rows x columns, rows per thread (threads = TW * TH / VH, a power of two);
 #: the H200's best on MobileNetV2's large planes first
 TILES_GPU = ((16, 32, 4), (16, 16, 4), (32, 32, 4), (16, 32, 2), (16, 16, 2), (8, 16, 2), (8, 16, 1),
@@ -57,6 +64,10 @@ TILES_SIM = ((4, 4, 2), (8, 4, 1), (8, 8, 2))
 PLANES_GPU = {8: (2, 4), 16: (4, 8), 32: (8, 16)}
 PLANES_SIM = {4: (2,), 8: (4,)}
 PLANE_THREADS_GPU, PLANE_THREADS_SIM = 256, 32
+#: 1D windows (TH, TW, VH) of one output row: the 2D tiles' thread counts, not yet timed on a GPU (widest
+#: first); plane windows {width: PL} of PL whole rows, PLANE_THREADS threads
+TILES_1D_GPU, TILES_1D_SIM = ((1, 128, 1), (1, 256, 1), (1, 64, 1), (1, 32, 1)), ((1, 8, 1), (1, 16, 1))
+PLANES_1D_GPU, PLANES_1D_SIM = {32: 8, 64: 4, 128: 2}, {8: 4, 16: 2}
 MAX_WASTE = 1.5  # computed outputs per useful output beyond which a plain tile ranks last
 
 
@@ -80,20 +91,38 @@ def _geometry(problem: Problem):
     return ah, aw, pq, hw, problem.c, problem.k
 
 
+def _depth(problem: Problem) -> tuple[int, ...]:
+    """The kernels' depth geometry (T, sd, pd, dd, in depth, out depth) of a 3D problem (dgrad: dy's
+    depth in, dx's out), () otherwise."""
+    if problem.ndim != 3:
+        return ()
+    pr = problem
+    ends = (pr.do, pr.d) if pr.op == "dgrad" else (pr.d, pr.do)
+    return (pr.t, pr.stride_d, pr.padding_d, pr.dilation_d, *ends)
+
+
+def _taps(problem: Problem) -> int:
+    """Filter taps per channel: R*S, 3D T*R*S."""
+    return math.prod(problem.kernel_size)
+
+
 def _blocks(problem: Problem, tile: tuple[int, int, int, int]) -> tuple[int, int, int]:
-    """(tiles along h, tiles along w, grid x of the conv launch (phases x tiles) or wgrad's units per
-    filter group (images x tiles))."""
+    """(tiles along h, tiles along w, grid x of the conv launch (phases x output depths x tiles) or
+    wgrad's units per filter group (images x output depths x tiles))."""
     ah, aw, (oh, ow), *_ = _geometry(problem)
     tiles_h, tiles_w = ah.tiles(tile[0], oh), aw.tiles(tile[1], ow)
+    depths = _depth(problem)[-1] if problem.ndim == 3 else 1
     if problem.op == "wgrad":
-        return tiles_h, tiles_w, problem.n * tiles_h * tiles_w
-    return tiles_h, tiles_w, len(ah.phases) * len(aw.phases) * tiles_h * tiles_w
+        return tiles_h, tiles_w, problem.n * depths * tiles_h * tiles_w
+    return tiles_h, tiles_w, len(ah.phases) * len(aw.phases) * depths * tiles_h * tiles_w
 
 
 def _fits(problem: Problem, tile: tuple[int, int, int, int]) -> bool:
     ah, aw, *_ = _geometry(problem)
-    return (shared_bytes(ah, aw, *tile, problem.r * problem.s, problem.itemsize, problem.op == "wgrad")
-            <= MAX_SHARED and _blocks(problem, tile)[2] <= MAX_INDEX)
+    wgrad = problem.op == "wgrad"
+    taps = _taps(problem) if wgrad else problem.r * problem.s  # the conv kernels stage one depth tap
+    return (shared_bytes(ah, aw, *tile, taps, problem.itemsize, wgrad) <= MAX_SHARED
+            and _blocks(problem, tile)[2] <= MAX_INDEX)
 
 
 def _waste(problem: Problem, tile: tuple[int, int, int, int]) -> float:
@@ -114,7 +143,7 @@ def wgrad_plan(problem: Problem, config: Config, workspace_limit: int, target: T
     threads = tile[1] * tile[0] // tile[2] * tile[3]
     wanted = 4 * target.sm_count * max(1, 2048 // threads)
     splits = min(math.ceil(wanted / math.ceil(problem.k / tile[3])), max(1, units // 4))
-    out_elems = problem.k * problem.r * problem.s
+    out_elems = problem.k * _taps(problem)
     splits = min(splits, workspace_limit // (out_elems * problem.itemsize), MAX_INDEX // out_elems)
     if int(config.get("SPLIT", 0)):
         splits = min(splits, int(config["SPLIT"]))
@@ -125,9 +154,12 @@ def wgrad_plan(problem: Problem, config: Config, workspace_limit: int, target: T
 
 
 def _plane_tiles(problem: Problem, target: Target) -> list[tuple[int, int, int, int]]:
-    """The plane tiles of the smallest size covering the largest phase of an output plane (none for
-    larger planes)."""
+    """The plane tiles of the smallest size covering the largest phase of an output plane (1D: row),
+    none for larger planes."""
     ah, aw, (oh, ow), *_ = _geometry(problem)
+    if kernel_ndim(problem) == 1:
+        rows = PLANES_1D_SIM if target.simulator else PLANES_1D_GPU
+        return [(1, size, 1, pl) for size, pl in rows.items() if aw.extent(ow) <= size][:1]
     planes, threads = ((PLANES_SIM, PLANE_THREADS_SIM) if target.simulator
                        else (PLANES_GPU, PLANE_THREADS_GPU))
     for size, vhs in planes.items():
@@ -145,6 +177,8 @@ def _configs(problem: Problem, target: Target) -> tuple[Config, ...]:
     if problem.op == "wgrad":
         configs += [Config(TH=t[0], TW=t[1], VH=t[2], PL=t[3], SPLIT=1) for t in planes]
     order = TILES_SIM if target.simulator else TILES_WGRAD_GPU if problem.op == "wgrad" else TILES_GPU
+    if kernel_ndim(problem) == 1:
+        order = TILES_1D_SIM if target.simulator else TILES_1D_GPU
     tiles = [t + (1,) for t in order if _fits(problem, t + (1,))]
     tiles.sort(key=lambda t: (_waste(problem, t) > MAX_WASTE, order.index(t[:3])))
     return tuple(configs) + tuple(Config(TH=t[0], TW=t[1], VH=t[2], PL=1) for t in tiles)
@@ -172,13 +206,13 @@ def _launch(problem: Problem, config: Config, workspace_limit: int, target: Targ
         splits, chunk = wgrad_plan(problem, config, workspace_limit, target)
         sizes = (problem.h, problem.w, problem.p, problem.q, problem.c, problem.k, mult, tiles_h, tiles_w,
                  blocks, chunk)
-        kernel = wgrad_kernel(problem.dtype, tile, geometry, sizes)
+        kernel = wgrad_kernel(problem.dtype, tile, geometry, sizes, _depth(problem))
         return _Plan(kernel[(splits, math.ceil(problem.k / pl)), threads], None, splits)
     _, _, (out_h, out_w), (in_h, in_w), in_c, out_c = _geometry(problem)
     sizes = (in_h, in_w, out_h, out_w, in_c, out_c, mult, tiles_h, tiles_w)  # N: grid z only
     grid = (blocks, math.ceil(out_c / pl), problem.n)
-    return _Plan(*(conv_kernel(problem.dtype, problem.op == "dgrad", tile, geometry, sizes, b)[grid, threads]
-                   for b in (False, True)), 1)
+    return _Plan(*(conv_kernel(problem.dtype, problem.op == "dgrad", tile, geometry, sizes, b,
+                               _depth(problem))[grid, threads] for b in (False, True)), 1)
 
 
 @register
@@ -190,14 +224,17 @@ class Depthwise(Algorithm):
     priority = 30  # above implicit_gemm (20), im2col/col2im (10), direct (0)
     deterministic = True
     compiles_per_shape = True  # layer sizes are literals of its generated kernels
+    ndims = (2, 3)
     description = ("depthwise (groups == C, any K/C): halo tile + filter in shared memory, rows per "
-                   "thread in registers; dgrad by stride phases; wgrad ordered tree + split sum")
+                   "thread in registers; dgrad by stride phases; wgrad ordered tree + split sum; 1D "
+                   "row windows, 3D by depth taps")
 
     def check(self, problem: Problem, target: Target) -> Verdict:
         if problem.groups != problem.c:
             return Verdict.no(f"groups={problem.groups} != C={problem.c}: not depthwise")
-        if problem.r * problem.s > MAX_TAPS:
-            return Verdict.no(f"filter {problem.r}x{problem.s} has more than {MAX_TAPS} taps")
+        if _taps(problem) > MAX_TAPS:
+            size = "x".join(map(str, problem.kernel_size))
+            return Verdict.no(f"filter {size} has more than {MAX_TAPS} taps")
         for tensor, shape in (("x", problem.x_shape), ("w", problem.w_shape), ("y", problem.y_shape)):
             if math.prod(shape) > MAX_INDEX:
                 return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
@@ -218,7 +255,7 @@ class Depthwise(Algorithm):
         if problem.op != "wgrad":
             return 0
         splits, _ = wgrad_plan(problem, config, workspace_limit, target)
-        return 0 if splits == 1 else splits * problem.k * problem.r * problem.s * problem.itemsize
+        return 0 if splits == 1 else splits * problem.k * _taps(problem) * problem.itemsize
 
     def cost_features(self, problem: Problem, config: Config, target: Target, workspace_limit: int) -> Features:
         """The tiles' computed outputs (edges, idle phases, empty planes: ``_waste``), the halo re-read
@@ -243,7 +280,11 @@ class Depthwise(Algorithm):
                 mk(op, 1, 2, 8, 9, 2, 3, 5, padding=(2, 3), dilation=2, groups=2),  # dilation 2, 3x5
                 mk(op, 1, 1, 11, 10, 2, 5, 5, stride=(2, 3), padding=2, groups=1, bias=bias),  # 5x5
                 mk(op, 1, 2, 7, 7, 2, 3, 3, p=4 if op == "dgrad" else None, padding=1, dilation=2,
-                   groups=2, bias=bias)]  # dgrad: the shortened dy of conv_transpose2d's output_padding
+                   groups=2, bias=bias),  # dgrad: the shortened dy of conv_transpose2d's output_padding
+                make_problem_nd(op, 2, 2, (13,), 4, (3,), stride=2, padding=1, groups=2,  # 1D, M = 2
+                                bias=bias).lowered(),
+                make_problem_nd(op, 1, 2, (4, 5, 6), 2, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1),
+                                dilation=(1, 2, 1), groups=2, bias=bias)]  # 3D
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
         plan = _launch(problem, config, workspace_limit, runtime.target())

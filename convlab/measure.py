@@ -28,7 +28,7 @@ from .problem import HALF_DTYPES, Problem, np_dtype, unit_roundoff
 
 def random_operands(problem: Problem, rng: np.random.Generator | None = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Fresh standard-normal host operands (a, b, bias) of ``problem`` (order as in problem.py)."""
+    """Fresh standard-normal host operands (a, b, bias) of ``problem`` (order as in convlab.problem)."""
     rng = np.random.default_rng() if rng is None else rng
     a_shape, b_shape, _ = problem.operand_shapes
     dtype = np_dtype(problem.dtype)  # float16 / bfloat16: the float64 draws rounded once

@@ -86,7 +86,7 @@ def wgrad(prob: Problem, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
 
 
 def solve(prob: Problem, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """The reference output of ``prob`` for operands (a, b) in the plugin order of problem.py."""
+    """The reference output of ``prob`` for operands (a, b) in the plugin order of convlab.problem."""
     if prob.op == "forward":
         return forward(prob, a, b, bias)
     if prob.op == "dgrad":

@@ -3,14 +3,15 @@
     compute-sanitizer --tool memcheck python3 tools/sanitize_cases.py [PLUGIN ...]   (default: every plugin)
 
 Environment: SANITIZE_DTYPES (comma list of DTYPES), SANITIZE_SHAPES (comma list of indices into SHAPES),
-SANITIZE_NDIMS (comma list of 2, 3), SANITIZE_CONFIGS (configs per plugin and problem, default 2): a
+SANITIZE_NDIMS (comma list of 1, 2, 3), SANITIZE_CONFIGS (configs per plugin and problem, default 2): a
 shorter run for the slow racecheck.
 
 Every registered plugin runs every op, dtype and number of spatial dimensions it declares on a few small
 problems it accepts (2D: one GEMM-aligned, one grouped/strided/dilated/odd, ...; 3D: one padded, one
-grouped with depth stride and dilation); each result is checked against the float64 reference, so the
-sanitizer log and the printed errors cover the same launches. 1D convolutions run as 2D problems of
-height 1 (convlab/problem.py), so the 2D cases hold their kernels.
+grouped with depth stride and dilation; 1D: one padded, one depthwise with stride and dilation, as the
+2D embeddings the ops hand the plugins, which run one-axis kernels where they have them); each result is
+checked against the float64 reference, so the sanitizer log and the printed errors cover the same
+launches.
 """
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ SHAPES_3D = [  # (n, c, (d, h, w), k, kernel, stride, padding, dilation, groups,
     (2, 8, (5, 6, 6), 16, (3, 3, 3), 1, 1, 1, 1, True),                     # padded, GEMM-aligned
     (1, 6, (7, 6, 5), 4, (3, 2, 2), (2, 1, 1), (1, 0, 1), (2, 1, 1), 2, True),  # grouped, depth stride/dilation
 ]
+SHAPES_1D = [  # (n, c, l, k, s, stride, padding, dilation, groups, bias)
+    (2, 16, 20, 16, 3, 1, 1, 1, 1, True),           # padded, GEMM-aligned
+    (1, 6, 23, 6, 5, 2, 2, 2, 6, True),             # depthwise, strided, dilated
+]
 
 
 def problems(dtype: str, op: str, ndims: set[int]):
@@ -51,6 +56,10 @@ def problems(dtype: str, op: str, ndims: set[int]):
                                                          else SHAPES):
             yield make_problem(op, n, c, h, w, k, r, s, stride=st, padding=pd, dilation=dl, groups=g,
                                bias=bias and op != "wgrad", dtype=dt)
+    if 1 in ndims:
+        for n, c, length, k, s, st, pd, dl, g, bias in SHAPES_1D:
+            yield make_problem_nd(op, n, c, (length,), k, (s,), stride=st, padding=pd, dilation=dl, groups=g,
+                                  bias=bias and op != "wgrad", dtype=dt).lowered()
     if 3 in ndims:
         for n, c, sp, k, ker, st, pd, dl, g, bias in SHAPES_3D:
             yield make_problem_nd(op, n, c, sp, k, ker, stride=st, padding=pd, dilation=dl, groups=g,
@@ -71,7 +80,7 @@ def main(names: list[str]) -> int:
     failures, runs = 0, 0
     rng = np.random.default_rng(0)
     dtypes = os.environ.get("SANITIZE_DTYPES", ",".join(DTYPES)).split(",")
-    ndims = {int(v) for v in os.environ.get("SANITIZE_NDIMS", "2,3").split(",")}
+    ndims = {int(v) for v in os.environ.get("SANITIZE_NDIMS", "1,2,3").split(",")}
     per_problem = int(os.environ.get("SANITIZE_CONFIGS", "2"))
     for op, dtype in itertools.product(("forward", "dgrad", "wgrad"), dtypes):
         with convlab.float32_precision("high" if dtype == "tf32" else "highest"):

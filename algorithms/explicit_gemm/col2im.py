@@ -16,13 +16,12 @@ Loop nest of ``run``:
 
 P and Q are dy's sizes, which for a conv_transpose2d with output_padding >= stride may be smaller than
 the forward formula gives; the fold checks p < P and q < Q. A 1x1 kernel with stride 1 and no padding
-needs no column buffer: the GEMM writes dx directly, bias included. A 3D problem folds with col2vol
-(convlab.kernels.conv.volume), its columns [n, (c, t, r, s), (o, p, q)].
+needs no column buffer: the GEMM writes dx directly, bias included. A 3D problem's columns are
+[n, (c, t, r, s), (o, p, q)], folded by the same kernel with a depth axis.
 """
 from __future__ import annotations
 
 from convlab.kernels.conv.fold import fold
-from convlab.kernels.conv.volume import col2vol
 from convlab.kernels.simt.gemm import Strided, Tile, gemm
 from convlab.plugin.registry import register
 from convlab.problem import Problem
@@ -48,9 +47,7 @@ class Col2im(ColumnGemmAlgorithm):
             while n0 < problem.n:
                 nb = min(plan.nb, problem.n - n0)
                 _columns(problem, tile, plan, a, b, bias, out if plan.pointwise else cols, n0, nb)
-                if not plan.pointwise and problem.ndim == 3:
-                    col2vol(problem, cols, out, bias, n0, nb)
-                elif not plan.pointwise:
+                if not plan.pointwise:
                     fold(problem, cols, out, bias, n0, nb)
                 n0 += nb
 

@@ -1,8 +1,8 @@
 """What the explicit-GEMM plugins (im2col: forward and wgrad, col2im: dgrad) share: the GEMM view of a
 problem over the column buffer (convlab.kernels.conv.columns has its layout), the tile configs, the
 sub-batch plan that keeps the column buffer under the workspace limit, the predicate, one base class,
-and the column buffer's loan. 3D problems use the volume columns of convlab.kernels.conv.volume (vol2col,
-col2vol): the same GEMMs with RS -> TRS and PQ -> DoPQ.
+and the column buffer's loan. 3D problems' columns hold the depth taps and output depths too: the same
+GEMMs with RS -> TRS and PQ -> DoPQ.
 
     op       M      N      K     (summed over images for wgrad, in k-splits added by sum_partials)
     forward  K'     PQ     C'RS
@@ -52,12 +52,12 @@ def pointwise(problem: Problem) -> bool:
 
 def taps(problem: Problem) -> int:
     """Filter taps per channel: R*S (3D: T*R*S), the column rows of one channel."""
-    return problem.t * problem.r * problem.s
+    return math.prod(problem.kernel_size)
 
 
 def pixels(problem: Problem) -> int:
     """Output pixels per image: P*Q (3D: Do*P*Q), the column matrix's width."""
-    return problem.do * problem.p * problem.q
+    return math.prod(problem.spatial_out)
 
 
 def gemm_shape(problem: Problem) -> tuple[int, int, int]:
@@ -141,7 +141,7 @@ class ColumnGemmAlgorithm(Algorithm):
         return check_indexing(problem, target)
 
     def sample_problems(self, op: str) -> list[Problem]:
-        """One 3D problem per op: vol2col / col2vol in the corpus."""
+        """One 3D problem per op: the 3D unfold / fold kernels in the corpus."""
         return [make_problem_nd(op, 1, 4, (3, 4, 3), 2, (2, 2, 2), stride=(2, 1, 1), padding=(1, 0, 1),
                                 groups=2, bias=op != "wgrad")]
 

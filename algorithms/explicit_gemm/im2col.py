@@ -13,20 +13,21 @@ With C' = C/groups, K' = K/groups, the column matrix of image n and group g is
 Loop nest of ``run``:
 
     for each sub-batch of nb images (so that the column buffer fits the workspace limit):
-        unfold: one thread per (n, c) and chunk of (p, q) writes its R*S column entries (_unfold.py)
+        unfold: one thread per (n, c) and chunk of (p, q) writes its R*S column entries
+                (convlab.kernels.conv.unfold)
         forward: one batched GEMM over (n, g)
         wgrad: one batch-reduce GEMM over g summing the nb images, its reduction split over k-splits
                whose partial products a second kernel adds in order into dw (accumulating after the
                first sub-batch)
 
 A 1x1 kernel with stride 1 and no padding needs no column buffer: x[n, g] already is the (C' x HW)
-column matrix. A 3D problem's columns come from vol2col (convlab.kernels.conv.volume: RS -> TRS,
-PQ -> DoPQ, the same GEMMs). The column geometry and workspace planning are shared with the col2im plugin (convlab.kernels.conv.columns).
+column matrix. A 3D problem's columns hold its depth taps and output depths too (RS -> TRS, PQ -> DoPQ,
+the same GEMMs); a 1D problem's 2D embedding unfolds along its width only. The column geometry and
+workspace planning are shared with the col2im plugin (convlab.kernels.conv.columns).
 """
 from __future__ import annotations
 
 from convlab.kernels.conv.unfold import unfold
-from convlab.kernels.conv.volume import vol2col
 from convlab.kernels.data.splitk import sum_partials
 from convlab.kernels.simt.gemm import Strided, Tile, gemm
 from convlab.plugin.registry import register
@@ -56,7 +57,7 @@ class Im2col(ColumnGemmAlgorithm):
             while n0 < pr.n:
                 nb = min(plan.nb, pr.n - n0)
                 if not plan.pointwise:
-                    (vol2col if pr.ndim == 3 else unfold)(pr, a, cols, n0, nb)
+                    unfold(pr, a, cols, n0, nb)
                 if pr.op == "forward":
                     _forward(pr, tile, plan, b, bias, out, a if plan.pointwise else cols, n0, nb)
                 else:

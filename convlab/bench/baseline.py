@@ -12,7 +12,7 @@ output in ``result`` instead of writing ``out``: torch's ops allocate their outp
 ``out`` would add a copy to the timed work. Operands are shared with Numba, not copied
 (``torch.as_tensor`` on ``__cuda_array_interface__``); both libraries use the legacy default stream.
 
-    op                       torch call (a, b, bias in the order of problem.py)
+    op                       torch call (a, b, bias in the order of convlab.problem)
     forward                  F.conv2d(x, w, bias, stride, padding, dilation, groups)
     dgrad                    torch.nn.grad.conv2d_input(x_shape, w, dy, ...)
     dgrad, conv_transpose2d  F.conv_transpose2d(dy, w, bias, stride, padding, output_padding, groups,

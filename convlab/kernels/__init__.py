@@ -15,9 +15,11 @@
                    swizzled stages, the A-loader interface), warp.py (the mma.sync loop), warpgroup.py
                    (the wgmma loop), epilogue.py (the staged epilogue, the store interface), launch.py,
                    gemm.py (dense, batched, parted GEMMs), conv.py (the implicit-GEMM loaders)
-    conv/          convolution building blocks: columns.py (column-buffer plans, unfold / fold
+    conv/          convolution loop nests, each written once for 1, 2 and 3 spatial axes: axes.py (the
+                   N a problem's kernels take, its N-d geometry, the generated sources' axis names),
+                   direct.py (the direct kernels), columns.py (column-buffer plans, unfold / fold
                    launches), unfold.py, fold.py, depthwise_common / depthwise_conv / depthwise_wgrad.py
-                   (the depthwise kernel generators)
+                   (the depthwise kernel generators); depth.py (depth_unfold's depth windows)
 
 Import the modules directly (``from convlab.kernels.simt.gemm import gemm``); the packages import
 nothing themselves.

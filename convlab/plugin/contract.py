@@ -6,7 +6,7 @@ answers these questions about a :class:`~convlab.problem.Problem`:
     check(problem, target)                          -> Verdict   may I run it? if not, why (one line)
     configs(problem, target)                        -> [Config]  tunable variants (tile sizes ...), best first
     workspace_bytes(problem, config, limit, target) -> int       extra device memory I will allocate
-    run(problem, config, a, b, bias, out, workspace_limit)       write ``out`` (see problem.py for a, b, out)
+    run(problem, config, a, b, bias, out, workspace_limit)       write ``out`` (see convlab.problem for a, b, out)
     compute_eps(dtype)                              -> float     unit roundoff of my arithmetic (tolerances)
     sample_problems(op)                             -> [Problem] problems I accept, for the conformance suite
     cost_features(problem, config, target, limit)   -> Features  what the autotuner's cost model should
@@ -191,7 +191,7 @@ class Algorithm:
 
     def run(self, problem: Problem, config: Config, a: Any, b: Any, bias: Any, out: Any, *,
             workspace_limit: int) -> None:
-        """Compute ``out`` from device arrays ``a``, ``b`` (and ``bias`` or None). See problem.py."""
+        """Compute ``out`` from device arrays ``a``, ``b`` (and ``bias`` or None). See convlab.problem."""
         raise NotImplementedError
 
     def cost_features(self, problem: Problem, config: Config, target: Target,

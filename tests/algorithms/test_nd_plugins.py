@@ -1,11 +1,13 @@
-"""1D and 3D through the public ops: the 3D plugins (direct, im2col / col2im on vol2col / col2vol) per op
-against the float64 reference, 1D on 2D plugins through its embedding, channels-last-3d device operands,
-torch CPU tensors with out=."""
+"""1D and 3D through the public ops: the 3D plugins (direct, im2col / col2im on the 3D unfold / fold) per op
+against the float64 reference, 1D on 2D plugins through its embedding, the one-axis and three-axis kernels
+of direct, im2col / col2im and depthwise per op (every option on every axis, the first config),
+channels-last-3d device operands, torch CPU tensors with out=."""
 import numpy as np
 import pytest
 
 import convlab
-from convlab import reference, runtime
+from convlab import measure, reference, runtime
+from convlab.kernels.conv.axes import kernel_ndim
 from convlab.kernels.data import layouts
 from convlab.problem import make_problem_nd
 
@@ -48,6 +50,35 @@ def test_1d_runs_on_2d_plugins_through_its_embedding(algorithm):
     want = reference.solve(p, x, w)
     err = np.linalg.norm(y.astype(np.float64) - want) / np.linalg.norm(want)
     assert err <= (2.0**-10 if dtype == np.float16 else 2.0**-20)
+
+
+def _nd_problem(op, nd, depthwise, dtype):
+    """Groups, stride, padding, dilation (and bias) on every axis; depthwise: groups = C, M = 2. The
+    outputs per image (8, 16) are whole 16-byte chunks: the unfold's vector stores."""
+    c, k, g, bias = (2, 4, 2, op != "wgrad") if depthwise else (4, 6, 2, op != "wgrad")
+    if nd == 1:
+        return make_problem_nd(op, 2, c, (17,), k, (3,), stride=2, padding=1, dilation=2, groups=g,
+                               dtype=dtype, bias=bias).lowered()
+    return make_problem_nd(op, 1, c, (3, 4, 6), k, (2, 3, 3), stride=(2, 1, 2), padding=(1, 1, 1),
+                           dilation=(1, 1, 2), groups=g, dtype=dtype, bias=bias)
+
+
+@pytest.mark.parametrize("nd", [1, 3])
+@pytest.mark.parametrize("plugin, op", [("direct", "forward"), ("direct", "dgrad"), ("direct", "wgrad"),
+                                        ("im2col", "forward"), ("im2col", "wgrad"), ("col2im", "dgrad"),
+                                        ("depthwise", "forward"), ("depthwise", "dgrad"),
+                                        ("depthwise", "wgrad")])
+def test_one_and_three_axis_kernels_match_the_reference(plugin, op, nd):
+    dtype = "float32" if nd == 1 else "float64"
+    problem = _nd_problem(op, nd, plugin == "depthwise", dtype)
+    assert kernel_ndim(problem) == nd
+    algo = convlab.get_plugin(plugin)
+    assert algo.applicable(problem), problem.describe()
+    host = measure.random_operands(problem, rng)
+    out = runtime.full(problem.operand_shapes[2], np.nan, dtype)
+    algo.run(problem, algo.configs(problem)[0], *measure.to_device(*host), out, workspace_limit=1 << 24)
+    err = measure.rel_error(out.copy_to_host(), reference.solve(problem, *host))
+    assert err <= measure.tolerance(problem, algo.compute_eps(dtype)), (problem.describe(), err)
 
 
 def test_channels_last_3d_device_operands_give_a_channels_last_3d_output():

@@ -205,7 +205,7 @@ def test_simulator_warns_once_per_launch_above_the_thread_budget(monkeypatch):
     assert not [c for c in caught if issubclass(c.category, convlab.SimulatorCostWarning)]
     monkeypatch.setenv("CONVLAB_SIM_THREAD_BUDGET", "50")
     with pytest.warns(convlab.SimulatorCostWarning,
-                      match=r"^convlab: kernel 'direct\.[\w.]+' launches \d+ threads .* CUDA simulator.*"
+                      match=r"^convlab: kernel 'conv\.direct\.[\w.]+' launches \d+ threads .* CUDA simulator.*"
                             r"Shrink the problem.*"
                             r"CONVLAB_SIM_THREAD_BUDGET \(now 50\)"):
         convlab.conv2d(x, w, padding=1, algorithm="direct")

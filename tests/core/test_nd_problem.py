@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 import convlab
 from convlab import reference
 from convlab.plugin import registry
+from convlab.plugin.contract import Algorithm
 from convlab.problem import Problem, make_problem, make_problem_nd
 
 torch = pytest.importorskip("torch")
@@ -45,12 +46,23 @@ def test_1d_problem_is_its_2d_embedding():
     assert "2D embedding" in registry.verdict(registry.get("im2col"), p).reason
 
 
+class _Flat(Algorithm):
+    """A plugin of the default ``ndims``: 2D only."""
+
+    name = "flat2d"
+    ops = frozenset({"forward"})
+
+
 def test_2d_only_plugins_decline_3d_naming_it():
     p = make_problem_nd("forward", 1, 4, (3, 4, 4), 4, (1, 3, 3), groups=4)  # depthwise-shaped
-    for name in ("depthwise", "implicit_gemm", "tensor_core"):
-        verdict = registry.verdict(registry.get(name), p)
-        assert not verdict and "not 3D" in verdict.reason, (name, verdict.reason)
-    assert registry.verdict(registry.get("direct"), p) and registry.verdict(registry.get("im2col"), p)
+    verdict = _Flat().applicable(p)
+    assert not verdict and "runs 2D convolutions, not 3D" in verdict.reason
+    for plugin in registry.plugins("forward"):
+        if 3 not in plugin.ndims:
+            verdict = registry.verdict(plugin, p)
+            assert not verdict and "not 3D" in verdict.reason, (plugin.name, verdict.reason)
+    for name in ("direct", "im2col", "depthwise"):
+        assert registry.verdict(registry.get(name), p), name
 
 
 def _torch_solve(p, a, b):

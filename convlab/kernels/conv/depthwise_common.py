@@ -109,6 +109,15 @@ def reads(ah: Axis, aw: Axis, fh: int, fw: int, vh: int, hw: int):
     return out
 
 
+def tile_products(w: Writer, uses_at: dict[int, list[tuple[int, int, int]]], product) -> None:
+    """Write each tile value a thread uses once (``x = tile[base + literal]``, :func:`reads`'s offsets),
+    then ``product(v, r, s)``, the line that accumulates it, for each of its uses."""
+    for at, uses in sorted(uses_at.items()):
+        w(f"x = tile[base + u32({at})]")
+        for v, r, s in uses:
+            w(product(v, r, s))
+
+
 def device(w: Writer, name: str, extra: dict):
     """Compile the generated source of ``w`` defining ``name`` into an inlined device function."""
     namespace = compile_source(w.source, f"<depthwise {name}>",
@@ -122,18 +131,21 @@ def names(prefix: str, count: int) -> str:
 
 @functools.cache
 def halo_loader(dtype: str, halo_h: int, halo_w: int, threads: int, planes: int, in_h: int, in_w: int,
-                n_ch: int, div: int, mul: int):
-    """``load(a, nbase, c0, j, org_h, org_w, tile, tid)``: for planes l < PL with c = c0 + l < n_ch,
+                n_ch: int, div: int, mul: int, in_d: int = 0):
+    """``load(a, nbase, c0, j, org_h, org_w, tile, tid, iz)``: for planes l < PL with c = c0 + l < n_ch,
     tile[l*HALO + i*halo_w + jj] = a[(nbase + (c // div) * mul + j) * in_h*in_w + ih*in_w + iw] with
     (ih, iw) = (org_h + i, org_w + jj), 0 outside the plane (the padding) or for c >= n_ch; consecutive
-    threads take consecutive elements (coalesced along rows, and across planes: NCHW planes abut)."""
+    threads take consecutive elements (coalesced along rows, and across planes: NCHW planes abut).
+    ``in_d`` > 0 (3D): the plane at depth iz of each of those volumes of ``in_d`` planes (iz unused in
+    2D)."""
     HALO, HW, T, TOTAL = (np.uint32(v) for v in (halo_h * halo_w, halo_w, threads, planes * halo_h * halo_w))
     IN_H, IN_W, IN_HW, NCH = (np.uint32(v) for v in (in_h, in_w, in_h * in_w, n_ch))
     DIV, MUL, ONE = np.uint32(div), np.uint32(mul), planes == 1
+    DEEP, IN_D = in_d > 0, np.uint32(in_d)
     zero = np.dtype(dtype).type(0)
 
     @runtime.jit(device=True, forceinline=True)
-    def load(a, nbase, c0, j, org_h, org_w, tile, tid):
+    def load(a, nbase, c0, j, org_h, org_w, tile, tid, iz):
         e = tid
         while e < TOTAL:  # every product and sum cast back to 32 bits (Numba widens them to 64)
             lp = uint32(0) if ONE else uint32(e // HALO)
@@ -145,6 +157,8 @@ def halo_loader(dtype: str, halo_h: int, halo_w: int, threads: int, planes: int,
             val = zero
             if c < NCH and uint32(ih) < IN_H and uint32(iw) < IN_W:
                 plane = uint32(uint32(nbase + uint32(uint32(c // DIV) * MUL)) + j)
+                if DEEP:
+                    plane = uint32(uint32(plane * IN_D) + iz)
                 val = a[int64(uint32(uint32(plane * IN_HW) + uint32(uint32(ih) * IN_W) + uint32(iw)))]
             tile[e] = val
             e = uint32(e + T)

@@ -25,7 +25,7 @@ from numba import from_dtype, int32, int64, uint32
 from convlab import runtime
 from convlab.runtime import cuda
 
-from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads
+from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads, tile_products
 from convlab.kernels.source import Writer
 
 
@@ -46,10 +46,7 @@ def conv_compute(ah, aw, vh: int, hw: int, s_: int):
                 w(f"w{r}_{s} = ws[wb + u32({r * s_ + s})]")
             if not taps:
                 w("pass")
-            for at, uses in sorted(uses_at.items()):
-                w(f"x = tile[base + u32({at})]")
-                for v, r, s in uses:
-                    w(f"a{v} += x * w{r}_{s}")
+            tile_products(w, uses_at, lambda v, r, s: f"a{v} += x * w{r}_{s}")
     w(f"return ({accs})")
     return device(w, "compute", {})
 
@@ -74,11 +71,12 @@ def _consts(values) -> tuple:
 
 @functools.cache
 def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geometry: tuple[int, ...],
-                sizes: tuple[int, ...], has_bias: bool):
+                sizes: tuple[int, ...], has_bias: bool, depth: tuple[int, ...] = ()):
     """The forward (``dgrad`` False) or backward-data kernel ``kernel(a, w, bias, out)`` of one tile
     (TH, TW, VH, PL), filter geometry (R, S, sh, sw, ph, pw, dh, dw) and layer ``sizes`` (in_h, in_w,
-    out_h, out_w, in_c, out_c, M, tiles_h, tiles_w); ``bias`` is read only when ``has_bias``.
-    Grid: x = (phase, tile row, tile column), y = channel group of PL, z = image; TP * PL threads."""
+    out_h, out_w, in_c, out_c, M, tiles_h, tiles_w); ``bias`` is read only when ``has_bias``; ``depth``
+    (3D: T, sd, pd, dd, in_d, out_d; 2D: empty) adds the depth taps. Grid: x = (phase, output depth,
+    tile row, tile column), y = channel group of PL, z = image; TP * PL threads."""
     th, tw, vh, pl = tile
     r_, s_, sh, sw, ph, pw, dh, dw = geometry
     in_h, in_w, out_h, out_w, in_c, out_c, mult, tiles_h, tiles_w = sizes
@@ -87,7 +85,7 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
     T, HALO, NT, zero = TP * pl, HH * HW, from_dtype(np.dtype(dtype)), np.dtype(dtype).type(0)
     # dgrad: plane l of group co0 reads dy channel (co0 + l) * M + j; forward: x channel (co0 + l) // M
     load = halo_loader(dtype, HH, HW, T, pl, in_h, in_w, out_c, 1 if dgrad else mult,
-                       mult if dgrad else 1)
+                       mult if dgrad else 1, depth[4] if depth else 0)
     compute = conv_compute(ah, aw, vh, HW, s_)
     store = row_store(vh, ah.ostep, out_h, out_w)
     TLO_H, TLO_W = _consts(p.t_lo for p in ah.phases), _consts(p.t_lo for p in aw.phases)
@@ -101,6 +99,10 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
     ZEROS, DGRAD, PHASED = (zero,) * vh, dgrad, len(ah.phases) * len(aw.phases) > 1
     JN = np.uint32(mult if dgrad else 1)
     ONE, HAS_BIAS, TILE_N, WS_N = pl == 1, has_bias, pl * HALO, pl * RS  # shared sizes: literals
+    DEEP = bool(depth)  # 3D: a block's outputs lie at one depth; its depth taps loop around the tile
+    DT, SD, PD, DD, IN_D, OUT_D = depth or (1, 1, 0, 1, 1, 1)
+    SD, PD, DD, IN_D = (np.int32(v) for v in (SD, PD, DD, IN_D))
+    uDT, uOUT_D, uPHASE = (np.uint32(v) for v in (DT, OUT_D, tiles_h * tiles_w * OUT_D))  # PHASE: blocks
 
     @runtime.jit
     def kernel(a4, wt4, bias, out4):
@@ -115,8 +117,12 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
         t = uint32(tid - uint32(lp * uTP))
         f = u0
         if PHASED:
-            f = uint32(rem // uTHW)
-            rem = uint32(rem - uint32(f * uTHW))
+            f = uint32(rem // uPHASE)
+            rem = uint32(rem - uint32(f * uPHASE))
+        oz = u0
+        if DEEP:  # output depth oz: the block's outputs lie at out[n, co, oz]
+            oz = uint32(rem // uTHW)
+            rem = uint32(rem - uint32(oz * uTHW))
         bh = uint32(rem // uTILES_W)
         fh = uint32(f // uNPW)
         fw = uint32(f - uint32(fh * uNPW))
@@ -131,25 +137,40 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
         acc = ZEROS
         j = u0
         while j < JN:
-            e = tid
-            while e < uPLRS:
-                le = u0 if ONE else uint32(e // uRS)
-                c = uint32(co0 + le)
-                if c < uCO:
-                    fk = uint32(uint32(c * uM) + j) if DGRAD else c
-                    ws[e] = wt[int64(uint32(uint32(fk * uRS) + uint32(e - uint32(le * uRS))))]
-                e = uint32(e + uT)
-            load(a, uint32(n * uCA), co0, j, org_h, org_w, tile, tid)
-            cuda.syncthreads()
-            acc = compute(f, tile, ws, base, wb, acc)
-            cuda.syncthreads()
+            dt = u0
+            while dt < uDT:  # 3D: every depth tap dt whose input plane iz exists (the same for the block)
+                iz = int32(0)
+                if DEEP:
+                    iz = int32(int32(int32(oz) * SD) - PD + int32(int32(dt) * DD))  # forward: x depth
+                    if DGRAD:  # dy depth iz with oz + pd - dt*dd = iz*sd
+                        iz = int32(int32(int32(oz) + PD) - int32(int32(dt) * DD))
+                        iz = int32(iz // SD) if iz >= 0 and iz % SD == 0 else int32(-1)
+                if not DEEP or (iz >= 0 and iz < IN_D):
+                    e = tid
+                    while e < uPLRS:
+                        le = u0 if ONE else uint32(e // uRS)
+                        c = uint32(co0 + le)
+                        if c < uCO:
+                            fk = uint32(uint32(c * uM) + j) if DGRAD else c
+                            if DEEP:
+                                fk = uint32(uint32(fk * uDT) + dt)
+                            ws[e] = wt[int64(uint32(uint32(fk * uRS) + uint32(e - uint32(le * uRS))))]
+                        e = uint32(e + uT)
+                    load(a, uint32(n * uCA), co0, j, org_h, org_w, tile, tid, uint32(iz))
+                    cuda.syncthreads()
+                    acc = compute(f, tile, ws, base, wb, acc)
+                    cuda.syncthreads()
+                dt = uint32(dt + u1)
             j = uint32(j + u1)
         co = uint32(co0 + lp)
         if co < uCO:
             b = zero
             if HAS_BIAS:
                 b = bias[co]
-            store(out, uint32(uint32(uint32(n * uCO) + co) * uOUT_HW),
+            plane = uint32(uint32(n * uCO) + co)
+            if DEEP:
+                plane = uint32(uint32(plane * uOUT_D) + oz)
+            store(out, uint32(plane * uOUT_HW),
                   int32(int32(int32(t0h + int32(ty * uVH)) * OST_H) + O0_H[fh]),
                   int32(int32(int32(t0w + int32(tx)) * OST_W) + O0_W[fw]), acc, b)
 

@@ -25,24 +25,44 @@ from numba import from_dtype, int32, uint32
 from convlab import runtime
 from convlab.runtime import cuda
 
-from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads, reduce_group
+from convlab.kernels.conv.depthwise_common import (axis, device, halo_loader, names, reads, reduce_group,
+                                                   tile_products)
 from convlab.kernels.source import Writer
 
 
 @functools.cache
-def wgrad_compute(ah, aw, vh: int, hw: int, s_: int, r_: int):
-    """``acc = compute(tile, base, g, acc)``: acc[r*S + s] += tile[base + literal] * g[v]."""
-    accs, gs = names("a", r_ * s_), names("g", vh)
+def wgrad_compute(ah, aw, vh: int, hw: int, s_: int, r_: int, first: int = 0, taps: int = 0):
+    """``acc = compute(tile, base, g, acc)``: acc[first + r*S + s] += tile[base + literal] * g[v] (``acc``
+    of ``taps`` entries, default R*S; 3D: T*R*S, the taps of depth tap dt from first = dt*R*S)."""
+    accs, gs = names("a", taps or r_ * s_), names("g", vh)
     w = Writer("def compute(tile, base, g, acc):")
     w.indent()
     w(f"{accs}= acc")
     w(f"{gs}= g")
-    for at, uses in sorted(reads(ah, aw, 0, 0, vh, hw).items()):
-        w(f"x = tile[base + u32({at})]")
-        for v, r, s in uses:
-            w(f"a{r * s_ + s} += x * g{v}")
+    tile_products(w, reads(ah, aw, 0, 0, vh, hw), lambda v, r, s: f"a{first + r * s_ + s} += x * g{v}")
     w(f"return ({accs})")
     return device(w, "compute", {})
+
+
+@functools.cache
+def depth_taps(taps: int, stride: int, pad: int, dil: int, in_d: int, load, computes: tuple):
+    """``acc = step(x, nbase, k0, od, org_h, org_w, tile, tid, base, g, acc)``, 3D: for each depth tap
+    dt < ``taps`` whose input depth iz = od*stride - pad + dt*dil lies in [0, in_d) (the same for the
+    whole block): the halo of plane iz into tile, then acc's taps of depth dt += its products with g
+    (``computes[dt]``)."""
+    w = Writer("def step(x, nbase, k0, od, org_h, org_w, tile, tid, base, g, acc):")
+    w.indent()
+    w(f"z0 = i32(i32(od) * i32({stride}))")
+    for dt in range(taps):
+        w(f"iz = i32(z0 + i32({dt * dil - pad}))")
+        with w.block(f"if iz >= i32(0) and iz < i32({in_d}):"):
+            w("load(x, nbase, k0, u32(0), org_h, org_w, tile, tid, u32(iz))")
+            w("cuda.syncthreads()")
+            w(f"acc = compute{dt}(tile, base, g, acc)")
+            w("cuda.syncthreads()")
+    w("return acc")
+    return device(w, "step", {"cuda": cuda, "i32": np.int32, "load": load,
+                              **{f"compute{dt}": c for dt, c in enumerate(computes)}})
 
 
 @functools.cache
@@ -91,29 +111,37 @@ def block_reduce(taps: int, tp: int, pl: int, group: int):
 
 @functools.cache
 def wgrad_kernel(dtype: str, tile: tuple[int, int, int, int], geometry: tuple[int, ...],
-                 sizes: tuple[int, ...]):
+                 sizes: tuple[int, ...], depth: tuple[int, ...] = ()):
     """The backward-weight kernel ``kernel(x, dy, part)`` of one tile (TH, TW, VH, PL; TP = TW*TH/VH a
     power of two), filter geometry (R, S, sh, sw, ph, pw, dh, dw) and layer ``sizes`` (in_h, in_w, out_h,
-    out_w, C, K, M, tiles_h, tiles_w, units, chunk). Grid: x = split, y = filter group of PL."""
+    out_w, C, K, M, tiles_h, tiles_w, units, chunk); ``depth`` (3D: T, sd, pd, dd, in_d, out_d; 2D:
+    empty) adds the depth taps: units (n, od, bh, bw), T*R*S accumulators. Grid: x = split, y = filter
+    group of PL."""
     th, tw, vh, pl = tile
     r_, s_, sh, sw, ph, pw, dh, dw = geometry
     in_h, in_w, out_h, out_w, c_n, k_n, mult, tiles_h, tiles_w, units, chunk = sizes
     ah, aw = axis(False, r_, sh, ph, dh), axis(False, s_, sw, pw, dw)
     HH, HW, TP, RS = ah.halo(th), aw.halo(tw), tw * (th // vh), r_ * s_
     T, HALO, NT, zero = TP * pl, HH * HW, from_dtype(np.dtype(dtype)), np.dtype(dtype).type(0)
-    load = halo_loader(dtype, HH, HW, T, pl, in_h, in_w, k_n, mult, 1)
+    DEEP = bool(depth)
+    DT, SD, PD, DD, IN_D, OUT_D = depth or (1, 1, 0, 1, 0, 1)
+    TAPS = DT * RS
+    load = halo_loader(dtype, HH, HW, T, pl, in_h, in_w, k_n, mult, 1, IN_D)
     compute = wgrad_compute(ah, aw, vh, HW, s_, r_)
+    step = depth_taps(DT, SD, PD, DD, IN_D, load, tuple(wgrad_compute(ah, aw, vh, HW, s_, r_, dt * RS, TAPS)
+                                                        for dt in range(DT))) if DEEP else None
     load_dy = dy_loader(vh, out_h, out_w)
-    GROUP = reduce_group(RS, T, np.dtype(dtype).itemsize)
-    reduce = block_reduce(RS, TP, pl, GROUP)
+    GROUP = reduce_group(TAPS, T, np.dtype(dtype).itemsize)
+    reduce = block_reduce(TAPS, TP, pl, GROUP)
     RED = GROUP * T
-    u0, u1, uRS, uTH, uTW, uVH, uTP, uPL = (np.uint32(v) for v in (0, 1, RS, th, tw, vh, TP, pl))
+    u0, u1, uTAPS, uTH, uTW, uVH, uTP, uPL = (np.uint32(v) for v in (0, 1, TAPS, th, tw, vh, TP, pl))
     uC, uK, uOUT_W, uOUT_HW, uHALO = (np.uint32(v) for v in (c_n, k_n, out_w, out_h * out_w, HALO))
     uTILES_H, uTILES_W, uTHW = (np.uint32(v) for v in (tiles_h, tiles_w, tiles_h * tiles_w))
+    uOUT_D, uUPI = np.uint32(OUT_D), np.uint32(tiles_h * tiles_w * OUT_D)  # UPI: units an image
     uUNITS, uCHUNK = np.uint32(units), np.uint32(chunk)
     SH, SW, PH, PW = (np.int32(v) for v in (sh, sw, ph, pw))
     ROWSTEP, uSW = np.uint32(vh * sh * HW), np.uint32(sw)
-    ZEROS, ONE, TILE_N = (zero,) * RS, pl == 1, pl * HALO  # shared size: a literal
+    ZEROS, ONE, TILE_N = (zero,) * TAPS, pl == 1, pl * HALO  # shared size: a literal
 
     @runtime.jit
     def kernel(x4, dy4, part):
@@ -132,21 +160,34 @@ def wgrad_kernel(dtype: str, tile: tuple[int, int, int, int], geometry: tuple[in
         acc = ZEROS
         u = uint32(z * uCHUNK)
         stop = min(uint32(u + uCHUNK), uUNITS)
-        n = uint32(u // uTHW)  # unit u = (n, bh, bw), advanced without division below
-        bh = uint32(uint32(u - uint32(n * uTHW)) // uTILES_W)
-        bw = uint32(uint32(u - uint32(n * uTHW)) - uint32(bh * uTILES_W))
+        n = uint32(u // uUPI)  # unit u = (n, (od,) bh, bw), advanced without division below
+        rem = uint32(u - uint32(n * uUPI))
+        od = u0
+        if DEEP:
+            od = uint32(rem // uTHW)
+            rem = uint32(rem - uint32(od * uTHW))
+        bh = uint32(rem // uTILES_W)
+        bw = uint32(rem - uint32(bh * uTILES_W))
         while u < stop:
             t0h = uint32(bh * uTH)
             t0w = uint32(bw * uTW)
-            load(x, uint32(n * uC), k0, u0, int32(int32(t0h) * SH - PH), int32(int32(t0w) * SW - PW),
-                 tile, tid)
+            org_h = int32(int32(t0h) * SH - PH)
+            org_w = int32(int32(t0w) * SW - PW)
+            if not DEEP:
+                load(x, uint32(n * uC), k0, u0, org_h, org_w, tile, tid, u0)
             p0 = uint32(t0h + uint32(ty * uVH))
             q = uint32(t0w + tx)
-            at = uint32(uint32(uint32(uint32(n * uK) + k) * uOUT_HW) + uint32(uint32(p0 * uOUT_W) + q))
+            plane = uint32(uint32(n * uK) + k)
+            if DEEP:
+                plane = uint32(uint32(plane * uOUT_D) + od)
+            at = uint32(uint32(plane * uOUT_HW) + uint32(uint32(p0 * uOUT_W) + q))
             g = load_dy(dy, at, p0, q < uOUT_W and k < uK, zero)
-            cuda.syncthreads()
-            acc = compute(tile, base, g, acc)
-            cuda.syncthreads()
+            if DEEP:
+                acc = step(x, uint32(n * uC), k0, od, org_h, org_w, tile, tid, base, g, acc)
+            else:
+                cuda.syncthreads()
+                acc = compute(tile, base, g, acc)
+                cuda.syncthreads()
             u = uint32(u + u1)
             bw = uint32(bw + u1)
             if bw == uTILES_W:
@@ -154,7 +195,13 @@ def wgrad_kernel(dtype: str, tile: tuple[int, int, int, int], geometry: tuple[in
                 bh = uint32(bh + u1)
                 if bh == uTILES_H:
                     bh = u0
-                    n = uint32(n + u1)
-        reduce(acc, red, tid, t, k < uK, part, uint32(uint32(uint32(z * uK) + k) * uRS))
+                    if DEEP:
+                        od = uint32(od + u1)
+                        if od == uOUT_D:
+                            od = u0
+                            n = uint32(n + u1)
+                    else:
+                        n = uint32(n + u1)
+        reduce(acc, red, tid, t, k < uK, part, uint32(uint32(uint32(z * uK) + k) * uTAPS))
 
     return kernel

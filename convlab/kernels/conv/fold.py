@@ -1,85 +1,118 @@
-"""The fold (col2im) kernel: the column buffer of a GEMM gathered back into dx, with the bias.
+"""The fold (col2im) kernel: the column buffer of a GEMM gathered back into dx, with the bias, for N = 1,
+2 or 3 spatial axes (convlab.kernels.conv.axes; 2D shown, 3D adds a depth tap t and an output depth o,
+1D keeps the width):
 
     dx[n, c, h, w] = bias[c] + sum over (r, s) with h = p*sh - ph + r*dh, w = q*sw - pw + s*dw of
                      cols[n][(c, r, s), (p, q)]          (p, q integer and inside the output)
 
+    for each (row = (n, c), pixel (h, w) of dx) pair, grid-stride over the threads:
+        for r < R while r*dh <= h + ph:  p = (h + ph - r*dh) / sh, a tap when it divides and p < P
+            for s < S while s*dw <= w + pw:  q likewise
+                acc += cols[tap (c, r, s), pixel (p, q)]
+        dx[n, c, h, w] = acc (+ bias[c])
+
 One thread per (row, pixel) of dx in grid-stride launches (convlab.kernels.conv.columns.flat_launches),
-summing its taps in a fixed order (deterministic). ``pixel_major`` columns are [(p, q), (c, r, s)] per
-image (the tensor-core plugin's strided dgrad: dy's NHWC rows times the filter).
+summing its taps in a fixed order (no atomics: deterministic). ``pixel_major`` columns are [(p, q),
+(c, r, s)] per image (the tensor-core plugin's strided dgrad: dy's NHWC rows times the filter).
 """
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
 from convlab import runtime
-from convlab.kernels.arch.intrinsics import u32
-from convlab.kernels.conv.columns import flat_launches
+from convlab.kernels.arch.intrinsics import u32 as U
+from convlab.kernels.conv.axes import geometry, names, u32_product
+from convlab.kernels.conv.columns import flat_launches, geometry_params
+from convlab.kernels.source import Writer, compile_source
 from convlab.problem import Problem
 from convlab.runtime import cuda
 
 
+def fold_source(nd: int = 2) -> str:
+    """Source of ``fold(cols, dx, bias, dx_off, cols_off, pairs, C, <geometry>, has_bias, cst, tst,
+    pst)`` for ``nd`` axes: for pairs i = row*pixels + pixel < ``pairs`` (row = n*C + c counted from
+    dx_off and cols_off), dx[dx_off + i] = (bias[c]) + the sum of its taps in cols, the tap (c, taps)
+    of output pixel ``out`` of image n at cols_off + n*C*taps*outs + c*cst + tap*tst + out*pst."""
+    outs, taps = names(nd, "out"), names(nd, "tap")
+    sizes, kernel, extents = names(nd, "size"), names(nd, "kernel"), names(nd, "extent")
+    st, pd, dl = names(nd, "stride"), names(nd, "pad"), names(nd, "dil")
+    ins, rel = ("z", "h", "w")[3 - nd:], ("zz", "hh", "ww")[3 - nd:]
+    padded = ("zp", "hp", "wp")[3 - nd:]  # input coordinate + padding = output * stride + tap * dilation
+    w = Writer(f"def fold(cols, dx, bias, dx_off, cols_off, pairs, C, {geometry_params(nd)}, has_bias, cst, "
+               "tst, pst):")
+    w.indent()
+    w("pair = U(U(U(cuda.blockIdx.x) * U(cuda.blockDim.x)) + U(cuda.threadIdx.x))")
+    w("step = U(U(cuda.gridDim.x) * U(cuda.blockDim.x))")
+    w(f"npq = {u32_product(extents) if nd > 1 else 'U(Q)'}")
+    plane = u32_product(sizes)
+    with w.block("while pair < pairs:"):
+        w(f"row = U(pair // {plane})")
+        rest = "hw"
+        w(f"{rest} = U(pair - U(row * {plane}))")
+        for a in range(nd - 1):
+            inner = u32_product(sizes[a + 1:])
+            w(f"{ins[a]} = U({rest} // {inner})")
+            w(f"{padded[a]} = U({ins[a]} + {pd[a]})")
+            if a < nd - 2:
+                w(f"rem{a} = U({rest} - U({ins[a]} * {inner}))")
+                rest = f"rem{a}"
+        last = f"U({rest} - U({ins[-2]} * {sizes[-1]}))" if nd > 1 else rest
+        w(f"{padded[-1]} = U({last} + {pd[-1]})")
+        w("acc = zero")
+        w("n = U(row // C)")
+        w(f"src = U(cols_off + U(U(U(n * U({' * '.join(('C',) + kernel)})) * npq) + U(U(row - U(n * C)) * cst)))")
+        for a in range(nd):
+            w(f"{taps[a]} = U(0)")
+            w(f"while {taps[a]} < {kernel[a]} and U({taps[a]} * {dl[a]}) <= {padded[a]}:")
+            w.indent()
+            w(f"{rel[a]} = U({padded[a]} - U({taps[a]} * {dl[a]}))")
+            w(f"{outs[a]} = U({rel[a]} // {st[a]})")
+            w(f"if U({outs[a]} * {st[a]}) == {rel[a]} and {outs[a]} < {extents[a]}:")
+            w.indent()
+        w(f"tap = U({_flat(taps, kernel)} * tst)")
+        w(f"acc += cols[U(src + tap + U({_flat(outs, extents)} * pst))]")
+        for a in range(nd - 1, -1, -1):
+            w.indent(-1)
+            w(f"{taps[a]} = U({taps[a]} + 1)")
+            w.indent(-1)
+        with w.block("if has_bias:"):
+            w("acc += bias[U(row % C)]")
+        w("dx[U(dx_off + pair)] = acc")
+        with w.block("if U(pairs - pair) <= step:  # this thread's last pair (pair + step could pass 2**32)"):
+            w("break")
+        w("pair = U(pair + step)")
+    return w.source
+
+
+def _flat(index: tuple[str, ...], extents: tuple[str, ...]) -> str:
+    """The row-major flat index of ``index`` over ``extents`` in uint32 (2D: U(U(r * S) + s))."""
+    text = index[0]
+    for i, e in zip(index[1:], extents[1:]):
+        text = f"U(U({text} * {e}) + {i})"
+    return text
+
+
 @functools.cache
-def _fold_kernel(dtype: str):
-    zero = np.dtype(dtype).type(0)
-
-    @runtime.jit
-    def fold(cols, dx, bias, dx_off, cols_off, pairs, C, H, W, R, S, P, Q, sh, sw, ph, pw, dh, dw, has_bias,
-             cst, tst, pst):
-        """For pairs t = row*H*W + hw < ``pairs`` (row = n*C + c counted from dx_off and cols_off):
-        dx[dx_off + t] = (bias[c]) + the sum of its taps in cols, the tap (c, r, s) of pixel (p, q) of
-        image n at cols_off + n*C*R*S*P*Q + c*cst + (r*S + s)*tst + (p*Q + q)*pst."""
-        t = u32(u32(u32(cuda.blockIdx.x) * u32(cuda.blockDim.x)) + u32(cuda.threadIdx.x))
-        step = u32(u32(cuda.gridDim.x) * u32(cuda.blockDim.x))
-        npq = u32(P * Q)
-        while t < pairs:
-            row = u32(t // u32(H * W))
-            hw = u32(t - u32(row * u32(H * W)))
-            h = u32(hw // W)
-            hp = u32(h + ph)  # = p*sh + r*dh for a contributing tap
-            wp = u32(u32(hw - u32(h * W)) + pw)
-            acc = zero
-            n = u32(row // C)
-            src = u32(cols_off + u32(u32(u32(n * u32(C * R * S)) * npq) + u32(u32(row - u32(n * C)) * cst)))
-            r = u32(0)
-            while r < R and u32(r * dh) <= hp:
-                hh = u32(hp - u32(r * dh))
-                p = u32(hh // sh)
-                if u32(p * sh) == hh and p < P:
-                    s = u32(0)
-                    while s < S and u32(s * dw) <= wp:
-                        ww = u32(wp - u32(s * dw))
-                        q = u32(ww // sw)
-                        if u32(q * sw) == ww and q < Q:
-                            tap = u32(u32(u32(r * S) + s) * tst)
-                            acc += cols[u32(src + tap + u32(u32(u32(p * Q) + q) * pst))]
-                        s = u32(s + 1)
-                r = u32(r + 1)
-            if has_bias:
-                acc += bias[u32(row % C)]
-            dx[u32(dx_off + t)] = acc
-            if u32(pairs - t) <= step:  # this thread's last pair (t + step could wrap past 2**32)
-                break
-            t = u32(t + step)
-
-    return fold
+def _fold_kernel(dtype: str, nd: int = 2):
+    namespace = {"cuda": cuda, "U": U, "zero": np.dtype(dtype).type(0)}
+    return runtime.jit(compile_source(fold_source(nd), f"<fold {dtype} {nd}d>", namespace)["fold"])
 
 
 def fold(problem: Problem, cols, dx, bias, n0: int, nb: int, pixel_major: bool = False) -> None:
-    """Gather the column buffer of images n0 .. n0+nb-1 into ``dx`` (N, C, H, W), adding ``bias``.
-    ``cols`` per image: [(c, r, s), (p, q)] (this plugin's GEMM), or ``pixel_major`` [(p, q), (c, r, s)]
-    (the tensor-core plugin's strided dgrad: dy's NHWC rows times the filter)."""
-    pr = problem
-    (sh, sw), (ph, pw), (dh, dw) = pr.stride, pr.padding, pr.dilation
+    """Gather the column buffer of images n0 .. n0+nb-1 into ``dx`` (N, C, H, W) or (N, C, D, H, W),
+    adding ``bias``. ``cols`` per image: [(c, taps), pixels] (the explicit-GEMM plugins' GEMM), or
+    ``pixel_major`` [pixels, (c, taps)] (the tensor-core plugin's strided dgrad: dy's channels-last rows
+    times the filter)."""
+    pr, geo = problem, geometry(problem)
     has_bias = bias is not None
     flat_dx = dx.reshape((dx.size,))
-    u = u32
-    kernel = _fold_kernel(pr.dtype)
-    rs, pq = pr.r * pr.s, pr.p * pr.q
-    strides = (u(rs), u(1), u(pr.c * rs)) if pixel_major else (u(rs * pq), u(pq), u(1))  # c, tap, pixel
-    for r0, rows, blocks, threads in flat_launches(nb * pr.c, pr.h * pr.w, whole=pr.c):  # whole images
-        kernel[blocks, threads](cols, flat_dx, bias if has_bias else flat_dx,
-                                u((n0 * pr.c + r0) * pr.h * pr.w), u(r0 * pr.r * pr.s * pr.p * pr.q),
-                                u(rows * pr.h * pr.w), u(pr.c), u(pr.h), u(pr.w), u(pr.r), u(pr.s), u(pr.p),
-                                u(pr.q), u(sh), u(sw), u(ph), u(pw), u(dh), u(dw), u(has_bias), *strides)
+    kernel = _fold_kernel(pr.dtype, geo.nd)
+    taps, pq, plane = math.prod(geo.kernel), math.prod(geo.out), math.prod(geo.size)
+    strides = (U(taps), U(1), U(pr.c * taps)) if pixel_major else (U(taps * pq), U(pq), U(1))  # c, tap, pixel
+    shape = tuple(U(v) for v in (*geo.size, *geo.kernel, *geo.out, *geo.stride, *geo.padding, *geo.dilation))
+    for r0, rows, blocks, threads in flat_launches(nb * pr.c, plane, whole=pr.c):  # whole images
+        kernel[blocks, threads](cols, flat_dx, bias if has_bias else flat_dx, U((n0 * pr.c + r0) * plane),
+                                U(r0 * taps * pq), U(rows * plane), U(pr.c), *shape, U(has_bias), *strides)

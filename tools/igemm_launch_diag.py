@@ -17,7 +17,7 @@ from convlab.runtime.kernel import Kernel
 from convlab.plugin import registry
 import sys
 
-from convlab.algorithms.implicit_gemm import common
+from convlab.algorithms.implicit_gemm import launches
 
 SHAPES = [("forward", 16, 512, 7, 7, 512, 3, 3, 1), ("wgrad", 16, 256, 14, 14, 256, 3, 3, 1),
           ("forward", 16, 64, 56, 56, 64, 3, 3, 1), ("dgrad", 16, 512, 7, 7, 512, 3, 3, 1)]
@@ -62,9 +62,9 @@ def main():
             if key not in fixed:
                 fixed[key] = runtime.to_device(np.zeros(partial + tiles, np.float32))
             yield fixed[key]
-        saved, common.workspace = common.workspace, exact
+        saved, launches.workspace = launches.workspace, exact
         row["numba_launch_fixed_ws"] = time_run(prob, cand, dev, out)
-        common.workspace = saved
+        launches.workspace = saved
         launch.launch = original_launch
         print(f"{prob.describe():50s} {cfg.name:32s} " + "  ".join(f"{k} {v}" for k, v in row.items()),
               flush=True)

@@ -81,11 +81,12 @@ def geometry(problem: Problem) -> Geometry:
 
 
 def gathered(problem: Problem) -> dict:
-    """:func:`geometry` as a dict: its fields, and the height / width axes by the 2D names (h, w, r, s, p,
-    q; d, t, do for the depth axis, 1 in 2D) for readers that name them."""
+    """:func:`geometry` as a dict for readers that name the 2D axes: its fields, and h, w, r, s, p, q with a
+    3D problem's depth folded into the height (h = D*H, r = T*R, p = Do*P: the products a GEMM view
+    counts, M = n*p*q, K = r*s*c, the input n*h*w*c)."""
     geo = geometry(problem)
-    (d, h, w), (t, r, s), (do, p, q) = ((1,) * (3 - len(v)) + v for v in (geo.spatial, geo.kernel, geo.out))
-    return dict(geo._asdict(), d=d, h=h, w=w, t=t, r=r, s=s, do=do, p=p, q=q)
+    (h, w), (r, s), (p, q) = ((math.prod(v[:-1]), v[-1]) for v in (geo.spatial, geo.kernel, geo.out))
+    return dict(geo._asdict(), h=h, w=w, r=r, s=s, p=p, q=q)
 
 
 def split_k(problem: Problem, cfg: TcConfig, target: Target) -> tuple[int, int]:

@@ -50,10 +50,9 @@ DEPTH_PARAMS = ", D, R, PQs, sd, pd, pdn, dd"
 
 
 class Axis(NamedTuple):
-    """One spatial axis of the gather, as the generated lines name it: the row's start ``a{name}{e}``
-    (in 2D ``ah``, ``aw``), the input bound, the output pixels inside one of its steps (the divisor of
-    the row's pixel index; None for the last axis), stride, padding (both signs), the chunk's tap index
-    and its offset, the dilation and the filter size."""
+    """One spatial axis as the generated lines name it: the row's start ``a{name}{e}``, the input bound,
+    the output pixels in one of its steps (None for the last axis), stride, padding (both signs), the
+    chunk's tap index and offset, the dilation and the filter size."""
 
     name: str
     bound: str

@@ -36,8 +36,8 @@ from convlab.kernels.arch.intrinsics import SHARED_ALIGN, u32
 from convlab.kernels.simt.tile import Tile
 from convlab.runtime import cuda
 
-from .common import (DepthMap, OutMap, capped, factory, layout, register_cap, slice_fma, store_tile, tile_origin, validate,
-                     zero_fill)
+from .common import (DepthMap, OutMap, capped, factory, layout, register_cap, slice_fma, store_tile,
+                     tile_origin, validate, zero_fill)
 from .gathers import DEPTH_PARAMS, GENERAL_PARAMS, PARAMS
 
 FAR = -(1 << 30)  # hb of rows past M: every bounds test fails

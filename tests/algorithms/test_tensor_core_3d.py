@@ -20,6 +20,7 @@ from convlab.problem import make_problem_nd, np_dtype
 
 from tc_helpers import TC, run_tc, spy
 
+
 def _run_layouts(problem, lasts, seed=0):
     """(relative error, tolerance) of one run with a, b, out channels-last where ``lasts`` says."""
     host = random_operands(problem, np.random.default_rng(seed))
@@ -113,7 +114,8 @@ def test_explain_lists_the_gemm_plugins_for_1d_and_3d(nd):
         assert rows[name].eligible, rows[name].reason
 
 
-@pytest.mark.parametrize("itype, cfg", [("f16", TcConfig(16, 32, 16, 16, 16, 2)), ("tf32", TcConfig(64, 64, 16, 32, 32, 3))])
+@pytest.mark.parametrize("itype, cfg", [("f16", TcConfig(16, 32, 16, 16, 16, 2)),
+                                        ("tf32", TcConfig(64, 64, 16, 32, 32, 3))])
 def test_wgrad_gather_parameters_keep_their_values(itype, cfg):
     """No line of the generated kernel assigns a name the loader reads as a parameter (the pipeline's own
     locals, such as its ldmatrix swizzle ``sw``, would shadow it from there on)."""

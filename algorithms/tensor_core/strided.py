@@ -90,11 +90,17 @@ def run_strided_dgrad(pr: Problem, cfg: TcConfig, itype: str, dy, w, bias, dx, w
             if pr.ndim == 3:  # per image [CTRS, DoPQ], col2vol's layout
                 out = cols[:count * pq * crs].reshape(count, crs, pq)
                 tc_gemm.batched_launcher(itype, cfg, wt.reshape(crs, kp), a.reshape(count, pq, kp), out)()
-                col2vol(pr, cols, dx, bias, n0, count)
+                fold_volume(pr, cols, dx, bias, n0, count)
                 continue
             out = cols[:count * pq * crs].reshape(count * pq, crs)
             tc_gemm.launcher(itype, cfg, a.reshape(count * pq, kp), wt.reshape(crs, kp), out)()
             fold(pr, cols, dx, bias, n0, count, pixel_major=True)
+
+
+def fold_volume(pr: Problem, cols, dx, bias, n0: int, count: int) -> None:
+    """dx[n0:n0 + count] [count, C, D, H, W] (+ bias) from ``cols``, per image [C*T*R*S, Do*P*Q]
+    (channel-major): the one call of the volume fold on this route."""
+    col2vol(pr, cols, dx, bias, n0, count)
 
 
 def gemm_shape(pr: Problem) -> tuple[int, int, int]:

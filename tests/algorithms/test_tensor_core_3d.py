@@ -54,12 +54,13 @@ def test_dgrad_as_a_forward_of_the_flipped_filter(dtype):
 @pytest.mark.parametrize("limit", [2**28, 1], ids=["one pass", "one image a pass"])
 def test_strided_dgrad_column_route_on_col2vol(limit, monkeypatch):
     """A float32 (TF32) dgrad strided on two axes: per image the [CTRS, DoPQ] columns on the batched
-    tensor-core GEMM (one filter for every image), folded by col2vol; pass by pass under a small limit."""
+    tensor-core GEMM (one filter for every image), folded by fold_volume (col2vol); pass by pass under a
+    small limit."""
     problem = make_problem_nd("dgrad", 2, 3, (5, 4, 5), 4, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1),
                               dtype="float32", bias=True)
     monkeypatch.setattr(strided, "images_per_pass", lambda pr, _limit, real=strided.images_per_pass:
                         real(pr, limit))
-    folds = spy(monkeypatch, strided, "col2vol")
+    folds = spy(monkeypatch, strided, "fold_volume")
     with convlab.float32_precision("high"):
         assert TC.applicable(problem)
         err, tol = run_tc(problem, seed=4)

@@ -8,9 +8,8 @@
     blocks    one sub-batch GEMM's tiles x its batch (images x groups; wgrad: groups x k-splits)
 
 Known limit: ``aux`` counts a 3D problem's column buffer as C*R*S x P*Q per image, T*Do times less than
-vol2col writes; depth_unfold, the 3D candidate it ranks against, has only the generic view. Counting
-the volume alone moves the sm_90 model's 3D picks (r2plus1d_18, unet3d) from im2col / col2im to
-depth_unfold, which no measurement backs yet: both change together, with 3D times to fit on.
+the 3D unfold writes; it changes together with the 3D GEMM plugins' features once 3D times are measured
+to fit on.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What only the implicit-GEMM kernels share (``forward``: forward and backward-data, ``wgrad``:
 backward-weight): the family's tile rules, the unrolled slice of FMAs, the epilogue with its in-kernel
-split-K reduction, and the split-K workspace.
+split-K reduction, and the split-K plan (its workspace is lent by ``launches.workspace``).
 
 The block tile (geometry, thread fragments, shared layout) is :class:`convlab.kernels.simt.tile.Tile`; this
 family also needs every size a power of two, bk % 8 == 0 and 32..512 threads in whole warps, and lays
@@ -14,16 +14,15 @@ launch, bit-for-bit deterministic.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
+import inspect
 import math
-from typing import Any, ContextManager, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 from numba import uint32
 
 from convlab import runtime
-from convlab.runtime import context
 from convlab.problem import Problem
 from convlab.kernels.arch.intrinsics import load_cg, u32, vector_load
 from convlab.kernels.resources import allow_spills
@@ -31,7 +30,23 @@ from convlab.kernels.source import Writer, compile_source
 from convlab.kernels.data.splitk import split_plan
 from convlab.kernels.simt.tile import PAD, Tile
 from convlab.runtime import cuda
-from convlab.runtime.scratch import scratch
+
+
+def factory(fn: Callable) -> Callable:
+    """``fn`` (a kernel factory) cached on its bound arguments with the defaults applied, so that
+    ``gather_kernel(.., general)`` and ``gather_kernel(.., general, 2)`` return the same kernel."""
+    signature = inspect.signature(fn)
+    made: dict[tuple, Any] = {}
+
+    @functools.wraps(fn)
+    def cached(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        key = tuple(bound.arguments.values())
+        if key not in made:
+            made[key] = fn(*args, **kwargs)
+        return made[key]
+    return cached
 
 
 def validate(tile: Tile) -> Tile:
@@ -181,9 +196,17 @@ class OutMap(NamedTuple):
     och: Any
 
 
+class DepthMap(NamedTuple):
+    """The depth axis of a 3D :class:`OutMap`: pixel pq's depth slice dz = pq // plane (its (row, column)
+    from pq - dz * plane) lands ``dz * std`` further."""
+
+    plane: Any
+    std: Any
+
+
 @functools.cache
 def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, threads: int, nchw: bool,
-               mapped: bool = False):
+               mapped: bool = False, depth: bool = False):
     """Device function writing a block's output tile, deterministically when the K loop is split.
 
     ``store(acc, rows, cols, fb, out, ws, bias, splits, z, tile, local, m0, n0, M, N, ohw, out_img,
@@ -196,17 +219,18 @@ def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, thr
     (m = img * ohw + pq), out[m * N + n] otherwise, plus bias[n]: the bits never depend on scheduling.
     ``mapped`` (general kernels; ``omap`` an :class:`OutMap` of uint32) writes NCHW pixel pq to
     out[img * out_img + n * och + o0 + (pq // ow) * sth + (pq % ow) * stw] instead: the output pixels
-    of one phase of a strided dgrad, or with o0 = 0, sth = ow, stw = 1, och = ohw the plain layout.
+    of one phase of a strided dgrad, or with o0 = 0, sth = ow, stw = 1, och = ohw the plain layout;
+    ``depth`` (3D; ``dmap`` a :class:`DepthMap`) splits the depth slice off pq first.
     """
     NONE = u32(0xFFFFFFFF)
     gm, gn = min(4, tm), min(4, tn)
     TILE, T, BN, ONE = u32(bm * bn), u32(threads), u32(bn), u32(1)
     PER_THREAD = bm * bn // threads
-    NCHW, MAPPED = nchw, mapped
+    NCHW, MAPPED, DEPTH = nchw, mapped, depth
 
     @runtime.jit(device=True, forceinline=True)
     def store(acc, rows, cols, fb, out, ws, bias, splits, z, tile, local, m0, n0, M, N, ohw, out_img,
-              has_bias, flag, omap=None):
+              has_bias, flag, omap=None, dmap=None):
         out = out.flat  # out: the C-contiguous output tensor
         if splits == 1:
             for i in range(tm):
@@ -246,8 +270,14 @@ def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, thr
                     if MAPPED:
                         img = m // ohw
                         pq = m - img * ohw
+                        if DEPTH:
+                            dz = pq // dmap.plane
+                            pq = pq - dz * dmap.plane
+                            img = img * out_img + dz * dmap.std  # the image's and the slice's offset
+                        else:
+                            img = img * out_img
                         row = pq // omap.ow
-                        out[np.int64(img * out_img + n * omap.och + omap.o0 + row * omap.sth
+                        out[np.int64(img + n * omap.och + omap.o0 + row * omap.sth
                                      + (pq - row * omap.ow) * omap.stw)] = total
                     elif NCHW:
                         img = m // ohw
@@ -258,21 +288,3 @@ def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, thr
                 ws[counter] = np.float32(0)
 
     return store
-
-
-def lend_workspace(shape: tuple[int, int] | None) -> ContextManager[Any]:
-    """The split-K workspace of ``shape`` (:func:`workspace`), or the dummy array when None."""
-    return contextlib.nullcontext(dummy()) if shape is None else workspace(*shape)
-
-
-def workspace(partial: int, tiles: int) -> ContextManager[Any]:
-    """``with workspace(partial, tiles) as ws``: a float32 buffer of ``partial`` split-K partials, then
-    ``tiles`` counters that are zero on entry, lent by :func:`convlab.runtime.scratch.scratch`. The kernels
-    return every counter to zero; the pool re-zeroes them when the buffer's last use did not end
-    normally (a launch that raised may leave counters non-zero) or was not a split-K workspace."""
-    return scratch(partial + tiles, np.float32, zeroed=tiles)
-
-
-def dummy():
-    """A 1-element float32 device array standing in for an absent bias or workspace (one per device)."""
-    return context.current().cached("implicit_gemm.dummy", np.float32, lambda: runtime.empty((1,), np.float32))

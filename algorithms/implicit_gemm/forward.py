@@ -1,13 +1,16 @@
-"""Implicit-GEMM kernel whose A operand is gathered along M: forward and backward-data (any stride).
+"""Implicit-GEMM kernel whose A operand is gathered along M: forward and backward-data (any stride), over
+2 or 3 spatial dimensions (a compile-time constant of the kernel; 3D adds the depth axis d, T, Do).
 
     forward  out = y  (N, K, P, Q):  M = N*P*Q (n, p, q),  N = K',  K = C'*R*S (c, r, s)   per group
              A[m, kk] = x[n, g*C' + c, p*sh - ph + r*dh, q*sw - pw + s*dw]   B[kk, k] = w[g*K' + k, kk]
+             (3D: m = (n, o, p, q), kk = (c, t, r, s), x's depth o*sd - pd + t*dd)
     dgrad    out = dx (N, C, H, W), one GEMM per stride phase (gathers.py): M = N*H*W / phases,
              N = C', K = K' * taps (k, r, s); A[m, kk] = dy[n, g*K' + k, i + rd(r), j + sd(s)]
 
 Both read A[m, kk] = a[base(m) + off(kk)] when 0 <= hb(m) + rd(kk) < LH and 0 <= wb(m) + sd(kk) < LW
-(zero otherwise): base/hb/wb are computed once per thread, off/rd/sd come from a small int32 table built
-on the host (gathers.py) and cached on the device (forward rd = r*dh, dgrad the flipped filter's taps).
+(and 0 <= db(m) + td(kk) < LD in 3D; zero otherwise): base/db/hb/wb are computed once per thread,
+off/rd/sd/td come from a small int32 table built on the host (gathers.py, the N-d index map) and cached
+on the device (forward rd = r*dh, dgrad the flipped filter's taps).
 B[kk, n] = b[boff(kk) + n * b_ncol], with boff(kk) = kk for forward (no table read). The scalar
 parameters (the ParamTable PARAMS, GENERAL_PARAMS for the general kernel; read by name as tab[at.M])
 head the same int32 array, so a launch passes six arrays and no scalars. Two variants per tile,
@@ -26,24 +29,16 @@ Loop nest of one block (tile m0 + [0, BM) x n0 + [0, BN), split z: kk in [z*chun
 """
 from __future__ import annotations
 
-import functools
-import math
-from typing import Any
-
-import numpy as np
 from numba import float32, int32, int64, uint32
 
 from convlab import runtime
-from convlab.runtime import context
-from convlab.problem import Problem
 from convlab.kernels.arch.intrinsics import SHARED_ALIGN, u32
-from convlab.kernels.params import ParamTable
 from convlab.kernels.simt.tile import Tile
 from convlab.runtime import cuda
 
-from .common import (OutMap, capped, dummy, layout, lend_workspace, plan, register_cap, slice_fma, store_tile,
-                     tile_origin, validate, workspace_shape, zero_fill)
-from .gathers import Geometry, Groups, gathers, is_aligned
+from .common import (DepthMap, OutMap, capped, factory, layout, register_cap, slice_fma, store_tile,
+                     tile_origin, validate, zero_fill)
+from .gathers import DEPTH_PARAMS, GENERAL_PARAMS, PARAMS
 
 FAR = -(1 << 30)  # hb of rows past M: every bounds test fails
 
@@ -59,11 +54,15 @@ def check_tile(tile: Tile) -> None:
         raise ValueError(f"B loader: bn*bk={tile.bn * tile.bk} must be a multiple of {t} threads")
 
 
-@functools.cache
-def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool, general: bool = False):
-    """The kernel for one tile shape (all sizes compile-time constants). ``general`` adds what the
-    aligned kernel (groups 1, K % BK == 0, plain NCHW output) leaves out: a zero-filled last K slice,
-    groups along blockIdx.x and the output pixel map of a strided-dgrad phase (GENERAL_PARAMS)."""
+@factory
+def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool, general: bool = False,
+                  nd: int = 2):
+    """The kernel for one tile shape and ``nd`` = 2 or 3 spatial dimensions (all compile-time
+    constants). ``general`` adds what the aligned kernel (groups 1, K % BK == 0, plain NCHW output)
+    leaves out: a zero-filled last K slice, groups along blockIdx.x and the output pixel map of a
+    strided-dgrad phase (GENERAL_PARAMS); 3D adds the depth axis (DEPTH_PARAMS, the table's td column)."""
+    if nd not in (2, 3):
+        raise ValueError(f"the gather kernel takes 2 or 3 spatial dimensions, got {nd}")
     tile = Tile(bm, bn, bk, tm, tn)
     check_tile(tile)
     T = tile.threads
@@ -78,16 +77,17 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
     step = slice_fma(bk, tm, tn, LDA, LDB, SPAN_M, SPAN_N)
     ACC = tm * tn
     zero = zero_fill(ACC)
-    B_IDENT, GENERAL = b_identity, general
-    u0, u1, u8, c32 = u32(0), u32(1), u32(8), u32(32)
+    B_IDENT, GENERAL, THREE = b_identity, general, nd == 3
+    u0, u1, u4, u8, c32 = u32(0), u32(1), u32(4), u32(8), u32(32)
     NONE = u32(0xFFFFFFFF)  # row/column outside the problem
     uBM, uBN, uBK, uMSPAN = u32(bm), u32(bn), u32(bk), u32(MSPAN)
     uLM, uLN, uWGM = u32(LM), u32(32 // LM), u32(NT_M // LM)
     uGM, uGN, uLDA, uLDB = u32(GM), u32(GN), u32(LDA), u32(LDB)
     uABUF, uBBUF, uTB8 = u32(bk * LDA), u32(bk * LDB), u32(T // 8)
-    uTB = u32(len(GENERAL_PARAMS if general else PARAMS))  # the kk table follows the parameters
-    at = GENERAL_PARAMS.at  # field positions (the aligned kernel reads PARAMS' only)
-    store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, True, general)
+    # the kk table follows the parameters (3D: DEPTH_PARAMS, whose head is GENERAL_PARAMS)
+    uTB = u32(len(DEPTH_PARAMS if nd == 3 else GENERAL_PARAMS if general else PARAMS))
+    at = DEPTH_PARAMS.at  # field positions (the aligned 2D kernel reads PARAMS' only)
+    store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, True, general, nd == 3)
     origin = tile_origin(bm, bn, general)
 
     @runtime.jit(max_registers=register_cap(T))
@@ -98,6 +98,8 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
         sh, sw, ph, pw, b_ncol = tab[at.sh], tab[at.sw], tab[at.ph], tab[at.pw], tab[at.b_ncol]
         out_img, chunk, n_tiles = tab[at.out_img], tab[at.chunk], tab[at.n_tiles]
         splits, has_bias = tab[at.splits], tab[at.has_bias]
+        if THREE:
+            plane, a_dep, lim_d, st_d, pad_d = tab[at.plane], tab[at.a_dep], tab[at.lim_d], tab[at.st_d], tab[at.pad_d]
         As = cuda.shared.array(A_SIZE, float32, alignment=ALIGN)
         Bs = cuda.shared.array(B_SIZE, float32, alignment=ALIGN)
         ra = cuda.local.array(RA, float32)
@@ -108,6 +110,7 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
         base = cuda.local.array(A_M, int32)
         hbs = cuda.local.array(A_M, int32)
         wbs = cuda.local.array(A_M, int32)
+        dbs = cuda.local.array(A_M, int32)  # 3D: the depth start of each row
         noff = cuda.local.array(B_PER, uint32)
         bkk = cuda.local.array(B_PER, uint32)
         bst = cuda.local.array(B_PER, uint32)
@@ -129,10 +132,16 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
             if m < uM:
                 img = m // uohw
                 rem = m - img * uohw
+                if THREE:  # the depth slice, then the (row, column) within it
+                    od = rem // uint32(plane)
+                    rem = rem - od * uint32(plane)
+                    dbs[j] = int32(od) * st_d - pad_d
                 oh = rem // uow
                 hb = int32(oh) * sh - ph
                 wb = int32(rem - oh * uow) * sw - pw
                 base[j] = int32(img) * a_img + hb * a_row + wb
+                if THREE:
+                    base[j] += dbs[j] * a_dep
                 if GENERAL:
                     base[j] += int32(g) * tab[at.a_grp]
                 hbs[j] = hb
@@ -141,6 +150,7 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
                 base[j] = 0
                 hbs[j] = FAR
                 wbs[j] = 0
+                dbs[j] = 0
         akk0 = tid // uMSPAN
         a_st = akk0 * uLDA + tid % uMSPAN
         # B elements: kk = k0 + (rest // BN) * 8 + tid % 8, n = n0 + rest % BN, rest = tid // 8 + i*T/8
@@ -179,13 +189,19 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
                     off = tab[uTB + kk]
                     rd = tab[uTB + ukg + kk]
                     sd = tab[uTB + ukg + ukg + kk]
+                    if THREE:
+                        td = tab[uTB + u4 * ukg + kk]
                     if GENERAL:
                         if not live:
                             rd = FAR  # every bounds test fails: zeros
                     for jj in range(A_M):
                         v = float32(0)  # one unsigned compare per axis tests 0 <= h < LH
                         if uint32(hbs[jj] + rd) < ulh and uint32(wbs[jj] + sd) < ulw:
-                            v = a[int64(uint32(base[jj] + off))]
+                            if THREE:
+                                if uint32(dbs[jj] + td) < uint32(lim_d):
+                                    v = a[int64(uint32(base[jj] + off))]
+                            else:
+                                v = a[int64(uint32(base[jj] + off))]
                         ra[q * A_M + jj] = v
                 for i in range(B_PER):
                     kk = k0 + bkk[i]
@@ -225,6 +241,8 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
             cg = g * uint32(tab[at.n_grp])
             omap = OutMap(uint32(tab[at.o0]), uint32(tab[at.OW]), uint32(tab[at.sth]), uint32(tab[at.stw]),
                           uint32(tab[at.och]))
+            if THREE:
+                dmap = DepthMap(uint32(tab[at.plane]), uint32(tab[at.o_std]))
         for i in range(tm):
             m = m0 + fr_a + uint32((i // GM) * SPAN_M + i % GM)
             rows[i] = NONE
@@ -232,8 +250,13 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
                 img = m // uohw
                 if GENERAL:
                     pq = m - img * uohw
+                    if THREE:  # the depth slice of the pixel
+                        dz = pq // dmap.plane
+                        pq = pq - dz * dmap.plane
                     row = pq // omap.ow
                     rows[i] = img * uint32(out_img) + omap.o0 + row * omap.sth + (pq - row * omap.ow) * omap.stw
+                    if THREE:
+                        rows[i] += dz * dmap.std
                 else:
                     rows[i] = img * uint32(out_img) + (m - img * uohw)
         for jj in range(tn):
@@ -250,8 +273,12 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
                     if has_bias:
                         fb[jj] = bias[col]
         if GENERAL:
-            store(acc, rows, cols, fb, out, ws, bias, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, cg + n0,
-                  uM, cg + uN, uohw, uint32(out_img), has_bias, flag, omap)
+            if THREE:
+                store(acc, rows, cols, fb, out, ws, bias, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, cg + n0,
+                      uM, cg + uN, uohw, uint32(out_img), has_bias, flag, omap, dmap)
+            else:
+                store(acc, rows, cols, fb, out, ws, bias, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, cg + n0,
+                      uM, cg + uN, uohw, uint32(out_img), has_bias, flag, omap)
         else:
             store(acc, rows, cols, fb, out, ws, bias, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, n0, uM,
                   uN, uohw, uint32(out_img), has_bias, flag)
@@ -259,58 +286,3 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
     return capped(kernel, T)
 
 
-#: the scalar parameters of both kernels: GEMM sizes (Kg: the reduction per group), the gather's
-#: Geometry, the output's image stride, the split-K plan and the bias flag
-PARAMS = ParamTable("M", "N", "Kg", *Geometry._fields, "out_img", "chunk", "n_tiles", "splits", "has_bias")
-#: the general kernel's: PARAMS, then the tiles of one group and the Groups offsets
-GENERAL_PARAMS = PARAMS + ParamTable("tiles_per_group", *Groups._fields)
-
-
-def _params(problem: Problem, index: int, tile: Tile, splits: int, chunk: int, n_tiles: int,
-            general: bool):
-    """Device int32 array: the PARAMS values (the general kernel: GENERAL_PARAMS'), then the kk table
-    of GEMM ``index`` of ``gathers(problem)``."""
-    ga = gathers(problem)[index]
-    values = dict(M=ga.m, N=ga.n, Kg=ga.k, **ga.geo._asdict(), out_img=ga.out_img, chunk=chunk,
-                  n_tiles=n_tiles, splits=splits, has_bias=int(problem.bias))
-    if general:
-        head = GENERAL_PARAMS.pack(**values, tiles_per_group=math.ceil(ga.m / tile.bm) * n_tiles,
-                                   **ga.extra._asdict())
-    else:
-        head = PARAMS.pack(**values)
-    return runtime.to_device(np.concatenate([head, ga.table]).astype(np.int32))
-
-
-def _prepared(problem: Problem, tile: Tile, workspace_limit: int, target: Any):
-    """[(kernel, grid, params, workspace or None)] of one (problem, tile, limit, target), one per GEMM
-    (dgrad: per stride phase), kept in the device's context (the parameter tables live on the device:
-    one upload per shape, one lookup per call; convlab.reset drops them).
-
-    The grid is configured at each launch, not cached: the simulator's ``kernel[grid, block]`` sets the
-    grid on the one kernel object of this tile and returns it, so a cached configured kernel would launch
-    with the grid of whichever problem configured that tile last."""
-    return context.current().cached("implicit_gemm.forward", (problem, tile, workspace_limit, target),
-                                    lambda: _prepare(problem, tile, workspace_limit, target), limit=256)
-
-
-def _prepare(problem: Problem, tile: Tile, workspace_limit: int, target: Any) -> list:
-    general = not is_aligned(problem, tile)
-    kern = gather_kernel(tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, problem.op == "forward", general)
-    launches = []
-    for index, ga in enumerate(gathers(problem)):
-        splits, chunk, n_tiles = plan(problem, tile, workspace_limit, (ga.m, ga.n, ga.k), target)
-        grid = (math.ceil(ga.m / tile.bm) * n_tiles * problem.groups, splits)
-        params = _params(problem, index, tile, splits, chunk, n_tiles, general)
-        launches.append((kern, grid, params, workspace_shape(problem, tile, splits, n_tiles, ga.m)))
-    return launches
-
-
-def launch(problem: Problem, tile: Tile, a, b, bias, out, workspace_limit: int) -> None:
-    """Run forward or dgrad of ``problem``: a = x or dy, b = w, out = y or dx (device, C-contiguous;
-    flattened inside the kernel, so no host-side views are built per call); one launch per GEMM."""
-    bias = dummy() if bias is None else bias
-    for kern, grid, params, ws in _prepared(problem, tile, workspace_limit, runtime.target()):
-        if grid[0] == 0:  # no rows (batch 0)
-            continue
-        with lend_workspace(ws) as buf:
-            kern[grid, tile.threads](a, b, params, bias, out, buf)

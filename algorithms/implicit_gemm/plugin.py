@@ -6,6 +6,11 @@ into shared memory (no column buffer), one BM x BN output tile per block, fp32 r
     dgrad     N*H*W     C        K*R*S                forward.py  (A gathered from dy, flipped filter)
     wgrad     K         C*R*S    N*P*Q                wgrad.py    (split-K over blocks + ordered 2nd pass)
 
+3D problems (NCDHW, KCTRS) run natively: the gathers are N-d index maps (gathers.py) and both kernels
+are specialised at compile time for 2 or 3 spatial dimensions (M = N*Do*P*Q, K = C*T*R*S forward;
+dgrad's stride phases over the three axes; wgrad's reduction over N*Do*P*Q). 1D problems run as 2D
+ones of height 1. The host side of every launch (parameter tables, grids, workspaces) is launches.py.
+
 Applicability: every tensor within 32-bit indexing. Any M, N, K (remainders masked or zero-filled),
 any groups (one launch: the groups' tiles along blockIdx.x, each group its own GEMM of the sizes above
 with C, K per group), padding, dilation and stride for every op (backward-data with stride runs one
@@ -25,13 +30,13 @@ import math
 
 from convlab.plugin.contract import Algorithm, Config, Verdict
 from convlab.plugin.registry import register
-from convlab.problem import Problem, make_problem
+from convlab.problem import Problem, make_problem, make_problem_nd
 
 from convlab.kernels.data.splitk import MAX_INDEX
 from convlab.kernels.simt.tile import Tile
 from convlab.runtime.targets import Target
 
-from . import common, cost, forward, gathers, wgrad
+from . import common, cost, forward, gathers, launches, wgrad
 
 #: (BM, BN, BK, TM, TN) per op family; GPU sizes, then the tiny simulator ones.
 GATHER_TILES_GPU = ((128, 128, 8, 8, 8), (128, 128, 16, 8, 8), (128, 64, 8, 8, 8), (128, 32, 16, 8, 4),
@@ -67,6 +72,7 @@ class ImplicitGemm(Algorithm):
     name = "implicit_gemm"
     ops = frozenset({"forward", "dgrad", "wgrad"})
     dtypes = frozenset({"float32"})
+    ndims = (2, 3)
     priority = 20
     deterministic = True
     description = ("implicit GEMM: operand tiles gathered into shared memory, register fragments, "
@@ -89,7 +95,8 @@ class ImplicitGemm(Algorithm):
     def sample_problems(self, op: str) -> list[Problem]:
         """Cases the random draws reach rarely: a 3-channel stem, a 1x1 stride-2 dgrad whose odd
         phases have no taps (bias only), a transposed 4x4 stride 2 (DCGAN), depthwise with multiplier 2,
-        and a grouped layer whose reduction splits over blocks."""
+        and a grouped layer whose reduction splits over blocks; in 3D an aligned forward and wgrad and a
+        dgrad strided on two axes (phases with and without taps)."""
         cases = {"forward": [dict(n=1, c=3, h=9, w=9, k=5, r=3, s=3, stride=2, padding=1, bias=True),
                              dict(n=1, c=8, h=6, w=6, k=12, r=3, s=3, padding=1, groups=4)],
                  "dgrad": [dict(n=1, c=6, h=7, w=8, k=5, r=1, s=1, stride=2, bias=True),
@@ -98,7 +105,11 @@ class ImplicitGemm(Algorithm):
                            dict(n=1, c=3, h=5, w=5, k=6, r=3, s=3, stride=2, padding=1, groups=3)],
                  "wgrad": [dict(n=2, c=4, h=7, w=7, k=4, r=3, s=3, padding=1, groups=2),
                            dict(n=1, c=3, h=9, w=9, k=5, r=3, s=3, stride=2, padding=1)]}[op]
-        return [make_problem(op, **kw) for kw in cases]
+        volumes = {"forward": make_problem_nd("forward", 1, 8, (3, 4, 4), 8, (2, 2, 2), padding=(1, 0, 1), bias=True),
+                   "dgrad": make_problem_nd("dgrad", 1, 3, (4, 5, 4), 4, (3, 3, 1), stride=(2, 1, 2), padding=1,
+                                            bias=True),
+                   "wgrad": make_problem_nd("wgrad", 2, 4, (3, 4, 4), 4, (2, 2, 2), padding=1)}
+        return [make_problem(op, **kw) for kw in cases] + [volumes[op]]
 
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int,
                         target: Target) -> int:
@@ -116,6 +127,6 @@ class ImplicitGemm(Algorithm):
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
         tile = tile_of(config)  # the kernel factories validate the tile (ValueError naming the rule)
         if problem.op == "wgrad":
-            wgrad.launch(problem, tile, a, b, out, workspace_limit)
+            launches.wgrad_launch(problem, tile, a, b, out, workspace_limit)
         else:
-            forward.launch(problem, tile, a, b, bias, out, workspace_limit)
+            launches.launch(problem, tile, a, b, bias, out, workspace_limit)

@@ -1,14 +1,16 @@
-"""Implicit-GEMM kernel for backward-weight, its long reduction split over blocks.
+"""Implicit-GEMM kernel for backward-weight, its long reduction split over blocks, over 2 or 3 spatial
+dimensions (a compile-time constant of the kernel).
 
     out = dw (K, C', R, S), group g's rows g*K' + m as [M = K', N = C'*R*S] row-major;
     reduction kk = (n, p, q) over N*P*Q
     A[m, kk]   = dy[n, g*K' + m, p, q]  = dy[n*K*P*Q + (g*K' + m)*P*Q + p*Q + q]
     B[kk, col] = x[n, g*C' + c, p*sh - ph + r*dh, q*sw - pw + s*dw]        col = (c, r, s)
+    (3D: dw (K, C', T, R, S), kk = (n, o, p, q), col = (c, t, r, s), x's depth o*sd - pd + t*dd)
 
 Both operands are contiguous along q, so both loaders run along kk: thread t loads kk = k0 + t % 8 of rows
 (A) and columns (B) t // 8 + i * T/8. A thread's kk therefore moves by exactly BK = 8 per slice, and its
-(n, p, q) is advanced incrementally (no division in the loop); its columns' (c, r, s) offsets are decoded
-once per block. Two variants per tile, chosen per problem (``is_aligned``): the aligned kernel (one
+(n, (o,) p, q) is advanced incrementally (no division in the loop); its columns' (c, (t,) r, s) offsets
+are decoded once per block. Two variants per tile, chosen per problem (``is_aligned``): the aligned kernel (one
 group, N*P*Q % 8 == 0; M and N remainders are clamped on load and masked on store in both) and the
 general one (a thread whose kk is past the reduction loads zeros; groups folded into blockIdx.x).
 
@@ -23,23 +25,16 @@ Loop nest of one block (tile m0.., n0.., split z: kk in [z*chunk, min(z*chunk + 
 """
 from __future__ import annotations
 
-import functools
-import math
-from typing import Any
-
-import numpy as np
 from numba import float32, int32, int64, uint32
 
 from convlab import runtime
-from convlab.runtime import context
 from convlab.problem import Problem
 from convlab.kernels.arch.intrinsics import SHARED_ALIGN, u32
 from convlab.kernels.params import ParamTable
 from convlab.kernels.simt.tile import Tile
 from convlab.runtime import cuda
 
-from .common import (capped, layout, lend_workspace, plan, register_cap, slice_fma, store_tile,
-                     tile_origin, validate, workspace_shape, zero_fill)
+from .common import capped, factory, layout, register_cap, slice_fma, store_tile, tile_origin, validate, zero_fill
 
 BK = 8  # the incremental (n, p, q) walk assumes one kk per thread per slice
 
@@ -54,11 +49,14 @@ def check_tile(tile: Tile) -> None:
         raise ValueError(f"wgrad loaders: threads/8 = {rows} must divide bm={tile.bm} and bn={tile.bn}")
 
 
-@functools.cache
-def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
-    """The kernel for one tile shape (all sizes compile-time constants). ``general`` adds what the
-    aligned kernel (groups 1, N*P*Q % 8 == 0) leaves out: a zero-filled last slice and groups along
-    blockIdx.x (GENERAL_PARAMS' fields after PARAMS')."""
+@factory
+def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False, nd: int = 2):
+    """The kernel for one tile shape and ``nd`` = 2 or 3 spatial dimensions (all compile-time
+    constants). ``general`` adds what the aligned kernel (groups 1, N*P*Q % 8 == 0) leaves out: a
+    zero-filled last slice and groups along blockIdx.x (GENERAL_PARAMS' fields after PARAMS'); 3D the
+    depth axis (DEPTH_PARAMS' fields after those)."""
+    if nd not in (2, 3):
+        raise ValueError(f"the wgrad kernel takes 2 or 3 spatial dimensions, got {nd}")
     tile = Tile(bm, bn, BK, tm, tn)
     check_tile(tile)
     T = tile.threads
@@ -78,8 +76,8 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
     NONE = u32(0xFFFFFFFF)  # row/column outside the problem
     store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, False)
     origin = tile_origin(bm, bn, general)
-    GENERAL = general
-    at = GENERAL_PARAMS.at  # field positions (the aligned kernel reads PARAMS' only)
+    GENERAL, THREE = general, nd == 3
+    at = DEPTH_PARAMS.at  # field positions (the aligned 2D kernel reads PARAMS' only)
 
     @runtime.jit(max_registers=register_cap(T))
     def kernel(x4, dy4, prm, out, ws):
@@ -88,6 +86,9 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
         KPQ, CHW, H, W, RS, S = prm[at.KPQ], prm[at.CHW], prm[at.H], prm[at.W], prm[at.RS], prm[at.S]
         sh, sw, ph, pw, dh, dw = prm[at.sh], prm[at.sw], prm[at.ph], prm[at.pw], prm[at.dh], prm[at.dw]
         chunk, n_tiles, splits = prm[at.chunk], prm[at.n_tiles], prm[at.splits]
+        if THREE:
+            O, D, R_S = prm[at.O], prm[at.D], prm[at.R_S]
+            st_d, pad_d, dil_d = prm[at.st_d], prm[at.pad_d], prm[at.dil_d]
         As = cuda.shared.array(A_SIZE, float32, alignment=ALIGN)
         Bs = cuda.shared.array(B_SIZE, float32, alignment=ALIGN)
         ra = cuda.local.array(A_PER, float32)
@@ -99,6 +100,7 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
         coff = cuda.local.array(B_PER, int32)
         crd = cuda.local.array(B_PER, int32)
         csd = cuda.local.array(B_PER, int32)
+        ctd = cuda.local.array(B_PER, int32)  # 3D: the columns' depth taps
         rows = cuda.local.array(tm, uint32)
         cols = cuda.local.array(tn, uint32)
         flag = cuda.shared.array(1, int32)
@@ -109,6 +111,8 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
         g, m0, n0 = origin(prm, at.tiles_per_group, n_tiles)
         uM, uN, uP, uQ = uint32(M), uint32(N), uint32(P), uint32(Q)
         uPQ = uP * uQ
+        if THREE:  # an image's output pixels, Do*P*Q
+            uPQ = uint32(O) * uPQ
         uH, uW = uint32(H), uint32(W)
         urs, us = uint32(RS), uint32(S)
         kl = tid % u8
@@ -122,10 +126,17 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
             col = min(n0 + row0 + uint32(i) * uROWS, uN - u1)
             c = col // urs
             rs = col - c * urs
+            if THREE:  # col = (c, t, r, s): urs is T*R*S, the depth tap first
+                t = rs // uint32(R_S)
+                rs = rs - t * uint32(R_S)
+                ctd[i] = int32(t) * dil_d
             r = rs // us
             crd[i] = int32(r) * dh
             csd[i] = int32(rs - r * us) * dw
-            coff[i] = int32(c) * H * W + crd[i] * W + csd[i]
+            if THREE:
+                coff[i] = (int32(c) * D + ctd[i]) * H * W + crd[i] * W + csd[i]
+            else:
+                coff[i] = int32(c) * H * W + crd[i] * W + csd[i]
             if GENERAL:
                 coff[i] += int32(g) * prm[at.b_grp]
         lane = tid % c32
@@ -143,6 +154,9 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
         kk = k_lo + kl
         img = kk // uPQ
         pq = kk - img * uPQ
+        if THREE:  # uPQ is Do*P*Q: the output depth first
+            o = pq // (uP * uQ)
+            pq = pq - o * (uP * uQ)
         p = pq // uQ
         q = pq - p * uQ
         j = u0
@@ -154,15 +168,24 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
                     rb[i] = float32(0)
             elif j < slices:
                 a_at = img * uint32(KPQ) + p * uQ + q
+                if THREE:
+                    a_at += o * (uP * uQ)
                 for i in range(A_PER):
                     ra[i] = dy[int64(a_at + aoff[i])]
                 hb = int32(p) * sh - ph
                 wb = int32(q) * sw - pw
                 xb = int32(img) * CHW + hb * W + wb
+                if THREE:
+                    db = int32(o) * st_d - pad_d
+                    xb += db * H * W
                 for i in range(B_PER):
                     v = float32(0)  # one unsigned compare per axis tests 0 <= h < H
                     if uint32(hb + crd[i]) < uH and uint32(wb + csd[i]) < uW:
-                        v = x[int64(uint32(xb + coff[i]))]
+                        if THREE:
+                            if uint32(db + ctd[i]) < uint32(D):
+                                v = x[int64(uint32(xb + coff[i]))]
+                        else:
+                            v = x[int64(uint32(xb + coff[i]))]
                     rb[i] = v
                 q += u8
                 while q >= uQ:
@@ -170,7 +193,13 @@ def wgrad_kernel(bm: int, bn: int, tm: int, tn: int, general: bool = False):
                     p += u1
                     if p == uP:
                         p = u0
-                        img += u1
+                        if THREE:  # carry into the output depth, then the image
+                            o += u1
+                            if o == uint32(O):
+                                o = u0
+                                img += u1
+                        else:
+                            img += u1
                 if GENERAL:
                     kk += u8
             if j > u0:
@@ -227,39 +256,8 @@ PARAMS = ParamTable("M", "N", "k_len", "P", "Q", "KPQ", "CHW", "H", "W", "RS", "
 #: the general kernel's: PARAMS, then the tiles of one group and group g's offsets into dy (a_grp),
 #: x (b_grp) and dw's rows (m_grp)
 GENERAL_PARAMS = PARAMS + ParamTable("tiles_per_group", "a_grp", "b_grp", "m_grp")
+#: both 3D kernels': GENERAL_PARAMS, then the depth axis (dy's Do, x's D, the taps of one filter slice
+#: R*S, depth stride, padding, dilation); there PARAMS' KPQ, CHW and RS count whole volumes (K*Do*P*Q,
+#: C*D*H*W, T*R*S)
+DEPTH_PARAMS = GENERAL_PARAMS + ParamTable("O", "D", "R_S", "st_d", "pad_d", "dil_d")
 
-
-def _params(problem: Problem, splits: int, chunk: int, n_tiles: int, tiles_per_group: int):
-    """Device int32 array of GENERAL_PARAMS (the aligned kernel reads the PARAMS at its head)."""
-    pr = problem
-    m, n, k = pr.gemm_shape()
-    (sh, sw), (ph, pw), (dh, dw) = pr.stride, pr.padding, pr.dilation
-    values = GENERAL_PARAMS.pack(
-        M=m, N=n, k_len=k, P=pr.p, Q=pr.q, KPQ=pr.k * pr.p * pr.q, CHW=pr.c * pr.h * pr.w, H=pr.h, W=pr.w,
-        RS=pr.r * pr.s, S=pr.s, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw, chunk=chunk, n_tiles=n_tiles,
-        splits=splits, tiles_per_group=tiles_per_group, a_grp=m * pr.p * pr.q,
-        b_grp=pr.c_per_group * pr.h * pr.w, m_grp=m)
-    return runtime.to_device(values.astype(np.int32))
-
-
-def _prepared(problem: Problem, tile: Tile, workspace_limit: int, target: Any):
-    """(kernel, grid, params, workspace shape or None) of one (problem, tile, limit, target), kept in
-    the device's context as ``forward._prepared`` (which says why the grid is not configured here)."""
-    return context.current().cached("implicit_gemm.wgrad", (problem, tile, workspace_limit, target),
-                                    lambda: _prepare(problem, tile, workspace_limit, target), limit=256)
-
-
-def _prepare(problem: Problem, tile: Tile, workspace_limit: int, target: Any) -> tuple:
-    splits, chunk, n_tiles = plan(problem, tile, workspace_limit, target=target)
-    kern = wgrad_kernel(tile.bm, tile.bn, tile.tm, tile.tn, not is_aligned(problem))
-    tiles_per_group = math.ceil(problem.gemm_shape()[0] / tile.bm) * n_tiles
-    grid = (tiles_per_group * problem.groups, splits)
-    params = _params(problem, splits, chunk, n_tiles, tiles_per_group)
-    return kern, grid, params, workspace_shape(problem, tile, splits, n_tiles)
-
-
-def launch(problem: Problem, tile: Tile, x, dy, out, workspace_limit: int) -> None:
-    """dw (device, (K, C', R, S)) from device x (N, C, H, W) and dy (N, K, P, Q), C-contiguous."""
-    kern, grid, params, ws = _prepared(problem, tile, workspace_limit, runtime.target())
-    with lend_workspace(ws) as buf:
-        kern[grid, tile.threads](x, dy, params, out, buf)

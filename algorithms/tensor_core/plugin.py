@@ -6,8 +6,14 @@ under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in 
     dgrad     dy NCHW -> NHWC, w -> flipped CRSK       N*H*W       C    R*S*K           tc_conv (stride 1)
               (1x1 stride 1 unpadded, H*W and C in whole chunks: x or dy read as NCHW, no copy: tc_conv.NchwA)
     dgrad     dy NCHW -> NHWC, w -> [CRS, K]           N*P*Q       CRS  K               tc_gemm + fold
-              (stride > 1, float32: the column route of strided.py)
+              (stride > 1, float32: the column route of strided.py; 3D: per image CTRS x DoPQ + the channel-major fold)
     wgrad     dy, x unfolded split-major (wgrad.py)    K           CRS  N*P*Q           tc_gemm + split-K
+    wgrad 3D  x -> NDHWC, dy split-major (taps.py)     T*R*S*Cp    K    N*Do*P*Q        tc_wgrad (tap gather)
+
+3D problems (NCDHW, KCTRS; channels-last-3d NDHWC operands alike) run natively: the gather of
+:mod:`convlab.kernels.tensor_core.conv` is one N-d index map (gather.py; M = N*Do*P*Q, K = T*R*S*C), the
+NDHWC / KTRSC copies are the same transposes over D*H*W / T*R*S, and wgrad gathers x's taps
+(:mod:`.taps`) instead of unfolding T*R*S copies of it. 1D problems run as 2D ones of height 1.
 
 dgrad (and conv_transpose2d, its dgrad) with stride 1 is the forward convolution of dy with the
 spatially flipped, K<->C transposed filter and padding dilation*(R-1) - padding (negative padding is fine:
@@ -44,81 +50,35 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from convlab import runtime
-from convlab.kernels.data import convert, layouts, transpose
-from convlab.kernels.data.splitk import MAX_INDEX, sum_partials
-from convlab.kernels.tensor_core import conv as tc_conv
-from convlab.kernels.tensor_core.config import TcConfig
+from convlab.kernels.data import layouts
+from convlab.kernels.data.splitk import MAX_INDEX
+from convlab.kernels.tensor_core.copy import km_tile_ok
+from convlab.kernels.tensor_core.config import ITYPES
 from convlab.kernels.tensor_core.warp import DEFAULT_TF32_ROUND
 from convlab.plugin.contract import Algorithm, Config, Verdict
 from convlab.plugin.cost import Features
 from convlab.plugin.registry import register
-from convlab.problem import Problem, make_problem, np_dtype, unit_roundoff
-from convlab.runtime.scratch import scratch
+from convlab.problem import Problem, make_problem, make_problem_nd, np_dtype, unit_roundoff
 from convlab.runtime.settings import get_float32_precision
 from convlab.runtime.targets import Target
 
-from . import configs, cost, strided, wgrad
+from . import configs, cost, gather, strided, taps, wgrad
 from .configs import tc_config, to_config
+from .gather import ALIGN, NCHW, split_k  # noqa: F401  (split_k: a name of the cost model's, autotune.families)
 
 ITYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
-NCHW = frozenset({"nchw"})  # what operands_for copies channels-last operands into
-ALIGN = {"float16": 8, "bfloat16": 8, "float32": 4}  # channels per 16-byte chunk
+_padded, _gathered, _split_f32 = gather.padded, gather.gathered, gather.split_f32  # the cost model's names
 
 
 def _strided_dgrad(problem: Problem) -> bool:
     """Backward-data with stride > 1: the column GEMM and fold of :mod:`.strided` (float32)."""
-    return problem.op == "dgrad" and problem.stride != (1, 1)
+    return problem.op == "dgrad" and set(problem.strides) != {1}
 
 
-def _padded(channels: int, dtype: str) -> int:
-    """Channels rounded up to whole 16-byte chunks (8 fp16/bf16, 4 fp32)."""
-    return -(-channels // ALIGN[dtype]) * ALIGN[dtype]
-
-
-def _gathered(problem: Problem) -> dict:
-    """The forward geometry the kernel runs: the problem's own (forward), or dgrad's as a forward of dy."""
-    pr = problem
-    if pr.op == "forward":
-        return dict(n=pr.n, c=pr.c, h=pr.h, w=pr.w, k=pr.k, r=pr.r, s=pr.s, p=pr.p, q=pr.q,
-                    stride=pr.stride, padding=pr.padding, dilation=pr.dilation)
-    pad = tuple(d * (kk - 1) - p for d, kk, p in zip(pr.dilation, (pr.r, pr.s), pr.padding))
-    return dict(n=pr.n, c=pr.k, h=pr.p, w=pr.q, k=pr.c, r=pr.r, s=pr.s, p=pr.h, q=pr.w,
-                stride=(1, 1), padding=pad, dilation=pr.dilation)
-
-
-#: reduction elements a split keeps at least (1 on the simulator, so that its tiny problems split): on
-#: the H200 (results/tc_conv/h200/720ef48, splits of 256+) the sum and rounding passes cost 10-40 us,
-#: which splits of a 512- to 1152-long reduction (ResNet-50's c3 / c5 1x1 and c3 3x3 layers) mostly
-#: lost, while those of 2048 and longer (c4 / c5 3x3, Burn's deep layers) gained, up to 2x
-MIN_SPLIT_K_GPU, MIN_SPLIT_K_SIM = 1024, 1
-
-
-def split_k(problem: Problem, cfg: TcConfig, target: Target) -> tuple[int, int]:
-    """(splits, k tiles per split) of a forward / dgrad on ``target``: as many splits as fill twice the
-    SMs with blocks when the output tiles alone do not, each at least MIN_SPLIT_K reduction elements
-    long, the partials within 32-bit indexing; (1, all k tiles) when not split."""
-    geo = _gathered(problem)
-    m, n = geo["n"] * geo["p"] * geo["q"], geo["k"]
-    ktiles = math.ceil(geo["r"] * geo["s"] * _padded(geo["c"], problem.dtype) / cfg.BK)
-    tiles = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN)
-    least = MIN_SPLIT_K_SIM if target.simulator else MIN_SPLIT_K_GPU
-    per_split = max(1, math.ceil(least / cfg.BK))
-    splits = min(math.ceil(2 * target.sm_count / tiles), ktiles // per_split, MAX_INDEX // (m * n))
-    if splits < 2:
-        return 1, ktiles
-    tps = math.ceil(ktiles / splits)
-    return math.ceil(ktiles / tps), tps
-
-
-def _split_f32(problem: Problem, splits: int) -> int:
-    """float32 elements of the split-K workspace: the partials (0 when not split)."""
-    if splits == 1:
-        return 0
-    geo = _gathered(problem)
-    return splits * geo["n"] * geo["p"] * geo["q"] * geo["k"]
+def _taps(problem: Problem) -> bool:
+    """A 3D backward-weight: the tap gather of :mod:`.taps`."""
+    return problem.op == "wgrad" and problem.ndim == 3
 
 
 @register
@@ -128,13 +88,14 @@ class TensorCore(Algorithm):
     name = "tensor_core"
     ops = frozenset({"forward", "dgrad", "wgrad"})
     dtypes = frozenset({"float16", "bfloat16", "float32"})
+    ndims = (2, 3)
     priority = 30
     deterministic = True
     layouts = frozenset({"nchw", "nhwc"})
     description = ("tensor-core implicit GEMM (fp16/bf16; TF32 for float32 under precision 'high'): "
                    "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
                    "strided dgrad (float32) as a column GEMM + fold; split-K (fp32 partials summed in order) "
-                   "where tiles are few; wgrad on unfolded operands with split-K")
+                   "where tiles are few; wgrad on unfolded operands with split-K (3D: a tap gather)")
 
     def itype(self, dtype: str) -> str:
         """The kernels' input type for ``dtype`` (tc_config.ITYPES)."""
@@ -159,9 +120,10 @@ class TensorCore(Algorithm):
         for tensor, shape in zip(("x", "w", "y"), (problem.x_shape, problem.w_shape, problem.y_shape)):
             if math.prod(shape) > MAX_INDEX:
                 return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
-        if problem.op == "dgrad" and problem.stride != (1, 1):
+        if _strided_dgrad(problem):
+            stride = problem.stride if problem.ndim == 2 else problem.strides
             if problem.dtype != "float32":
-                return Verdict.no(f"backward-data with stride {problem.stride} runs here in float32 only (the "
+                return Verdict.no(f"backward-data with stride {stride} runs here in float32 only (the "
                                   "column route, strided.py); fp16 / bf16 take it through widen")
             if not strided.fits(problem):
                 return Verdict.no("the column route's operands or one image's column buffer have 2**31 "
@@ -169,17 +131,23 @@ class TensorCore(Algorithm):
             return Verdict.yes()
         if problem.op == "wgrad":
             pr = problem
-            rows = pr.n * _padded(pr.p * pr.q, pr.dtype) * max(pr.k, pr.c * pr.r * pr.s)
+            rows = pr.n * _padded(math.prod(pr.spatial_out), pr.dtype) * max(pr.k, pr.c * math.prod(pr.kernel_size))
+            if _taps(pr):  # the tap gather: dy's split-major copy and x's channels-last one
+                rows = pr.n * max(_padded(math.prod(pr.spatial_out), pr.dtype) * pr.k,
+                                  math.prod(pr.spatial_in) * _padded(pr.c, pr.dtype))
             if rows > MAX_INDEX:
                 return Verdict.no("the unfolded operands have 2**31 elements or more (32-bit indexing)")
             return Verdict.yes()
-        geo = _gathered(problem)
-        if geo["n"] * geo["h"] * geo["w"] * _padded(geo["c"], problem.dtype) > MAX_INDEX:
+        if not gather.fits(problem):
             return Verdict.no("the channel-padded NHWC copy has 2**31 elements or more (32-bit indexing)")
         return Verdict.yes()
 
     def configs(self, problem: Problem, target: Target) -> list[Config]:
         itype = self.itype(problem.dtype)
+        if _taps(problem):  # the GEMM of the tap gather, on mma.sync tiles whose m-contiguous rows swizzle
+            m, n = wgrad.gemm_mn(problem, ALIGN[problem.dtype])
+            tiles = configs.tiles(problem, (m, n, problem.gemm_shape()[2]), itype, target, False)
+            return [to_config(t) for t in tiles if km_tile_ok(t.BM, ITYPES[itype][1])]
         gemm = strided.gemm_shape(problem) if _strided_dgrad(problem) else problem.gemm_shape()
         return [to_config(t) for t in configs.tiles(problem, gemm, itype, target, self.takes_wgmma(itype, target))]
 
@@ -192,18 +160,15 @@ class TensorCore(Algorithm):
     def workspace_bytes(self, problem: Problem, config: Config, workspace_limit: int,
                         target: Target) -> int:
         """The NHWC copy of x (forward) or dy (dgrad) and the reordered weights, channels padded, and
-        the split-K fp32 partials (:func:`_split_f32`); wgrad: the unfolded operands and the split-K
-        partials."""
+        the split-K fp32 partials (:func:`gather.split_f32`); wgrad: the unfolded operands and the
+        split-K partials (3D: x's channels-last copy, dy's split-major one and the partials)."""
         if problem.op == "wgrad":
             n_store, n_f32 = wgrad.workspace_elements(problem, tc_config(config), ALIGN[problem.dtype], target)
             return n_store * problem.itemsize + 4 * n_f32
         if _strided_dgrad(problem):
             return 4 * strided.workspace_elements(problem, workspace_limit)
-        geo = _gathered(problem)
-        cp = _padded(geo["c"], problem.dtype)
-        f32 = _split_f32(problem, split_k(problem, tc_config(config), target)[0])
-        return (geo["n"] * geo["h"] * geo["w"] + geo["k"] * geo["r"] * geo["s"]) * cp * problem.itemsize \
-            + 4 * f32
+        n_store, n_f32 = gather.workspace_elements(problem, tc_config(config), target)
+        return n_store * problem.itemsize + 4 * n_f32
 
     def cost_features(self, problem: Problem, config: Config, target: Target, workspace_limit: int) -> Features:
         """The route ``run`` takes, counted by :mod:`.cost` (forward, stride-1 dgrad: this module's geometry)."""
@@ -222,81 +187,46 @@ class TensorCore(Algorithm):
             return [make_problem("forward", 2, 8, 5, 6, 16, 3, 3, padding=1, dtype="float16", bias=True),
                     make_problem("forward", 1, 3, 7, 7, 24, 3, 2, stride=2, dilation=(1, 2),
                                  padding=(1, 0), dtype="bfloat16"),
-                    make_problem("forward", 2, 8, 8, 8, 8, 3, 3, padding=1, dtype="bfloat16", bias=True)]
+                    make_problem("forward", 2, 8, 8, 8, 8, 3, 3, padding=1, dtype="bfloat16", bias=True)] + \
+                self._samples_3d(op)
         if op == "dgrad":
             return [make_problem("dgrad", 2, 16, 5, 5, 8, 3, 3, padding=1, dtype="float16"),
                     make_problem("dgrad", 1, 8, 6, 5, 16, 2, 3, dilation=(2, 1), padding=(2, 0),
                                  dtype="bfloat16", bias=True),
-                    make_problem("dgrad", 2, 8, 8, 8, 8, 3, 3, padding=1, dtype="float16", bias=True)]
+                    make_problem("dgrad", 2, 8, 8, 8, 8, 3, 3, padding=1, dtype="float16", bias=True)] + \
+                self._samples_3d(op)
         if op == "wgrad":
             return [make_problem("wgrad", 3, 8, 6, 5, 16, 3, 3, padding=1, dtype="float16"),
                     make_problem("wgrad", 2, 5, 7, 6, 12, 2, 3, stride=2, dilation=(2, 1), padding=(1, 0),
-                                 dtype="bfloat16")]
+                                 dtype="bfloat16")] + self._samples_3d(op)
         return []
 
+    def _samples_3d(self, op: str) -> list[Problem]:
+        """3D: a padded, dilated one and a strided one (wgrad: over several images, split)."""
+        if op == "wgrad":
+            return [make_problem_nd("wgrad", 2, 8, (4, 5, 4), 8, (3, 2, 3), stride=(2, 1, 1), padding=1,
+                                    dilation=(1, 2, 1), dtype="float16"),
+                    make_problem_nd("wgrad", 3, 5, (3, 4, 5), 12, (2, 3, 1), padding=(1, 1, 0), dtype="bfloat16")]
+        return [make_problem_nd(op, 2, 8, (3, 4, 5), 16, (2, 3, 3), padding=1, dilation=(2, 1, 1),
+                                dtype="float16", bias=True),
+                make_problem_nd(op, 1, 5, (4, 5, 4), 8, (3, 1, 2), padding=(1, 0, 1), dtype="bfloat16")]
+
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
-        """a, b, out: 4-D device arrays, C-contiguous or channels-last (``layouts``), bias 1-D or None."""
+        """a, b, out: 4-D (5-D) device arrays, C-contiguous or channels-last (``layouts``), bias 1-D or None."""
+        itype, cfg = self.itype(problem.dtype), tc_config(config)
+        if _taps(problem):  # x read channels-last as it is; dy and a channels-last dw through NCDHW copies
+            x_last = layouts.is_channels_last(a)
+            with layouts.operands_for(NCHW, (None, b, bias, out)) as (_, b, bias, out):
+                taps.run_taps(problem, cfg, itype, runtime.kernel_dtype(np_dtype(problem.dtype)),
+                              ALIGN[problem.dtype], *(runtime.kernel_view(t) for t in (a, b, out)), x_last)
+            return
         if problem.op == "wgrad":  # the unfold reads NCHW: channels-last operands are copied first
             with layouts.operands_for(NCHW, (a, b, bias, out)) as (a, b, bias, out):
-                wgrad.run_wgrad(problem, tc_config(config), self.itype(problem.dtype),
-                                runtime.kernel_dtype(np_dtype(problem.dtype)), ALIGN[problem.dtype],
-                                *(runtime.kernel_view(t) for t in (a, b, out)))
+                wgrad.run_wgrad(problem, cfg, itype, runtime.kernel_dtype(np_dtype(problem.dtype)),
+                                ALIGN[problem.dtype], *(runtime.kernel_view(t) for t in (a, b, out)))
             return
         if _strided_dgrad(problem):  # the column route reads NCHW: channels-last operands copied first
             with layouts.operands_for(NCHW, (a, b, bias, out)) as (a, b, bias, out):
-                strided.run_strided_dgrad(problem, tc_config(config), self.itype(problem.dtype), a, b, bias,
-                                          out, workspace_limit)
+                strided.run_strided_dgrad(problem, cfg, itype, a, b, bias, out, workspace_limit)
             return
-        geo = _gathered(problem)
-        n, c, h, w, k, r, s = (geo[key] for key in "nchwkrs")
-        cp = _padded(c, problem.dtype)
-        # operands the kernel reads as they are: a channels-last gathered input (NHWC) and forward filter
-        # (KRSC; a 1x1 filter in either layout), when no channel padding is needed; the output in either
-        # layout
-        a_last, b_last = layouts.is_channels_last(a), layouts.is_channels_last(b)
-        x_as_is = a_last and cp == c and runtime.is_aligned(a)  # cp.async reads 16 aligned bytes
-        # a 1x1 stride-1 unpadded forward (dgrad) reads its NCHW x (dy) as it is (tc_conv.NchwA)
-        nchw_in = not a_last and "MMA" not in config and \
-            tc_conv.reads_nchw(self.itype(problem.dtype), a, c=c, h=h, w=w, r=r, s=s, stride=geo["stride"],
-                               padding=geo["padding"], bm=config["BM"])  # wgmma reads A K-major: NHWC
-        # a 1x1 filter's KCRS memory is already KRSC
-        w_as_is = problem.op == "forward" and cp == c and (b_last or r * s == 1) and runtime.is_aligned(b)
-        nhwc_out = layouts.is_channels_last(out)
-        copy_x = (a,) if a_last and not x_as_is else ()  # to NCHW scratch first (operands_for)
-        copy_w = (b,) if b_last and not w_as_is else ()
-        store = runtime.kernel_dtype(np_dtype(problem.dtype))
-        nx, nw = (0 if x_as_is or nchw_in else n * h * w * cp), (0 if w_as_is else k * r * s * cp)
-        with layouts.operands_for(NCHW, copy_x, out_index=None) as nchw_x, \
-                layouts.operands_for(NCHW, copy_w, out_index=None) as nchw_w, \
-                scratch(max(nx + nw, 1), store) as buf:
-            src_x, src_w = (nchw_x or (a,))[0], (nchw_w or (b,))[0]
-            flat = lambda t: runtime.kernel_view(runtime.flat_view(t))  # noqa: E731  (memory order)
-            xh = flat(a) if x_as_is or nchw_in else buf[:nx]
-            wt = flat(b) if w_as_is else buf[nx:nx + nw]
-            if not (x_as_is or nchw_in):  # NCHW -> NHWC, channels zero-padded to cp
-                transpose.to_channels_last(flat(src_x), xh, n, c, h * w, cp)
-            if w_as_is:
-                pass
-            elif problem.op == "forward":  # wt[k, r, s, c] = w[k, c, r, s]
-                transpose.to_channels_last(flat(src_w), wt, k, c, r * s, cp)
-            else:  # wt[c', r, s, k'] = w[k', c', R-1-r, S-1-s] (c' = output channel, k' = gathered)
-                transpose.to_channels_last(flat(src_w), wt, 1, c, k * r * s, cp, flip=r * s)
-            _conv(problem, self.itype(problem.dtype), tc_config(config), xh, wt, flat(out),
-                  None if bias is None else runtime.kernel_view(bias), nhwc_out, geo, nchw_in)
-
-
-def _conv(problem: Problem, itype: str, cfg: TcConfig, xh, wt, y, bias, nhwc_out: bool, geo: dict,
-          nchw_in: bool = False) -> None:
-    """The convolution kernel on the NHWC (``nchw_in``: NCHW, a 1x1 layer's) / KRSC operands into y (flat,
-    NCHW or NHWC memory order): one launch, or with split-K the partials' launch, their sum (+ bias) and
-    the rounding."""
-    splits, tps = split_k(problem, cfg, runtime.target())
-    geo = dict(geo, c=_padded(geo["c"], problem.dtype))
-    if splits == 1:
-        tc_conv.conv_launcher(itype, cfg, xh, wt, y, bias, nhwc_out=nhwc_out, nchw_in=nchw_in, **geo)()
-        return
-    with scratch(_split_f32(problem, splits), np.float32) as part:
-        tc_conv.conv_launcher(itype, cfg, xh, wt, part, None, nhwc_out=nhwc_out, tps=tps, nchw_in=nchw_in,
-                              **geo)()
-        sum_partials(part, y, splits, bias=bias, inner=1 if nhwc_out else geo["p"] * geo["q"],
-                     out_kind=convert.half_kind(problem.dtype))
+        gather.run_gather(problem, itype, cfg, "MMA" in config, a, b, bias, out)

@@ -10,11 +10,20 @@ The GEMM is :func:`convlab.kernels.tensor_core.gemm.launcher` on dense k-contigu
 its taps in a fixed order: deterministic, no atomics) is :func:`convlab.kernels.conv.fold.fold`. The
 column buffer holds ``images_per_pass`` images at a time, so that it fits the workspace limit.
 
+3D (NCDHW) takes the same GEMM per image the other way round, in the channel-major layout of the fold
+:func:`convlab.kernels.conv.fold.fold` channel-major: one batched launch over a pass's images,
+
+    cols[n][(c, t, r, s), (o, p, q)] = sum_k w[k, c, t, r, s] * dy[n, k, o, p, q]   GEMM M = C*T*R*S, N = Do*P*Q
+
+(A = the filter [CTRS, Kp], shared by every image; Bt = dy's NDHWC copy [Do*P*Q, Kp] of image n).
+
 Why not a phase decomposition in the implicit-GEMM kernel (as implicit_gemm does on the SIMT path):
 the stems' strided dgrads have 3 input channels, a GEMM N of 3 per phase (a 16-wide tile 5/6 zeros);
 here the GEMM's N is C*R*S (147 for ResNet's stem, 363 for AlexNet's) and its M every output pixel.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -32,8 +41,8 @@ ALIGN = 4  # float32 elements per 16-byte chunk
 
 
 def _sizes(pr: Problem) -> tuple[int, int, int]:
-    """(padded K, C*R*S, P*Q)."""
-    return -(-pr.k // ALIGN) * ALIGN, pr.c * pr.r * pr.s, pr.p * pr.q
+    """(padded K, C*R*S, P*Q) (3D: C*T*R*S, Do*P*Q)."""
+    return -(-pr.k // ALIGN) * ALIGN, pr.c * math.prod(pr.kernel_size), math.prod(pr.spatial_out)
 
 
 def operand_elements(pr: Problem) -> int:
@@ -44,10 +53,11 @@ def operand_elements(pr: Problem) -> int:
 
 def images_per_pass(pr: Problem, workspace_limit: int) -> int:
     """Images whose column buffer fits beside the operands within ``workspace_limit`` bytes (at least 1,
-    at most N, the buffer within 32-bit indexing)."""
+    at most N (3D: and 65535), the buffer within 32-bit indexing)."""
     _, crs, pq = _sizes(pr)
     room = workspace_limit // 4 - operand_elements(pr)
-    return max(1, min(pr.n, room // (pq * crs), MAX_INDEX // (pq * crs)))
+    most = pr.n if pr.ndim == 2 else min(pr.n, 65535)  # 3D: the images of a pass along grid z
+    return max(1, min(most, room // (pq * crs), MAX_INDEX // (pq * crs)))
 
 
 def workspace_elements(pr: Problem, workspace_limit: int) -> int:
@@ -63,8 +73,8 @@ def fits(pr: Problem) -> bool:
 
 
 def run_strided_dgrad(pr: Problem, cfg: TcConfig, itype: str, dy, w, bias, dx, workspace_limit: int) -> None:
-    """dx [N, C, H, W] (+ bias) from dy [N, K, P, Q] and w [K, C, R, S]: float32 device arrays,
-    C-contiguous (flat views taken here)."""
+    """dx [N, C, H, W] (+ bias) from dy [N, K, P, Q] and w [K, C, R, S] (3D: [N, C, D, H, W], [N, K, Do,
+    P, Q], [K, C, T, R, S]): float32 device arrays, C-contiguous (flat views taken here)."""
     kp, crs, pq = _sizes(pr)
     nb = images_per_pass(pr, workspace_limit)
     flat = lambda t: runtime.kernel_view(runtime.flat_view(t))  # noqa: E731
@@ -75,13 +85,24 @@ def run_strided_dgrad(pr: Problem, cfg: TcConfig, itype: str, dy, w, bias, dx, w
         transpose.to_channels_last(flat(w), wt, 1, pr.k, crs, kp)  # [crs, k]
         for n0 in range(0, pr.n, nb):
             count = min(nb, pr.n - n0)
-            a = dyh[n0 * pq * kp:(n0 + count) * pq * kp].reshape(count * pq, kp)
+            a = dyh[n0 * pq * kp:(n0 + count) * pq * kp]
+            if pr.ndim == 3:  # per image [CTRS, DoPQ], the fold's channel-major layout
+                out = cols[:count * pq * crs].reshape(count, crs, pq)
+                tc_gemm.batched_launcher(itype, cfg, wt.reshape(crs, kp), a.reshape(count, pq, kp), out)()
+                fold_volume(pr, cols, dx, bias, n0, count)
+                continue
             out = cols[:count * pq * crs].reshape(count * pq, crs)
-            tc_gemm.launcher(itype, cfg, a, wt.reshape(crs, kp), out)()
+            tc_gemm.launcher(itype, cfg, a.reshape(count * pq, kp), wt.reshape(crs, kp), out)()
             fold(pr, cols, dx, bias, n0, count, pixel_major=True)
 
 
+def fold_volume(pr: Problem, cols, dx, bias, n0: int, count: int) -> None:
+    """dx[n0:n0 + count] [count, C, D, H, W] (+ bias) from ``cols``, per image [C*T*R*S, Do*P*Q]
+    (channel-major): the one call of the channel-major fold on this route."""
+    fold(pr, cols, dx, bias, n0, count)
+
+
 def gemm_shape(pr: Problem) -> tuple[int, int, int]:
-    """(M, N, K) of the column GEMM (all images)."""
+    """(M, N, K) of the column GEMM (all images; 3D: of one image)."""
     kp, crs, pq = _sizes(pr)
-    return pr.n * pq, crs, kp
+    return (crs, pq, kp) if pr.ndim == 3 else (pr.n * pq, crs, kp)

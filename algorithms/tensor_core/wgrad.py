@@ -74,19 +74,27 @@ def splits_of(pr: Problem, cfg: TcConfig, align: int, target: Target) -> int:
     min_ktiles k tiles long and N within grid z (65535)."""
     least = min_ktiles(target)
     dense, x_too = as_is(pr, pr.n, align)
-    copied = pr.p * pr.q * (pr.k + (pr.c if x_too else 0)) * pr.itemsize
-    if dense and 0 < pr.n <= 65535 and 4 * pr.k * pr.c * pr.r * pr.s <= copied \
-            and pr.p * pr.q >= least * cfg.BK:
+    px = math.prod(pr.spatial_out)
+    copied = px * (pr.k + (pr.c if x_too else 0)) * pr.itemsize
+    m, n = gemm_mn(pr, align)
+    if dense and 0 < pr.n <= 65535 and 4 * m * n <= copied and px >= least * cfg.BK:
         return pr.n
-    m, n = pr.k, pr.c * pr.r * pr.s
     blocks = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN)
     want = max(1, math.ceil(2 * target.sm_count / blocks))
-    per_image = padded(pr.p * pr.q, align) / cfg.BK
+    per_image = padded(px, align) / cfg.BK
     best = 1
     for d in range(1, pr.n + 1):
         if pr.n % d == 0 and d <= want and (pr.n // d) * per_image >= least:
             best = d
     return best
+
+
+def gemm_mn(pr: Problem, align: int) -> tuple[int, int]:
+    """(M, N) of the wgrad GEMM: (K, C*R*S) on the unfolded operands (2D), (T*R*S*Cp, K) for the tap
+    gather (3D, :mod:`.taps`; Cp: C in whole chunks)."""
+    if pr.ndim == 3:
+        return math.prod(pr.kernel_size) * padded(pr.c, align), pr.k
+    return pr.k, pr.c * pr.r * pr.s
 
 
 class Plan(NamedTuple):
@@ -96,9 +104,12 @@ class Plan(NamedTuple):
     parts: int
     pqp: int
 
-    def partial_elements(self, pr: Problem) -> int:
-        """float32 elements of the partials (0: one GEMM straight into dw)."""
+    def partial_elements(self, pr: Problem, align: int = 1) -> int:
+        """float32 elements of the partials (0: one GEMM straight into dw; the tap gather's always, its
+        rows ``align``-padded)."""
         partials = self.splits * self.parts
+        if pr.ndim == 3:
+            return partials * math.prod(gemm_mn(pr, align))
         return 0 if partials == 1 else partials * pr.k * pr.c * pr.r * pr.s
 
 
@@ -110,9 +121,10 @@ def plan(pr: Problem, cfg: TcConfig, align: int, target: Target) -> Plan:
     images read as they are: padding would bring dy's copy back, so the divisor is kept); splits *
     parts stays within grid z (65535)."""
     splits = splits_of(pr, cfg, align, target)
-    pqp = padded(pr.p * pr.q, align)
+    pqp = padded(math.prod(pr.spatial_out), align)
     lz = pr.n // splits * pqp
-    blocks = math.ceil(pr.k / cfg.BM) * math.ceil(pr.c * pr.r * pr.s / cfg.BN) * splits
+    m, n = gemm_mn(pr, align)
+    blocks = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN) * splits
     parts = max(1, min(math.ceil(2 * target.sm_count / blocks), lz // (min_ktiles(target) * cfg.BK),
                        65535 // splits))
     if parts > 1 and (lz // align) % parts:
@@ -120,19 +132,25 @@ def plan(pr: Problem, cfg: TcConfig, align: int, target: Target) -> Plan:
         if (divisor > 1 and 2 * divisor >= parts) or as_is(pr, splits, align)[0]:
             parts = divisor
         else:
-            pqp = padded(pr.p * pr.q, align * parts)
+            pqp = padded(math.prod(pr.spatial_out), align * parts)
     return Plan(splits, parts, pqp)
 
 
 def workspace_elements(pr: Problem, cfg: TcConfig, align: int, target: Target) -> tuple[int, int]:
-    """(elements in the storage type, float32 elements) the run lends from the scratch pool."""
+    """(elements in the storage type, float32 elements) the run lends from the scratch pool (3D: dy's
+    split-major copy and x's channels-last one, :mod:`.taps`)."""
     p = plan(pr, cfg, align, target)
+    if pr.ndim == 3:
+        return pr.n * (p.pqp * pr.k + math.prod(pr.spatial_in) * padded(pr.c, align)), p.partial_elements(pr, align)
     return pr.n * p.pqp * (pr.k + pr.c * pr.r * pr.s), p.partial_elements(pr)
 
 
 @functools.lru_cache(maxsize=256)
-def _dy_as_image(pr: Problem) -> Problem:
-    """The geometry that unfolds dy [N, K, P, Q] with a 1x1 tap: a copy with padded rows."""
+def dy_as_image(pr: Problem) -> Problem:
+    """The geometry that unfolds dy [N, K, P, Q] with a 1x1 tap: a copy with padded rows (3D: dy's
+    pixels as one row, [N, K, 1, Do*P*Q])."""
+    if pr.ndim == 3:
+        return make_problem("forward", pr.n, pr.k, 1, math.prod(pr.spatial_out), 1, 1, 1, dtype=pr.dtype)
     return make_problem("forward", pr.n, pr.k, pr.p, pr.q, 1, 1, 1, dtype=pr.dtype)
 
 
@@ -140,9 +158,10 @@ def as_is(pr: Problem, splits: int, align: int, pqp: int | None = None) -> tuple
     """Whether dy (the GEMM's A) and x (its Bt) are already the split-major operands (module doc) of a
     plan with ``splits`` image groups and images ``pqp`` long (default: P*Q rounded up to whole chunks),
     leaving their pointers' alignment aside."""
-    pqp = padded(pr.p * pr.q, align) if pqp is None else pqp
-    dense = splits == pr.n and pqp == pr.p * pr.q
-    one_by_one = (pr.r, pr.s, pr.stride, pr.padding) == (1, 1, (1, 1), (0, 0))
+    px = math.prod(pr.spatial_out)
+    pqp = padded(px, align) if pqp is None else pqp
+    dense = splits == pr.n and pqp == px
+    one_by_one = (pr.r, pr.s, pr.stride, pr.padding) == (1, 1, (1, 1), (0, 0)) and pr.ndim == 2
     return dense, dense and one_by_one
 
 
@@ -164,7 +183,7 @@ def run_wgrad(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x
         a = dy.reshape(dy.size) if dy_as_is else buf[:n_a]
         bt = x.reshape(x.size) if x_as_is else buf[n_a:n_a + n_bt]
         if not dy_as_is:
-            unfold_into(_dy_as_image(pr), dy.view(bits), a.view(bits), 0, pr.n, pq_out=pqp,
+            unfold_into(dy_as_image(pr), dy.view(bits), a.view(bits), 0, pr.n, pq_out=pqp,
                         images_per_block=ipb, strides=(pr.k * lz, pqp, lz), dtype=np.dtype(bits).name)
         if not x_as_is:
             unfold_into(pr, x.view(bits), bt.view(bits), 0, pr.n, pq_out=pqp, images_per_block=ipb,

@@ -19,7 +19,7 @@
                    N a problem's kernels take, its N-d geometry, the generated sources' axis names),
                    direct.py (the direct kernels), columns.py (column-buffer plans, unfold / fold
                    launches), unfold.py, fold.py, depthwise_common / depthwise_conv / depthwise_wgrad.py
-                   (the depthwise kernel generators); depth.py (depth_unfold's depth windows)
+                   (the depthwise kernel generators)
 
 Import the modules directly (``from convlab.kernels.simt.gemm import gemm``); the packages import
 nothing themselves.

@@ -78,8 +78,8 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
 
 
 #: examples a check draws on the simulator for a plugin declaring ``simulator_examples`` (a composite
-#: that runs another plugin's kernels, each conformance-checked on its own: depth_unfold's 18 checks
-#: took 157 s at the profile's 6 examples on 2 loaded cores, its inner implicit GEMM being the cost)
+#: that runs another plugin's kernels, each conformance-checked on its own, so that the profile's
+#: examples need not repeat the inner plugin's simulator runs)
 def examples_for(plugin: Algorithm, simulator: bool | None = None) -> int | None:
     """The examples a check draws for ``plugin``: the active profile's (None), except a quarter of
     them (at least 5) on a GPU for a plugin declaring ``compiles_per_shape``: each drawn shape compiles

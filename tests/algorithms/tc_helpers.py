@@ -5,7 +5,7 @@ import pytest
 
 from convlab import reference, runtime
 from convlab.kernels.data import layouts
-from convlab.algorithms.tensor_core import plugin as tc_plugin, wgrad as tc_wgrad
+from convlab.algorithms.tensor_core import gather as tc_gather, wgrad as tc_wgrad
 from convlab.measure import random_operands, rel_error, tolerance
 from convlab.plugin import registry
 from convlab.problem import np_dtype
@@ -17,7 +17,7 @@ TC = registry.get("tensor_core")
 def split_like_the_simulator(monkeypatch):
     """Split-K plans as on the simulator (MIN_SPLIT_K_GPU 1, wgrad's MIN_KTILES_GPU 1), so that these tiny
     problems split the same way on a GPU; a test that wants another value sets its own."""
-    monkeypatch.setattr(tc_plugin, "MIN_SPLIT_K_GPU", 1)
+    monkeypatch.setattr(tc_gather, "MIN_SPLIT_K_GPU", 1)
     monkeypatch.setattr(tc_wgrad, "MIN_KTILES_GPU", 1)
 
 

@@ -13,7 +13,7 @@ import pytest
 import convlab
 from convlab import Config, make_problem, reference, runtime
 from convlab.algorithms import implicit_gemm
-from convlab.algorithms.implicit_gemm import forward, plugin as ig_plugin, wgrad
+from convlab.algorithms.implicit_gemm import common, forward, launches, plugin as ig_plugin, wgrad
 from convlab.kernels.simt.tile import Tile
 from convlab.measure import random_operands, rel_error, to_device, tolerance
 
@@ -63,11 +63,11 @@ def test_accepts_any_size_groups_and_stride_and_picks_the_kernel(kwargs, aligned
     tile = Tile(16, 16, 8, 2, 2)
     if prob.op == "wgrad":
         assert wgrad.is_aligned(prob) == aligned
-        kern = wgrad._prepared(prob, tile, LIMIT, runtime.target())[0]
+        kern = launches.wgrad_prepared(prob, tile, LIMIT, runtime.target())[0]
         assert kern is wgrad.wgrad_kernel(16, 16, 2, 2, not aligned)
     else:
         assert implicit_gemm.gathers.is_aligned(prob, tile) == aligned
-        kerns = {launch[0] for launch in forward._prepared(prob, tile, LIMIT, runtime.target())}
+        kerns = {launch[0] for launch in launches.prepared(prob, tile, LIMIT, runtime.target())}
         assert kerns == {forward.gather_kernel(16, 16, 8, 2, 2, prob.op == "forward", not aligned)}
 
 
@@ -121,7 +121,7 @@ def test_wgrad_split_k_second_pass_is_exact_deterministic_and_bounded():
     prob = make_problem("wgrad", 2, 16, 8, 8, 16, 3, 3, padding=1)  # N*P*Q = 128: room to split
     config = PLUGIN.configs(prob)[0]
     tile = implicit_gemm.tile_of(config)
-    splits, chunk, n_tiles = wgrad.plan(prob, tile, LIMIT)
+    splits, chunk, n_tiles = common.plan(prob, tile, LIMIT)
     assert splits >= 2 and chunk % 8 == 0 and splits * chunk >= 128
     tiles = math.ceil(16 / tile.bm) * n_tiles
     need = PLUGIN.workspace_bytes(prob, config, LIMIT)
@@ -134,13 +134,13 @@ def test_wgrad_split_k_second_pass_is_exact_deterministic_and_bounded():
     assert PLUGIN.workspace_bytes(prob, config, need - 1) == 0
     single, err = _run(prob, config, limit=need - 1)
     assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
-    assert wgrad.plan(prob, tile, need - 1)[0] == 1
+    assert common.plan(prob, tile, need - 1)[0] == 1
 
 
 def test_forward_split_k_adds_bias_once():
     prob = make_problem("forward", 2, 16, 4, 4, 16, 3, 3, padding=1, bias=True)  # K = 144
     config = next(c for c in PLUGIN.configs(prob) if c["BK"] == 8)
-    assert forward.plan(prob, implicit_gemm.tile_of(config), LIMIT)[0] >= 2
+    assert common.plan(prob, implicit_gemm.tile_of(config), LIMIT)[0] >= 2
     _, err = _run(prob, config)
     assert err <= tolerance(prob, PLUGIN.compute_eps("float32"))
 
@@ -160,7 +160,7 @@ def test_general_split_k_is_deterministic_and_bounded(kwargs):
         sizes = [prob.gemm_shape()]
     else:
         sizes = [(ga.m, ga.n, ga.k) for ga in implicit_gemm.gathers.gathers(prob)]
-    plans = [forward.plan(prob, tile, LIMIT, size) for size in sizes]
+    plans = [common.plan(prob, tile, LIMIT, size) for size in sizes]
     assert any(splits >= 2 for splits, _, _ in plans) and any(k % 8 for _, _, k in sizes)
     need = PLUGIN.workspace_bytes(prob, config, LIMIT)
     tiles = [math.ceil(m / 16) * n_tiles * prob.groups for (m, _, _), (_, _, n_tiles) in zip(sizes, plans)]
@@ -228,7 +228,7 @@ def test_cached_launch_keeps_its_own_grid(op, big, small):
     big, small = (make_problem(op, **dict(dict(r=1, s=1), **kw)) for kw in (big, small))
     config = Config(BM=16, BN=16, BK=8, TM=2, TN=2)
     grids = [(math.ceil(p.gemm_shape()[0] / 16) * math.ceil(p.gemm_shape()[1] / 16),
-              (wgrad if op == "wgrad" else forward).plan(p, implicit_gemm.tile_of(config), LIMIT)[0])
+              common.plan(p, implicit_gemm.tile_of(config), LIMIT)[0])
              for p in (big, small)]
     assert grids[0] != grids[1]  # the two launches need different grids
     for prob in (big, small, big):
@@ -240,18 +240,17 @@ def test_workspace_counters_are_zero_even_after_a_launch_that_raised():
     """The split-K workspace comes from convlab.runtime.scratch with its counters zero on entry: fresh, after a
     normal return (kernels reset them) and after a launch that raised (which may leave them non-zero)."""
     from convlab.runtime import scratch
-    from convlab.algorithms.implicit_gemm import common
 
     scratch.release()
-    with common.workspace(64, 3) as buf:
+    with launches.workspace(64, 3) as buf:
         assert buf.size == 67 and not buf.copy_to_host()[64:].any()
         buf[:64].copy_to_device(np.ones(64, np.float32))
     with pytest.raises(RuntimeError):
-        with common.workspace(64, 3) as buf:
+        with launches.workspace(64, 3) as buf:
             assert buf.copy_to_host()[:64].all()  # the same pooled buffer, partials left as they were
             buf[64:].copy_to_device(np.full(3, 2, np.float32))  # counters left non-zero
             raise RuntimeError("kernel failed")
-    with common.workspace(64, 3) as buf:
+    with launches.workspace(64, 3) as buf:
         assert not buf.copy_to_host()[64:].any()
     scratch.release()
 

@@ -12,7 +12,7 @@ import convlab
 from convlab import reference, runtime
 from convlab.runtime.targets import get as get_target
 from convlab.algorithms import tensor_core
-from convlab.algorithms.tensor_core import configs as tc_configs, plugin as tc_plugin
+from convlab.algorithms.tensor_core import configs as tc_configs, gather as tc_gather
 from convlab.kernels.tensor_core.config import TcConfig
 from convlab.kernels.tensor_core import conv as tc_conv
 from convlab.kernels.data import transpose
@@ -36,7 +36,7 @@ def _simulator_splits(split_like_the_simulator):
 @pytest.mark.parametrize("split", [True, False], ids=["split", "one"])
 def test_half_precision_cases(problem, split, monkeypatch):
     if not split:  # the one-pass kernel (bias and rounding in its epilogue), as large layers run it
-        monkeypatch.setattr(tc_plugin, "MIN_SPLIT_K_SIM" if runtime.target().simulator
+        monkeypatch.setattr(tc_gather, "MIN_SPLIT_K_SIM" if runtime.target().simulator
                             else "MIN_SPLIT_K_GPU", 10**9)
     assert (tensor_core.split_k(problem, tensor_core.tc_config(TC.configs(problem)[0]), runtime.target())[0] > 1) == split
     err, tol = _run(problem)
@@ -46,7 +46,7 @@ def test_half_precision_cases(problem, split, monkeypatch):
 @pytest.mark.parametrize("split", [True, False], ids=["split", "one"])
 def test_tf32_only_under_high_precision(split, monkeypatch):
     if not split:
-        monkeypatch.setattr(tc_plugin, "MIN_SPLIT_K_SIM" if runtime.target().simulator
+        monkeypatch.setattr(tc_gather, "MIN_SPLIT_K_SIM" if runtime.target().simulator
                             else "MIN_SPLIT_K_GPU", 10**9)
     problem = make_problem("forward", 1, 4, 5, 5, 8, 3, 3, padding=1, dtype="float32", bias=True)
     verdict = TC.applicable(problem)
@@ -159,7 +159,7 @@ def test_split_k_plan_and_workspace(monkeypatch):
     144 k tiles of 32 -> 3 splits of 48 (each at least 1024 long: 32 k tiles); the workspace counts the
     fp32 partials (the sum rounds to fp16 as it stores); enough output tiles, or too short a reduction
     -> no split. Planned for the named sm_90 target on this machine."""
-    monkeypatch.setattr(tc_plugin, "MIN_SPLIT_K_GPU", 1024)  # the GPU's (the module's fixture sets 1)
+    monkeypatch.setattr(tc_gather, "MIN_SPLIT_K_GPU", 1024)  # the GPU's (the module's fixture sets 1)
     sm90 = get_target("sm_90")
     problem = make_problem("forward", 16, 512, 7, 7, 512, 3, 3, padding=1, dtype="float16", bias=True)
     cfg = TcConfig(64, 64, 32, 32, 32, 4)

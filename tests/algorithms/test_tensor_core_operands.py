@@ -102,8 +102,8 @@ def test_nchw_read_with_a_64_row_tile(itype, split):
     splits = tc_conv.split_count(c, cfg.BK, tps) if split else 1
     y = runtime.to_device(np.full(splits * want.size, np.nan, np.float32 if split else dtype))
     tc_conv.conv_launcher(itype, cfg, runtime.to_device(x.reshape(-1)), runtime.to_device(wt.reshape(-1)), y,
-                          None, n=n, c=c, h=h, w=w, k=k, r=1, s=1, p=h, q=w, stride=(1, 1), padding=(0, 0),
-                          dilation=(1, 1), tps=tps, nchw_in=True)()
+                          None, n=n, c=c, k=k, spatial=(h, w), kernel=(1, 1), out=(h, w), stride=(1, 1),
+                          padding=(0, 0), dilation=(1, 1), tps=tps, nchw_in=True)()
     got = runtime.to_host(y).astype(np.float64).reshape(splits, *want.shape).sum(axis=0)
     assert np.all(np.isfinite(got)) and splits == (2 if split else 1)
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
@@ -144,7 +144,7 @@ def test_m_contiguous_tiles_that_swizzle(bm, size, ok):
     assert km_tile_ok(bm, size) == ok
     x = runtime.to_device(np.zeros(2 * 8 * 16, np.float16 if size == 2 else np.float32))
     itype = "f16" if size == 2 else "tf32"
-    geo = dict(c=8, h=4, w=4, r=1, s=1, stride=(1, 1), padding=(0, 0))
+    geo = dict(c=8, spatial=(4, 4), kernel=(1, 1), stride=(1, 1), padding=(0, 0))
     assert tc_conv.reads_nchw(itype, x, bm=bm, **geo) == ok
     if bm == 48:  # a config validate() accepts (96 threads)
         with pytest.raises(ValueError, match="swizzle"):

@@ -128,10 +128,10 @@ def _builtins() -> list[Algorithm]:
 
 
 def test_every_builtin_plugin_declares_its_features_and_they_never_fall_back(real):
-    """Each built-in but the depth_unfold composite overrides cost_features; called directly (no
+    """Each built-in plugin overrides cost_features; called directly (no
     fallback to the generic view), it answers every first config on one layer of each op and dtype."""
     declared = {p.name for p in _builtins() if type(p).cost_features is not Algorithm.cost_features}
-    assert declared == {p.name for p in _builtins()} - {"depth_unfold"}
+    assert declared == {p.name for p in _builtins()}
     layers = [make_problem(op, 4, 32, 14, 14, k, 3, 3, stride=2, padding=1, groups=groups)
               for op in ("forward", "dgrad", "wgrad") for k, groups in ((64, 1), (32, 32))]
     seen = set()

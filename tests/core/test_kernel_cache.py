@@ -214,19 +214,8 @@ def test_every_plugin_kernel_has_a_key(monkeypatch):
                                                                             groups=gr, algorithm=alg),
              "wgrad": lambda x, g, w, gr, alg: convlab.conv2d_backward_weight(x, g, w.shape, padding=1,
                                                                               groups=gr, algorithm=alg)}
-    cases3 = {"forward": lambda x, g, w, alg: convlab.conv3d(x, w, padding=1, algorithm=alg),
-              "dgrad": lambda x, g, w, alg: convlab.conv3d_backward_data(g, w, x.shape, padding=1, algorithm=alg),
-              "wgrad": lambda x, g, w, alg: convlab.conv3d_backward_weight(x, g, w.shape, padding=1, algorithm=alg)}
-    x3, g3 = (rng.standard_normal((1, 4, 3, 5, 5)).astype(np.float32) for _ in range(2))
-    w3 = rng.standard_normal((4, 4, 3, 3, 3)).astype(np.float32)
     names = set()
     for plugin in registry.plugins("forward") + registry.plugins("dgrad") + registry.plugins("wgrad"):
-        if 2 not in plugin.ndims:  # a 3D-only plugin (depth_unfold): its kernels on a 3D problem
-            for op, call in cases3.items():
-                if plugin in registry.plugins(op):
-                    call(x3, g3, w3, plugin.name)
-                    names.add(plugin.name)
-            continue
         groups = 4 if plugin.name == "depthwise" else 1
         dtype = np.float32 if "float32" in plugin.dtypes else np.float16  # widen: half precision only
         w = rng.standard_normal((4, 4 // groups, 3, 3)).astype(dtype)
@@ -235,7 +224,7 @@ def test_every_plugin_kernel_has_a_key(monkeypatch):
                 with convlab.float32_precision("high"):  # tensor_core: float32 as TF32
                     call(x.astype(dtype), g.astype(dtype), w, groups, plugin.name)
                 names.add(plugin.name)
-    assert {"depthwise", "tensor_core", "implicit_gemm", "im2col", "col2im", "direct", "widen", "depth_unfold"} <= names
+    assert {"depthwise", "tensor_core", "implicit_gemm", "im2col", "col2im", "direct", "widen"} <= names
     keys = {}
     for kernel in launched:
         dispatcher = getattr(kernel, "dispatcher", kernel)

@@ -121,7 +121,7 @@ def test_wgmma_conv_gathers_nhwc(split):
     splits = tc_conv.split_count(r * r * c, cfg.BK, tps) if split else 1
     y = cuda.to_device(np.full(splits * want.size, np.nan, np.float32 if split else np.float16))
     tc_conv.conv_launcher("f16", cfg, cuda.to_device(x.reshape(-1)), cuda.to_device(wt.reshape(-1)), y, None,
-                          n=n, c=c, h=h, w=w, k=k, r=r, s=r, p=h, q=w, stride=(1, 1), padding=(1, 1),
+                          n=n, c=c, k=k, spatial=(h, w), kernel=(r, r), out=(h, w), stride=(1, 1), padding=(1, 1),
                           dilation=(1, 1), tps=tps)()
     parts = y.copy_to_host().astype(np.float64).reshape(splits, *want.shape)
     assert np.all(np.isfinite(parts)) and splits == (3 if split else 1)

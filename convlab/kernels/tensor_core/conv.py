@@ -1,16 +1,20 @@
-"""Implicit-GEMM convolution on tensor cores: an NHWC input gathered straight into the tensor-core
-pipeline (:mod:`convlab.kernels.tensor_core.warp`), KRSC weights as the dense Bt, an NCHW output (+ bias).
+"""Implicit-GEMM convolution on tensor cores: a channels-last input (NHWC, 3D: NDHWC) gathered straight
+into the tensor-core pipeline (:mod:`convlab.kernels.tensor_core.warp`), KRSC (KTRSC) weights as the dense
+Bt, an NCHW (NCDHW) output (+ bias).
 
     y[n, k, p, q] = sum_{r, s, c} xh[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] * wt[k, r, s, c] (+ bias[k])
 
     GEMM  M = N*P*Q (row m = (n, p, q)),  N = K,  K = R*S*C (column kk = (r, s, c), c fastest)
 
-A 16-byte chunk of A is 8 halves (4 fp32) of consecutive channels of one input pixel when C is a
-multiple of 8 (4): every chunk start kk has one (r, s) and c = kk % C, so the whole chunk is one
-``cp.async`` from xh at ((n*H + h)*W + w)*C + c, zero-filled when (h, w) falls in the padding or kk >= K.
-Per copy row the kernel keeps the input position of filter tap (0, 0) and its offset, mod 2**32 (ph =
-max(padding, 0) and phn = max(-padding, 0) are both non-negative parameters, so negative padding works
-too, which dgrad needs); each thread tracks its chunk's (c, s, r) incrementally (:class:`GatherA`).
+The gather is one N-d index map, generated for 2 or 3 spatial dimensions (3D: m = (n, o, p, q), kk =
+(t, r, s, c), the depth o*sd - pd + t*dd in front of the height). A 16-byte chunk of A is 8 halves
+(4 fp32) of consecutive channels of one input pixel when C is a multiple of 8 (4): every chunk start kk
+has one filter tap and c = kk % C, so the whole chunk is one ``cp.async`` from xh at ((n*H + h)*W + w)*C
++ c (3D: (((n*D + z)*H + h)*W + w)*C + c), zero-filled when the pixel falls in the padding or kk >= K.
+Per copy row the kernel keeps the input position of filter tap 0 on each axis and its offset, mod 2**32
+(ph = max(padding, 0) and phn = max(-padding, 0) are both non-negative parameters, so negative padding
+works too, which dgrad needs); each thread tracks its chunk's (c, s, r(, t)) incrementally
+(:class:`GatherA`).
 The epilogue writes y[n, k, pq] at (n*K + k)*P*Q + pq (NCHW), or at row*K + k (NHWC, channels-last
 outputs: the GEMM's row-major C), adding bias[k] in fp32 before converting. Split-K (``tps`` > 0, grid
 z = split): block z reduces k tiles [z*tps, (z+1)*tps) only and writes fp32 partials, no bias, at split z
@@ -23,7 +27,8 @@ up to a multiple of the chunk).
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+import math
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -39,56 +44,112 @@ from convlab.kernels.tensor_core.warp import OUT_CONVERT, km_tile_ok, pipeline_s
 OUT_OF = {"f16": "in", "bf16": "bf16", "tf32": "f32", "tf32x3": "f32"}
 BIAS_OF = {"f16": "f32(bias[{}])", "bf16": "bf16_to_f32(bias[{}])", "tf32": "bias[{}]", "tf32x3": "bias[{}]"}
 PARAMS = "X, Bt, Y, bias, M, N, K, Cin, H, W, S, Q, PQ, HWC, sh, sw, ph, pw, phn, pwn, dh, dw"
+#: what a 3D gather adds after PARAMS: the depth D, the filter's R, an output slice's P*Q, and the depth
+#: stride, padding (both signs) and dilation (PQ and HWC count the whole volume there: Do*P*Q, D*H*W*C)
+DEPTH_PARAMS = ", D, R, PQs, sd, pd, pdn, dd"
+
+
+class Axis(NamedTuple):
+    """One spatial axis as the generated lines name it: the row's start ``a{name}{e}``, the input bound,
+    the output pixels in one of its steps (None for the last axis), stride, padding (both signs), the
+    chunk's tap index and offset, the dilation and the filter size."""
+
+    name: str
+    bound: str
+    inner: str | None
+    stride: str
+    pad: str
+    padn: str
+    tap: str
+    off: str
+    dil: str
+    size: str
+
+
+#: the axes of a 2D gather (height, width) and the depth axis a 3D one puts in front
+HW_AXES = (Axis("h", "H", "Q", "sh", "ph", "phn", "ri", "dr", "dh", "R"),
+           Axis("w", "W", None, "sw", "pw", "pwn", "si", "ds", "dw", "S"))
+DEPTH_AXIS = Axis("d", "D", "PQs", "sd", "pd", "pdn", "ti", "dt", "dd", "T")
 
 
 class GatherA(ALoader):
-    """A[m, kk] = xh[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] from an NHWC input (see module doc);
-    with ``split``, split-K: parameter ``tps`` (k tiles per split, grid z = split).
+    """A[m, kk] = xh[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] from an NHWC input (see module doc), or
+    with ``nd`` = 3 from an NDHWC one; with ``split``, split-K: parameter ``tps`` (k tiles per split,
+    grid z = split).
 
-    Per copy row, once: the input row and column of filter tap (0, 0), ``ah`` = p*sh - pad_h and ``aw``,
-    and the offset ``ab`` of (n, ah, aw, 0), all mod 2**32 (a tap in the padding wraps to a huge
-    unsigned value, so one compare ``ah + r*dh < H`` tests both ends). Per thread, its chunk's filter
-    position (ci, s, r) starts with one division and then advances by BK per k tile without any (a
-    carry into s, then r). Per k tile: ``koff`` = ((r*dh)*W + s*dw)*C + ci, shared by the copies; per
-    copy two adds, two compares and one add for the address."""
+    Per copy row, once: the input position of filter tap 0 on each axis, ``ah`` = p*sh - pad_h and
+    ``aw`` (3D: ``ad`` first), and the offset ``ab`` of (n, ah, aw, 0), all mod 2**32 (a tap in the
+    padding wraps to a huge unsigned value, so one compare ``ah + r*dh < H`` tests both ends). Per
+    thread, its chunk's filter position (ci, s, r(, t)) starts with one division per axis and then
+    advances by BK per k tile without any (a carry into s, then r, then t). Per k tile: ``koff`` =
+    ((r*dh)*W + s*dw)*C + ci (3D: (((t*dd)*H + r*dh)*W + s*dw)*C + ci), shared by the copies; per copy
+    an add and a compare per axis and one add for the address."""
 
     params = PARAMS
 
-    def __init__(self, split: bool = False) -> None:
+    def __init__(self, split: bool = False, nd: int = 2) -> None:
+        if nd not in (2, 3):
+            raise ValueError(f"the gather takes 2 or 3 spatial dimensions, got {nd}")
+        self.axes = ((DEPTH_AXIS,) if nd == 3 else ()) + HW_AXES
+        self.params = PARAMS + (DEPTH_PARAMS if nd == 3 else "")
         if split:
-            self.params, self.k_split = PARAMS + ", tps", "tps"
+            self.params, self.k_split = self.params + ", tps", "tps"
 
     def rows(self, w: Writer, e: int, m: str, batch: str | None) -> None:
         w(f"aok{e} = {m} < M")
         w(f"mm = {m} if aok{e} else U(0)")
         w("pq = U(mm % PQ)")
-        w(f"ah{e} = U(U(U(U(pq // Q) * sh) + phn) - ph)")
-        w(f"aw{e} = U(U(U(U(pq % Q) * sw) + pwn) - pw)")
-        w(f"ab{e} = U(U(U(mm // PQ) * HWC) + U(U(U(ah{e} * W) + aw{e}) * Cin))")
+        last = len(self.axes) - 1
+        for i, ax in enumerate(self.axes):  # pq's position along each axis, the last one fastest
+            pos = f"U(pq % {self.axes[i - 1].inner})" if i == last else f"U(pq // {ax.inner})"
+            w(f"a{ax.name}{e} = U(U(U({pos} * {ax.stride}) + {ax.padn}) - {ax.pad})")
+            if i < last - 1:  # an outer axis: what remains of pq for the next ones
+                w(f"pq = U(pq % {ax.inner})")
+        w(f"ab{e} = U(U(U(mm // PQ) * HWC) + U({self._flat([f'a{ax.name}{e}' for ax in self.axes])} * Cin))")
+
+    def _flat(self, parts: list[str]) -> str:
+        """The flat offset of per-axis positions ``parts`` within one image (sizes D, H, W)."""
+        expr = parts[0]
+        for ax, part in zip(self.axes[1:], parts[1:]):
+            expr = f"U(U({expr} * {ax.bound}) + {part})"
+        return expr
 
     def start(self, w: Writer, kk: str) -> None:
         w(f"ci = U({kk} % Cin)  # this thread's first chunk: channel, filter column and row")
         w(f"rs = U({kk} // Cin)")
-        w("si = U(rs % S)")
-        w("ds = U(si * dw)")
-        w("dr = U(U(rs // S) * dh)")
+        inner = self.axes[::-1]  # the tap index is (.., r, s): the width's tap fastest
+        quotient = "rs"
+        for ax in inner[:-1]:
+            w(f"{ax.tap} = U({quotient} % {ax.size})")
+            w(f"{ax.off} = U({ax.tap} * {ax.dil})")
+            quotient = f"U({quotient} // {ax.size})"
+        w(f"{inner[-1].off} = U({quotient} * {inner[-1].dil})")
 
     def ktile(self, w: Writer, k0: str, kk: str) -> None:
-        w("koff = U(U(U(U(dr * W) + ds) * Cin) + ci)")
+        w(f"koff = U(U({self._flat([ax.off for ax in self.axes])} * Cin) + ci)")
 
     def chunk(self, e: int, kk: str, k_ok: str) -> tuple[str, str]:
-        return f"aok{e} and {k_ok} and U(ah{e} + dr) < H and U(aw{e} + ds) < W", f"U(ab{e} + koff)"
+        inside = " and ".join(f"U(a{ax.name}{e} + {ax.off}) < {ax.bound}" for ax in self.axes)
+        return f"aok{e} and {k_ok} and {inside}", f"U(ab{e} + koff)"
 
     def advance(self, w: Writer, bk: int) -> None:
-        w(f"ci = U(ci + {bk})  # the next k tile: carry into s, then r")
+        w(f"ci = U(ci + {bk})  # the next k tile: carry into s, then r" + (", then t" if len(self.axes) > 2 else ""))
         with w.block("while ci >= Cin:"):
             w("ci = U(ci - Cin)")
-            w("si = U(si + 1)")
-            w("ds = U(ds + dw)")
-            with w.block("if si == S:"):
-                w("si = U(0)")
-                w("ds = U(0)")
-                w("dr = U(dr + dh)")
+            self._carry(w, self.axes[::-1])
+
+    def _carry(self, w: Writer, inner: tuple[Axis, ...]) -> None:
+        """Lines stepping the tap of ``inner[0]`` (the axes from the fastest), carrying into the next."""
+        ax = inner[0]
+        if len(inner) == 1:
+            w(f"{ax.off} = U({ax.off} + {ax.dil})")
+            return
+        w(f"{ax.tap} = U({ax.tap} + 1)")
+        w(f"{ax.off} = U({ax.off} + {ax.dil})")
+        with w.block(f"if {ax.tap} == {ax.size}:"):
+            w(f"{ax.tap} = U(0)")
+            w(f"{ax.off} = U(0)")
+            self._carry(w, inner[1:])
 
 
 class NchwA(ALoader):
@@ -151,72 +212,84 @@ class NhwcStore(NchwStore):
     base = "yb = U({0} * N)"
 
 
-def _source(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool, split: bool, nchw_in: bool) -> str:
+def _source(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool, split: bool, nchw_in: bool, nd: int) -> str:
     if split and bias:
         raise ValueError("split-K kernels write fp32 partials without bias (added after the sum)")
     store = (NhwcStore if nhwc_out else NchwStore)(itype, bias, split)
-    loader = NchwA(split) if nchw_in else GatherA(split)
+    loader = NchwA(split) if nchw_in else GatherA(split, nd)
     return pipeline_source(TcConfig(*cfg).validate(itype), itype, loader, store, "conv")
 
 
 @functools.cache
 def make_tc_conv(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool = False,
-                 split: bool = False, nchw_in: bool = False) -> Callable:
+                 split: bool = False, nchw_in: bool = False, nd: int = 2) -> Callable:
     """The kernel (X, Bt, Y, bias, M, N, K, geometry... [, tps], vec) of one input type, config, bias
-    flag, output layout, split-K flag and input read.
+    flag, output layout, split-K flag, input read and number of spatial dimensions ``nd`` (2 or 3).
 
-    X: NHWC input, flat (``nchw_in``: the NCHW input of a 1x1 stride-1 unpadded layer, :class:`NchwA`);
-    Bt: [K_out, R*S*C] weights, flat; Y: NCHW output (NHWC with ``nhwc_out``), flat, in the input type
-    (bf16 as uint16 bits); bias: [K_out] (a 1-element dummy when ``bias`` is False). ``split``: grid z =
-    split, k tiles [z*tps, (z+1)*tps) each, Y float32 [splits, y's layout] partials.
+    X: NHWC (NDHWC) input, flat (``nchw_in``: the NCHW input of a 1x1 stride-1 unpadded layer, any
+    N, :class:`NchwA`); Bt: [K_out, R*S*C] weights, flat; Y: NCHW output (NHWC with ``nhwc_out``),
+    flat, in the input type (bf16 as uint16 bits); bias: [K_out] (a 1-element dummy when ``bias`` is
+    False). ``split``: grid z = split, k tiles [z*tps, (z+1)*tps) each, Y float32 [splits, y's layout]
+    partials.
     """
     cfg = TcConfig(*cfg).validate(itype)
+    nd = 2 if nchw_in else nd  # the NCHW read of a 1x1 layer sees only pixels
     filename = f"<convlab.kernels.tensor_core.conv {itype} {cfg.name} bias={bias} nhwc_out={nhwc_out}" + \
-        (" split" if split else "") + (" nchw_in>" if nchw_in else ">")
-    return compile_kernel(_source(itype, cfg, bias, nhwc_out, split, nchw_in), "conv", filename, cfg, itype)
+        (" split" if split else "") + (" nchw_in" if nchw_in else "") + (" 3d>" if nd == 3 else ">")
+    return compile_kernel(_source(itype, cfg, bias, nhwc_out, split, nchw_in, nd), "conv", filename, cfg, itype)
 
 
 def kernel_source(itype: str, cfg: TcConfig, bias: bool = False, nhwc_out: bool = False,
-                  split: bool = False, nchw_in: bool = False) -> str:
+                  split: bool = False, nchw_in: bool = False, nd: int = 2) -> str:
     """The generated source of one kernel (for reading and debugging)."""
-    return _source(itype, cfg, bias, nhwc_out, split, nchw_in)
+    return _source(itype, cfg, bias, nhwc_out, split, nchw_in, nd)
 
 
-def reads_nchw(itype: str, x: Any, *, c: int, h: int, w: int, r: int, s: int, stride: tuple,
-               padding: tuple, bm: int) -> bool:
-    """Whether the forward kernel with BM-row tiles can read the NCHW input ``x`` (a device array) as it
-    is (:class:`NchwA`): a 1x1 filter, stride 1, no padding, H*W a whole number of 16-byte chunks (8
-    pixels of 16-bit types, 4 of TF32) and C too (the weights' chunks), x 16-byte aligned, and a tile
-    whose m-contiguous rows can be swizzled (``copy.km_tile_ok``)."""
+def reads_nchw(itype: str, x: Any, *, c: int, spatial: tuple, kernel: tuple, stride: tuple, padding: tuple,
+               bm: int) -> bool:
+    """Whether the forward kernel with BM-row tiles can read the NCHW (NCDHW) input ``x`` (a device array)
+    as it is (:class:`NchwA`): a 1x1 (1x1x1) filter, stride 1, no padding, the pixels of an image a whole
+    number of 16-byte chunks (8 pixels of 16-bit types, 4 of TF32) and C too (the weights' chunks), x
+    16-byte aligned, and a tile whose m-contiguous rows can be swizzled (``copy.km_tile_ok``)."""
     size = ITYPES[itype][1]
     epc = 16 // size
-    return r == s == 1 and tuple(stride) == (1, 1) and tuple(padding) == (0, 0) and (h * w) % epc == 0 \
+    return set(kernel) == set(stride) == {1} and set(padding) == {0} and math.prod(spatial) % epc == 0 \
         and c % epc == 0 and km_tile_ok(bm, size) and vector_ok(x)
 
 
-def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any, *, n: int, c: int,
-                  h: int, w: int, k: int, r: int, s: int, p: int, q: int, stride: tuple, padding: tuple,
-                  dilation: tuple, nhwc_out: bool = False, tps: int = 0,
-                  nchw_in: bool = False) -> Callable[[], None]:
-    """A no-argument launch of the forward kernel on flat device arrays: xh [n*h*w*c] NHWC (``nchw_in``:
-    [n*c*h*w] NCHW, :func:`reads_nchw`), wt [k*r*s*c] KRSC, y [n*k*p*q] NCHW (NHWC with ``nhwc_out``),
-    bias [k] or None (all in the storage type of ``itype``); ``padding`` entries may be negative.
-    ``tps`` > 0: split-K, tps k tiles (of BK) per split, y float32 [splits * n*k*p*q] (split-major
-    partials in y's layout, for :func:`convlab.kernels.data.splitk.sum_partials`), bias None."""
+def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any, *, n: int, c: int, k: int,
+                  spatial: tuple, kernel: tuple, out: tuple, stride: tuple, padding: tuple, dilation: tuple,
+                  nhwc_out: bool = False, tps: int = 0, nchw_in: bool = False) -> Callable[[], None]:
+    """A no-argument launch of the forward kernel on flat device arrays, 2 or 3 spatial dimensions
+    (``spatial`` (H, W) or (D, H, W), ``kernel`` and ``out`` alike, one stride / padding / dilation per
+    axis): xh [n*h*w*c] NHWC (NDHWC; ``nchw_in``: [n*c*h*w] NCHW, :func:`reads_nchw`), wt [k*r*s*c]
+    KRSC (KTRSC), y [n*k*p*q] NCHW (NHWC with ``nhwc_out``), bias [k] or None (all in the storage type
+    of ``itype``); ``padding`` entries may be negative. ``tps`` > 0: split-K, tps k tiles (of BK) per
+    split, y float32 [splits * n*k*p*q] (split-major partials in y's layout, for
+    :func:`convlab.kernels.data.splitk.sum_partials`), bias None."""
     cfg = TcConfig(*cfg)
-    kernel = make_tc_conv(itype, cfg, bias is not None, nhwc_out, tps > 0, nchw_in)
-    m, kk = n * p * q, r * s * c
+    nd = len(spatial)
+    if not (nd in (2, 3) and len(kernel) == len(out) == len(stride) == len(padding) == len(dilation) == nd):
+        raise ValueError(f"spatial {spatial}, kernel {kernel}, out {out}, stride {stride}, padding {padding} and "
+                         f"dilation {dilation} must have 2 or 3 entries each, one per axis")
+    kern = make_tc_conv(itype, cfg, bias is not None, nhwc_out, tps > 0, nchw_in, nd)
+    px = math.prod(out)
+    m, kk = n * px, math.prod(kernel) * c
     splits = split_count(kk, cfg.BK, tps) if tps > 0 else 1
     head = (xh, wt, y, wt if bias is None else bias, U(m), U(k), U(kk))
+    (h, w), (s,), q = spatial[-2:], kernel[-1:], out[-1]
     if nchw_in:
-        args = head + (U(p * q), U(c * p * q))
+        args = head + (U(px), U(c * px))
     else:
-        args = head + (U(c), U(h), U(w), U(s), U(q), U(p * q), U(h * w * c), U(stride[0]), U(stride[1]),
-                       U(max(padding[0], 0)), U(max(padding[1], 0)), U(max(-padding[0], 0)),
-                       U(max(-padding[1], 0)), U(dilation[0]), U(dilation[1]))
+        args = head + (U(c), U(h), U(w), U(s), U(q), U(px), U(math.prod(spatial) * c), U(stride[-2]),
+                       U(stride[-1]), U(max(padding[-2], 0)), U(max(padding[-1], 0)), U(max(-padding[-2], 0)),
+                       U(max(-padding[-1], 0)), U(dilation[-2]), U(dilation[-1]))
+        if nd == 3:  # DEPTH_PARAMS
+            args += (U(spatial[0]), U(kernel[1]), U(out[1] * out[2]), U(stride[0]), U(max(padding[0], 0)),
+                     U(max(-padding[0], 0)), U(dilation[0]))
     args += (U(tps),) if tps > 0 else ()
-    vec = vector_ok(y, k) if nhwc_out else vector_ok(y, p * q)
-    configured = configure(kernel, cfg, itype, args + (vec,), m, k, splits, out_dtype=y.dtype,
+    vec = vector_ok(y, k) if nhwc_out else vector_ok(y, px)
+    configured = configure(kern, cfg, itype, args + (vec,), m, k, splits, out_dtype=y.dtype,
                            contig="n" if nhwc_out else "m")
     return lambda: configured(*args, vec)
 

@@ -50,6 +50,8 @@ class ALoader:
                                    chunk column ``kk``, ``k_ok`` the name of ``kk < K``         required
         ``km_cols(w, m)``          a_km: the thread's chunk of rows m .. m+EPC-1               a_km
         ``km_chunk(e, k0, k_row)`` a_km: as ``chunk`` for k row ``k0 + k_row``                  a_km
+        ``km_rows(w, e, k0, k_row)`` a_km: lines before copy e's ``km_chunk`` in each k tile (state that
+                                   depends on the k row: a gather along the reduction)
         ``b_offset(batch)``        batched: the expression added to every Bt offset           batched
         ``start(w, kk)``           once before the first k tile (kk: this thread's first chunk column)
         ``ktile(w, k0, kk)``       once per issued k tile, before its copies (k0: its first column)
@@ -79,6 +81,9 @@ class ALoader:
 
     def km_chunk(self, e: int, k0: str, k_row: str) -> tuple[str, str]:
         raise NotImplementedError(f"{type(self).__name__} sets a_km: it must define km_chunk")
+
+    def km_rows(self, w: Writer, e: int, k0: str, k_row: str) -> None:
+        pass
 
     def b_offset(self, batch: str) -> str:
         raise NotImplementedError(f"{type(self).__name__} is batched: it must define b_offset")
@@ -183,6 +188,8 @@ def issue_tile(w: Writer, cfg: TcConfig, loader: ALoader, cp: Copies) -> None:
     a_chunks = BK * cp.CHA if cp.a_km else BM * cp.CH
     with w.block(f"if tid < {a_chunks}:" if a_chunks < T else None):
         for e in range(cp.copies["a"]):
+            if cp.a_km:
+                loader.km_rows(w, e, "k0", f"akr{e}")
             ok, off = loader.km_chunk(e, "k0", f"akr{e}") if cp.a_km else loader.chunk(e, "kk", "kok")
             w(f"ok = {ok}")
             w(f"cp_async16(As, U(U(ls * {BM * BK}) + as{e}), {loader.array}, {off} if ok else U(0), "

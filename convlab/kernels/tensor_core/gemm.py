@@ -230,17 +230,19 @@ def launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any,
 
 
 def batched_launcher(itype: str, cfg: TcConfig, A: Any, Bt: Any, C: Any) -> Callable[[], None]:
-    """One launch of ``Z`` GEMMs C[z] = A[z] @ Bt[z]^T: A [Z, M, K], Bt [Z, N, K], C [Z, M, N]
-    C-contiguous device arrays (grid z = Z: a split-K's splits side by side, not one launch each)."""
+    """One launch of ``Z`` GEMMs C[z] = A[z] @ Bt[z]^T: A [Z, M, K] (or [M, K]: one A for every z),
+    Bt [Z, N, K], C [Z, M, N] C-contiguous device arrays (grid z = Z: a split-K's splits side by side,
+    not one launch each)."""
     cfg = TcConfig(*cfg).validate(itype)
-    (Z, M, K), N = A.shape, Bt.shape[1]
-    if tuple(Bt.shape) != (Z, N, K) or tuple(C.shape) != (Z, M, N):
-        raise ValueError(f"A [Z, M, K], Bt [Z, N, K] and C [Z, M, N] must agree, got {tuple(A.shape)}, "
+    shared = len(A.shape) == 2
+    (Z, N, K), M = Bt.shape, A.shape[0 if shared else 1]
+    if tuple(A.shape) != ((M, K) if shared else (Z, M, K)) or tuple(C.shape) != (Z, M, N):
+        raise ValueError(f"A [Z, M, K] (or [M, K]), Bt [Z, N, K] and C [Z, M, N] must agree, got {tuple(A.shape)}, "
                          f"{tuple(Bt.shape)} and {tuple(C.shape)}")
     kernel = make_tc_gemm(itype, cfg, np.dtype(C.dtype).name, batched=True)
     C = C.reshape(Z * M * N)
-    args = (A.reshape(Z * M * K), Bt.reshape(Z * N * K), C, U(M), U(N), U(K), U(M * K), U(N * K), U(M * N),
-            vector_ok(C, N, M * N))
+    args = (A.reshape(A.size), Bt.reshape(Z * N * K), C, U(M), U(N), U(K), U(0 if shared else M * K), U(N * K),
+            U(M * N), vector_ok(C, N, M * N))
     configured = configure(kernel, cfg, itype, args, M, N, Z, out_dtype=C.dtype, contig="n")
     return lambda: configured(*args)
 

@@ -111,9 +111,13 @@ class DepthUnfold(Algorithm):
                                    max(0, workspace_limit - own), target)
         return own + inner
 
-    def compute_eps(self, dtype: str) -> float:
-        """The largest unit roundoff of the 2D-only plugins that take ``dtype`` (the inner one runs
-        the arithmetic; the unfold, permute and fold add nothing but the fold's sums in float32)."""
+    def compute_eps(self, dtype: str, config: Config | None = None) -> float:
+        """The inner plugin's, for the config it runs (``via``): it does the arithmetic; the unfold and
+        permute are exact and the fold's sums are float32 (dgrad is float32 only). With no config, the
+        largest of the 2D-only plugins that take ``dtype``."""
+        if config is not None:
+            name, inner = _inner(config)
+            return registry.get(name).compute_eps(dtype, inner)
         found = [p.compute_eps(dtype) for p in registry.plugins()
                  if dtype in p.dtypes and 2 in p.ndims and 3 not in p.ndims and p is not self]
         return max(found, default=float(np.finfo(np.float32).eps))

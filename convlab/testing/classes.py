@@ -16,7 +16,7 @@ candidates that the plugin accepts reaches (groups for a groups-1 plugin) is lef
     rich 3D    2      2/1/C   2x2x2   1x2x1/1  2x0x1    2x3x2     4x2x3       op != wgrad
     long 2D    2      1 (C)   3x3     1        1        1         4x4         reduction 576 (wgrad: 16x16
                                                                               output pixels: 512)
-    long 3D    2      1       2x3x3   1        0x1x1    1         2x4x4       reduction 576 (wgrad: 1024)
+    long 3D    1      1       2x3x3   1        0x1x1    1         2x3x3       reduction 576 (wgrad: 512)
 
 (C): wgrad only, whose reduction is over pixels. Dilations and paddings differ between axes, so a kernel
 that swaps two axes' values fails.
@@ -78,11 +78,11 @@ def _long(op: str, dtype: str, nd: int = 2, depthwise: bool = False) -> Problem:
     if op == "wgrad":  # 2 images x 16 x 16 output pixels (3D: x 2 output depths)
         c, k, g = (4, 4, 4) if depthwise else (4, 8, 1)
         if nd == 3:
-            return make_problem_nd(op, 2, c, (2, 16, 16), k, (1, 3, 3), padding=(0, 1, 1), groups=g, dtype=dtype)
+            return make_problem_nd(op, 1, c, (2, 16, 16), k, (1, 3, 3), padding=(0, 1, 1), groups=g, dtype=dtype)
         return make_problem_nd(op, 2, c, (16, 16), k, (3, 3), padding=1, groups=g, dtype=dtype)
     if nd == 3:  # 32 x 2 x 3 x 3 = 576
         c, k = (32, 8) if op == "forward" else (8, 32)
-        return make_problem_nd(op, 2, c, (3, 4, 4), k, (2, 3, 3), padding=(0, 1, 1), dtype=dtype, bias=True)
+        return make_problem_nd(op, 1, c, (3, 3, 3), k, (2, 3, 3), padding=(0, 1, 1), dtype=dtype, bias=True)
     c, k = (64, 8) if op == "forward" else (8, 64)  # 64 x 3 x 3 = 576
     return make_problem_nd(op, 2, c, (4, 4), k, (3, 3), padding=1, dtype=dtype, bias=True)
 

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from convlab import runtime
+from convlab.kernels.data.layouts import channels_last_copy, is_channels_last
 from convlab.plugin.contract import Algorithm
 
 from .mutants import Mutant, subclass
@@ -67,8 +68,6 @@ def _group_offset(plugin, super_run, problem, config, a, b, bias, out, limit) ->
     if problem.groups == 1:
         super_run()
         return
-    from convlab.kernels.data.layouts import channels_last_copy, is_channels_last
-
     which = a if problem.op == "wgrad" else b  # x's channels, or w's output channels (its groups)
     host = runtime.to_host(which)
     per = host.shape[1 if problem.op == "wgrad" else 0] // problem.groups

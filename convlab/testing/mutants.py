@@ -1,10 +1,9 @@
-"""Mutation testing: planted bugs (mutants) that the conformance suite must catch, and their runner.
+"""Mutation testing: planted bugs (mutants) that the conformance suite must catch.
 
 A :class:`Mutant` is a plugin with one subtle bug: a small subclass of the plugin (its ``run`` corrupts
 the output, or hands its kernels a wrong problem or operand) or a patch of the plugin's source while it
-runs (a module attribute replaced: convlab.testing.kernel_mutants). :func:`hunt` runs the suite's own
-checks (:func:`convlab.testing.run_check`: class examples, then the random draws) on the mutant until
-one fails: the mutant is killed; a mutant no check fails survived, and the suite has a hole.
+runs (a module attribute replaced: convlab.testing.kernel_mutants). convlab.testing.mutation hunts them
+with the suite's own checks: a mutant no check fails survived, and the suite has a hole.
 
 Output-level mutants (any plugin: :func:`output_mutants`):
 
@@ -16,12 +15,11 @@ Output-level mutants (any plugin: :func:`output_mutants`):
                     rounding every 16 products, as an fp16-accumulating mma), error growing with the
                     reduction length
 
-:data:`SUITE_MUTANTS` is the set CI runs (tests/plugin/test_mutants.py): those four on built-in plugins
-and the kernel-level ones of kernel_mutants.py. A plugin author declares their own mutants with a
+ CI runs those four on built-in plugins and the kernel-level ones of kernel_mutants.py
+(convlab.testing.mutation.suite_mutants). A plugin author declares their own mutants with a
 ``mutants()`` method on the plugin class returning :class:`Mutant` objects (imported inside the
-method: the plugin's module must not need hypothesis), and ``convlab check --mutants NAME`` runs
-:func:`mutants_for` NAME: the output-level ones on it, the built-ins' kernel-level ones for it, and its
-own.
+method: the plugin's module must not need hypothesis); ``convlab check --mutants NAME`` runs them with
+the output-level ones and the built-ins' kernel-level ones for it.
 """
 from __future__ import annotations
 
@@ -33,13 +31,9 @@ from typing import Any, Callable, ContextManager, Iterator
 import numpy as np
 
 from convlab import reference, runtime
-from convlab.plugin import registry
+from convlab.kernels.data.layouts import channels_last_copy, copy_host_into, is_channels_last
 from convlab.plugin.contract import Algorithm
 from convlab.problem import HALF_DTYPES, Problem, np_dtype
-
-#: the checks a mutant is hunted with, in order (the others cannot see a wrong output)
-HUNTING_CHECKS = ("check_matches_reference", "check_channels_last_operands", "check_output_fully_written")
-
 
 @dataclass(frozen=True)
 class Mutant:
@@ -57,19 +51,6 @@ class Mutant:
     @property
     def label(self) -> str:
         return f"{self.plugin}~{self.name}"
-
-
-@dataclass
-class Hunt:
-    """What :func:`hunt` found: ``killed_by`` ("check op") and the failure, or empty when it survived."""
-
-    mutant: Mutant
-    killed_by: str = ""
-    failure: str = ""
-
-    @property
-    def killed(self) -> bool:
-        return bool(self.killed_by)
 
 
 def subclass(base: Algorithm, name: str, run: Callable[..., None]) -> Algorithm:
@@ -92,15 +73,11 @@ def _as_subclass(base: Algorithm, name: str, run: Callable[..., None]) -> Iterat
 
 
 def _write(out: Any, host: np.ndarray) -> None:
-    from convlab.kernels.data.layouts import copy_host_into
-
     copy_host_into(out, np.ascontiguousarray(host, dtype=np_dtype(str(out.dtype))))
 
 
 def _image0(plugin, super_run, problem, config, a, b, bias, out, limit) -> None:
     if problem.op == "wgrad":  # both operands carry the batch: every image reads image 0's
-        from convlab.kernels.data.layouts import channels_last_copy, is_channels_last
-
         def first(dev):
             host = runtime.to_host(dev)
             host = np.broadcast_to(host[:1], host.shape).copy()
@@ -182,60 +159,3 @@ def output_mutant(name: str, plugin: str) -> Mutant:
 def output_mutants(plugin: Algorithm) -> list[Mutant]:
     """Every output-level mutant that applies to ``plugin``."""
     return [output_mutant(name, plugin.name) for name, (_, _, applies) in OUTPUT_LEVEL.items() if applies(plugin)]
-
-
-def mutants_for(plugin: Algorithm | str) -> list[Mutant]:
-    """The mutants ``convlab check --mutants`` runs on ``plugin``: the output-level ones, the built-in
-    kernel-level ones of this plugin (convlab.testing.kernel_mutants) and its own ``mutants()``."""
-    from .kernel_mutants import KERNEL_MUTANTS
-
-    plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
-    own = list(plugin.mutants()) if callable(getattr(plugin, "mutants", None)) else []
-    kernel = [m for m in KERNEL_MUTANTS if m.plugin == plugin.name]
-    return output_mutants(plugin) + kernel + own
-
-
-def hunt(mutant: Mutant, checks: tuple[str, ...] = HUNTING_CHECKS) -> Hunt:
-    """Run the suite's checks (``mutant.first`` first, op by op) on the mutant until one fails."""
-    from .suite import applicable_checks, run_check
-
-    base = registry.get(mutant.plugin)
-    found = Hunt(mutant)
-    order = [mutant.first] + [c for c in checks if c != mutant.first]
-    with mutant.make(base) as plugin:
-        pairs = [(op, name) for name in order for op, other in applicable_checks(plugin) if other == name]
-        for op, name in pairs:
-            try:
-                run_check(name, plugin, op, shrink=False)
-            except Exception as exc:  # an AssertionError, or the mutant's kernel raising: killed either way
-                found.killed_by, found.failure = f"{name} {op}", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-                break
-    return found
-
-
-def suite_mutants() -> list[Mutant]:
-    """:data:`SUITE_MUTANTS`, the ones CI requires killed: the output-level ones on the plugins named
-    below and every built-in kernel-level one (simulator-only ones only on the simulator)."""
-    from .kernel_mutants import KERNEL_MUTANTS
-
-    chosen = [output_mutant(name, plugin) for name, plugin in SUITE_OUTPUT_LEVEL]
-    return chosen + [m for m in KERNEL_MUTANTS if runtime.target().simulator or not m.simulator_only]
-
-
-#: the output-level mutants of the CI set, each on one built-in plugin (the cheapest that takes its class)
-SUITE_OUTPUT_LEVEL = (("image0", "direct"), ("column_shift", "implicit_gemm"), ("depth_dilation", "direct"),
-                      ("half_sum", "tensor_core"))
-
-
-def hunt_all(plugin: Algorithm | str, say: Callable[[str], None] = print) -> list[Hunt]:
-    """:func:`hunt` every mutant of :func:`mutants_for` ``plugin`` (simulator-only ones on the simulator
-    only), one line each through ``say``, then the mutation score (killed / planted)."""
-    chosen = [m for m in mutants_for(plugin) if runtime.target().simulator or not m.simulator_only]
-    found = []
-    for mutant in chosen:
-        found.append(hunt(mutant))
-        verdict = f"killed by {found[-1].killed_by}" if found[-1].killed else "SURVIVED"
-        say(f"  {mutant.label:<36} {verdict}  ({mutant.description})")
-    killed = sum(h.killed for h in found)
-    say(f"mutation score: {killed}/{len(found)} mutants killed")
-    return found

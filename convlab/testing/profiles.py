@@ -24,7 +24,7 @@ from convlab import runtime
 
 _QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much]
 #: random draws a check makes beside its class examples (convlab-sim), measured against the CI budget
-SIM_EXAMPLES = 4
+SIM_EXAMPLES = 3
 settings.register_profile("convlab-sim", max_examples=SIM_EXAMPLES, deadline=None, derandomize=True,
                           database=None, suppress_health_check=_QUIET)
 settings.register_profile("convlab-long", max_examples=40, deadline=None, derandomize=False,

@@ -19,7 +19,6 @@ from convlab.plugin.contract import Algorithm
 from convlab.testing import profiles
 from convlab.testing.checks import CHECKS, NEEDS_ACCEPTED
 from convlab.testing.classes import CLASSES, NUMERIC, class_examples
-from convlab.testing.profiles import DEFAULT_PROFILE  # noqa: F401  (re-exported by convlab.testing)
 from convlab.testing.strategies import any_problems
 
 #: the classes (convlab.testing.classes) whose examples each check runs every time: every class for the

@@ -7,17 +7,17 @@ import convlab
 from convlab import measure, reference
 from convlab.plugin import registry
 from convlab.problem import make_problem
-from convlab.testing import mutants
+from convlab.testing import mutants, mutation
 from convlab.testing.kernel_mutants import KERNEL_MUTANTS
 
-SUITE = mutants.suite_mutants()
+SUITE = mutation.suite_mutants()
 #: the four planted bugs the suite missed before its class examples and tolerances (one each, at least)
 OUTPUT_LEVEL = {"image0", "column_shift", "depth_dilation", "half_sum"}
 
 
 @pytest.mark.parametrize("mutant", SUITE, ids=[m.label for m in SUITE])
 def test_the_suite_kills_the_mutant(mutant):
-    found = mutants.hunt(mutant)
+    found = mutation.hunt(mutant)
     assert found.killed, f"{mutant.label} ({mutant.description}) survived every conformance check"
 
 
@@ -76,8 +76,8 @@ class _Mine(convlab.Algorithm):
 def test_a_plugin_declares_its_own_mutants():
     convlab.register(_Mine)
     try:
-        found = mutants.mutants_for(_Mine.name)
+        found = mutation.mutants_for(_Mine.name)
         assert [m.name for m in found] == ["image0", "column_shift", "no_bias"]
-        assert all(mutants.hunt(m).killed for m in found)
+        assert all(mutation.hunt(m).killed for m in found)
     finally:
         convlab.unregister(_Mine.name)

@@ -27,7 +27,7 @@ from convlab import runtime
 from convlab.kernels.data.layouts import channels_last_copy, is_channels_last
 from convlab.plugin.contract import Algorithm
 
-from .mutants import Mutant, subclass
+from .mutants import Mutant, subclass_mutant
 
 
 @contextlib.contextmanager
@@ -46,11 +46,6 @@ def patched(module: str, name: str, wrap: Any) -> Iterator[None]:
 def _patching(base: Algorithm, module: str, name: str, wrap: Any) -> Iterator[Algorithm]:
     with patched(module, name, wrap):
         yield base
-
-
-@contextlib.contextmanager
-def _subclassing(base: Algorithm, name: str, run: Any) -> Iterator[Algorithm]:
-    yield subclass(base, name, run)
 
 
 def _padding_off_by_one(plugin, super_run, problem, config, a, b, bias, out, limit) -> None:
@@ -102,12 +97,12 @@ def _half_mma(mma):
 
 _TC = "convlab.algorithms.tensor_core.plugin"
 KERNEL_MUTANTS = [
-    Mutant("padding_off_by_one", "implicit_gemm", "the kernels get the width padding 1 smaller",
-           lambda base: _subclassing(base, "padding_off_by_one", _padding_off_by_one)),
-    Mutant("stride_off_by_one", "direct", "the kernel gets the first stride > 1 made 1 smaller",
-           lambda base: _subclassing(base, "stride_off_by_one", _stride_off_by_one)),
-    Mutant("group_offset", "implicit_gemm", "group g reads group g+1's filters (wgrad: input channels)",
-           lambda base: _subclassing(base, "group_offset", _group_offset)),
+    subclass_mutant("padding_off_by_one", "implicit_gemm", "the kernels get the width padding 1 smaller",
+                    _padding_off_by_one),
+    subclass_mutant("stride_off_by_one", "direct", "the kernel gets the first stride > 1 made 1 smaller",
+                    _stride_off_by_one),
+    subclass_mutant("group_offset", "implicit_gemm", "group g reads group g+1's filters (wgrad: input channels)",
+                    _group_offset),
     Mutant("split_k_dropped_chunk", "tensor_core", "the split-K sum drops the last partial",
            lambda base: _patching(base, _TC, "sum_partials", _drop_last_split)),
     Mutant("channels_last_store", "tensor_core", "a channels-last output stored in NCHW order",

@@ -15,7 +15,7 @@ Output-level mutants (any plugin: :func:`output_mutants`):
                     rounding every 16 products, as an fp16-accumulating mma), error growing with the
                     reduction length
 
- CI runs those four on built-in plugins and the kernel-level ones of kernel_mutants.py
+CI runs those four on built-in plugins and the kernel-level ones of kernel_mutants.py
 (convlab.testing.mutation.suite_mutants). A plugin author declares their own mutants with a
 ``mutants()`` method on the plugin class returning :class:`Mutant` objects (imported inside the
 method: the plugin's module must not need hypothesis); ``convlab check --mutants NAME`` runs them with
@@ -34,6 +34,7 @@ from convlab import reference, runtime
 from convlab.kernels.data.layouts import channels_last_copy, copy_host_into, is_channels_last
 from convlab.plugin.contract import Algorithm
 from convlab.problem import HALF_DTYPES, Problem, np_dtype
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -70,6 +71,12 @@ def subclass(base: Algorithm, name: str, run: Callable[..., None]) -> Algorithm:
 @contextlib.contextmanager
 def _as_subclass(base: Algorithm, name: str, run: Callable[..., None]) -> Iterator[Algorithm]:
     yield subclass(base, name, run)
+
+
+def subclass_mutant(name: str, plugin: str, description: str, run: Callable[..., None],
+                    first: str = "check_matches_reference") -> Mutant:
+    """The :class:`Mutant` of ``plugin`` that is :func:`subclass` with ``run``."""
+    return Mutant(name, plugin, description, lambda base: _as_subclass(base, name, run), first)
 
 
 def _write(out: Any, host: np.ndarray) -> None:
@@ -153,7 +160,7 @@ OUTPUT_LEVEL: dict[str, tuple[str, Callable[..., None], Callable[[Algorithm], bo
 def output_mutant(name: str, plugin: str) -> Mutant:
     """The output-level mutant ``name`` (:data:`OUTPUT_LEVEL`) of ``plugin``."""
     description, run, _ = OUTPUT_LEVEL[name]
-    return Mutant(name, plugin, description, lambda base: _as_subclass(base, name, run))
+    return subclass_mutant(name, plugin, description, run)
 
 
 def output_mutants(plugin: Algorithm) -> list[Mutant]:

@@ -64,13 +64,7 @@ class _Mine(convlab.Algorithm):
     def mutants(self):
         def drop_bias(plugin, super_run, problem, config, a, b, bias, out, limit):
             super_run(bias_=None)
-
-        import contextlib
-
-        @contextlib.contextmanager
-        def make(base):
-            yield mutants.subclass(base, "no_bias", drop_bias)
-        return [mutants.Mutant("no_bias", self.name, "the bias never added", make)]
+        return [mutants.subclass_mutant("no_bias", self.name, "the bias never added", drop_bias)]
 
 
 def test_a_plugin_declares_its_own_mutants():

@@ -2,8 +2,8 @@
 
 Each check takes ``(plugin, problem, rng)`` and raises AssertionError when the property fails; checks
 that need an accepted problem skip (return) when the plugin declines it. The reference check runs every
-config the plugin accepts; the checks of coverage and layout every accepted config of a problem of at
-most :data:`ALL_CONFIGS_FLOPS` (the first otherwise); the others the first. ``CHECKS`` lists them all;
+config the plugin accepts (into a NaN-poisoned output); the checks of coverage and layout every accepted
+config of a problem of at most :data:`ALL_CONFIGS_FLOPS` (the first otherwise); the others the first. ``CHECKS`` lists them all;
 :func:`convlab.testing.check_plugin` runs every check on hypothesis-drawn problems.
 """
 from __future__ import annotations
@@ -98,20 +98,20 @@ def check_deterministic(plugin: Algorithm, problem: Problem, rng: np.random.Gene
 def check_channels_last_operands(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
     """A plugin declaring ``"nhwc"`` in ``layouts`` gets 4-D operands with channels-last strides as they
     are (NHWC memory viewed as NCHW): the output NaN-poisoned, each run agrees with the float64 reference
-    (read back in NCHW order). The first accepted config runs with a, b and out all channels-last and
-    with a random mix (at least one); the others of a small problem (ALL_CONFIGS_FLOPS) with a mix."""
+    (read back in NCHW order). The first accepted config runs with a, b and out all channels-last; the
+    others of a small problem (ALL_CONFIGS_FLOPS) each with a random mix (at least one channels-last)."""
     if "nhwc" not in plugin.layouts:
         return
     host = random_operands(problem, rng)
     want = reference.solve(problem, *host)
     for i, config in enumerate(_cheap_configs(plugin, problem)):
-        for lasts in ([(True, True, True)] if i == 0 else []) + [_mix(rng)]:
-            got = _run_channels_last(plugin, problem, config, host, lasts)
-            err = rel_error(got, want)
-            tol = plugin_tolerance(plugin, problem, config, want)
-            layout = ", ".join(f"{n} {'channels-last' if last else 'NCHW'}" for n, last in zip("abo", lasts))
-            assert err <= tol, (f"{plugin.name}[{config.name}] on {problem.describe()} with {layout}: "
-                                f"relative error {err:.3g} > tolerance {tol:.3g}")
+        lasts = (True, True, True) if i == 0 else _mix(rng)
+        got = _run_channels_last(plugin, problem, config, host, lasts)
+        err = rel_error(got, want)
+        tol = plugin_tolerance(plugin, problem, config, want)
+        layout = ", ".join(f"{n} {'channels-last' if last else 'NCHW'}" for n, last in zip("abo", lasts))
+        assert err <= tol, (f"{plugin.name}[{config.name}] on {problem.describe()} with {layout}: "
+                            f"relative error {err:.3g} > tolerance {tol:.3g}")
 
 
 def _mix(rng: np.random.Generator) -> tuple[bool, bool, bool]:

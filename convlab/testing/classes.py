@@ -14,7 +14,7 @@ candidates that the plugin accepts reaches (groups for a groups-1 plugin) is lef
     rich 2D    2      2/1/C   3x3     2x1/1    2x3      2x3       3x4         op != wgrad
     rich 1D    2      2/1/C   3       2/1      2        2         4           op != wgrad
     rich 3D    2      2/1/C   2x2x2   1x2x1/1  2x0x1    2x3x2     4x2x3       op != wgrad
-    long 2D    2      1 (C)   3x3     1        1        1         4x4         reduction 576 (wgrad: 16x16
+    long 2D    2      1 (C)   3x3     1        1        1         2x4         reduction 576 (wgrad: 16x16
                                                                               output pixels: 512)
     long 3D    1      1       2x3x3   1        0x1x1    1         2x3x3       reduction 576 (wgrad: 512)
 
@@ -76,7 +76,7 @@ def _rich(op: str, nd: int, groups: str, strided: bool, dtype: str) -> Problem:
 def _long(op: str, dtype: str, nd: int = 2, depthwise: bool = False) -> Problem:
     """A reduction of 512 or more products with a few hundred outputs (the long rows)."""
     if op == "wgrad":  # 2 images x 16 x 16 output pixels (3D: x 2 output depths)
-        c, k, g = (4, 4, 4) if depthwise else (4, 8, 1)
+        c, k, g = (4, 4, 4) if depthwise else (2, 4, 1)
         if nd == 3:
             return make_problem_nd(op, 1, c, (2, 16, 16), k, (1, 3, 3), padding=(0, 1, 1), groups=g, dtype=dtype)
         return make_problem_nd(op, 2, c, (16, 16), k, (3, 3), padding=1, groups=g, dtype=dtype)
@@ -84,7 +84,7 @@ def _long(op: str, dtype: str, nd: int = 2, depthwise: bool = False) -> Problem:
         c, k = (32, 8) if op == "forward" else (8, 32)
         return make_problem_nd(op, 1, c, (3, 3, 3), k, (2, 3, 3), padding=(0, 1, 1), dtype=dtype, bias=True)
     c, k = (64, 8) if op == "forward" else (8, 64)  # 64 x 3 x 3 = 576
-    return make_problem_nd(op, 2, c, (4, 4), k, (3, 3), padding=1, dtype=dtype, bias=True)
+    return make_problem_nd(op, 2, c, (2, 4), k, (3, 3), padding=1, dtype=dtype, bias=True)
 
 
 def candidates(op: str, dtypes: tuple[str, ...], ndims: tuple[int, ...]) -> list[Problem]:

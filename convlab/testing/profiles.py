@@ -23,8 +23,10 @@ from hypothesis import HealthCheck, settings
 from convlab import runtime
 
 _QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much]
-#: random draws a check makes beside its class examples (convlab-sim), measured against the CI budget
-SIM_EXAMPLES = 3
+#: random draws a check makes beside its class examples under convlab-sim: fixed per commit, they add
+#: cases rather than chances (convlab-long explores); set against the CI budget (3 a check took the
+#: conformance suite to 1.8x the CPU time of 6 draws without class examples)
+SIM_EXAMPLES = 2
 settings.register_profile("convlab-sim", max_examples=SIM_EXAMPLES, deadline=None, derandomize=True,
                           database=None, suppress_health_check=_QUIET)
 settings.register_profile("convlab-long", max_examples=40, deadline=None, derandomize=False,

@@ -1,5 +1,5 @@
-"""The GPU's own tile sizes (sm_80's first config, sm_90's last, per op) of every plugin that plans
-for a target, run on the simulator as on that target (convlab.testing.gpu_tiles)."""
+"""The GPU's own tile sizes (per op, sm_80's first config and sm_90's own last one: a wgmma tile) of
+every plugin that plans for a target, run on the simulator as on that target (convlab.testing.gpu_tiles)."""
 import numpy as np
 import pytest
 

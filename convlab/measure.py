@@ -103,8 +103,8 @@ def plugin_tolerance(plugin: Any, problem: Problem, config: Config | None = None
                      reference: np.ndarray | None = None) -> float:
     """:func:`tolerance` with the eps of ``plugin`` running ``config`` (its arithmetic for that config:
     a composite such as depth_unfold or widen answers for the plugin and config it runs; no config: the
-    largest over its configs). The conformance checks, the autotuner and the benchmarks all judge a
-    candidate by this."""
+    largest over its configs). The conformance checks judge a candidate by this, and the autotuner and
+    ``convlab bench`` too (:func:`check_candidate`: the same eps and tolerance)."""
     return tolerance(problem, plugin.compute_eps(problem.dtype, config), reference)
 
 

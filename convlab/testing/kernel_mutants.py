@@ -1,6 +1,6 @@
 """Kernel-level mutants of the built-in plugins: each the bug a kernel or its launch code could have,
 planted by a small subclass (its kernels handed a wrong problem or operand) or a patch of the plugin's
-module while the mutant runs (convlab.testing.mutants has the runner):
+module while the mutant runs (convlab.testing.mutation hunts them):
 
     mutant                  plugin          how
     padding_off_by_one      implicit_gemm   the kernels get the width padding 1 smaller (a gather offset 1 off)

@@ -38,7 +38,6 @@ class Hunt:
         return bool(self.killed_by)
 
 
-
 def mutants_for(plugin: Algorithm | str) -> list[Mutant]:
     """The mutants ``convlab check --mutants`` runs on ``plugin``: the output-level ones, the built-in
     kernel-level ones of this plugin (convlab.testing.kernel_mutants) and its own ``mutants()``."""
@@ -65,8 +64,8 @@ def hunt(mutant: Mutant, checks: tuple[str, ...] = HUNTING_CHECKS) -> Hunt:
 
 
 def suite_mutants() -> list[Mutant]:
-    """:data:`SUITE_MUTANTS`, the ones CI requires killed: the output-level ones on the plugins named
-    below and every built-in kernel-level one (simulator-only ones only on the simulator)."""
+    """The mutants CI requires killed: the output-level ones on the plugins of :data:`SUITE_OUTPUT_LEVEL`
+    and every built-in kernel-level one (simulator-only ones only on the simulator)."""
     chosen = [output_mutant(name, plugin) for name, plugin in SUITE_OUTPUT_LEVEL]
     return chosen + [m for m in KERNEL_MUTANTS if runtime.target().simulator or not m.simulator_only]
 

@@ -78,7 +78,7 @@ def tolerance(problem: Problem, eps: float, reference: np.ndarray | None = None)
 
     - Accumulation: the rounding errors of a length-L sum of random terms grow as sqrt(L) * eps, so
       ``||d|| / ||y|| <= acc = eps * (8 sqrt(L) + 16)``. Every plugin's every accepted config on the
-      simulator, over its class examples and draws of every op (results/conformance/simulator), erred
+      simulator, over its class examples and draws of every op (tools/error_survey.py), erred
       at most 0.41 eps sqrt(L) beyond the output rounding in fp32 arithmetic (331 runs; fp16 and bf16
       inputs included), 0.30 in float64, 0.11 in 3xTF32: the constant 8 leaves a margin of 19 or more
       at long reductions, and the floor 16 covers tiny ones (a few products that cancel).

@@ -45,7 +45,7 @@ def gpu_tile_cases(plugin: Algorithm, names: tuple[str, ...] = targets.GPU_TARGE
     one does. None for a composite (its configs name another plugin's, ``via``: that plugin's runs
     cover them). On 2 loaded cores the sm_90 tiles that sm_80 offers too (tf32x3's 64x64 and 128x128,
     implicit_gemm's 128x128) took 40 of the 81 CPU seconds that also running sm_90's last config per op
-    took (results/conformance/simulator): left out."""
+    took (tools/pytest_cpu_times.py on tests/plugin/test_gpu_tiles.py): left out."""
     cases = []
     for op in sorted(plugin.ops):
         seen, own = set(), []

@@ -100,9 +100,16 @@ class Widen(Algorithm):
         return dataclasses.replace(via, aux_bytes=via.aux_bytes + float(elems * (problem.itemsize + 4)),
                                    launches=via.launches + 3 + problem.bias)
 
-    def compute_eps(self, dtype: str) -> float:
-        """float32 arithmetic (measure.tolerance adds the output's rounding to ``dtype``)."""
-        return unit_roundoff("float32")
+    def compute_eps(self, dtype: str, config: Config | None = None) -> float:
+        """The float32 arithmetic of the plugin and config it runs (``via``: TF32's 2**-10 through
+        tensor_core under precision "high", 3xTF32's 2**-20, fp32 FMA's 2**-23); with no config the
+        largest of the float32 plugins' (measure.tolerance adds the output's rounding to ``dtype``)."""
+        if config is not None:
+            name, inner = _inner(config)
+            return registry.get(name).compute_eps("float32", inner)
+        found = [p.compute_eps("float32") for p in registry.plugins()
+                 if "float32" in p.dtypes and dtype not in p.dtypes and p is not self]
+        return max(found, default=unit_roundoff("float32"))
 
     def sample_problems(self, op: str) -> list[Problem]:
         from convlab.problem import make_problem

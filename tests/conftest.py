@@ -1,6 +1,8 @@
-"""Test configuration: the hypothesis profile follows the device (small on the simulator).
+"""Test configuration: the hypothesis profile follows the device (small and derandomized on the
+simulator: convlab.testing.profiles).
 
-Override with CONVLAB_HYPOTHESIS_PROFILE=convlab-gpu (or convlab-sim). With CONVLAB_FAILURE_LOG=PATH
+Override with CONVLAB_HYPOTHESIS_PROFILE=convlab-gpu, convlab-long (more random draws on the simulator)
+or convlab-sim. With CONVLAB_FAILURE_LOG=PATH
 each failure's report is appended to PATH as it happens (a GPU run cut by a time limit still keeps
 the tracebacks that pytest would only print at the end).
 """

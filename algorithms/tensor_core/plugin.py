@@ -176,10 +176,14 @@ class TensorCore(Algorithm):
         plan = (_gathered(problem), split_k(problem, cfg, target)[0]) if gathered else None
         return cost.features(self, problem, cfg, target, workspace_limit, ALIGN[problem.dtype], plan)
 
-    def compute_eps(self, dtype: str) -> float:
-        """TF32 inputs keep 10 mantissa bits (2**-10); fp16/bf16 products are exact in the fp32
-        accumulator (2**-23; measure.tolerance adds the output's rounding to the input type)."""
-        return 2.0**-10 if dtype == "float32" else unit_roundoff("float32")
+    def compute_eps(self, dtype: str, config: Config | None = None) -> float:
+        """float32: TF32 inputs keep 10 mantissa bits, truncated (wgmma configs, and mma.sync ones
+        under TF32_ROUND "trunc", the default: 2**-10) or rounded (2**-11); fp16/bf16: the products are
+        exact in the fp32 accumulator (2**-23; measure.tolerance adds the output's rounding)."""
+        if dtype != "float32":
+            return unit_roundoff("float32")
+        wgmma = config is None or config.get("MMA", "sync") == "wgmma"
+        return 2.0**-10 if wgmma or DEFAULT_TF32_ROUND == "trunc" else 2.0**-11
 
     def sample_problems(self, op: str) -> list[Problem]:
         # on the simulator (2 "SMs") the first two of forward and dgrad run split-K, the third not

@@ -26,7 +26,7 @@ small parts) and takes 248 (sm_80) / 252 (sm_90) of the 255 registers a thread, 
 """
 from __future__ import annotations
 
-from convlab.plugin.contract import Verdict
+from convlab.plugin.contract import Config, Verdict
 from convlab.plugin.registry import register
 from convlab.problem import Problem, make_problem
 
@@ -50,7 +50,7 @@ class TensorCoreTf32x3(TensorCore):
     def check_precision(self, problem: Problem) -> Verdict:
         return Verdict.yes()  # fp32-class under "highest"; under "high" a candidate beside plain TF32
 
-    def compute_eps(self, dtype: str) -> float:
+    def compute_eps(self, dtype: str, config: Config | None = None) -> float:
         """3 * 2**-22 a product (module docstring), rounded up to 2**-20."""
         return 2.0**-20
 

@@ -241,6 +241,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     except ImportError as exc:
         return _missing_extra("check", "the conformance suite needs hypothesis, which", "test", exc)
     settings.load_profile(os.environ.get("CONVLAB_HYPOTHESIS_PROFILE", testing.DEFAULT_PROFILE))
+    if args.mutants:
+        from convlab.testing import mutation
+
+        return 0 if all(h.killed for h in mutation.hunt_all(plugin)) else 1
     ops = sorted(plugin.ops) if args.ops is None else [o for o in args.ops if o in plugin.ops]
     checks = list(testing.CHECKS) if args.checks is None else args.checks.split(",")
     unknown = [c for c in checks if c not in testing.CHECKS]

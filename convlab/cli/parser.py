@@ -229,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", type=op_list, default=None, metavar="OPS", help="only these ops")
     p.add_argument("--checks", default=None, metavar="A,B", help="only these checks (check_* names)")
     p.add_argument("--max-examples", type=int, default=None, help="hypothesis examples per check")
+    p.add_argument("--mutants", action="store_true",
+                   help="instead, run the suite on the plugin's planted bugs (convlab.testing.mutants: the "
+                   "output-level ones, the built-in kernel-level ones and the plugin's own mutants()); exit "
+                   "status 1 if one survives")
     _common(p)
     p.set_defaults(func=cmd_check)
 

@@ -7,7 +7,7 @@ answers these questions about a :class:`~convlab.problem.Problem`:
     configs(problem, target)                        -> [Config]  tunable variants (tile sizes ...), best first
     workspace_bytes(problem, config, limit, target) -> int       extra device memory I will allocate
     run(problem, config, a, b, bias, out, workspace_limit)       write ``out`` (see convlab.problem for a, b, out)
-    compute_eps(dtype)                              -> float     unit roundoff of my arithmetic (tolerances)
+    compute_eps(dtype, config=None)                 -> float     machine epsilon of my arithmetic (tolerances)
     sample_problems(op)                             -> [Problem] problems I accept, for the conformance suite
     cost_features(problem, config, target, limit)   -> Features  what the autotuner's cost model should
                                                                  know of a candidate (default: its generic view)
@@ -59,6 +59,16 @@ TARGETED = {"check": 1, "configs": 1, "workspace_bytes": 3}
 def _takes_target(fn: Callable) -> bool:
     params = inspect.signature(fn).parameters.values()
     return any(p.name == "target" or p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+
+
+def _with_config(fn: Callable) -> Callable:
+    """A plugin's ``compute_eps`` written as ``compute_eps(self, dtype)`` callable with a ``config`` too
+    (dropped: its arithmetic is the same for every config)."""
+    @functools.wraps(fn)
+    def compute_eps(self: Any, dtype: str, config: Config | None = None) -> float:
+        return fn(self, dtype)
+    compute_eps.__convlab_configured__ = True  # type: ignore[attr-defined]
+    return compute_eps
 
 
 def _with_target(fn: Callable, positional: int) -> Callable:
@@ -164,6 +174,9 @@ class Algorithm:
             fn = cls.__dict__.get(name)
             if callable(fn) and not getattr(fn, "__convlab_targeted__", False):
                 setattr(cls, name, _with_target(fn, positional))
+        eps = cls.__dict__.get("compute_eps")
+        if callable(eps) and "config" not in inspect.signature(eps).parameters:
+            cls.compute_eps = _with_config(eps)  # type: ignore[method-assign]
 
     # -- questions the registry asks --------------------------------------------------------------
     def check(self, problem: Problem, target: Target | None = None) -> Verdict:
@@ -180,8 +193,12 @@ class Algorithm:
         """Extra device memory ``run`` allocates for ``problem`` under ``workspace_limit``."""
         return 0
 
-    def compute_eps(self, dtype: str) -> float:
-        """Unit roundoff of the arithmetic this plugin does for ``dtype`` (tf32 plugins return 2**-11)."""
+    def compute_eps(self, dtype: str, config: Config | None = None) -> float:
+        """Machine epsilon of the arithmetic this plugin does for ``dtype`` with ``config`` (None: the
+        largest of its configs'): the accumulator's (2**-23 for fp32, also for fp16 / bf16 inputs summed in
+        fp32), or its inputs' conversion where that is coarser (2**-10 for TF32). The tolerance of
+        :func:`convlab.measure.tolerance` scales it with the reduction length and adds the rounding of
+        a half-precision output. Default: the dtype's own epsilon."""
         return float(np.finfo(dtype).eps)
 
     def sample_problems(self, op: str) -> list[Problem]:

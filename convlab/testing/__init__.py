@@ -10,15 +10,22 @@
     def test_conformance(plugin, op, check):
         check(plugin, op)
 
-The checks (checks.py) run on hypothesis-drawn valid problems (strategies.py: random ones with every
-option, GEMM-aligned ones, and the plugin's own ``sample_problems``); suite.py runs them. The number of
-examples follows the active hypothesis profile: ``convlab-sim`` (small, the default without a GPU) or
-``convlab-gpu``.
+The checks (checks.py) run on each plugin's class examples (classes.py: fixed problems that reach
+every option class the plugin accepts, in every run) and on hypothesis-drawn valid problems
+(strategies.py: random ones with every option, GEMM-aligned, ragged and long-reduction ones, and the
+plugin's own ``sample_problems``); suite.py runs them. The number of draws follows the active hypothesis
+profile (profiles.py, applied by the suite itself): ``convlab-sim`` (few, derandomized: the default
+without a GPU and CI's), ``convlab-long`` (more, random) or ``convlab-gpu``. mutants.py and
+kernel_mutants.py hold the planted bugs the suite must catch, mutation.py hunts them (``convlab check
+--mutants PLUGIN``).
 """
 from .checks import CHECKS, call_op  # noqa: F401
-from .strategies import aligned_problems, any_problems, problems  # noqa: F401
-from .suite import (DEFAULT_PROFILE, applicable_checks, check_plugin, examples_for,  # noqa: F401
-                    parametrize_with_checks, run_check)
+from .classes import CLASSES, class_examples, missing_classes  # noqa: F401
+from .strategies import aligned_problems, any_problems, long_problems, problems  # noqa: F401
+from .profiles import DEFAULT_PROFILE  # noqa: F401
+from .suite import (applicable_checks, check_plugin, examples_for, parametrize_with_checks,  # noqa: F401
+                    run_check)
 
 __all__ = ["CHECKS", "check_plugin", "run_check", "examples_for", "parametrize_with_checks", "applicable_checks",
-           "problems", "aligned_problems", "any_problems", "call_op", "DEFAULT_PROFILE"]
+           "problems", "aligned_problems", "any_problems", "long_problems", "call_op", "DEFAULT_PROFILE",
+           "CLASSES", "class_examples", "missing_classes"]

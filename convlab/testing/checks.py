@@ -1,7 +1,9 @@
 """The conformance checks: one ``check_*`` function per property a plugin must have.
 
 Each check takes ``(plugin, problem, rng)`` and raises AssertionError when the property fails; checks
-that need an accepted problem skip (return) when the plugin declines it. ``CHECKS`` lists them all;
+that need an accepted problem skip (return) when the plugin declines it. The reference check runs every
+config the plugin accepts (into a NaN-poisoned output); the checks of coverage and layout every accepted
+config of a problem of at most :data:`ALL_CONFIGS_FLOPS` (the first otherwise); the others the first. ``CHECKS`` lists them all;
 :func:`convlab.testing.check_plugin` runs every check on hypothesis-drawn problems.
 """
 from __future__ import annotations
@@ -14,18 +16,30 @@ from .. import ops, reference, runtime
 from ..call.candidate import run_candidate
 from ..plugin import registry
 from ..plugin.registry import Candidate
-from ..measure import random_operands, rel_error, to_device, tolerance
+from ..measure import plugin_tolerance, random_operands, rel_error, to_device
 from ..plugin.contract import Algorithm
 from ..problem import Problem, np_dtype
 from convlab.runtime.settings import get_workspace_limit
 
 
+#: problems up to this many flops run the checks of coverage and layout on every accepted config (the
+#: class examples, 3.5e3 flops, and most random draws); larger ones on the first
+ALL_CONFIGS_FLOPS = 2**15
+
+
+def _accepted_configs(plugin: Algorithm, problem: Problem) -> list:
+    return [c for c in registry.safe_configs(plugin, problem) if registry.verdict(plugin, problem, c)]
+
+
 def _accepted(plugin: Algorithm, problem: Problem):
-    configs = registry.safe_configs(plugin, problem)
-    for config in configs:
-        if registry.verdict(plugin, problem, config):
-            return config
-    return None
+    configs = _accepted_configs(plugin, problem)
+    return configs[0] if configs else None
+
+
+def _cheap_configs(plugin: Algorithm, problem: Problem) -> list:
+    """Every accepted config of a problem of at most ALL_CONFIGS_FLOPS flops, else the first."""
+    configs = _accepted_configs(plugin, problem)
+    return configs if problem.flops <= ALL_CONFIGS_FLOPS else configs[:1]
 
 
 def _run(plugin: Algorithm, problem: Problem, config, host_ops, poison: float = np.nan) -> np.ndarray:
@@ -36,28 +50,27 @@ def _run(plugin: Algorithm, problem: Problem, config, host_ops, poison: float = 
 
 
 def check_matches_reference(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
-    """Every config the plugin accepts agrees with the float64 reference within the tolerance."""
-    for config in registry.safe_configs(plugin, problem):
-        if not registry.verdict(plugin, problem, config):
-            continue
+    """Every config the plugin accepts agrees with the float64 reference within the tolerance of its
+    arithmetic for that config (:func:`convlab.measure.plugin_tolerance`)."""
+    for config in _accepted_configs(plugin, problem):
         host = random_operands(problem, rng)
         got = _run(plugin, problem, config, host)
         want = reference.solve(problem, *host)
         err = rel_error(got, want)
-        tol = tolerance(problem, plugin.compute_eps(problem.dtype))
+        tol = plugin_tolerance(plugin, problem, config, want)
         assert err <= tol, (f"{plugin.name}[{config.name}] on {problem.describe()}: relative error "
                             f"{err:.3g} > tolerance {tol:.3g}")
 
 
 def check_output_fully_written(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
-    """No output element keeps the NaN poison the output was filled with."""
-    config = _accepted(plugin, problem)
-    if config is None:
-        return
-    got = _run(plugin, problem, config, random_operands(problem, rng))
-    unwritten = np.argwhere(np.isnan(got))
-    assert unwritten.size == 0, (f"{plugin.name}[{config.name}] left {len(unwritten)} output elements "
-                                 f"unwritten on {problem.describe()}, first at {tuple(unwritten[0])}")
+    """No output element keeps the NaN poison the output was filled with (every accepted config of a
+    small problem)."""
+    host = random_operands(problem, rng)
+    for config in _cheap_configs(plugin, problem):
+        got = _run(plugin, problem, config, host)
+        unwritten = np.argwhere(np.isnan(got))
+        assert unwritten.size == 0, (f"{plugin.name}[{config.name}] left {len(unwritten)} output elements "
+                                     f"unwritten on {problem.describe()}, first at {tuple(unwritten[0])}")
 
 
 def check_inputs_unmodified(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
@@ -86,31 +99,41 @@ def check_deterministic(plugin: Algorithm, problem: Problem, rng: np.random.Gene
 
 def check_channels_last_operands(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
     """A plugin declaring ``"nhwc"`` in ``layouts`` gets 4-D operands with channels-last strides as they
-    are (NHWC memory viewed as NCHW): each of a random mix of a, b and out in that layout (at least one),
-    the output NaN-poisoned, agrees with the float64 reference (read back in NCHW order)."""
+    are (NHWC memory viewed as NCHW): the output NaN-poisoned, each run agrees with the float64 reference
+    (read back in NCHW order). The first accepted config runs with a, b and out all channels-last; the
+    others of a small problem (ALL_CONFIGS_FLOPS) each with a random mix (at least one channels-last)."""
     if "nhwc" not in plugin.layouts:
         return
-    config = _accepted(plugin, problem)
-    if config is None:
-        return
-    from convlab.kernels.data.layouts import channels_last_copy
-
     host = random_operands(problem, rng)
-    shapes = problem.operand_shapes
-    lasts = [bool(rng.integers(2)) for _ in range(3)]  # a, b, out: every one 4-D
+    want = reference.solve(problem, *host)
+    for i, config in enumerate(_cheap_configs(plugin, problem)):
+        lasts = (True, True, True) if i == 0 else _mix(rng)
+        got = _run_channels_last(plugin, problem, config, host, lasts)
+        err = rel_error(got, want)
+        tol = plugin_tolerance(plugin, problem, config, want)
+        layout = ", ".join(f"{n} {'channels-last' if last else 'NCHW'}" for n, last in zip("abo", lasts))
+        assert err <= tol, (f"{plugin.name}[{config.name}] on {problem.describe()} with {layout}: "
+                            f"relative error {err:.3g} > tolerance {tol:.3g}")
+
+
+def _mix(rng: np.random.Generator) -> tuple[bool, bool, bool]:
+    """Which of a, b and out are channels-last: random, at least one."""
+    lasts = [bool(rng.integers(2)) for _ in range(3)]
     if not any(lasts):
         lasts[int(rng.integers(3))] = True
+    return tuple(lasts)  # type: ignore[return-value]
+
+
+def _run_channels_last(plugin: Algorithm, problem: Problem, config, host, lasts) -> np.ndarray:
+    """``plugin.run`` with each of a, b and out channels-last where ``lasts`` says; out read back NCHW."""
+    from convlab.kernels.data.layouts import channels_last_copy
+
     a, b = (channels_last_copy(h) if last else to_device(h)[0] for h, last in zip(host[:2], lasts))
     bias = None if host[2] is None else to_device(host[2])[0]
-    poison = np.full(shapes[2], np.nan, np_dtype(problem.dtype))
+    poison = np.full(problem.operand_shapes[2], np.nan, np_dtype(problem.dtype))
     out = channels_last_copy(poison) if lasts[2] else runtime.to_device(poison)
     run_candidate(Candidate(plugin, config), problem, a, b, bias, out, get_workspace_limit())
-    got = runtime.to_host(out)  # in NCHW index order whatever the memory layout
-    err = rel_error(got, reference.solve(problem, *host))
-    tol = tolerance(problem, plugin.compute_eps(problem.dtype))
-    layout = ", ".join(f"{n} {'channels-last' if last else 'NCHW'}" for n, last in zip("abo", lasts))
-    assert err <= tol, (f"{plugin.name}[{config.name}] on {problem.describe()} with {layout}: relative "
-                        f"error {err:.3g} > tolerance {tol:.3g}")
+    return runtime.to_host(out)  # in NCHW index order whatever the memory layout
 
 
 def check_declines_with_reason(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:

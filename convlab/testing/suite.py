@@ -1,26 +1,32 @@
-"""Running the conformance checks: :func:`run_check` (one check, one op, hypothesis-drawn problems),
-:func:`check_plugin` (every check on every op, a summary), :func:`parametrize_with_checks` (one pytest case
-each), the hypothesis profiles (``convlab-sim``, ``convlab-gpu``) and how many examples a plugin draws."""
+"""Running the conformance checks: :func:`run_check` (one check, one op: the plugin's class examples,
+then hypothesis-drawn problems), :func:`check_plugin` (every check on every op, a summary),
+:func:`parametrize_with_checks` (one pytest case each) and how many examples a plugin draws. The
+hypothesis profile they run under is :mod:`convlab.testing.profiles`' (applied here, wherever they are
+called from)."""
 from __future__ import annotations
 
 from typing import Iterable
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, assume, example, given, settings
+from hypothesis import Phase, assume, example, given, settings
+from hypothesis import seed as fixed_seed
 from hypothesis.errors import Unsatisfiable
 from hypothesis import strategies as st
 
 from convlab import runtime
 from convlab.plugin import registry
 from convlab.plugin.contract import Algorithm
+from convlab.testing import profiles
 from convlab.testing.checks import CHECKS, NEEDS_ACCEPTED
-from convlab.testing.strategies import any_problems, nd_example
+from convlab.testing.classes import CLASSES, NUMERIC, class_examples
+from convlab.testing.strategies import any_problems
 
-settings.register_profile("convlab-sim", max_examples=6, deadline=None, derandomize=False,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-settings.register_profile("convlab-gpu", max_examples=60, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-DEFAULT_PROFILE = "convlab-gpu" if runtime.HAS_DEVICE else "convlab-sim"
+#: the classes (convlab.testing.classes) whose examples each check runs every time: every class for the
+#: reference check (which also NaN-poisons the output of every accepted config: an unwritten element
+#: fails it), the geometric ones for the layout check; the other checks (their properties do not
+#: depend on the class) run on the random draws only
+CHECK_CLASSES = {"check_matches_reference": frozenset(CLASSES),
+                 "check_channels_last_operands": frozenset(CLASSES) - NUMERIC}
 
 
 def spatial_label(problem) -> str:
@@ -33,12 +39,14 @@ def spatial_label(problem) -> str:
 
 def run_check(check_name: str, plugin: Algorithm | str, op: str,
               max_examples: int | None = None, shrink: bool = True, counts: dict | None = None) -> int:
-    """Run one check on one op of a plugin over hypothesis-drawn problems (``shrink=False`` reports
-    the first failing problem instead of searching for a minimal one: faster on the simulator).
-    Problems are drawn at every N the plugin claims (``plugin.ndims``; 1D as 2D embeddings for a 2D
-    plugin), and a plugin claiming 3D always runs one fixed 3D problem (strategies.nd_example) besides.
-    Returns how many problems the check ran on; ``counts`` (a dict), when given, is filled with how
-    many of them had each N (:func:`spatial_label`)."""
+    """Run one check on one op of a plugin: first its class examples (:data:`CHECK_CLASSES`, chosen by
+    :func:`convlab.testing.classes.class_examples`: every class the plugin accepts, in every run), then
+    hypothesis-drawn problems (``max_examples``, default :func:`examples_for`) under the active convlab
+    profile (:mod:`convlab.testing.profiles`: deadline off, derandomized in CI). ``shrink=False``
+    reports the first failing problem instead of searching for a minimal one (faster on the
+    simulator). Problems are drawn at every N the plugin claims (``plugin.ndims``; 1D as 2D embeddings
+    for a 2D plugin). Returns how many problems the check ran on; ``counts`` (a dict), when given, is
+    filled with how many of them had each N (:func:`spatial_label`)."""
     plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
     check = CHECKS[check_name]
     samples = [p for p in _samples(plugin, op)]
@@ -47,14 +55,14 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
     if max_examples is None:
         max_examples = examples_for(plugin)
     extra = {} if max_examples is None else {"max_examples": max_examples}
-    if not shrink:
-        extra["phases"] = [Phase.explicit, Phase.reuse, Phase.generate]
+    if not shrink:  # the first failure, as it comes
+        extra.update(phases=[Phase.explicit, Phase.reuse, Phase.generate], report_multiple_bugs=False)
 
     ran = []
 
     ndims = tuple(getattr(plugin, "ndims", (2,)))
 
-    @settings(**extra)
+    @settings(profiles.active(), **extra)
     @given(problem=any_problems(op, dtypes, samples, ndims), seed=st.integers(0, 2**32 - 1))
     def run(problem, seed):
         if check_name in NEEDS_ACCEPTED:
@@ -62,8 +70,11 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
         check(plugin, problem, np.random.default_rng(seed))
         ran.append(problem)
 
-    if 3 in ndims:
-        run = example(problem=nd_example(op, dtypes[0]), seed=0)(run)
+    for i, problem in enumerate(reversed(class_examples(plugin, op, CHECK_CLASSES.get(check_name, ())))):
+        run = example(problem=problem, seed=i)(run)  # hypothesis runs the last decorator's first
+    fixed = profiles.case_seed(plugin.name, op, check_name)
+    if fixed is not None:
+        run = fixed_seed(fixed)(run)
     try:
         run()
     except Unsatisfiable:
@@ -88,10 +99,10 @@ def examples_for(plugin: Algorithm, simulator: bool | None = None) -> int | None
     ``simulator``: whether kernels run on the simulator (default: this process's target)."""
     simulator = runtime.target().simulator if simulator is None else simulator
     if simulator and getattr(plugin, "simulator_examples", None):
-        return min(int(plugin.simulator_examples), settings.default.max_examples)
+        return min(int(plugin.simulator_examples), profiles.active().max_examples)
     if simulator or not getattr(plugin, "compiles_per_shape", False):
         return None
-    return max(5, settings.default.max_examples // 4)
+    return max(5, profiles.active().max_examples // 4)
 
 
 def applicable_checks(plugin: Algorithm | str) -> list[tuple[str, str]]:

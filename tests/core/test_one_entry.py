@@ -22,11 +22,13 @@ ALLOWED = {ROOT / "convlab" / "call" / "candidate.py", ROOT / "convlab" / "plugi
 def _plugin_run_calls(tree: ast.AST) -> list[int]:
     """Lines of ``<x>.run(problem, config, ...)`` calls: a ``run`` attribute called with six or more
     arguments, or with ``workspace_limit=`` (a plan's or a client's ``run`` takes fewer; ``self.run``:
-    a class's own, as the cuDNN baseline's)."""
+    a class's own, as the cuDNN baseline's; ``Base.run(self, ...)``: a subclass's run delegating to its
+    base class, as a mutant's)."""
     lines = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run" \
-                and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "self"):
+                and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "self") \
+                and not (node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == "self"):
             if len(node.args) >= 6 or any(k.arg == "workspace_limit" for k in node.keywords):
                 lines.append(node.lineno)
     return lines
@@ -36,6 +38,7 @@ def test_the_finder_finds_a_plugin_run():
     assert _plugin_run_calls(ast.parse("plugin.run(p, c, a, b, None, out, workspace_limit=1)")) == [1]
     assert _plugin_run_calls(ast.parse("found.run(recs, stream); client.run(info)")) == []
     assert _plugin_run_calls(ast.parse("self.run(p, None, None, None, None, None, workspace_limit=0)")) == []
+    assert _plugin_run_calls(ast.parse("parent.run(self, p, c, a, b, None, out, workspace_limit=1)")) == []
 
 
 def test_no_module_but_the_entry_runs_a_plugin():

@@ -116,3 +116,59 @@ def test_suite_catches_broken_plugins(broken, check):
             check_plugin(plugin, checks=[check], max_examples=10, shrink=False)
     finally:
         convlab.unregister(broken.name)
+
+
+def test_check_plugin_applies_the_convlab_profile_from_a_plain_call():
+    """Outside pytest's profile (hypothesis's default: a 200 ms deadline) a slow plugin still passes."""
+    import time
+
+    from hypothesis import settings
+
+    from convlab.testing import profiles
+
+    class Slow(convlab.Algorithm):
+        name, ops = "_test_slow", frozenset({"forward"})
+
+        def run(self, problem, config, a, b, bias, out, *, workspace_limit):
+            time.sleep(0.25)
+            convlab.get_plugin("direct").run(problem, config, a, b, bias, out, workspace_limit=workspace_limit)
+
+    previous = settings.get_current_profile_name()
+    settings.load_profile("default")
+    try:
+        assert profiles.active_name() == profiles.DEFAULT_PROFILE and profiles.active().deadline is None
+        assert run_check("check_matches_reference", Slow(), "forward", max_examples=1) >= 2
+    finally:
+        settings.load_profile(previous)
+
+
+def test_ci_draws_are_the_same_on_every_run(monkeypatch):
+    from convlab.testing import checks, profiles
+
+    if not profiles.active().derandomize:
+        pytest.skip("a random profile is active")
+    seen = []
+    monkeypatch.setitem(checks.CHECKS, "check_declines_with_reason", lambda p, problem, rng: seen.append(problem))
+    runs = []
+    for _ in range(2):
+        seen.clear()
+        run_check("check_declines_with_reason", "im2col", "forward", max_examples=4)
+        runs.append(list(seen))
+    assert runs[0] == runs[1] and len(runs[0]) >= 4
+
+
+@pytest.mark.parametrize("plugin", [p.name for p in convlab.plugins()])
+def test_class_examples_reach_every_class_the_plugin_takes(plugin):
+    from convlab.testing import class_examples, missing_classes
+
+    plugin = convlab.get_plugin(plugin)
+    for op in sorted(plugin.ops):
+        missing = set(missing_classes(plugin, op))
+        assert not missing & {"batch>1", "padding>=2", "dilation W"}, (op, missing)
+        assert ("bias" in missing) == (op == "wgrad"), (op, missing)
+        assert ("dilation D" in missing) == (3 not in plugin.ndims), (op, missing)
+        half = {"float16", "bfloat16"} & plugin.dtypes
+        assert ("long half" in missing) == (not half or plugin.name == "depth_unfold" and op == "dgrad")
+        if plugin.name not in ("tensor_core", "depthwise", "widen"):  # TF32 only under "high"; depthwise
+            assert ("long float32" in missing) == ("float32" not in plugin.dtypes), (op, missing)
+        assert any(p.n >= 2 for p in class_examples(plugin, op))

@@ -7,7 +7,14 @@ answers these questions about a :class:`~convlab.problem.Problem`:
     configs(problem, target)                        -> [Config]  tunable variants (tile sizes ...), best first
     workspace_bytes(problem, config, limit, target) -> int       extra device memory I will allocate
     run(problem, config, a, b, bias, out, workspace_limit)       write ``out`` (see problem.py for a, b, out)
-    compute_eps(dtype)                              -> float     unit roundoff of my arithmetic (tolerances)
+    compute_eps(dtype)                              -> float     unit roundoff of my arithmetic (tolerances;
+                                                                 an upper bound over my configs)
+    check_config(problem, config, target)           -> Verdict   may this config run it? (default yes)
+    error_growth(problem, config)                   -> float     how many times plain accumulation's error
+                                                                 this config makes (transforms: measured)
+    error_eps(problem, config)                      -> float     compute_eps(dtype) x error_growth: what a
+                                                                 tolerance of this config scales with
+    accuracy_note(problem, config)                  -> str       one line on the config's accuracy (explain)
     sample_problems(op)                             -> [Problem] problems I accept, for the conformance suite
     cost_features(problem, config, target, limit)   -> Features  what the autotuner's cost model should
                                                                  know of a candidate (default: its generic view)
@@ -21,7 +28,17 @@ computed on a machine without one; ``run`` executes on :func:`convlab.runtime.ta
 plan was made for. A config that cannot fit the target is left out of ``configs`` (``target.fits``),
 and a problem no config fits is declined with that reason. Callers may leave the target out (the
 current one is used), and a plugin whose methods take no ``target`` still works: it is dropped for it.
-:meth:`Algorithm.applicable` combines the op, dtype, ``check`` and workspace conditions.
+:meth:`Algorithm.applicable` combines the op, dtype, ``check``, ``check_config``, lossiness and workspace
+conditions.
+
+Accuracy: ``compute_eps(dtype)`` is the unit roundoff of a plugin's arithmetic, the eps of
+``convlab.measure.tolerance`` (``eps * (8 sqrt(L) + 16)``, L the reduction length). A config whose
+rounding error grows beyond that of plain accumulation (Winograd's and FFT's transforms) declares the
+factor in ``error_growth(problem, config)``, measured against fp32 FMA accumulation in float64 (1 for
+every FMA / GEMM plugin); ``error_eps(problem, config)`` is the eps a per-config tolerance takes,
+``measure.tolerance(problem, plugin.error_eps(problem, config))``, and ``compute_eps(dtype)`` stays an
+upper bound of it over the configs, for callers that know no config. A config with ``error_growth`` above
+1 is *lossy*: :func:`convlab.set_allow_lossy` (False) makes ``applicable`` decline it.
 
 Class attributes declare the rest: ``name``, ``ops``, ``dtypes``, ``priority`` (higher wins when nothing
 was timed), ``deterministic`` (same bits on every run), ``description``, ``compiles_per_shape`` (its
@@ -53,7 +70,7 @@ from convlab.runtime.targets import Target
 from .cost import Features, generic
 
 #: the planning methods that take a ``target``, with the count of positional parameters before it
-TARGETED = {"check": 1, "configs": 1, "workspace_bytes": 3}
+TARGETED = {"check": 1, "configs": 1, "workspace_bytes": 3, "check_config": 2}
 
 
 def _takes_target(fn: Callable) -> bool:
@@ -184,6 +201,26 @@ class Algorithm:
         """Unit roundoff of the arithmetic this plugin does for ``dtype`` (tf32 plugins return 2**-11)."""
         return float(np.finfo(dtype).eps)
 
+    def check_config(self, problem: Problem, config: Config, target: Target | None = None) -> Verdict:
+        """Config-specific applicability, asked after :meth:`check` for each config (e.g. a transform
+        whose error is too large for the float32 precision in force). Override this."""
+        return Verdict.yes()
+
+    def error_growth(self, problem: Problem, config: Config) -> float:
+        """How many times the rounding error of plain accumulation at :meth:`compute_eps` ``config``'s
+        arithmetic makes on ``problem``: 1 for FMA and GEMM plugins; a transform algorithm declares its
+        measured factor (module docstring). Above 1 the config is lossy."""
+        return 1.0
+
+    def error_eps(self, problem: Problem, config: Config) -> float:
+        """The unit roundoff a tolerance of ``config`` on ``problem`` scales with:
+        ``compute_eps(problem.dtype) * error_growth(problem, config)``."""
+        return self.compute_eps(problem.dtype) * self.error_growth(problem, config)
+
+    def accuracy_note(self, problem: Problem, config: Config) -> str:
+        """One line on ``config``'s accuracy that ``explain`` prints beside the plugin ("" : nothing)."""
+        return ""
+
     def sample_problems(self, op: str) -> list[Problem]:
         """A few problems this plugin accepts, checked by the conformance suite besides random ones
         (override when the plugin's applicability is too narrow for random draws to hit it)."""
@@ -216,9 +253,10 @@ class Algorithm:
     # -- the full predicate -----------------------------------------------------------------------
     def applicable(self, problem: Problem, config: Config | None = None,
                    workspace_limit: int | None = None, target: Target | None = None) -> Verdict:
-        """The op, dtype, plugin-specific and workspace conditions together on ``target`` (default:
-        :func:`convlab.runtime.targets.current`), with the first failing condition as the reason."""
-        from convlab.runtime.settings import get_workspace_limit
+        """The op, dtype, plugin-specific, config-specific, lossiness and workspace conditions together on
+        ``target`` (default: :func:`convlab.runtime.targets.current`), with the first failing condition as
+        the reason."""
+        from convlab.runtime.settings import get_allow_lossy, get_workspace_limit
         from convlab.runtime.targets import current
 
         target = current() if target is None else target
@@ -239,6 +277,14 @@ class Algorithm:
             if not configs:
                 return Verdict.no(f"no config of {self.name} fits {target.name}")
             config = configs[0]
+        verdict = self.check_config(problem, config, target=target)
+        if not verdict:
+            return verdict
+        if not get_allow_lossy():
+            growth = self.error_growth(problem, config)
+            if growth > 1.0:
+                return Verdict.no(f"lossy: {config.name} makes {growth:.3g}x the rounding error of plain "
+                                  "accumulation and convlab.set_allow_lossy(False) is in force")
         need = self.workspace_bytes(problem, config, limit, target=target)
         if need > limit:
             return Verdict.no(f"needs {need} bytes of workspace, over the limit of {limit}")

@@ -49,7 +49,7 @@ class Winograd(Algorithm):
     name = "winograd"
     ops = frozenset({"forward", "dgrad", "wgrad"})
     dtypes = frozenset({"float32", "float16", "bfloat16"})
-    priority = 25
+    priority = -20  # lossy: never the pick by priority (the simulator, untuned); timing or the cost model picks it
     layouts = frozenset({"nchw", "nhwc"})
     description = ("Winograd F(m x m, 3 x 3) (m = 2, 4, 6) and F(m, r) on one axis (r <= 7): generated "
                    "Toom-Cook transforms, fused (transforms in the GEMM kernel) or non-fused (batched GEMM on "

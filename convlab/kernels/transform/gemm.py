@@ -11,7 +11,7 @@ transposed), so a transform kernel writes one layout for either engine. Engines 
                product, < 2**-20 error a product: fp32-class)
     "f16", "bf16"  the tensor-core GEMM on operands rounded to the half type, fp32 accumulators
 
-``ksplit`` > 1 (SIMT only) cuts the reduction over blocks into partials that
+More than GRID_Z GEMMs (an FFT's bins times many groups) take several launches. ``ksplit`` > 1 (SIMT only) cuts the reduction over blocks into partials that
 :func:`convlab.kernels.data.splitk.sum_partials` adds in order (deterministic), into C or onto it.
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ from convlab.kernels.tensor_core import gemm as tc_gemm
 from convlab.kernels.tensor_core.config import ITYPES, TcConfig
 
 KINDS = ("simt", "tf32x3", "f16", "bf16")
+GRID_Z = 65535  # GEMMs (times k-splits) a launch takes at most: the grid's z limit
 #: the storage dtype of the operands of each engine (simt: the caller's float32 or float64)
 OPERAND_DTYPE = {"tf32x3": np.float32, "f16": np.float16, "bf16": np.uint16}
 
@@ -66,6 +67,13 @@ def batched_gemm(kind: str, a: Any, bt: Any, c: Any, z: int, m: int, n: int, k: 
     Z*M*N elements. ``part`` (Z*M*N*ksplit float elements) holds the SIMT k-split partials."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    step = GRID_Z // ksplit
+    if z > step:  # the grid's z limit: launches of at most ``step`` GEMMs each
+        for z0 in range(0, z, step):
+            zz = min(step, z - z0)
+            batched_gemm(kind, a[z0 * m * k:], bt[z0 * n * k:], c[z0 * m * n:], zz, m, n, k, accumulate=accumulate,
+                         ksplit=ksplit, part=part, tile=tile, config=config)
+        return
     if kind != "simt":
         if accumulate or ksplit != 1:
             raise ValueError("the tensor-core batched GEMM neither accumulates nor splits k")

@@ -90,6 +90,34 @@ def measure_winograd(form: dict, quick: bool) -> dict:
     return dict(form, key=f"{th.name}x{tw.name}", growth=worst, cases=cases)
 
 
+#: FFT sizes (NH, NW) measured, each with a short filter: the worst case (direct's error grows with the
+#: reduction, the transform's with the size, so the ratio is largest for the shortest filter a size holds)
+FFT_FORMS = [((4, 4), (2, 2)), ((8, 8), (3, 3)), ((16, 16), (3, 3)), ((32, 32), (3, 3)), ((1, 16), (1, 2)),
+             ((1, 64), (1, 3)), ((1, 256), (1, 3)), ((1, 1024), (1, 3))]
+
+
+def measure_fft(nf: tuple[int, int], filt: tuple[int, int], quick: bool) -> dict:
+    """The worst ratio of the FFT form's error to direct FMA's over channels (1, 4, 32), distributions
+    and seeds: a forward correlation over several tiles a plane."""
+    worst, cases = 0.0, []
+    r, s = filt
+    tile = (nf[0] - r + 1, nf[1] - s + 1)
+    h, w = (1, 3 * tile[1] + s - 1) if nf[0] == 1 else (3 * tile[0] + r - 1, 3 * tile[1] + s - 1)
+    for seed in ((0,) if quick else (0, 1)):
+        for dist in DISTS:
+            for c in ((1, 4) if quick else (1, 4, 32)):
+                rng = np.random.default_rng(seed)
+                x, wt = _draw(rng, dist, (2, c, h, w)), _draw(rng, dist, (4, c, r, s))
+                prob = make_problem("forward", 2, c, h, w, 4, r, s)
+                ref = reference.solve(prob, x, wt, None)
+                err = rel_error(emulate.fft_conv(x, wt, nf), ref)
+                base = rel_error(emulate.direct_fma(x, wt), ref)
+                cases.append(dict(seed=seed, dist=dist, length=prob.reduction_length, err=err, fma=base,
+                                  ratio=err / base))
+                worst = max(worst, err / base)
+    return dict(nf=list(nf), filter=list(filt), growth=worst, cases=cases)
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT, capture_output=True,
@@ -109,11 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"winograd {row['op']:<8} {row['key']:<16} {row['engine']:<7} {row.get('points', 'convlab'):<8} "
               f"growth {row['growth']:.3g}", flush=True)
+    ffts = [measure_fft(nf, filt, args.quick) for nf, filt in FFT_FORMS]
+    for row in ffts:
+        print(f"fft {row['nf'][0]}x{row['nf'][1]} filter {row['filter'][0]}x{row['filter'][1]} growth "
+              f"{row['growth']:.3g}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     device = f"cpu ({platform.processor() or platform.machine()}), numpy {np.__version__}"
     command = " ".join(["python tools/transform_accuracy.py", *(sys.argv[1:] if argv is None else argv)])
     meta = dict(commit=commit, date=datetime.date.today().isoformat(), device=device, command=command)
-    (out / "accuracy.json").write_text(json.dumps(dict(meta, winograd=rows), indent=1) + "\n")
+    (out / "accuracy.json").write_text(json.dumps(dict(meta, winograd=rows, fft=ffts), indent=1) + "\n")
     (out / "README.md").write_text(
         f"# Error growth of the transform convolutions\n\n- **Command**: `{meta['command']}`\n"
         f"- **Version**: convlab `{commit}`\n- **Date**: {meta['date']}\n- **Device**: {meta['device']}, float64 "

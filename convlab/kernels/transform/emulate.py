@@ -150,3 +150,100 @@ def winograd_wgrad(x: np.ndarray, dy: np.ndarray, th: Transforms, tw: Transforms
     dv = apply(g_h, apply(g_w, dd, 5), 4).transpose(4, 5, 1, 0, 2, 3).reshape(th.n, tw.n, k, -1)
     m = product_sum(dv, np.swapaxes(xv, -1, -2))  # (nh, nw, K, C)
     return apply(at_h, apply(at_w, m, 1), 0).transpose(2, 3, 0, 1)
+
+
+def _dft_lines(z: np.ndarray, inverse: bool) -> np.ndarray:
+    """The DFT along the last axis (complex64) as convlab.kernels.fft.stages computes it: bit-reversed
+    load, radix-2 stages with the float32 twiddle table (a radix-4 pass is two of them, same twiddles)."""
+    from convlab.kernels.fft.stages import bit_reverse, twiddles
+
+    n = z.shape[-1]
+    z = z[..., [bit_reverse(i, n) for i in range(n)]].astype(np.complex64)
+    twr, twi = twiddles(n)
+    table = (twr + 1j * (-twi if inverse else twi)).astype(np.complex64)
+    h = 1
+    while h < n:
+        z = z.reshape(z.shape[:-1] + (n // (2 * h), 2, h))
+        b = z[..., 1, :] * table[np.arange(h) * (n // (2 * h))]
+        z = np.stack([z[..., 0, :] + b, z[..., 0, :] - b], axis=-2).reshape(z.shape[:-3] + (n,))
+        h *= 2
+    return z
+
+
+def _rows_r2c(rows: np.ndarray) -> np.ndarray:
+    """(R, nw) real rows -> (R, nw/2 + 1) half spectra, two rows a complex transform (spectrum.py)."""
+    r, nw = rows.shape
+    pad = np.zeros((r + r % 2, nw), F32)
+    pad[:r] = rows
+    z = _dft_lines(pad[0::2] + 1j * pad[1::2], False)
+    half = nw // 2 + 1
+    zv, zm = z[:, :half], z[:, (-np.arange(half)) % nw]
+    a = ((zv.real + zm.real) * F32(0.5)) + 1j * ((zv.imag - zm.imag) * F32(0.5))
+    b = ((zv.imag + zm.imag) * F32(0.5)) + 1j * ((zm.real - zv.real) * F32(0.5))
+    out = np.empty((r + r % 2, half), np.complex64)
+    out[0::2], out[1::2] = a, b
+    return out[:r]
+
+
+def _rows_c2r(spec: np.ndarray, nw: int) -> np.ndarray:
+    """(R, nw/2 + 1) half spectra -> (R, nw) real rows (unscaled), two rows a complex transform (inverse.py)."""
+    r, half = spec.shape
+    pad = np.zeros((r + r % 2, half), np.complex64)
+    pad[:r] = spec
+    x = np.arange(nw)
+    xm = np.where(x < half, x, nw - x)
+    cj = np.where(x < half, 1, -1).astype(F32)
+    a, b = pad[0::2][:, xm], pad[1::2][:, xm]
+    z = (a.real - cj * b.imag) + 1j * (cj * a.imag + b.real)
+    z = _dft_lines(z.astype(np.complex64), True)
+    out = np.empty((r + r % 2, nw), F32)
+    out[0::2], out[1::2] = z.real, z.imag
+    return out[:r]
+
+
+def fft2_r2c(patches: np.ndarray) -> np.ndarray:
+    """(..., nh, nw) real -> (..., nh, nw/2 + 1) half spectra (rows, then columns when nh > 1)."""
+    *lead, nh, nw = patches.shape
+    s = _rows_r2c(patches.reshape(-1, nw).astype(F32)).reshape(*lead, nh, nw // 2 + 1)
+    return np.swapaxes(_dft_lines(np.swapaxes(s, -1, -2), False), -1, -2) if nh > 1 else s
+
+
+def fft2_c2r(spec: np.ndarray, nw: int) -> np.ndarray:
+    """(..., nh, nw/2 + 1) half spectra -> (..., nh, nw) real, scaled by 1 / (nh*nw) in float32."""
+    *lead, nh, half = spec.shape
+    if nh > 1:
+        spec = np.swapaxes(_dft_lines(np.swapaxes(spec, -1, -2), True), -1, -2)
+    out = _rows_c2r(spec.reshape(-1, half), nw).reshape(*lead, nh, nw)
+    return (out * F32(1.0 / (nh * nw))).astype(F32)
+
+
+def _complex_products(x: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """sum_c x[..., c, t, f] conj(p[..., o, c, f]) -> (..., o, t, f) as the real GEMM on the block operands
+    sums: the 2C terms [Pr | Pi] . [Xr | Xi] (and [-Pi | Pr]) in order, one FMA each."""
+    re = np.zeros(p.shape[:-3] + (p.shape[-3],) + x.shape[-2:], F32)
+    im = np.zeros_like(re)
+    for part in range(2):
+        for c in range(x.shape[-3]):
+            xv = (x[..., c, :, :].real if part == 0 else x[..., c, :, :].imag)[..., None, :, :]
+            pc = p[..., :, c, None, :]
+            re = fma(re, pc.real if part == 0 else pc.imag, xv)
+            im = fma(im, -pc.imag if part == 0 else pc.real, xv)
+    return re + 1j * im
+
+
+def fft_conv(x: np.ndarray, w: np.ndarray, nf: tuple[int, int]) -> np.ndarray:
+    """The valid stride-1 correlation by overlap-save FFT tiles of nf (nh = 1: the height not transformed)."""
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    p, q = h - r + 1, wd - s + 1
+    tile = (nf[0] - r + 1, nf[1] - s + 1)
+    tiles = (-(-p // tile[0]), -(-q // tile[1]))
+    wpad = np.zeros((k, c, nf[0], nf[1]), F32)
+    wpad[:, :, :r, :s] = w
+    wspec = fft2_r2c(wpad)  # (K, C, nh, half)
+    xs = fft2_r2c(_patches(x.astype(F32), nf, tile, tiles))  # (N, C, TH, TW, nh, half)
+    xs = xs.transpose(1, 0, 2, 3, 4, 5).reshape(c, -1, nf[0] * (nf[1] // 2 + 1))
+    y = _complex_products(xs, wspec.reshape(k, c, -1))  # (K, T, bins)
+    y = fft2_c2r(y.reshape(k, n, tiles[0], tiles[1], nf[0], nf[1] // 2 + 1), nf[1])
+    y = y[..., :tile[0], :tile[1]].transpose(1, 0, 2, 4, 3, 5).reshape(n, k, tiles[0] * tile[0], tiles[1] * tile[1])
+    return y[:, :, :p, :q]

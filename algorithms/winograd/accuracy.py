@@ -1,6 +1,6 @@
 """The error growth each winograd config declares: its rounding error over direct fp32 FMA accumulation's,
-measured in float64 on the CPU by tools/transform_accuracy.py (results/transform_accuracy/cpu/, the
-folder of the commit named in GROWTH's comment), times a margin of 1.25.
+measured in float64 on the CPU by tools/transform_accuracy.py (results/transform_accuracy/cpu/ebac156/
+accuracy.json, "winograd"), times a margin of 1.25.
 
     error_eps(problem, config) = FMA_EPS * growth        (measure.tolerance(problem, error_eps) is the config's
                                                           tolerance; FMA_EPS is what direct declares for float32)
@@ -26,7 +26,7 @@ from .plan import axis_transforms, storage
 FMA_EPS = 2.0**-23
 #: float32 under precision "highest" declines configs whose growth exceeds this
 HIGHEST_LIMIT = 10.0
-#: (op class, F_h x F_w) -> GEMM operands -> growth; results/transform_accuracy/cpu/ (tools/transform_accuracy.py)
+#: (op class, F_h x F_w) -> GEMM operands -> growth: results/transform_accuracy/cpu/ebac156/accuracy.json x 1.25
 GROWTH = {
     ("forward", "F(2,3)xF(2,3)"): {"simt": 1.5, "tf32x3": 2.2, "f16": 6000, "bf16": 45000},
     ("forward", "F(4,3)xF(4,3)"): {"simt": 6.8, "tf32x3": 9.6, "f16": 24000, "bf16": 200000},

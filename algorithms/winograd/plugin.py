@@ -51,6 +51,7 @@ class Winograd(Algorithm):
     dtypes = frozenset({"float32", "float16", "bfloat16"})
     priority = -20  # lossy: never the pick by priority (the simulator, untuned); timing or the cost model picks it
     layouts = frozenset({"nchw", "nhwc"})
+    simulator_examples = 4  # conformance draws a check: most hits are sample problems (stride 1 only)
     description = ("Winograd F(m x m, 3 x 3) (m = 2, 4, 6) and F(m, r) on one axis (r <= 7): generated "
                    "Toom-Cook transforms, fused (transforms in the GEMM kernel) or non-fused (batched GEMM on "
                    "SIMT or tensor cores); stride 1, dilation 1; wgrad where it pays")

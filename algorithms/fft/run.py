@@ -24,19 +24,11 @@ from convlab.kernels.data import convert
 from convlab.kernels.fft.inverse import inverse
 from convlab.kernels.fft.spectrum import spectrum
 from convlab.kernels.transform import gemm as tgemm
+from convlab.kernels.transform.operands import flat, strides
 from convlab.problem import Problem
 from convlab.runtime.scratch import scratch
 
 from .plan import Plan, dilated
-
-
-def strides(arr) -> tuple[int, ...]:
-    item = np.dtype(arr.dtype).itemsize
-    return tuple(s // item for s in runtime.strides_of(arr))
-
-
-def flat(arr):
-    return runtime.kernel_view(runtime.flat_view(arr))
 
 
 def run(problem: Problem, plan: Plan, ksplit: int, a, b, bias, out) -> None:

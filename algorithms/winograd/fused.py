@@ -8,6 +8,7 @@ import math
 from convlab import runtime
 from convlab.kernels.data import convert
 from convlab.kernels.winograd.fused import FusedTile, fused_kernel, pick_tile
+from convlab.kernels.transform.operands import flat, strides
 from convlab.kernels.winograd.transforms import frozen, patch_transform
 from convlab.plugin.contract import Config
 from convlab.plugin.cost import Features, blocks_per_sm
@@ -15,7 +16,7 @@ from convlab.problem import Problem
 from convlab.runtime.scratch import scratch
 from convlab.runtime.targets import Target
 
-from .plan import Plan, make_plan, stage_flops, strides
+from .plan import Plan, make_plan, stage_flops
 
 _UNLIMITED = 1 << 40
 
@@ -63,7 +64,6 @@ def run(problem: Problem, config: Config, a, b, bias, out) -> None:
     total_t = pr.n * plan.t_img
     if total_t == 0:
         return
-    flat = lambda arr: runtime.kernel_view(runtime.flat_view(arr))  # noqa: E731
     with scratch(max(1, plan.z * ci * ko), "float32") as u:
         patch_transform(g_h, g_w, flat(b), u, in_kind=kind, out_kind=None, c_fast=False, groups=g, c_real=ci,
                         c_all=ci, t_real=ko, t_all=ko, tiles=(1, 1), step=(0, 0), origin=(0, 0),

@@ -24,20 +24,16 @@ import numpy as np
 from convlab import runtime
 from convlab.kernels.data import convert
 from convlab.kernels.transform import gemm as tgemm
+from convlab.kernels.transform.operands import flat, strides
 from convlab.kernels.winograd.transforms import patch_transform, tile_inverse
 from convlab.problem import Problem
 from convlab.runtime.scratch import scratch
 
-from .plan import Plan, strides
+from .plan import Plan
 
 #: the element type the GEMM's operands are stored in, per engine (plan.storage)
 OPERAND = {"simt": (np.float32, None), "tf32x3": (np.float32, None), "f16": (np.float16, "float16"),
            "bf16": (np.uint16, "bfloat16")}
-
-
-def flat(arr):
-    """The flat memory of an operand as kernels read it (bf16 as its bits), any dense layout."""
-    return runtime.kernel_view(runtime.flat_view(arr))
 
 
 def run(problem: Problem, plan: Plan, ksplit: int, a, b, bias, out) -> None:

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from convlab import runtime
 from convlab.kernels.transform import gemm as tgemm
 from convlab.kernels.winograd.toomcook import Transforms, winograd
 from convlab.plugin.contract import Config
@@ -150,9 +149,3 @@ def stage_flops(problem: Problem, plan: Plan) -> tuple[float, float]:
     trans = plan.k_out * plan.c_in * transform_flops(g_h, g_w)
     trans += tiles * (plan.c_in * transform_flops(bt_h, bt_w) + plan.k_out * transform_flops(at_h, at_w))
     return float(trans * pr.groups), 2.0 * plan.z * plan.k_out * tiles * plan.k_pad
-
-
-def strides(arr) -> tuple[int, ...]:
-    """Element strides of a device array (NCHW or channels-last memory alike)."""
-    item = np.dtype(arr.dtype).itemsize
-    return tuple(s // item for s in runtime.strides_of(arr))

@@ -9,6 +9,9 @@ are exactly representable in float32; compare it with :func:`convlab.reference.s
     winograd(x, w, th, tw)   U = G_h g G_w^T, V = B_h^T d B_w (fp32, row then column, terms in order),
                              M = sum_c U V with one rounding a term (or the GEMM engine's), y = A_h^T M A_w
     winograd_wgrad(x, dy, th, tw)   the same for wgrad (F(R, m): x patches, dy tiles, sum over tiles)
+    fft_conv(x, w, nf)       overlap-save tiles of nf, the r2c / c2r transforms as convlab.kernels.fft computes
+                             them (row pairs, bit-reversed radix-2 stages with the float32 twiddle table), the
+                             products summed as the GEMM on the block operands sums them
 
 Forward correlations of stride 1, no padding (the interior that padding leaves unchanged); the error
 ratios these give are what the plugins declare (accuracy.py of each).
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from convlab.kernels.fft.stages import bit_reverse, twiddles
 from convlab.kernels.winograd.toomcook import Transforms
 
 F32 = np.float32
@@ -155,8 +159,6 @@ def winograd_wgrad(x: np.ndarray, dy: np.ndarray, th: Transforms, tw: Transforms
 def _dft_lines(z: np.ndarray, inverse: bool) -> np.ndarray:
     """The DFT along the last axis (complex64) as convlab.kernels.fft.stages computes it: bit-reversed
     load, radix-2 stages with the float32 twiddle table (a radix-4 pass is two of them, same twiddles)."""
-    from convlab.kernels.fft.stages import bit_reverse, twiddles
-
     n = z.shape[-1]
     z = z[..., [bit_reverse(i, n) for i in range(n)]].astype(np.complex64)
     twr, twi = twiddles(n)

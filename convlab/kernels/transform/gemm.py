@@ -11,8 +11,9 @@ transposed), so a transform kernel writes one layout for either engine. Engines 
                product, < 2**-20 error a product: fp32-class)
     "f16", "bf16"  the tensor-core GEMM on operands rounded to the half type, fp32 accumulators
 
-More than GRID_Z GEMMs (an FFT's bins times many groups) take several launches. ``ksplit`` > 1 (SIMT only) cuts the reduction over blocks into partials that
-:func:`convlab.kernels.data.splitk.sum_partials` adds in order (deterministic), into C or onto it.
+More than GRID_Z GEMMs (an FFT's bins times many groups) take several launches. ``ksplit`` > 1 (SIMT
+only) cuts the reduction over blocks into partials that :func:`convlab.kernels.data.splitk.sum_partials`
+adds in order (deterministic), into C or onto it.
 """
 from __future__ import annotations
 

@@ -6,6 +6,8 @@
     tensor_core/     the tensor-core implicit GEMM (mma.sync, wgmma) and its 3xTF32 variant tf32x3
     depthwise.py     depthwise convolutions (groups == C), generated per layer shape
     widen.py         fp16 / bf16 problems on the float32 plugins
+    winograd/        Winograd F(m x m, 3 x 3) and F(m, r): generated transforms, fused and non-fused (lossy)
+    fft/             FFT convolution: overlap-save tiles, real-to-complex transforms in shared memory (lossy)
 
 The registry imports every module and package here; each registers its plugin classes with
 ``@register`` (convlab.plugin.registry). A plugin imports the kernel layer (``convlab.kernels``), the

@@ -7,6 +7,8 @@
     tma_wgmma/       Hopper: TMA im2col copies feeding warp-specialized, persistent wgmma (sm_90a)
     depthwise.py     depthwise convolutions (groups == C), generated per layer shape
     widen.py         fp16 / bf16 problems on the float32 plugins
+    winograd/        Winograd F(m x m, 3 x 3) and F(m, r): generated transforms, fused and non-fused (lossy)
+    fft/             FFT convolution: overlap-save tiles, real-to-complex transforms in shared memory (lossy)
 
 The registry imports every module and package here; each registers its plugin classes with
 ``@register`` (convlab.plugin.registry). A plugin imports the kernel layer (``convlab.kernels``), the

@@ -17,14 +17,15 @@ from .problem import Problem, make_problem, make_problem_nd
 from .runtime import targets
 from .runtime.context import reset
 from .runtime.launch import SimulatorCostWarning
-from .runtime.settings import (float32_precision, get_deterministic, get_float32_precision, get_workspace_limit,
-                               set_deterministic, set_float32_precision, set_workspace_limit)
+from .runtime.settings import (allow_lossy, float32_precision, get_allow_lossy, get_deterministic,
+                               get_float32_precision, get_workspace_limit, set_allow_lossy, set_deterministic,
+                               set_float32_precision, set_workspace_limit)
 from .runtime.targets import Target
 
 __all__ = ["Algorithm", "Config", "Verdict", "Target", "Problem", "make_problem", "make_problem_nd", "get_plugin", "load_errors",
            "plugins", "register", "unregister", "get_workspace_limit", "set_workspace_limit",
            "get_deterministic", "set_deterministic", "get_float32_precision", "set_float32_precision",
-           "float32_precision", "conv2d", "conv2d_backward_data", "conv2d_backward_weight", "conv_transpose2d",
+           "float32_precision", "get_allow_lossy", "set_allow_lossy", "allow_lossy", "conv2d", "conv2d_backward_data", "conv2d_backward_weight", "conv_transpose2d",
            "conv1d", "conv1d_backward_data", "conv1d_backward_weight", "conv_transpose1d", "conv3d",
            "conv3d_backward_data", "conv3d_backward_weight", "conv_transpose3d",
            "explain", "problem_for", "reset", "targets", "SimulatorCostWarning", "__version__"]

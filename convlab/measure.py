@@ -108,8 +108,15 @@ def plugin_tolerance(plugin: Any, problem: Problem, config: Config | None = None
     """:func:`tolerance` with the eps of ``plugin`` running ``config`` (its arithmetic for that config:
     a composite such as widen answers for the plugin and config it runs; no config: the
     largest over its configs). The conformance checks judge a candidate by this, and the autotuner and
-    ``convlab bench`` too (:func:`check_candidate`: the same eps and tolerance)."""
-    return tolerance(problem, plugin.compute_eps(problem.dtype, config), reference)
+    ``convlab bench`` too (:func:`check_candidate`: the same eps and tolerance). A config's eps includes
+    its declared ``error_growth`` (:meth:`convlab.plugin.contract.Algorithm.error_eps`)."""
+    return tolerance(problem, candidate_eps(plugin, problem, config), reference)
+
+
+def candidate_eps(plugin: Any, problem: Problem, config: Config | None) -> float:
+    """The eps :func:`plugin_tolerance` scales with: ``error_eps`` of the config, or without one
+    ``compute_eps(dtype)``, the bound over every config."""
+    return plugin.compute_eps(problem.dtype) if config is None else plugin.error_eps(problem, config)
 
 
 def time_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias: Any, out: Any, *,
@@ -284,7 +291,7 @@ def check_candidate(row: CandidateResult, cand: Candidate, problem: Problem, dev
     try:
         runtime.copy_into(out, poison)
         run_candidate(cand, problem, *dev, out, limit)
-        eps = cand.plugin.compute_eps(problem.dtype, cand.config)  # plugin_tolerance's eps
+        eps = candidate_eps(cand.plugin, problem, cand.config)  # plugin_tolerance's eps
         return judge(row, runtime.to_host(out), trusted, problem, eps)
     except Exception as exc:  # a broken candidate is reported, never fatal
         row.status, row.error = "error", f"{type(exc).__name__}: {exc}"[:500]

@@ -1,6 +1,6 @@
 """The GPU check of convlab in one resumable script: the tests, the sanitizers, the user's path against
-cuDNN, the cold start, the host cost, the GEMMs and the Hopper kernels (tools/hopper_check.py), each step's
-files under results/ as it finishes.
+cuDNN, the cold start, the host cost, the GEMMs, the Hopper kernels (tools/hopper_check.py) and the transform
+plugins (winograd, fft) against cuDNN, each step's files under results/ as it finishes.
 
     python tools/gpu_check.py --resume --budget 560           # on the GPU machine, from the repository root
     python tools/gpu_check.py --list                          # the steps, in order (no GPU needed)
@@ -78,6 +78,23 @@ def auto_step(suite: str, token: str, workers: int) -> Step:
                 f"{stem}.md", 120, fill)
 
 
+def transform_steps(workers: int) -> list[Step]:
+    """winograd and fft against cuDNN and the exact plugins (``convlab bench``: every config, checked first),
+    then the tuner's pick with them in reach (``convlab bench auto``), in exact float32 (precision "highest")."""
+    exact = "winograd,fft,implicit_gemm,tf32x3,im2col,col2im,depthwise"
+    out = []
+    for suite, about in (("resnet50_3x3", "ResNet-50's 3x3 stride-1 layers in exact float32"),
+                         ("large_kernels", "the large-kernel layers (ConvNeXt 7x7 depthwise, 1D 31- to 80-tap)")):
+        stem = f"transform_{suite}"
+        out.append(Step(f"transform/{suite}", "bench", f"winograd and fft against cuDNN and the exact plugins on "
+                        f"{about}: every config", [Job(stem, [PY, "-m", "convlab.cli", "bench", "--suite", suite,
+                                                               "--plugins", exact, "--all-configs", "--repeat", "10",
+                                                               "--out", "{dir}", "--name", stem], 590)],
+                        f"{stem}.json", 200))
+        out.append(auto_step(suite, "float32", workers))
+    return out
+
+
 def steps(workers: int) -> list[Step]:
     pytest = [PY, "-m", "pytest", "-n", "10", "-v", "-rfE", "-p", "no:benchmark", "-p", "no:cacheprovider",
               "--junitxml={dir}/gpu-tests.xml", "tests"]
@@ -109,6 +126,7 @@ def steps(workers: int) -> list[Step]:
                  [Job("hopper_check", [PY, "tools/hopper_check.py", "--resume", "--budget", "420", "--out",
                                        "{dir}/check"], 560)], "check/complete", 300)]
     out += [auto_step(s, t, workers) for s in SUITES_THEN for t in DTYPES_FIRST]
+    out += transform_steps(workers)
     out += [auto_step(s, "float32+high", workers) for s in SUITES_FIRST + SUITES_THEN]
     return out
 

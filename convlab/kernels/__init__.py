@@ -20,6 +20,10 @@
                    direct.py (the direct kernels), columns.py (column-buffer plans, unfold / fold
                    launches), unfold.py, fold.py, depthwise_common / depthwise_conv / depthwise_wgrad.py
                    (the depthwise kernel generators)
+    transform/     what the Winograd and FFT convolutions share: the batched GEMM over transform points,
+                   constant-matrix codegen, operand addressing, float32 emulations for error measurement
+    winograd/      toomcook.py (F(m, r) generated in rational arithmetic), transforms.py, fused.py
+    fft/           stages.py (radix-4 / radix-2 passes), spectrum.py (r2c of patches), inverse.py (c2r)
 
 Import the modules directly (``from convlab.kernels.simt.gemm import gemm``); the packages import
 nothing themselves.

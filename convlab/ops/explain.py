@@ -27,6 +27,7 @@ class PluginRow:
     median_ms: float | None = None
     check: str = ""
     estimate_ms: float | None = None  # the cost model's lowest estimate among its configs
+    accuracy: str = ""  # the plugin's accuracy note on its first config (Algorithm.accuracy_note)
 
 
 @dataclass
@@ -62,6 +63,8 @@ class Explanation:
                 extra += f"  median {r.median_ms:.4g} ms"
             if r.check:
                 extra += f"  check {r.check}"
+            if r.eligible and r.accuracy:
+                extra += f"  accuracy: {r.accuracy}"
             lines.append(f" {mark} {r.name:<{width}}  prio {r.priority:>3}  {status}{extra}")
         lines += self._candidate_lines()
         origin = {"cache": "from the cache", "tuned": "tuned now", "priority": "by declared priority",
@@ -104,13 +107,15 @@ def plugin_rows(prob: Problem, workspace_limit: int, target: Target | None = Non
     for plugin in registry.plugins():
         configs = registry.safe_configs(plugin, prob, target)
         verdict = registry.verdict(plugin, prob, configs[0] if configs else None, workspace_limit, target)
-        ws = None
+        ws, note = None, ""
         if verdict and configs:
             try:
                 ws = plugin.workspace_bytes(prob, configs[0], workspace_limit, target=target)
+                note = plugin.accuracy_note(prob, configs[0])
             except Exception:
                 ws = None
-        rows.append(PluginRow(plugin.name, plugin.priority, verdict.ok, verdict.reason, len(configs), ws))
+        rows.append(PluginRow(plugin.name, plugin.priority, verdict.ok, verdict.reason, len(configs), ws,
+                              accuracy=note))
     return rows
 
 

@@ -8,6 +8,12 @@ answers these questions about a :class:`~convlab.problem.Problem`:
     workspace_bytes(problem, config, limit, target) -> int       extra device memory I will allocate
     run(problem, config, a, b, bias, out, workspace_limit)       write ``out`` (see convlab.problem for a, b, out)
     compute_eps(dtype, config=None)                 -> float     machine epsilon of my arithmetic (tolerances)
+    check_config(problem, config, target)           -> Verdict   may this config run it? (default yes)
+    error_growth(problem, config)                   -> float     how many times plain accumulation's error
+                                                                 this config makes (transforms: measured)
+    error_eps(problem, config)                      -> float     compute_eps(dtype) x error_growth: what a
+                                                                 tolerance of this config scales with
+    accuracy_note(problem, config)                  -> str       one line on the config's accuracy (explain)
     sample_problems(op)                             -> [Problem] problems I accept, for the conformance suite
     cost_features(problem, config, target, limit)   -> Features  what the autotuner's cost model should
                                                                  know of a candidate (default: its generic view)
@@ -21,7 +27,15 @@ computed on a machine without one; ``run`` executes on :func:`convlab.runtime.ta
 plan was made for. A config that cannot fit the target is left out of ``configs`` (``target.fits``),
 and a problem no config fits is declined with that reason. Callers may leave the target out (the
 current one is used), and a plugin whose methods take no ``target`` still works: it is dropped for it.
-:meth:`Algorithm.applicable` combines the op, dtype, ``check`` and workspace conditions.
+:meth:`Algorithm.applicable` combines the op, dtype, ``check``, ``check_config``, lossiness and workspace
+conditions.
+
+Accuracy: ``compute_eps(dtype, config)`` is the unit roundoff of a config's arithmetic (no config: the
+bound over every config), the eps of ``convlab.measure.tolerance``. A config whose rounding error grows
+beyond plain accumulation's (Winograd's, FFT's transforms) declares the factor, measured against fp32
+FMA accumulation, in ``error_growth(problem, config)``; ``error_eps`` is their product, what
+``measure.plugin_tolerance`` scales with. ``error_growth`` above 1 is *lossy*:
+:func:`convlab.set_allow_lossy` (False) makes ``applicable`` decline it.
 
 Class attributes declare the rest: ``name``, ``ops``, ``dtypes``, ``priority`` (higher wins when nothing
 was timed), ``deterministic`` (same bits on every run), ``description``, ``compiles_per_shape`` (its
@@ -42,18 +56,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Mapping
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
 from convlab.problem import Problem
 from convlab.runtime.targets import Target
 
+from .config import Config, Verdict, config_from  # noqa: F401  (re-exported: the contract's values)
 from .cost import Features, generic
 
 #: the planning methods that take a ``target``, with the count of positional parameters before it
-TARGETED = {"check": 1, "configs": 1, "workspace_bytes": 3}
+TARGETED = {"check": 1, "configs": 1, "workspace_bytes": 3, "check_config": 2}
 
 
 def _takes_target(fn: Callable) -> bool:
@@ -90,69 +104,6 @@ def _with_target(fn: Callable, positional: int) -> Callable:
         return fn(self, *args, target=target, **kwargs)
     method.__convlab_targeted__ = True  # type: ignore[attr-defined]
     return method
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Whether a plugin accepts a problem; ``reason`` says why not (and is empty when it does)."""
-
-    ok: bool
-    reason: str = ""
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-    @classmethod
-    def yes(cls) -> "Verdict":
-        return cls(True, "")
-
-    @classmethod
-    def no(cls, reason: str) -> "Verdict":
-        if not reason:
-            raise ValueError("a declining verdict must give its reason")
-        return cls(False, reason)
-
-
-class Config(Mapping[str, Any]):
-    """An immutable, hashable, JSON-friendly set of tunables, e.g. ``Config(BM=64, BN=64, BK=8)``."""
-
-    __slots__ = ("_items",)
-
-    def __init__(self, items: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        merged = dict(items or {}, **kwargs)
-        object.__setattr__(self, "_items", tuple(sorted(merged.items())))
-
-    def __getitem__(self, key: str) -> Any:
-        for k, v in self._items:
-            if k == key:
-                return v
-        raise KeyError(key)
-
-    def __getattr__(self, key: str) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            raise AttributeError(key) from None
-
-    def __iter__(self):
-        return (k for k, _ in self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(self._items)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Mapping) and dict(self) == dict(other)
-
-    @property
-    def name(self) -> str:
-        """Stable text form, e.g. ``BK=8,BM=64,BN=64`` (``default`` when empty)."""
-        return ",".join(f"{k}={v}" for k, v in self._items) or "default"
-
-    def __repr__(self) -> str:
-        return f"Config({self.name})"
 
 
 class Algorithm:
@@ -201,6 +152,26 @@ class Algorithm:
         a half-precision output. Default: the dtype's own epsilon."""
         return float(np.finfo(dtype).eps)
 
+    def check_config(self, problem: Problem, config: Config, target: Target | None = None) -> Verdict:
+        """Config-specific applicability, asked after :meth:`check` for each config (e.g. a transform
+        whose error is too large for the float32 precision in force). Override this."""
+        return Verdict.yes()
+
+    def error_growth(self, problem: Problem, config: Config) -> float:
+        """How many times the rounding error of plain accumulation at :meth:`compute_eps` ``config``'s
+        arithmetic makes on ``problem``: 1 for FMA and GEMM plugins; a transform algorithm declares its
+        measured factor (module docstring). Above 1 the config is lossy."""
+        return 1.0
+
+    def error_eps(self, problem: Problem, config: Config) -> float:
+        """The unit roundoff a tolerance of ``config`` on ``problem`` scales with:
+        ``compute_eps(problem.dtype, config) * error_growth(problem, config)``."""
+        return self.compute_eps(problem.dtype, config) * self.error_growth(problem, config)
+
+    def accuracy_note(self, problem: Problem, config: Config) -> str:
+        """One line on ``config``'s accuracy that ``explain`` prints beside the plugin ("" : nothing)."""
+        return ""
+
     def sample_problems(self, op: str) -> list[Problem]:
         """A few problems this plugin accepts, checked by the conformance suite besides random ones
         (override when the plugin's applicability is too narrow for random draws to hit it)."""
@@ -233,9 +204,10 @@ class Algorithm:
     # -- the full predicate -----------------------------------------------------------------------
     def applicable(self, problem: Problem, config: Config | None = None,
                    workspace_limit: int | None = None, target: Target | None = None) -> Verdict:
-        """The op, dtype, plugin-specific and workspace conditions together on ``target`` (default:
-        :func:`convlab.runtime.targets.current`), with the first failing condition as the reason."""
-        from convlab.runtime.settings import get_workspace_limit
+        """The op, dtype, plugin-specific, config-specific, lossiness and workspace conditions together on
+        ``target`` (default: :func:`convlab.runtime.targets.current`), with the first failing condition as
+        the reason."""
+        from convlab.runtime.settings import get_allow_lossy, get_workspace_limit
         from convlab.runtime.targets import current
 
         target = current() if target is None else target
@@ -256,6 +228,14 @@ class Algorithm:
             if not configs:
                 return Verdict.no(f"no config of {self.name} fits {target.name}")
             config = configs[0]
+        verdict = self.check_config(problem, config, target=target)
+        if not verdict:
+            return verdict
+        if not get_allow_lossy():
+            growth = self.error_growth(problem, config)
+            if growth > 1.0:
+                return Verdict.no(f"lossy: {config.name} makes {growth:.3g}x the rounding error of plain "
+                                  "accumulation and convlab.set_allow_lossy(False) is in force")
         need = self.workspace_bytes(problem, config, limit, target=target)
         if need > limit:
             return Verdict.no(f"needs {need} bytes of workspace, over the limit of {limit}")
@@ -263,25 +243,3 @@ class Algorithm:
 
     def __repr__(self) -> str:
         return f"<plugin {self.name}: ops={sorted(self.ops)} priority={self.priority}>"
-
-
-def _config_text(text: str) -> str:
-    """A config string in the form of :attr:`Config.name`: ``" BM = 8, BK=4 "`` -> ``"BK=4,BM=8"``."""
-    parts = [p.split("=", 1) for p in text.split(",") if p.strip()]
-    if not parts or any(len(p) != 2 for p in parts):
-        return text.strip()
-    return ",".join(f"{k.strip()}={v.strip()}" for k, v in sorted((k.strip(), v) for k, v in parts))
-
-
-def config_from(value: Config | Mapping[str, Any] | str | None, choices: Iterable[Config]) -> Config | None:
-    """Resolve a user's config (a Config, a dict, or a ``name`` string such as ``"BK=4,BM=8"``; spaces
-    and the order of the entries do not matter) against ``choices``."""
-    if value is None:
-        return None
-    choices = list(choices)
-    text = _config_text(value) if isinstance(value, str) else None
-    for choice in choices:
-        if (text is not None and choice.name == text) or (
-                isinstance(value, Mapping) and choice == value):
-            return choice
-    raise ValueError(f"unknown config {value!r}; choices are {[c.name for c in choices]}")

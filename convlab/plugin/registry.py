@@ -19,7 +19,7 @@ from typing import Any, Iterable, TypeVar
 from .contract import Algorithm, Config, Verdict
 from convlab.problem import Problem
 from convlab.runtime import context
-from convlab.runtime.settings import bump_generation
+from convlab.runtime.settings import bump_generation, get_allow_lossy
 from convlab.runtime.targets import Target, current as current_target
 
 ENTRY_POINT_GROUP = "convlab.algorithms"
@@ -140,9 +140,11 @@ def clear_set_aside(name: str | None = None) -> None:
 
 
 def state() -> tuple:
-    """A cheap snapshot of the registered plugins (object ids): it changes whenever a plugin is
-    registered or unregistered (convlab.call.plan keys on it)."""
-    return tuple(map(id, _plugins.values()))
+    """A cheap snapshot of which plugins may run: their object ids and the lossy setting
+    (:func:`convlab.runtime.settings.get_allow_lossy`). It changes whenever a plugin is registered or
+    unregistered or lossy configs are allowed or forbidden (convlab.call.plan's plans and the
+    autotuner's remembered decisions key on it)."""
+    return tuple(map(id, _plugins.values())), get_allow_lossy()
 
 
 def load_errors() -> dict[str, str]:

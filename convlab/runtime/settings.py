@@ -7,6 +7,7 @@
 | deterministic mode: exclude plugins declaring ``deterministic = False`` | ``CONVLAB_DETERMINISTIC`` (0) | :func:`set_deterministic` |
 | simulator thread budget: simulated threads per launch above which convlab warns | ``CONVLAB_SIM_THREAD_BUDGET`` (10000) | the variable |
 | float32 precision: ``"highest"`` (fp32-class: fp32 FMA, or the ``tf32x3`` plugin's 3xTF32) or ``"high"`` (TF32 tensor cores allowed for float32) | ``CONVLAB_FLOAT32_PRECISION`` (highest) | :func:`set_float32_precision`, :func:`float32_precision` |
+| lossy algorithms: allow configs declaring an error growth above plain accumulation's (Winograd, FFT) | ``CONVLAB_ALLOW_LOSSY`` (1) | :func:`set_allow_lossy`, :func:`allow_lossy` |
 | cache directory: tuning results (and compiled kernels) | ``CONVLAB_CACHE_DIR`` (user cache dir) | the variable |
 | tuning depth: configs per plugin the autotuner considers in every mode (its preferred first; all by default) | ``CONVLAB_TUNE_CONFIGS`` (all) | :func:`set_tune_configs` |
 | tuning mode of ``algorithm="auto"``: ``"heuristic"`` (the cost model's pick, nothing timed), ``"tune"`` (the model's top candidates timed), ``"exhaustive"`` (every candidate timed) | ``CONVLAB_TUNE_MODE`` (heuristic) | :func:`set_tune_mode` (``convlab.autotune.set_mode``) |
@@ -133,6 +134,7 @@ _state: dict[str, Any] = {
     "deterministic": _from_env("CONVLAB_DETERMINISTIC", _parse_flag, False),
     "float32_precision": _from_env("CONVLAB_FLOAT32_PRECISION", lambda v: _parse_precision(v.lower()),
                                    "highest"),
+    "allow_lossy": _from_env("CONVLAB_ALLOW_LOSSY", lambda v: _parse_flag(v, "CONVLAB_ALLOW_LOSSY"), True),
     "tune_configs": _from_env("CONVLAB_TUNE_CONFIGS", _parse_tune_configs, None),
     "tune_mode": _from_env("CONVLAB_TUNE_MODE", _parse_tune_mode, DEFAULT_TUNE_MODE),
     "tune_budget": _from_env("CONVLAB_TUNE_BUDGET", _parse_budget, DEFAULT_TUNE_BUDGET_S),
@@ -275,6 +277,31 @@ def float32_precision(precision: str) -> Iterator[str]:
         yield precision
     finally:
         set_float32_precision(previous)
+
+
+def get_allow_lossy() -> bool:
+    """Whether configs declaring an error growth above 1 (``Algorithm.error_growth``: transform algorithms
+    such as Winograd and FFT, whose rounding error exceeds plain accumulation's) may run."""
+    return _state["allow_lossy"]
+
+
+def set_allow_lossy(flag: bool) -> bool:
+    """Allow (True, the default) or forbid (False) lossy configs, as torch's
+    ``torch.backends.cudnn.allow_tf32`` governs TF32: forbidden, they decline with that reason (a forced
+    one raises ValueError), so "auto" never picks them. Returns the previous setting."""
+    if not isinstance(flag, bool):
+        raise TypeError(f"flag must be a bool, got {flag!r}")
+    return _swap("allow_lossy", flag)
+
+
+@contextlib.contextmanager
+def allow_lossy(flag: bool) -> Iterator[bool]:
+    """``with convlab.allow_lossy(False): ...``: the setting inside the block, restored after."""
+    previous = set_allow_lossy(flag)
+    try:
+        yield flag
+    finally:
+        set_allow_lossy(previous)
 
 
 def cache_dir() -> Path:

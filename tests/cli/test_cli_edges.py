@@ -67,7 +67,7 @@ def test_explain_on_a_declining_plugin_says_why_as_the_pick_and_exits_1(capsys):
     assert convlab.explain(*zeros, algorithm="depthwise").why_none.startswith(words)
 
 
-@pytest.mark.parametrize("algorithm, words", [("fft", "unknown algorithm 'fft'; registered: "),
+@pytest.mark.parametrize("algorithm, words", [("cufft", "unknown algorithm 'cufft'; registered: "),
                                               ("im2col[BK=3]", "unknown config 'BK=3'; choices are ")])
 def test_explain_on_an_unknown_plugin_or_config_fails_as_conv2d_does(capsys, algorithm, words):
     from convlab.plugin import registry

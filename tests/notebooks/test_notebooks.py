@@ -23,6 +23,9 @@ EXPECTED = {
                          "needs stride 1, got (2, 2)"], "03_winograd_vs_others.png"),
     "04_training_with_convlab": (["same parameters after convert: True", "ConvTranspose2d", "step time convlab / ",
                                   "'s seed range", "training loss "], "04_training_loss.png"),
+    "05_transform_algorithms": (["exact in rational arithmetic: True", "declines: float32 precision 'highest'",
+                                 "lossy: ", "executed / dense FLOPs", "GPU numbers: ",
+                                 "FFT's estimate beats every other plugin's from kernel size"], "05_winograd_error.png"),
 }
 #: notebooks that need an optional extra (skipped cleanly where it is missing)
 NEEDS = {"04_training_with_convlab": "torch"}

@@ -18,7 +18,7 @@ import numpy as np
 from convlab import runtime
 from convlab.call import operands, plan
 from convlab.kernels.data import layouts
-from convlab.ops import strategy
+from convlab.ops import epilogue, strategy
 from convlab.ops.arguments import (array_spec, check_fits, check_out_aliasing, dgrad_problem, forward_problem,
                                    problem_for, transpose_problem, wgrad_problem)
 from convlab.plugin import registry
@@ -218,13 +218,19 @@ def _execute(prob: Problem, inputs: dict[str, operands.Operand], bias: operands.
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=1, groups: int = 1, *,
            algorithm: Any = "auto", out: Any = None, workspace_limit: int | None = None,
-           stream: Any = None) -> Any:
+           stream: Any = None, activation: Any = None, residual: Any = None, residual_at: str = "before",
+           scale: Any = None, shift: Any = None) -> Any:
     """y (N, K, P, Q) = conv2d(x (N, C, H, W), weight (K, C/groups, R, S)) + bias (K,).
 
-    ``stream``: where the kernels run (default: the operands' stream; see convlab.call.operands)."""
-    return _call("conv2d", lambda: forward_problem(x, weight, bias, stride, padding, dilation, groups),
-                 {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups), algorithm,
-                 workspace_limit, stream)
+    ``stream``: where the kernels run (default: the operands' stream; see convlab.call.operands).
+    ``activation``, ``residual`` (N, K, P, Q), ``residual_at``, ``scale`` (K,), ``shift`` (K,): an
+    epilogue, act((y * scale + shift) + residual) (convlab.epilogue; convlab.ops.epilogue)."""
+    def build() -> Problem:
+        return forward_problem(x, weight, bias, stride, padding, dilation, groups)
+    return epilogue.run_with(
+        lambda: _call("conv2d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
+                      algorithm, workspace_limit, stream),
+        build, x, out, activation, residual, residual_at, scale, shift, stream)
 
 
 def conv2d_backward_data(grad_out: Any, weight: Any, input_shape: Sequence[int], stride=1, padding=0,
@@ -249,16 +255,20 @@ def conv2d_backward_weight(x: Any, grad_out: Any, weight_shape: Sequence[int], s
 
 def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1, *, algorithm: Any = "auto", out: Any = None,
-                     workspace_limit: int | None = None, stream: Any = None) -> Any:
+                     workspace_limit: int | None = None, stream: Any = None, activation: Any = None,
+                     residual: Any = None, residual_at: str = "before", scale: Any = None,
+                     shift: Any = None) -> Any:
     """y (N, C_out, H_out, W_out) from x (N, C_in, H, W), weight (C_in, C_out/groups, R, S), bias (C_out,).
 
-    Computed as the backward-data problem of the forward convolution that maps y's shape to x's.
+    Computed as the backward-data problem of the forward convolution that maps y's shape to x's. The
+    epilogue arguments (scale, shift: (C_out,)) are conv2d's.
     """
-    return _call("conv_transpose2d",
-                 lambda: transpose_problem(x, weight, bias, stride, padding, output_padding, groups,
-                                            dilation),
-                 {"x": x, "weight": weight}, bias, out, (stride, padding, output_padding, groups, dilation),
-                 algorithm, workspace_limit, stream)
+    def build() -> Problem:
+        return transpose_problem(x, weight, bias, stride, padding, output_padding, groups, dilation)
+    return epilogue.run_with(
+        lambda: _call("conv_transpose2d", build, {"x": x, "weight": weight}, bias, out,
+                      (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream),
+        build, x, out, activation, residual, residual_at, scale, shift, stream)
 
 
 def explain(*args: Any, op: str = "conv2d", algorithm: Any = "auto",

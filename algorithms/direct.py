@@ -11,7 +11,8 @@ Every option (stride, padding, dilation, groups, bias) is supported, in 2D and i
 with a depth axis: convlab.kernels.conv.direct3d), so this plugin is the fallback that accepts every
 valid problem (1D runs as its 2D embedding). wgrad's long reduction (N*P*Q) is split into chunks summed in order by a
 second kernel (``convlab.kernels.data.splitk.sum_partials``: deterministic) when the split buffer fits the
-workspace limit; otherwise one thread sums it all.
+workspace limit; otherwise one thread sums it all. The 2D forward kernel also comes fused with an
+epilogue (convlab.epilogue), applied to each output in registers before its store (``run_fused``).
 """
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ import math
 import numpy as np
 
 from convlab import runtime
+from convlab.epilogue import Epilogue
 from convlab.plugin.contract import Algorithm, Config, Verdict
 from convlab.plugin.cost import Features, blocks_per_sm, default_arith
 from convlab.plugin.registry import register
 from convlab.problem import Problem, make_problem_nd
 from convlab.kernels.conv.direct3d import kernels3d
 from convlab.kernels.data.splitk import sum_partials
+from convlab.kernels.epilogue import EpilogueOperands, compute_dtype, device_epilogue
 from convlab.runtime import cuda
 from convlab.runtime.targets import Target
 
@@ -35,9 +38,59 @@ _WGRAD_CHUNK = 256  # target products per thread in split wgrad
 
 
 @functools.cache
+def _forward_sum(dtype: str):
+    """The device function summing one forward output y[n, k, p, q] (without the bias)."""
+    zero = np.dtype(dtype).type(0)
+
+    @runtime.jit(device=True)
+    def forward_sum(x, w, n, k, p, q, k_, sh, sw, ph, pw, dh, dw):
+        cpg, r_, s_ = w.shape[1], w.shape[2], w.shape[3]
+        c0 = (k // (k_ // (x.shape[1] // cpg))) * cpg
+        acc = zero
+        for c in range(cpg):
+            for r in range(r_):
+                h = p * sh - ph + r * dh
+                if 0 <= h < x.shape[2]:
+                    for s in range(s_):
+                        ww = q * sw - pw + s * dw
+                        if 0 <= ww < x.shape[3]:
+                            acc += x[n, c0 + c, h, ww] * w[k, c, r, s]
+        return acc
+    return forward_sum
+
+
+@functools.cache
+def _forward_fused(dtype: str, epi: Epilogue):
+    """forward with ``epi`` applied to each output in registers before its store; the residual (flat,
+    C-contiguous like y) is read at the output's linear index."""
+    forward_sum, finish = _forward_sum(dtype), device_epilogue(dtype, epi)
+    ct, has_residual = compute_dtype(dtype).type, epi.residual is not None
+
+    @runtime.jit
+    def forward(x, w, bias, y, r, scale, shift, sh, sw, ph, pw, dh, dw, has_bias):
+        idx = cuda.grid(1)
+        n_, k_, p_, q_ = y.shape
+        if idx >= n_ * k_ * p_ * q_:
+            return
+        q = idx % q_
+        t = idx // q_
+        p = t % p_
+        t = t // p_
+        k = t % k_
+        n = t // k_
+        acc = forward_sum(x, w, n, k, p, q, k_, sh, sw, ph, pw, dh, dw)
+        if has_bias:
+            acc += bias[k]
+        rv = ct(r[idx]) if has_residual else ct(0)
+        y[n, k, p, q] = finish(ct(acc), k, rv, scale, shift)
+    return forward
+
+
+@functools.cache
 def _kernels(dtype: str):
     """The three kernels for one dtype (the accumulator's zero is a compile-time constant)."""
     zero = np.dtype(dtype).type(0)
+    forward_sum = _forward_sum(dtype)
 
     @runtime.jit
     def forward(x, w, bias, y, sh, sw, ph, pw, dh, dw, has_bias):
@@ -51,17 +104,7 @@ def _kernels(dtype: str):
         t = t // p_
         k = t % k_
         n = t // k_
-        cpg, r_, s_ = w.shape[1], w.shape[2], w.shape[3]
-        c0 = (k // (k_ // (x.shape[1] // cpg))) * cpg
-        acc = zero
-        for c in range(cpg):
-            for r in range(r_):
-                h = p * sh - ph + r * dh
-                if 0 <= h < x.shape[2]:
-                    for s in range(s_):
-                        ww = q * sw - pw + s * dw
-                        if 0 <= ww < x.shape[3]:
-                            acc += x[n, c0 + c, h, ww] * w[k, c, r, s]
+        acc = forward_sum(x, w, n, k, p, q, k_, sh, sw, ph, pw, dh, dw)
         if has_bias:
             acc += bias[k]
         y[n, k, p, q] = acc
@@ -177,6 +220,22 @@ class Direct(Algorithm):
         return Features("direct", default_arith(pr), float(pr.flops), float(pr.bytes),
                         2.0 * splits * out * pr.itemsize if splits > 1 else 0.0, 1 + (splits > 1), blocks, 1,
                         THREADS, blocks_per_sm(target, THREADS), kind="per_output")
+
+    def fuses(self, problem: Problem, epilogue: Epilogue) -> str:
+        """The 2D forward kernel applies any epilogue before its store; dgrad, wgrad and 3D do not."""
+        if problem.op != "forward" or problem.ndim != 2:
+            return f"fuses epilogues into its 2D forward kernel only, not a {problem.ndim}D {problem.op}"
+        return ""
+
+    def run_fused(self, problem: Problem, config: Config, a, b, bias, out, epilogue: EpilogueOperands, *,
+                  workspace_limit: int) -> None:
+        forward = _forward_fused(problem.dtype, epilogue.epilogue)
+        has_bias = bias is not None
+        bias = bias if has_bias else runtime.empty((1,), problem.dtype)
+        residual = runtime.flat_view(out) if epilogue.residual is None else epilogue.residual
+        (sh, sw), (ph, pw), (dh, dw) = problem.stride, problem.padding, problem.dilation
+        forward[_blocks(int(np.prod(out.shape))), THREADS](a, b, bias, out, residual, epilogue.scale,
+                                                           epilogue.shift, sh, sw, ph, pw, dh, dw, has_bias)
 
     def run(self, problem, config, a, b, bias, out, *, workspace_limit):
         if problem.ndim == 3:

@@ -47,7 +47,7 @@ def _auto(algorithm: Any) -> bool:
 
 
 def _run(prob: Problem, candidate: Any, algorithm: Any, limit: int, arrays: tuple, stream: Any,
-         key: tuple | None, channels_last_out: bool = False) -> Any:
+         key: tuple | None, channels_last_out: bool = False, epilogue: Any = None) -> Any:
     """Run (recording a plan under ``key`` when it can be kept) and return the candidate that ran.
 
     Failures are scoped to what failed: an out-of-memory frees convlab's pools and plans and retries
@@ -57,7 +57,7 @@ def _run(prob: Problem, candidate: Any, algorithm: Any, limit: int, arrays: tupl
     retried = False
     while True:
         try:
-            _run_once(prob, candidate, algorithm, limit, arrays, stream, key, channels_last_out)
+            _run_once(prob, candidate, algorithm, limit, arrays, stream, key, channels_last_out, epilogue)
             return candidate
         except runtime.RuntimeFault:
             raise
@@ -79,13 +79,16 @@ def _run(prob: Problem, candidate: Any, algorithm: Any, limit: int, arrays: tupl
 
 
 def _run_once(prob: Problem, candidate: Any, algorithm: Any, limit: int, arrays: tuple, stream: Any,
-              key: tuple | None, channels_last_out: bool) -> None:
+              key: tuple | None, channels_last_out: bool, epilogue: Any = None) -> None:
     spans = [None if v is None else operands.pointer(v) for v in arrays]
     keep = (key is not None and plan.replayable(candidate) and not plan.aliased(spans)
             and not launch.is_recording() and plan.keepable(candidate, prob, limit))
     if not keep:
         with launch.using_stream(stream), layouts.operands_for(candidate.plugin.layouts, arrays) as taken:
-            candidate.plugin.run(prob, candidate.config, *taken, workspace_limit=limit)
+            if epilogue is None:
+                candidate.plugin.run(prob, candidate.config, *taken, workspace_limit=limit)
+            else:  # convlab.ops.epilogue.DeviceEpilogue: fused, or run and then the epilogue pass
+                epilogue.run(prob, candidate, taken, limit)
         return
     check = _plan_check(prob, candidate, limit, _auto(algorithm))
     recorded = plan.record(candidate, prob, arrays, workspace_limit=limit, stream=stream, signatures=key[1],
@@ -112,16 +115,18 @@ def _plan_check(prob: Problem, candidate: Any, limit: int, auto: bool) -> Any:
 
 
 def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, options: tuple,
-          algorithm: Any, workspace_limit: Any, stream: Any) -> Any:
+          algorithm: Any, workspace_limit: Any, stream: Any, epilogue: Any = None) -> Any:
     """Replay the launch plan of this call's signature (convlab.call.plan), else check, run and record.
-    Each operand is adapted once (convlab.call.operands.adapt)."""
+    Each operand is adapted once (convlab.call.operands.adapt). A call with an ``epilogue``
+    (convlab.ops.epilogue.DeviceEpilogue) neither replays nor records a plan."""
     a, b = inputs.values()
     adapt = operands.adapt
     recs = (adapt(a), adapt(b), adapt(bias), adapt(out))
     signatures = (recs[0][0], recs[1][0], recs[2][0], recs[3][0])  # False: a host operand: no plan
     if False in signatures and any(operands.is_host_tensor(v) for v in (a, b, bias, out)):
-        return _call_host_tensors(op, build, inputs, bias, out, options, algorithm, workspace_limit, stream)
-    key = plan.call_key(op, signatures, options, algorithm, workspace_limit)
+        return _call_host_tensors(op, build, inputs, bias, out, options, algorithm, workspace_limit, stream,
+                                  epilogue)
+    key = None if epilogue is not None else plan.call_key(op, signatures, options, algorithm, workspace_limit)
     found = plan.lookup(key) if key is not None else None
     if found is not None:
         try:
@@ -137,11 +142,11 @@ def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, opti
     prob = build()
     check_fits(op, prob)  # before anything is allocated
     return _execute(prob, dict(zip(inputs, recs[:2])), recs[2], recs[3], algorithm, workspace_limit, stream,
-                    key)
+                    key, epilogue)
 
 
 def _call_host_tensors(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, options: tuple,
-                       algorithm: Any, workspace_limit: Any, stream: Any) -> Any:
+                       algorithm: Any, workspace_limit: Any, stream: Any, epilogue: Any = None) -> Any:
     """A call with CPU torch tensors: run it on numpy views of them (host operands, copied to the
     device and back) and return a CPU tensor (or ``out``, written in place)."""
     named = {**inputs, "bias": bias, "out": out}
@@ -154,13 +159,13 @@ def _call_host_tensors(op: str, build: Any, inputs: dict[str, Any], bias: Any, o
     host = {name: operands.host_view(v, writable=name == "out") if operands.is_torch(v) else v
             for name, v in named.items()}
     result = _call(op, build, {name: host[name] for name in inputs}, host["bias"], host["out"],
-                   options, algorithm, workspace_limit, stream)
+                   options, algorithm, workspace_limit, stream, epilogue)
     return out if out is not None else operands.from_host(result)
 
 
 def _execute(prob: Problem, inputs: dict[str, operands.Operand], bias: operands.Operand,
              out: operands.Operand, algorithm: Any, workspace_limit: int | None, stream: Any = None,
-             key: tuple | None = None) -> Any:
+             key: tuple | None = None, epilogue: Any = None) -> Any:
     """Check ``out``, pick the candidate, run it (recording a plan under ``key``), and hand the result
     back in the caller's kind of array: numpy when every operand was numpy, a torch tensor for torch
     operands, else a device array (or ``out`` when given). The operands are records (operands.adapt)."""
@@ -206,7 +211,7 @@ def _execute(prob: Problem, inputs: dict[str, operands.Operand], bias: operands.
         device_out = result_out is not None and not isinstance(result_out, np.ndarray)
         dout = (views["out"] if device_out else
                 operands.empty_like_kind(None, out_shape, prob.dtype, st))  # pooled: no cuMemAlloc
-        _run(prob, candidate, algorithm, limit, (a, b, dbias, dout), st, key, channels_last_out)
+        _run(prob, candidate, algorithm, limit, (a, b, dbias, dout), st, key, channels_last_out, epilogue)
         result = runtime.to_host(dout) if host or isinstance(result_out, np.ndarray) else None
     if isinstance(result_out, np.ndarray):
         result_out[...] = result
@@ -228,9 +233,9 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=
     def build() -> Problem:
         return forward_problem(x, weight, bias, stride, padding, dilation, groups)
     return epilogue.run_with(
-        lambda: _call("conv2d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
-                      algorithm, workspace_limit, stream),
-        build, x, out, activation, residual, residual_at, scale, shift, stream)
+        lambda ep: _call("conv2d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
+                         algorithm, workspace_limit, stream, ep),
+        build, x, out, activation, residual, residual_at, scale, shift)
 
 
 def conv2d_backward_data(grad_out: Any, weight: Any, input_shape: Sequence[int], stride=1, padding=0,
@@ -266,9 +271,9 @@ def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0,
     def build() -> Problem:
         return transpose_problem(x, weight, bias, stride, padding, output_padding, groups, dilation)
     return epilogue.run_with(
-        lambda: _call("conv_transpose2d", build, {"x": x, "weight": weight}, bias, out,
-                      (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream),
-        build, x, out, activation, residual, residual_at, scale, shift, stream)
+        lambda ep: _call("conv_transpose2d", build, {"x": x, "weight": weight}, bias, out,
+                         (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream, ep),
+        build, x, out, activation, residual, residual_at, scale, shift)
 
 
 def explain(*args: Any, op: str = "conv2d", algorithm: Any = "auto",

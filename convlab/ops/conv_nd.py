@@ -62,11 +62,11 @@ def _shape4(shape: Any) -> Any:
 
 
 def _lowered(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, options: tuple,
-             algorithm: Any, workspace_limit: Any, stream: Any) -> Any:
+             algorithm: Any, workspace_limit: Any, stream: Any, epilogue: Any = None) -> Any:
     """Run a 1D op on the unit-height views of its operands; the result viewed back (or ``out``)."""
     views = {name: _unsqueeze(value, name, op) for name, value in inputs.items()}
     result = _call(op, lambda: build().lowered(), views, bias, _unsqueeze(out, "out", op), options,
-                   algorithm, workspace_limit, stream)
+                   algorithm, workspace_limit, stream, epilogue)
     return out if out is not None else _squeeze(result)
 
 
@@ -80,9 +80,9 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=
     def build() -> Problem:
         return forward_problem(x, weight, bias, stride, padding, dilation, groups, nd=1)
     return epilogue.run_with(
-        lambda: _lowered("conv1d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
-                         algorithm, workspace_limit, stream),
-        build, x, out, activation, residual, residual_at, scale, shift, stream)
+        lambda ep: _lowered("conv1d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
+                         algorithm, workspace_limit, stream, ep),
+        build, x, out, activation, residual, residual_at, scale, shift)
 
 
 def conv1d_backward_data(grad_out: Any, weight: Any, input_shape: Sequence[int], stride=1, padding=0,
@@ -117,9 +117,9 @@ def conv_transpose1d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0,
     def build() -> Problem:
         return transpose_problem(x, weight, bias, stride, padding, output_padding, groups, dilation, nd=1)
     return epilogue.run_with(
-        lambda: _lowered("conv_transpose1d", build, {"x": x, "weight": weight}, bias, out,
-                         (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream),
-        build, x, out, activation, residual, residual_at, scale, shift, stream)
+        lambda ep: _lowered("conv_transpose1d", build, {"x": x, "weight": weight}, bias, out,
+                         (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream, ep),
+        build, x, out, activation, residual, residual_at, scale, shift)
 
 
 # ---- 3D -------------------------------------------------------------------------------------------
@@ -132,9 +132,9 @@ def conv3d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=
     def build() -> Problem:
         return forward_problem(x, weight, bias, stride, padding, dilation, groups, nd=3)
     return epilogue.run_with(
-        lambda: _call("conv3d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
-                      algorithm, workspace_limit, stream),
-        build, x, out, activation, residual, residual_at, scale, shift, stream)
+        lambda ep: _call("conv3d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
+                      algorithm, workspace_limit, stream, ep),
+        build, x, out, activation, residual, residual_at, scale, shift)
 
 
 def conv3d_backward_data(grad_out: Any, weight: Any, input_shape: Sequence[int], stride=1, padding=0,
@@ -168,9 +168,9 @@ def conv_transpose3d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0,
     def build() -> Problem:
         return transpose_problem(x, weight, bias, stride, padding, output_padding, groups, dilation, nd=3)
     return epilogue.run_with(
-        lambda: _call("conv_transpose3d", build, {"x": x, "weight": weight}, bias, out,
-                      (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream),
-        build, x, out, activation, residual, residual_at, scale, shift, stream)
+        lambda ep: _call("conv_transpose3d", build, {"x": x, "weight": weight}, bias, out,
+                      (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream, ep),
+        build, x, out, activation, residual, residual_at, scale, shift)
 
 
 # ---- a Problem through the public op of its N -----------------------------------------------------

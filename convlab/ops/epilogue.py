@@ -1,11 +1,12 @@
 """The epilogue arguments of the forward and transpose ops (``activation=``, ``residual=``,
-``residual_at=``, ``scale=``, ``shift=``; convlab.epilogue): their checks, before any launch, and the
-epilogue pass (convlab.kernels.epilogue) on the op's result, after whichever plugin computed it.
+``residual_at=``, ``scale=``, ``shift=``; convlab.epilogue): their checks, before any launch, and how
+the call path runs them with a candidate: fused into the plugin's store where the plugin says it fuses
+the epilogue, else as a separate pass over the plugin's output (convlab.kernels.epilogue).
 
-Operand kinds follow the op's: a host call (numpy, CPU tensors) takes host residual / scale / shift
-and the pass runs on a device copy of the result, written back into it; a device call takes a device
-residual (C-contiguous or channels-last, its own) and the pass runs in place on the result. Scale and
-shift may be host or device arrays, or sequences of floats, of shape (K,) for the result's K channels.
+Operand kinds follow the op's: a host call (numpy, CPU tensors) takes a host residual (copied to the
+device with the inputs); a device call takes a device residual (C-contiguous or channels-last, its own).
+Scale and shift may be host or device arrays, or sequences of floats, of shape (K,) for the output's
+K channels. A call with an epilogue records no launch plan (the residual is no plan operand).
 """
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from convlab.call import operands
 from convlab.dtypes import dtype_name
 from convlab.epilogue import Epilogue, describe
 from convlab.kernels.data import layouts
-from convlab.kernels.epilogue import apply_epilogue, compute_dtype
+from convlab.kernels.epilogue import compute_dtype, run_pass
+from convlab.kernels.epilogue import operands as epilogue_operands
 from convlab.ops.arguments import array_spec, check_out_aliasing
 from convlab.problem import Problem
-from convlab.runtime import launch
 
 
 @dataclass(frozen=True)
@@ -96,34 +97,40 @@ def _channels_last(dev: Any, name: str) -> bool:
     raise ValueError(f"{name} must be C-contiguous or channels-last, got strides {strides}")
 
 
-def apply(result: Any, call: EpilogueCall, stream: Any = None) -> Any:
-    """Apply ``call``'s epilogue to the op's ``result`` (in place) and return it."""
-    host = _is_host(result)
-    scale, shift = (None if v is None else runtime.to_device(v) for v in (call.scale, call.shift))
-    residual = call.residual
-    if host:
-        array = result if isinstance(result, np.ndarray) else operands.host_view(result, writable=True)
-        y, y_cl = runtime.to_device(np.ascontiguousarray(array)), False
-        r = None if residual is None else runtime.to_device(np.ascontiguousarray(
-            residual if isinstance(residual, np.ndarray) else operands.host_view(residual)))
-        r_cl = False
-    else:
-        y = operands.as_device(result)
-        y_cl = _channels_last(y, "the result")
-        r = None if residual is None else operands.as_device(residual)
-        r_cl = r is not None and _channels_last(r, "residual")
-    with launch.using_stream(operands.resolve_stream(stream, (result, residual))):
-        apply_epilogue(y, call.epilogue, call.dtype, y_channels_last=y_cl, residual=r,
-                       residual_channels_last=r_cl, scale=scale, shift=shift)
-    if host:
-        array[...] = runtime.to_host(y)
-    return result
+class DeviceEpilogue:
+    """A checked epilogue with its operands on the device, run with a candidate by the op's call path:
+    fused into the plugin's store where ``plugin.fuses`` answers '' (the output and the residual
+    C-contiguous), else the plugin's ``run`` and then the epilogue pass over its output."""
+
+    def __init__(self, call: EpilogueCall):
+        residual, r_cl = call.residual, False
+        if residual is not None and _is_host(residual):
+            residual = runtime.to_device(np.ascontiguousarray(
+                residual if isinstance(residual, np.ndarray) else operands.host_view(residual)))
+        elif residual is not None:
+            residual = operands.as_device(residual)
+            r_cl = _channels_last(residual, "residual")
+        scale, shift = (None if v is None else runtime.to_device(v) for v in (call.scale, call.shift))
+        self.operands = epilogue_operands(call.epilogue, call.dtype, residual=residual,
+                                          residual_channels_last=r_cl, scale=scale, shift=shift)
+        self.fused: bool | None = None  # whether the last run fused it
+
+    def run(self, prob: Problem, candidate: Any, taken: tuple, limit: int) -> None:
+        """Run ``candidate`` on the device operands ``taken`` (a, b, bias, out) with the epilogue."""
+        plugin, (a, b, bias, out) = candidate.plugin, taken
+        out_cl = _channels_last(out, "out")
+        self.fused = (not out_cl and not self.operands.residual_channels_last
+                      and plugin.fuses(prob, self.operands.epilogue) == "")
+        if self.fused:
+            plugin.run_fused(prob, candidate.config, a, b, bias, out, self.operands, workspace_limit=limit)
+            return
+        plugin.run(prob, candidate.config, a, b, bias, out, workspace_limit=limit)
+        run_pass(out, self.operands, out_cl)
 
 
-def run_with(run: Callable[[], Any], build: Callable[[], Problem], first: Any, out: Any, activation: Any,
-             residual: Any, residual_at: Any, scale: Any, shift: Any, stream: Any) -> Any:
-    """``run()`` (the op without an epilogue), then the checked epilogue (checked first) on its result."""
+def run_with(run: Callable[[DeviceEpilogue | None], Any], build: Callable[[], Problem], first: Any, out: Any,
+             activation: Any, residual: Any, residual_at: Any, scale: Any, shift: Any) -> Any:
+    """``run(epilogue)``: the op, with its epilogue checked first (None when none is asked for)."""
     asked = any(v is not None for v in (activation, residual, scale, shift)) or residual_at != "before"
     call = check(build(), first, out, activation, residual, residual_at, scale, shift) if asked else None
-    result = run()
-    return result if call is None else apply(result, call, stream)
+    return run(None if call is None else DeviceEpilogue(call))

@@ -37,6 +37,16 @@ THREADS = 128  # threads per block, every kernel
 _WGRAD_CHUNK = 256  # target products per thread in split wgrad
 
 
+@runtime.jit(device=True)
+def output_at(idx, k_, p_, q_):
+    """(n, k, p, q) of the forward output element at C-order linear index ``idx``."""
+    q = idx % q_
+    t = idx // q_
+    p = t % p_
+    t = t // p_
+    return t // k_, t % k_, p, q
+
+
 @functools.cache
 def _forward_sum(dtype: str):
     """The device function summing one forward output y[n, k, p, q] (without the bias)."""
@@ -72,12 +82,7 @@ def _forward_fused(dtype: str, epi: Epilogue):
         n_, k_, p_, q_ = y.shape
         if idx >= n_ * k_ * p_ * q_:
             return
-        q = idx % q_
-        t = idx // q_
-        p = t % p_
-        t = t // p_
-        k = t % k_
-        n = t // k_
+        n, k, p, q = output_at(idx, k_, p_, q_)
         acc = forward_sum(x, w, n, k, p, q, k_, sh, sw, ph, pw, dh, dw)
         if has_bias:
             acc += bias[k]
@@ -98,12 +103,7 @@ def _kernels(dtype: str):
         n_, k_, p_, q_ = y.shape
         if idx >= n_ * k_ * p_ * q_:
             return
-        q = idx % q_
-        t = idx // q_
-        p = t % p_
-        t = t // p_
-        k = t % k_
-        n = t // k_
+        n, k, p, q = output_at(idx, k_, p_, q_)
         acc = forward_sum(x, w, n, k, p, q, k_, sh, sw, ph, pw, dh, dw)
         if has_bias:
             acc += bias[k]

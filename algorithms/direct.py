@@ -11,7 +11,9 @@ their loop nests: convlab.kernels.conv.direct, one generated loop per spatial ax
 1D, 2D and 3D, so this plugin is the fallback that accepts every valid problem. wgrad's long reduction
 (N*(Do)*P*Q) is split into chunks summed in order by a second kernel
 (``convlab.kernels.data.splitk.sum_partials``: deterministic) when the split buffer fits the workspace
-limit; otherwise one thread sums it all.
+limit; otherwise one thread sums it all. The 2D forward also comes fused with an epilogue
+(convlab.epilogue), applied to each output in registers before its store (``run_fused``:
+convlab.kernels.conv.direct_fused).
 """
 from __future__ import annotations
 
@@ -20,13 +22,16 @@ import math
 import numpy as np
 
 from convlab import runtime
+from convlab.epilogue import Epilogue
 from convlab.plugin.contract import Algorithm, Config, Verdict
 from convlab.plugin.cost import Features, blocks_per_sm, default_arith
 from convlab.plugin.registry import register
 from convlab.problem import Problem, make_problem_nd
 from convlab.kernels.conv.axes import geometry, kernel_ndim
 from convlab.kernels.conv.direct import kernels
+from convlab.kernels.conv.direct_fused import forward_fused
 from convlab.kernels.data.splitk import sum_partials
+from convlab.kernels.epilogue import EpilogueOperands
 from convlab.runtime.targets import Target
 
 THREADS = 128  # threads per block, every kernel
@@ -80,6 +85,22 @@ class Direct(Algorithm):
         return Features("direct", default_arith(pr), float(pr.flops), float(pr.bytes),
                         2.0 * splits * out * pr.itemsize if splits > 1 else 0.0, 1 + (splits > 1), blocks, 1,
                         THREADS, blocks_per_sm(target, THREADS), kind="per_output")
+
+    def fuses(self, problem: Problem, epilogue: Epilogue) -> str:
+        """The 2D forward kernel applies any epilogue before its store; dgrad, wgrad and 3D do not."""
+        if problem.op != "forward" or problem.ndim != 2:
+            return f"fuses epilogues into its 2D forward kernel only, not a {problem.ndim}D {problem.op}"
+        return ""
+
+    def run_fused(self, problem: Problem, config: Config, a, b, bias, out, epilogue: EpilogueOperands, *,
+                  workspace_limit: int) -> None:
+        forward = forward_fused(problem.dtype, epilogue.epilogue)
+        has_bias = bias is not None
+        bias = bias if has_bias else runtime.empty((1,), problem.dtype)
+        residual = runtime.flat_view(out) if epilogue.residual is None else epilogue.residual
+        (sh, sw), (ph, pw), (dh, dw) = problem.stride, problem.padding, problem.dilation
+        forward[_blocks(int(np.prod(out.shape))), THREADS](a, b, bias, out, residual, epilogue.scale,
+                                                           epilogue.shift, sh, sw, ph, pw, dh, dw, has_bias)
 
     def run(self, problem, config, a, b, bias, out, *, workspace_limit):
         nd = kernel_ndim(problem)

@@ -14,6 +14,7 @@ import itertools
 
 import numpy as np
 
+from .epilogue import Epilogue
 from .problem import Problem
 
 
@@ -92,6 +93,47 @@ def solve(prob: Problem, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None =
     if prob.op == "dgrad":
         return dgrad(prob, a, b, bias)
     return wgrad(prob, a, b)
+
+
+def activate(t: np.ndarray, epilogue: Epilogue) -> np.ndarray:
+    """An epilogue's activation of ``t`` (float64), by its definition in convlab.epilogue."""
+    name = epilogue.activation
+    if name == "relu":
+        return np.maximum(t, 0.0)
+    if name == "relu6":
+        return np.clip(t, 0.0, 6.0)
+    if name == "leaky_relu":
+        return np.where(t >= 0, t, epilogue.negative_slope * t)
+    if name == "gelu":
+        from math import erf, sqrt
+
+        return 0.5 * t * (1.0 + np.vectorize(erf, otypes=[np.float64])(t / sqrt(2.0)))
+    if name == "gelu_tanh":
+        return 0.5 * t * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (t + 0.044715 * t**3)))
+    if name == "silu":
+        return t / (1.0 + np.exp(-t))
+    if name == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-t))
+    if name == "hardswish":
+        return t * np.clip(t + 3.0, 0.0, 6.0) / 6.0
+    return t
+
+
+def epilogue(y: np.ndarray, epi: Epilogue, scale: np.ndarray | None = None, shift: np.ndarray | None = None,
+             residual: np.ndarray | None = None) -> np.ndarray:
+    """The epilogue ``epi`` applied to y (N, K, *spatial) (the convolution plus any bias), in float64:
+    scale and shift (K,) per channel, the residual (y's shape) before or after the activation."""
+    t = np.asarray(y, np.float64)
+    per_channel = (1, -1) + (1,) * (t.ndim - 2)
+    if epi.scale:
+        t = t * np.asarray(scale, np.float64).reshape(per_channel)
+    if epi.shift:
+        t = t + np.asarray(shift, np.float64).reshape(per_channel)
+    r = None if epi.residual is None else np.asarray(residual, np.float64)
+    if epi.residual == "before":
+        t = t + r
+    t = activate(t, epi)
+    return t + r if epi.residual == "after" else t
 
 
 def transpose_output_size(size: int, kernel: int, stride: int, padding: int, output_padding: int,

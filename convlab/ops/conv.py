@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from convlab.call import operands, plan
 from convlab.call.operands import HOST_TENSOR, NUMPY
+from convlab.ops import epilogue
 from convlab.ops.arguments import (check_fits, dgrad_problem, forward_problem, problem_for, transpose_problem,
                                    wgrad_problem)
 from convlab.ops.full_path import execute
@@ -24,17 +25,18 @@ from convlab.runtime.settings import check_workspace_limit
 
 
 def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, options: tuple,
-          algorithm: Any, workspace_limit: Any, stream: Any) -> Any:
+          algorithm: Any, workspace_limit: Any, stream: Any, epilogue: Any = None) -> Any:
     """Replay the launch plan of this call's signature (convlab.call.plan), else check, run and record
     (convlab.ops.full_path). Each operand is adapted once, here (convlab.call.operands.adapt), and its
-    record handed down."""
+    record handed down. A call with an ``epilogue`` (convlab.ops.epilogue.DeviceEpilogue) neither
+    replays nor records a plan."""
     a, b = inputs.values()
     adapt = operands.adapt
     recs = (adapt(a), adapt(b), adapt(bias), adapt(out))
     signatures = (recs[0][0], recs[1][0], recs[2][0], recs[3][0])  # False: a host operand: no plan
     if False in signatures and HOST_TENSOR in (recs[0][3], recs[1][3], recs[2][3], recs[3][3]):
-        return _call_host_tensors(op, build, tuple(inputs), recs, algorithm, workspace_limit, stream)
-    key = plan.call_key(op, signatures, options, algorithm, workspace_limit)
+        return _call_host_tensors(op, build, tuple(inputs), recs, algorithm, workspace_limit, stream, epilogue)
+    key = None if epilogue is not None else plan.call_key(op, signatures, options, algorithm, workspace_limit)
     found = plan.lookup(key) if key is not None else None
     if found is not None:
         try:
@@ -49,11 +51,11 @@ def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, opti
             return result
     prob = build()
     check_fits(op, prob)  # before anything is allocated
-    return execute(prob, tuple(inputs), recs, algorithm, workspace_limit, stream, key)
+    return execute(prob, tuple(inputs), recs, algorithm, workspace_limit, stream, key, epilogue)
 
 
 def _call_host_tensors(op: str, build: Any, names: tuple[str, str], recs: tuple, algorithm: Any,
-                       workspace_limit: Any, stream: Any) -> Any:
+                       workspace_limit: Any, stream: Any, epilogue: Any = None) -> Any:
     """A call with CPU torch tensors: run it on numpy views of them (host operands, copied to the
     device and back; convlab.call.operands.host_record) and return a CPU tensor (or ``out``, written in
     place)."""
@@ -66,20 +68,26 @@ def _call_host_tensors(op: str, build: Any, names: tuple[str, str], recs: tuple,
     host = tuple(operands.host_record(rec, writable=i == 3) for i, rec in enumerate(recs))
     prob = build()
     check_fits(op, prob)
-    result = execute(prob, names, host, algorithm, workspace_limit, stream)
+    result = execute(prob, names, host, algorithm, workspace_limit, stream, None, epilogue)
     out = recs[3][2]
     return out if out is not None else operands.from_host(result)
 
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=1, groups: int = 1, *,
            algorithm: Any = "auto", out: Any = None, workspace_limit: int | None = None,
-           stream: Any = None) -> Any:
+           stream: Any = None, activation: Any = None, residual: Any = None, residual_at: str = "before",
+           scale: Any = None, shift: Any = None) -> Any:
     """y (N, K, P, Q) = conv2d(x (N, C, H, W), weight (K, C/groups, R, S)) + bias (K,).
 
-    ``stream``: where the kernels run (default: the operands' stream; see convlab.call.operands)."""
-    return _call("conv2d", lambda: forward_problem(x, weight, bias, stride, padding, dilation, groups),
-                 {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups), algorithm,
-                 workspace_limit, stream)
+    ``stream``: where the kernels run (default: the operands' stream; see convlab.call.operands).
+    ``activation``, ``residual`` (N, K, P, Q), ``residual_at``, ``scale`` (K,), ``shift`` (K,): an
+    epilogue, act((y * scale + shift) + residual) (convlab.epilogue; convlab.ops.epilogue)."""
+    def build() -> Problem:
+        return forward_problem(x, weight, bias, stride, padding, dilation, groups)
+    return epilogue.run_with(
+        lambda ep: _call("conv2d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
+                         algorithm, workspace_limit, stream, ep),
+        build, x, out, activation, residual, residual_at, scale, shift)
 
 
 def conv2d_backward_data(grad_out: Any, weight: Any, input_shape: Sequence[int], stride=1, padding=0,
@@ -104,16 +112,20 @@ def conv2d_backward_weight(x: Any, grad_out: Any, weight_shape: Sequence[int], s
 
 def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1, *, algorithm: Any = "auto", out: Any = None,
-                     workspace_limit: int | None = None, stream: Any = None) -> Any:
+                     workspace_limit: int | None = None, stream: Any = None, activation: Any = None,
+                     residual: Any = None, residual_at: str = "before", scale: Any = None,
+                     shift: Any = None) -> Any:
     """y (N, C_out, H_out, W_out) from x (N, C_in, H, W), weight (C_in, C_out/groups, R, S), bias (C_out,).
 
-    Computed as the backward-data problem of the forward convolution that maps y's shape to x's.
+    Computed as the backward-data problem of the forward convolution that maps y's shape to x's. The
+    epilogue arguments (scale, shift: (C_out,)) are conv2d's.
     """
-    return _call("conv_transpose2d",
-                 lambda: transpose_problem(x, weight, bias, stride, padding, output_padding, groups,
-                                            dilation),
-                 {"x": x, "weight": weight}, bias, out, (stride, padding, output_padding, groups, dilation),
-                 algorithm, workspace_limit, stream)
+    def build() -> Problem:
+        return transpose_problem(x, weight, bias, stride, padding, output_padding, groups, dilation)
+    return epilogue.run_with(
+        lambda ep: _call("conv_transpose2d", build, {"x": x, "weight": weight}, bias, out,
+                         (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream, ep),
+        build, x, out, activation, residual, residual_at, scale, shift)
 
 
 def explain(*args: Any, op: str = "conv2d", algorithm: Any = "auto",

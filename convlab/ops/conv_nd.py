@@ -19,7 +19,7 @@ from convlab import runtime
 from convlab.call import operands
 from convlab.ops.arguments import (array_spec, dgrad_problem, forward_problem, transpose_problem,
                                    wgrad_problem)
-from convlab.ops import conv
+from convlab.ops import conv, epilogue
 from convlab.ops.conv import _call
 from convlab.problem import ND_OP_NAMES, Problem
 
@@ -62,22 +62,27 @@ def _shape4(shape: Any) -> Any:
 
 
 def _lowered(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, options: tuple,
-             algorithm: Any, workspace_limit: Any, stream: Any) -> Any:
+             algorithm: Any, workspace_limit: Any, stream: Any, epilogue: Any = None) -> Any:
     """Run a 1D op on the unit-height views of its operands; the result viewed back (or ``out``)."""
     views = {name: _unsqueeze(value, name, op) for name, value in inputs.items()}
     result = _call(op, lambda: build().lowered(), views, bias, _unsqueeze(out, "out", op), options,
-                   algorithm, workspace_limit, stream)
+                   algorithm, workspace_limit, stream, epilogue)
     return out if out is not None else _squeeze(result)
 
 
 # ---- 1D -------------------------------------------------------------------------------------------
 def conv1d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=1, groups: int = 1, *,
            algorithm: Any = "auto", out: Any = None, workspace_limit: int | None = None,
-           stream: Any = None) -> Any:
-    """y (N, K, Lo) = conv1d(x (N, C, L), weight (K, C/groups, S)) + bias (K,)."""
-    return _lowered("conv1d", lambda: forward_problem(x, weight, bias, stride, padding, dilation, groups, nd=1),
-                    {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups), algorithm,
-                    workspace_limit, stream)
+           stream: Any = None, activation: Any = None, residual: Any = None, residual_at: str = "before",
+           scale: Any = None, shift: Any = None) -> Any:
+    """y (N, K, Lo) = conv1d(x (N, C, L), weight (K, C/groups, S)) + bias (K,); the epilogue arguments
+    are conv2d's (residual (N, K, Lo))."""
+    def build() -> Problem:
+        return forward_problem(x, weight, bias, stride, padding, dilation, groups, nd=1)
+    return epilogue.run_with(
+        lambda ep: _lowered("conv1d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
+                         algorithm, workspace_limit, stream, ep),
+        build, x, out, activation, residual, residual_at, scale, shift)
 
 
 def conv1d_backward_data(grad_out: Any, weight: Any, input_shape: Sequence[int], stride=1, padding=0,
@@ -103,23 +108,33 @@ def conv1d_backward_weight(x: Any, grad_out: Any, weight_shape: Sequence[int], s
 
 def conv_transpose1d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1, *, algorithm: Any = "auto", out: Any = None,
-                     workspace_limit: int | None = None, stream: Any = None) -> Any:
-    """y (N, C_out, L_out) from x (N, C_in, L), weight (C_in, C_out/groups, S), bias (C_out,)."""
-    return _lowered("conv_transpose1d",
-                    lambda: transpose_problem(x, weight, bias, stride, padding, output_padding, groups,
-                                              dilation, nd=1),
-                    {"x": x, "weight": weight}, bias, out, (stride, padding, output_padding, groups, dilation),
-                    algorithm, workspace_limit, stream)
+                     workspace_limit: int | None = None, stream: Any = None, activation: Any = None,
+                     residual: Any = None, residual_at: str = "before", scale: Any = None,
+                     shift: Any = None) -> Any:
+    """y (N, C_out, L_out) from x (N, C_in, L), weight (C_in, C_out/groups, S), bias (C_out,). The
+    epilogue arguments are conv2d's (scale, shift: (C_out,)).
+    """
+    def build() -> Problem:
+        return transpose_problem(x, weight, bias, stride, padding, output_padding, groups, dilation, nd=1)
+    return epilogue.run_with(
+        lambda ep: _lowered("conv_transpose1d", build, {"x": x, "weight": weight}, bias, out,
+                         (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream, ep),
+        build, x, out, activation, residual, residual_at, scale, shift)
 
 
 # ---- 3D -------------------------------------------------------------------------------------------
 def conv3d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=1, groups: int = 1, *,
            algorithm: Any = "auto", out: Any = None, workspace_limit: int | None = None,
-           stream: Any = None) -> Any:
-    """y (N, K, Do, P, Q) = conv3d(x (N, C, D, H, W), weight (K, C/groups, T, R, S)) + bias (K,)."""
-    return _call("conv3d", lambda: forward_problem(x, weight, bias, stride, padding, dilation, groups, nd=3),
-                 {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups), algorithm,
-                 workspace_limit, stream)
+           stream: Any = None, activation: Any = None, residual: Any = None, residual_at: str = "before",
+           scale: Any = None, shift: Any = None) -> Any:
+    """y (N, K, Do, P, Q) = conv3d(x (N, C, D, H, W), weight (K, C/groups, T, R, S)) + bias (K,); the
+    epilogue arguments are conv2d's (residual (N, K, Do, P, Q))."""
+    def build() -> Problem:
+        return forward_problem(x, weight, bias, stride, padding, dilation, groups, nd=3)
+    return epilogue.run_with(
+        lambda ep: _call("conv3d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
+                      algorithm, workspace_limit, stream, ep),
+        build, x, out, activation, residual, residual_at, scale, shift)
 
 
 def conv3d_backward_data(grad_out: Any, weight: Any, input_shape: Sequence[int], stride=1, padding=0,
@@ -144,13 +159,18 @@ def conv3d_backward_weight(x: Any, grad_out: Any, weight_shape: Sequence[int], s
 
 def conv_transpose3d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1, *, algorithm: Any = "auto", out: Any = None,
-                     workspace_limit: int | None = None, stream: Any = None) -> Any:
-    """y (N, C_out, D_out, H_out, W_out) from x (N, C_in, D, H, W), weight (C_in, C_out/groups, T, R, S)."""
-    return _call("conv_transpose3d",
-                 lambda: transpose_problem(x, weight, bias, stride, padding, output_padding, groups,
-                                           dilation, nd=3),
-                 {"x": x, "weight": weight}, bias, out, (stride, padding, output_padding, groups, dilation),
-                 algorithm, workspace_limit, stream)
+                     workspace_limit: int | None = None, stream: Any = None, activation: Any = None,
+                     residual: Any = None, residual_at: str = "before", scale: Any = None,
+                     shift: Any = None) -> Any:
+    """y (N, C_out, D_out, H_out, W_out) from x (N, C_in, D, H, W), weight (C_in, C_out/groups, T, R, S).
+    The epilogue arguments are conv2d's (scale, shift: (C_out,)).
+    """
+    def build() -> Problem:
+        return transpose_problem(x, weight, bias, stride, padding, output_padding, groups, dilation, nd=3)
+    return epilogue.run_with(
+        lambda ep: _call("conv_transpose3d", build, {"x": x, "weight": weight}, bias, out,
+                      (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream, ep),
+        build, x, out, activation, residual, residual_at, scale, shift)
 
 
 # ---- a Problem through the public op of its N -----------------------------------------------------

@@ -58,10 +58,12 @@ def _auto(algorithm: Any) -> bool:
 
 
 def execute(prob: Problem, names: tuple[str, str], recs: tuple[Operand, ...], algorithm: Any,
-            workspace_limit: Any, stream: Any = None, key: tuple | None = None) -> Any:
+            workspace_limit: Any, stream: Any = None, key: tuple | None = None, epilogue: Any = None) -> Any:
     """Check ``out``, pick the candidate, run it (recording a plan under ``key``), and hand the result
     back in the caller's kind of array: numpy when both inputs were numpy, a torch tensor for torch
-    operands, else a device array (or ``out`` when given). ``names``: the two inputs' argument names."""
+    operands, else a device array (or ``out`` when given). ``names``: the two inputs' argument names.
+    ``epilogue``: a checked one (convlab.ops.epilogue.DeviceEpilogue), run with the candidate; such a
+    call records no plan (``key`` None)."""
     limit = check_workspace_limit(workspace_limit)
     out_shape = prob.operand_shapes[2]
     labels = (*names, "bias", "out")
@@ -95,7 +97,7 @@ def execute(prob: Problem, names: tuple[str, str], recs: tuple[Operand, ...], al
         dbias = devs[2] if devs[2] is not None or recs[2][2] is None else device_view(recs[2], "bias")
         dout = (devs[3] if result_out is not None and not host_out else
                 operands.empty_like_kind(operands.ABSENT, out_shape, prob.dtype, st))  # pooled: no cuMemAlloc
-        _run(prob, candidate, algorithm, limit, (a, b, dbias, dout), st, key, channels_last_out)
+        _run(prob, candidate, algorithm, limit, (a, b, dbias, dout), st, key, channels_last_out, epilogue)
         result = runtime.to_host(dout) if host or host_out else None
     if host_out:
         result_out[...] = result
@@ -106,7 +108,7 @@ def execute(prob: Problem, names: tuple[str, str], recs: tuple[Operand, ...], al
 
 
 def _run(prob: Problem, candidate: Any, algorithm: Any, limit: int, arrays: tuple, stream: Any,
-         key: tuple | None, channels_last_out: bool = False) -> Any:
+         key: tuple | None, channels_last_out: bool = False, epilogue: Any = None) -> Any:
     """Run (recording a plan under ``key`` when it can be kept) and return the candidate that ran.
 
     Failures are scoped to what failed: an out-of-memory frees convlab's pools and plans and retries
@@ -116,7 +118,7 @@ def _run(prob: Problem, candidate: Any, algorithm: Any, limit: int, arrays: tupl
     retried = False
     while True:
         try:
-            _run_once(prob, candidate, algorithm, limit, arrays, stream, key, channels_last_out)
+            _run_once(prob, candidate, algorithm, limit, arrays, stream, key, channels_last_out, epilogue)
             return candidate
         except runtime.RuntimeFault:
             raise
@@ -138,12 +140,12 @@ def _run(prob: Problem, candidate: Any, algorithm: Any, limit: int, arrays: tupl
 
 
 def _run_once(prob: Problem, candidate: Any, algorithm: Any, limit: int, arrays: tuple, stream: Any,
-              key: tuple | None, channels_last_out: bool) -> None:
+              key: tuple | None, channels_last_out: bool, epilogue: Any = None) -> None:
     spans = [None if v is None else operands.pointer(v) for v in arrays]
     keep = (key is not None and plan.replayable(candidate) and not plan.aliased(spans)
             and not launch.is_recording() and plan.keepable(candidate, prob, limit))
     if not keep:
-        run_candidate(candidate, prob, *arrays, limit, stream=stream)
+        run_candidate(candidate, prob, *arrays, limit, stream=stream, epilogue=epilogue)
         return
     check = _plan_check(prob, candidate, limit, _auto(algorithm))
     recorded = plan.record(candidate, prob, arrays, workspace_limit=limit, stream=stream, signatures=key[1],

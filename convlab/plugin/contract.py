@@ -19,6 +19,9 @@ answers these questions about a :class:`~convlab.problem.Problem`:
                                                                  know of a candidate (default: its generic view)
     cost_hints(problem, config, target)             -> dict      optional: fields that replace some of those
                                                                  Features (the simple form; default {})
+    fuses(problem, epilogue)                        -> str       optional: '' when run_fused applies the
+                                                                 epilogue in its stores, else why not
+    run_fused(problem, config, a, b, bias, out, epilogue, workspace_limit)   ``run`` with the epilogue fused
 
 ``target`` (a :class:`convlab.runtime.targets.Target`) is the machine the kernels are meant for: its compute
 capability, SM count, shared-memory and register limits and features (``target.simulator`` for the
@@ -48,6 +51,12 @@ gets NCHW copies: convlab.kernels.data.layouts). ``tensor_core`` takes ``"nhwc"`
 naming N. 1D problems reach a plugin as their 2D embedding (``Problem.lowered()``: H = 1), so a 2D
 plugin runs every conv1d; a plugin claims 3 only when its ``run`` takes 5-D operands (NCDHW, KCTRS).
 
+Epilogues (convlab.epilogue) are optional: a plugin that fuses none (the default ``fuses`` answers why)
+has the op apply the epilogue in a separate pass over ``out`` after ``run``, so every epilogue works
+with every plugin; one whose ``fuses`` answers '' gets ``run_fused`` with the epilogue's device operands
+(:class:`convlab.kernels.epilogue.EpilogueOperands`, its residual C-contiguous) and applies it before
+its store, with :func:`convlab.kernels.epilogue.device_epilogue`'s arithmetic.
+
 The cost questions are optional: a plugin that declares neither is ranked on the generic view of
 :mod:`convlab.plugin.cost`, which holds the :class:`~convlab.plugin.cost.Features` record and the tile,
 wave and occupancy arithmetic the built-in plugins' declarations share.
@@ -60,6 +69,8 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
+from convlab.epilogue import Epilogue
+from convlab.kernels.epilogue import EpilogueOperands
 from convlab.problem import Problem
 from convlab.runtime.targets import Target
 
@@ -181,6 +192,16 @@ class Algorithm:
             workspace_limit: int) -> None:
         """Compute ``out`` from device arrays ``a``, ``b`` (and ``bias`` or None). See convlab.problem."""
         raise NotImplementedError
+
+    def fuses(self, problem: Problem, epilogue: Epilogue) -> str:
+        """'' when :meth:`run_fused` applies ``epilogue`` before its store for ``problem``, else why it
+        does not (the op then runs ``run`` and a separate epilogue pass). Default: fuses nothing."""
+        return "fuses no epilogue: the op applies it in a separate pass"
+
+    def run_fused(self, problem: Problem, config: Config, a: Any, b: Any, bias: Any, out: Any,
+                  epilogue: EpilogueOperands, *, workspace_limit: int) -> None:
+        """``run`` with ``epilogue`` applied before the store; called only where :meth:`fuses` said ''."""
+        raise NotImplementedError(f"{self.name} fuses no epilogue")
 
     def cost_features(self, problem: Problem, config: Config, target: Target,
                       workspace_limit: int) -> Features:

@@ -25,7 +25,8 @@ def _module_name(path: Path) -> str:
 
 MODULES = {_module_name(p): p for p in sorted([*ROOT.rglob("*.py"), *PLUGINS.rglob("*.py")])}
 #: the floors, lowest first: a module imports modules of its own floor or below only
-FLOORS = [("convlab._version", "convlab.runtime", "convlab.dtypes", "convlab.problem", "convlab.reference"),
+FLOORS = [("convlab._version", "convlab.runtime", "convlab.dtypes", "convlab.problem", "convlab.reference",
+           "convlab.epilogue"),
           ("convlab.kernels",),
           ("convlab.plugin",),
           ("convlab.algorithms", "convlab.call", "convlab.measure"),
@@ -36,7 +37,8 @@ FLOORS = [("convlab._version", "convlab.runtime", "convlab.dtypes", "convlab.pro
           ("convlab.examples", "convlab.cli"),
           ("convlab",)]
 #: what a plugin may import besides its own package: the kernel layer and the plugin contract
-PLUGIN_MAY_IMPORT = ("convlab.runtime", "convlab.dtypes", "convlab.problem", "convlab.kernels", "convlab.plugin")
+PLUGIN_MAY_IMPORT = ("convlab.runtime", "convlab.dtypes", "convlab.problem", "convlab.epilogue", "convlab.kernels",
+                     "convlab.plugin")
 
 
 def floor(module: str) -> int:

@@ -1,0 +1,173 @@
+"""The epilogue pass: one elementwise kernel that applies a :class:`convlab.epilogue.Epilogue` to a
+convolution's output in place, after any plugin wrote it (so every epilogue works with every plugin).
+
+Loop nest (grid-stride over the logical (N, K, S) index, S the product of the spatial sizes, 1D-3D):
+
+    for i in range(N * K * S):                          # one element per thread per stride
+        k = (i // S) % K
+        t = float(y[at(i)]) * scale[k] + shift[k]       # at(): NCHW (i itself) or channels-last memory
+        t = act(t + r[at_r(i)])  or  act(t) + r[at_r(i)]  # the residual before or after act
+        y[at(i)] = t                                     # rounded to y's dtype
+
+``y`` and the residual are flat views of dense memory, each C-contiguous or channels-last (its own);
+they share the output dtype. The arithmetic is float32 for float16, bfloat16 (uint16 bits) and float32,
+float64 for float64; scale and shift are arrays of that compute type.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from convlab import runtime
+from convlab.epilogue import Epilogue
+from convlab.kernels.data.convert import from_f32, half_kind, to_f32
+from convlab.runtime import cuda
+
+
+def compute_dtype(dtype: str) -> np.dtype:
+    """The dtype the pass computes in (and holds scale / shift in) for an output ``dtype``."""
+    return np.dtype(np.float64 if dtype == "float64" else np.float32)
+
+
+def _activation(name: str, slope: float, ct: Any) -> Callable:
+    """The device function of activation ``name`` on values of the compute type ``ct``."""
+    zero, one, half, three, six = ct(0.0), ct(1.0), ct(0.5), ct(3.0), ct(6.0)
+    leak, inv_sqrt2 = ct(slope), ct(1.0 / math.sqrt(2.0))
+    tanh_a, tanh_b = ct(math.sqrt(2.0 / math.pi)), ct(0.044715)
+
+    def identity(t):
+        return t
+
+    def relu(t):
+        return t if t > zero else zero
+
+    def relu6(t):
+        return zero if t < zero else six if t > six else t
+
+    def leaky_relu(t):
+        return t if t >= zero else leak * t
+
+    def gelu(t):
+        return half * t * (one + ct(math.erf(t * inv_sqrt2)))
+
+    def gelu_tanh(t):
+        return half * t * (one + ct(math.tanh(tanh_a * (t + tanh_b * t * t * t))))
+
+    def sigmoid(t):
+        return one / (one + ct(math.exp(-t)))
+
+    def silu(t):
+        return t / (one + ct(math.exp(-t)))
+
+    def hardswish(t):
+        u = t + three
+        return t * (zero if u < zero else six if u > six else u) / six
+
+    functions = {"identity": identity, "relu": relu, "relu6": relu6, "leaky_relu": leaky_relu, "gelu": gelu,
+                 "gelu_tanh": gelu_tanh, "sigmoid": sigmoid, "silu": silu, "hardswish": hardswish}
+    return runtime.jit(device=True)(functions[name])
+
+
+@functools.cache
+def device_epilogue(dtype: str, epi: Epilogue) -> Callable:
+    """The device function ``finish(t, k, rv, scale, shift)`` of ``epi`` for an output ``dtype``: ``t`` the
+    convolution's value (bias included) and ``rv`` the residual's, both of :func:`compute_dtype`, ``k``
+    the output channel; the epilogue's value in the compute type (the pass and fused stores share it)."""
+    act = _activation(epi.activation, epi.negative_slope, compute_dtype(dtype).type)
+    has_scale, has_shift = epi.scale, epi.shift
+    before, after = epi.residual == "before", epi.residual == "after"
+
+    def finish(t, k, rv, scale, shift):
+        if has_scale:
+            t = t * scale[k]
+        if has_shift:
+            t = t + shift[k]
+        if before:
+            t = t + rv
+        t = act(t)
+        if after:
+            t = t + rv
+        return t
+    return runtime.jit(device=True)(finish)
+
+
+@functools.cache
+def _kernel(dtype: str, epi: Epilogue, y_channels_last: bool, r_channels_last: bool) -> Callable:
+    """The pass for one output dtype, epilogue and pair of layouts (each a compile-time constant)."""
+    ct = compute_dtype(dtype).type
+    kind = half_kind(dtype)
+    read, write = to_f32(kind), from_f32(kind)
+    finish = device_epilogue(dtype, epi)
+    has_residual, zero = epi.residual is not None, ct(0.0)
+
+    def apply(y, r, scale, shift, total, channels, inner):
+        i = cuda.grid(1)
+        while i < total:
+            k = (i // inner) % channels
+            cl = (i // (inner * channels)) * channels * inner + (i % inner) * channels + k  # channels-last
+            at = cl if y_channels_last else i
+            rv = ct(read(r[cl if r_channels_last else i])) if has_residual else zero
+            y[at] = write(finish(ct(read(y[at])), k, rv, scale, shift))
+            i += cuda.gridsize(1)
+    return runtime.jit(apply)
+
+
+@dataclass(frozen=True)
+class EpilogueOperands:
+    """An epilogue with its device operands, as plugins and the pass take them: ``residual`` a flat view
+    of its dense memory (kernel dtype: bfloat16 as uint16 bits; None when there is none),
+    ``residual_channels_last`` its layout, ``scale`` and ``shift`` (K,) arrays of :func:`compute_dtype`
+    (a one-element placeholder where the epilogue has none)."""
+
+    epilogue: Epilogue
+    dtype: str
+    residual: Any
+    residual_channels_last: bool
+    scale: Any
+    shift: Any
+
+
+def operands(epi: Epilogue, dtype: str, *, residual: Any = None, residual_channels_last: bool = False,
+             scale: Any = None, shift: Any = None) -> EpilogueOperands:
+    """:class:`EpilogueOperands` from device arrays: ``residual`` dense (N, K, *spatial) of the output
+    dtype, ``scale`` / ``shift`` (K,) of :func:`compute_dtype`, each present exactly when ``epi`` says
+    so (ValueError otherwise)."""
+    for name, value, wanted in (("residual", residual, epi.residual is not None), ("scale", scale, epi.scale),
+                                ("shift", shift, epi.shift)):
+        if (value is not None) != wanted:
+            raise ValueError(f"{name} must be given exactly when the epilogue has one ({epi})")
+    placeholder = None
+    if scale is None or shift is None:
+        placeholder = runtime.to_device(np.zeros(1, compute_dtype(dtype)))
+    flat_r = None if residual is None else runtime.kernel_view(runtime.flat_view(residual))
+    return EpilogueOperands(epi, dtype, flat_r, residual is not None and residual_channels_last,
+                            placeholder if scale is None else scale, placeholder if shift is None else shift)
+
+
+def run_pass(y: Any, ops: EpilogueOperands, y_channels_last: bool = False) -> None:
+    """Apply ``ops`` in place to the dense device array ``y`` (N, K, *spatial) of ``ops.dtype``
+    (channels-last when ``y_channels_last``)."""
+    shape = tuple(int(s) for s in y.shape)
+    total = int(np.prod(shape, dtype=np.int64))
+    if ops.epilogue.is_identity or total == 0:
+        return
+    channels, inner = shape[1], int(np.prod(shape[2:], dtype=np.int64))
+    flat_y = runtime.kernel_view(runtime.flat_view(y))
+    kernel = _kernel(ops.dtype, ops.epilogue, y_channels_last, ops.residual_channels_last)
+    sim = runtime.target().simulator  # the simulator: few threads and blocks (each thread is Python)
+    threads = 64 if sim else 256
+    blocks = max(1, min((total + threads - 1) // threads, 2 if sim else 8192))
+    kernel[blocks, threads](flat_y, flat_y if ops.residual is None else ops.residual, ops.scale, ops.shift,
+                            total, channels, inner)
+
+
+def apply_epilogue(y: Any, epi: Epilogue, dtype: str, *, y_channels_last: bool = False, residual: Any = None,
+                   residual_channels_last: bool = False, scale: Any = None, shift: Any = None) -> None:
+    """Apply ``epi`` in place to the device array ``y`` (N, K, *spatial) of ``dtype``, dense,
+    channels-last when ``y_channels_last``; the operands as :func:`operands` takes them."""
+    run_pass(y, operands(epi, dtype, residual=residual, residual_channels_last=residual_channels_last,
+                         scale=scale, shift=shift), y_channels_last)

@@ -1,0 +1,141 @@
+"""The epilogue arguments of the forward and transpose ops (``activation=``, ``residual=``,
+``residual_at=``, ``scale=``, ``shift=``; convlab.epilogue): their checks, before any launch, and how
+the call path runs them with a candidate: fused into the plugin's store where the plugin says it fuses
+the epilogue, else as a separate pass over the plugin's output (convlab.kernels.epilogue).
+
+Operand kinds follow the op's: a host call (numpy, CPU tensors) takes a host residual (copied to the
+device with the inputs); a device call takes a device residual (C-contiguous or channels-last, its own).
+Scale and shift may be host or device arrays, or sequences of floats, of shape (K,) for the output's
+K channels. A call with an epilogue records no launch plan (the residual is no plan operand).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from convlab import runtime
+from convlab.call import operands
+from convlab.dtypes import dtype_name
+from convlab.epilogue import Epilogue, describe
+from convlab.kernels.data import layouts
+from convlab.kernels.epilogue import compute_dtype, run_pass
+from convlab.kernels.epilogue import operands as epilogue_operands
+from convlab.ops.arguments import array_spec, check_out_aliasing
+from convlab.problem import Problem
+
+
+@dataclass(frozen=True)
+class EpilogueCall:
+    """A checked epilogue with its operands: ``scale`` / ``shift`` host arrays of the compute dtype."""
+
+    epilogue: Epilogue
+    dtype: str
+    residual: Any
+    scale: np.ndarray | None
+    shift: np.ndarray | None
+
+
+def _is_host(obj: Any) -> bool:
+    return isinstance(obj, np.ndarray) or operands.is_host_tensor(obj)
+
+
+def _channel_vector(value: Any, name: str, channels: int, dtype: str) -> np.ndarray | None:
+    """``scale`` / ``shift`` as a host array (K,) of the pass's compute dtype."""
+    if value is None:
+        return None
+    if operands.is_torch(value):
+        value = operands.host_view(value.cpu()) if value.is_cuda else operands.host_view(value)
+    elif runtime.is_device_array(value) or runtime.is_cuda_array_like(value):
+        value = runtime.to_host(runtime.as_device_array(value))
+    array = np.asarray(value)
+    if dtype_name(array.dtype) is None:
+        raise TypeError(f"{name} must hold float16, bfloat16, float32 or float64 values, got dtype {array.dtype}")
+    if array.shape != (channels,):
+        raise ValueError(f"{name} must have shape ({channels},) (one value per output channel), "
+                         f"got {array.shape}")
+    return np.ascontiguousarray(array.astype(np.float64).astype(compute_dtype(dtype)))
+
+
+def check(prob: Problem, first: Any, out: Any, activation: Any, residual: Any, residual_at: Any,
+          scale: Any, shift: Any) -> EpilogueCall | None:
+    """The checked epilogue of an op's arguments (None when none is asked for). ``prob``: the op's
+    problem (its output is ``prob.operand_shapes[2]``), ``first``: its first input (host or device),
+    ``out``: its ``out=``. ValueError / TypeError naming the argument."""
+    epi = describe(activation, residual is not None, residual_at, scale is not None, shift is not None)
+    if epi.is_identity:
+        return None
+    shape, dtype = prob.operand_shapes[2], prob.dtype
+    if residual is not None:
+        rshape, rdtype = array_spec(residual, "residual", len(shape))
+        if rshape != shape or str(rdtype) != dtype:
+            raise ValueError(f"residual must have the output's shape {shape} and dtype {dtype}, "
+                             f"got {rshape} {rdtype}")
+        if _is_host(residual) != _is_host(first):
+            where = "host (numpy or a CPU tensor)" if _is_host(first) else "device"
+            raise ValueError(f"residual must be a {where} array like the op's inputs, "
+                             f"got {type(residual).__name__}")
+        check_out_aliasing(operands.adapt(out), {"residual": operands.adapt(residual)})
+    return EpilogueCall(epi, dtype, residual, _channel_vector(scale, "scale", shape[1], dtype),
+                        _channel_vector(shift, "shift", shape[1], dtype))
+
+
+def _channels_last(dev: Any, name: str) -> bool:
+    """Whether a dense device array (N, C, *spatial) is channels-last (False: C-contiguous);
+    ValueError naming ``name`` for any other strides. Strides of size-1 dimensions are ignored."""
+    shape = tuple(int(s) for s in dev.shape)
+    strides = tuple(s // dev.dtype.itemsize for s in runtime.strides_of(dev))
+    c_order = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+
+    def matches(want: tuple) -> bool:
+        return all(s == w for d, s, w in zip(shape, strides, want) if d > 1)
+    if matches(c_order):
+        return False
+    if matches(layouts.channels_last_strides(shape)):
+        return True
+    raise ValueError(f"{name} must be C-contiguous or channels-last, got strides {strides}")
+
+
+class DeviceEpilogue:
+    """A checked epilogue with its operands on the device, run with a candidate by the op's call path:
+    fused into the plugin's store where ``plugin.fuses`` answers '' (the output and the residual
+    C-contiguous), else the plugin's ``run`` and then the epilogue pass over its output."""
+
+    def __init__(self, call: EpilogueCall):
+        residual, r_cl = call.residual, False
+        if residual is not None and _is_host(residual):
+            residual = runtime.to_device(np.ascontiguousarray(
+                residual if isinstance(residual, np.ndarray) else operands.host_view(residual)))
+        elif residual is not None:
+            residual = operands.as_device(residual)
+            r_cl = _channels_last(residual, "residual")
+        scale, shift = (None if v is None else runtime.to_device(v) for v in (call.scale, call.shift))
+        self.operands = epilogue_operands(call.epilogue, call.dtype, residual=residual,
+                                          residual_channels_last=r_cl, scale=scale, shift=shift)
+        self.fused: bool | None = None  # whether the last run fused it
+        self.out_cl = False
+
+    def run_fused(self, prob: Problem, candidate: Any, taken: tuple, limit: int) -> bool:
+        """Run ``candidate`` fused with the epilogue on the device operands ``taken`` (a, b, bias, out)
+        and return True where its plugin fuses it; False: nothing ran (the caller runs the candidate,
+        then :meth:`after`). convlab.call.candidate.run_candidate calls both."""
+        plugin, (a, b, bias, out) = candidate.plugin, taken
+        self.out_cl = _channels_last(out, "out")
+        self.fused = (not self.out_cl and not self.operands.residual_channels_last
+                      and plugin.fuses(prob, self.operands.epilogue) == "")
+        if self.fused:
+            plugin.run_fused(prob, candidate.config, a, b, bias, out, self.operands, workspace_limit=limit)
+        return self.fused
+
+    def after(self, out: Any) -> None:
+        """The epilogue pass over the output the candidate wrote (not fused)."""
+        run_pass(out, self.operands, self.out_cl)
+
+
+def run_with(run: Callable[[DeviceEpilogue | None], Any], build: Callable[[], Problem], first: Any, out: Any,
+             activation: Any, residual: Any, residual_at: Any, scale: Any, shift: Any) -> Any:
+    """``run(epilogue)``: the op, with its epilogue checked first (None when none is asked for)."""
+    asked = any(v is not None for v in (activation, residual, scale, shift)) or residual_at != "before"
+    call = check(build(), first, out, activation, residual, residual_at, scale, shift) if asked else None
+    return run(None if call is None else DeviceEpilogue(call))

@@ -1,0 +1,82 @@
+"""The ops' epilogue arguments on every kind of operand: numpy, CPU tensors, device arrays (NCHW and
+channels-last, the residual in either layout), 1D-3D, and the transposes; without them nothing changes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import convlab
+from convlab import reference, runtime
+from convlab.epilogue import Epilogue
+from convlab.kernels.data import layouts
+from convlab.measure import rel_error
+from convlab.ops.arguments import forward_problem, transpose_problem
+
+TOL = 1e-5  # float32 on these tiny reductions (at most 27 terms)
+
+
+def _operands(nd: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2, 3) + (5,) * nd).astype(np.float32)
+    w = rng.standard_normal((4, 3) + (3,) * nd).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    prob = forward_problem(x, w, b, 1, 1, 1, 1, nd=nd)
+    r = rng.standard_normal(prob.y_shape).astype(np.float32)
+    scale, shift = rng.uniform(0.5, 2, 4), rng.standard_normal(4)
+    return prob, x, w, b, r, scale, shift
+
+
+@pytest.mark.parametrize("nd, op", [(1, convlab.conv1d), (2, convlab.conv2d), (3, convlab.conv3d)])
+def test_numpy_operands_every_rank(nd, op):
+    prob, x, w, b, r, scale, shift = _operands(nd)
+    got = op(x, w, b, padding=1, activation="hardswish", residual=r, scale=scale, shift=shift,
+             algorithm="direct")
+    epi = Epilogue("hardswish", scale=True, shift=True, residual="before")
+    want = reference.epilogue(reference.forward(prob, x, w, b), epi, scale, shift, r)
+    assert rel_error(got, want) <= TOL
+
+
+def test_no_epilogue_arguments_change_nothing():
+    prob, x, w, b, *_ = _operands(2)
+    plain = convlab.conv2d(x, w, b, padding=1, algorithm="direct")
+    same = convlab.conv2d(x, w, b, padding=1, algorithm="direct", activation=None, residual_at="before")
+    np.testing.assert_array_equal(plain, same)
+
+
+@pytest.mark.parametrize("x_cl, r_cl", [(False, True), (True, False), (True, True)])
+def test_device_operands_in_either_layout(x_cl, r_cl):
+    prob, x, w, b, r, scale, shift = _operands(2, seed=1)
+
+    def device(host, channels_last):
+        return layouts.channels_last_copy(host) if channels_last else runtime.to_device(host)
+    y = convlab.conv2d(device(x, x_cl), runtime.to_device(w), runtime.to_device(b), padding=1,
+                       activation=("leaky_relu", 0.25), residual=device(r, r_cl), residual_at="after",
+                       scale=runtime.to_device(scale), algorithm="direct")
+    assert layouts.is_channels_last(y) == x_cl
+    got = np.ascontiguousarray(runtime.to_host(y))
+    epi = Epilogue("leaky_relu", 0.25, scale=True, residual="after")
+    assert rel_error(got, reference.epilogue(reference.forward(prob, x, w, b), epi, scale, None, r)) <= TOL
+
+
+def test_cpu_tensors():
+    torch = pytest.importorskip("torch")
+    prob, x, w, b, r, scale, shift = _operands(2, seed=2)
+    got = convlab.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), padding=1,
+                         activation="gelu", residual=torch.from_numpy(r), shift=torch.from_numpy(shift))
+    assert isinstance(got, torch.Tensor)
+    epi = Epilogue("gelu", shift=True, residual="before")
+    want = reference.epilogue(reference.forward(prob, x, w, b), epi, None, shift, r)
+    assert rel_error(got.numpy(), want) <= TOL
+
+
+@pytest.mark.parametrize("nd, op", [(1, convlab.conv_transpose1d), (2, convlab.conv_transpose2d),
+                                    (3, convlab.conv_transpose3d)])
+def test_transposes(nd, op):
+    rng = np.random.default_rng(nd)
+    x = rng.standard_normal((1, 4) + (3,) * nd).astype(np.float32)
+    w = rng.standard_normal((4, 2) + (2,) * nd).astype(np.float32)
+    prob = transpose_problem(x, w, None, 2, 0, 0, 1, 1, nd=nd)
+    scale = rng.standard_normal(2)
+    got = op(x, w, stride=2, activation="relu6", scale=scale, algorithm="direct")
+    want = reference.epilogue(reference.dgrad(prob, x, w), Epilogue("relu6", scale=True), scale)
+    assert rel_error(got, want) <= TOL

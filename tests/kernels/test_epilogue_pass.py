@@ -1,0 +1,87 @@
+"""The epilogue pass (convlab.kernels.epilogue) against the float64 reference: every activation and
+dtype, the residual before and after, NCHW and channels-last outputs and residuals, 1D-3D."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from convlab import reference, runtime
+from convlab.dtypes import DTYPES, np_dtype, unit_roundoff
+from convlab.epilogue import ACTIVATIONS, Epilogue
+from convlab.kernels.data import layouts
+from convlab.kernels.epilogue import apply_epilogue, compute_dtype
+from convlab.measure import rel_error
+
+
+def _device(host: np.ndarray, channels_last: bool):
+    """A device copy of ``host`` (N, C, *spatial), C-contiguous or with channels-last memory."""
+    if not channels_last:
+        return runtime.to_device(host)
+    moved = np.ascontiguousarray(np.moveaxis(host, 1, -1))
+    return layouts.channels_last_view(runtime.to_device(moved), host.shape, host.dtype)
+
+
+def _host(dev, shape: tuple, channels_last: bool) -> np.ndarray:
+    flat = runtime.to_host(runtime.flat_view(dev))
+    if not channels_last:
+        return flat.reshape(shape)
+    return np.moveaxis(flat.reshape((shape[0],) + shape[2:] + (shape[1],)), -1, 1)
+
+
+def _run(shape, dtype, epi, y_cl=False, r_cl=False, seed=0):
+    rng = np.random.default_rng(seed)
+    kind = np_dtype(dtype)
+    y = (rng.standard_normal(shape) * 3).astype(kind)
+    r = rng.standard_normal(shape).astype(kind) if epi.residual else None
+    scale = rng.standard_normal(shape[1]) if epi.scale else None
+    shift = rng.standard_normal(shape[1]) if epi.shift else None
+    want = reference.epilogue(y.astype(np.float64), epi, scale, shift,
+                              None if r is None else r.astype(np.float64))
+    dy = _device(y, y_cl)
+    vectors = [None if v is None else runtime.to_device(v.astype(compute_dtype(dtype))) for v in (scale, shift)]
+    apply_epilogue(dy, epi, dtype, y_channels_last=y_cl, residual=None if r is None else _device(r, r_cl),
+                   residual_channels_last=r_cl, scale=vectors[0], shift=vectors[1])
+    return _host(dy, shape, y_cl), want
+
+
+def _bound(dtype: str) -> float:
+    """A few roundings of the compute type plus the output's rounding."""
+    return unit_roundoff(dtype) + 16 * float(np.finfo(compute_dtype(dtype)).eps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_every_activation_and_dtype(dtype, activation):
+    epi = Epilogue(activation, 0.2, True, True, "before")
+    got, want = _run((2, 3, 3, 4), dtype, epi)
+    assert rel_error(got, want) <= _bound(dtype)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 7), (1, 4, 3, 5), (2, 3, 2, 3, 2)], ids=["1d", "2d", "3d"])
+@pytest.mark.parametrize("y_cl, r_cl", [(False, True), (True, False), (True, True)])
+def test_layouts_and_ranks(shape, y_cl, r_cl):
+    epi = Epilogue("silu", scale=True, residual="after")
+    got, want = _run(shape, "float32", epi, y_cl, r_cl, seed=len(shape))
+    assert rel_error(got, want) <= _bound("float32")
+
+
+@pytest.mark.parametrize("epi", [Epilogue("relu"), Epilogue(shift=True), Epilogue("hardswish", residual="before")])
+def test_partial_epilogues(epi):
+    got, want = _run((1, 5, 2, 3), "float64", epi)
+    assert rel_error(got, want) <= _bound("float64")
+
+
+def test_identity_and_empty_outputs_are_left_alone():
+    y = runtime.to_device(np.full((1, 2, 3), np.nan, np.float32))
+    apply_epilogue(y, Epilogue(), "float32")
+    empty = runtime.to_device(np.zeros((0, 2, 3), np.float32))
+    apply_epilogue(empty, Epilogue("relu"), "float32")
+    assert np.isnan(runtime.to_host(y)).all()
+
+
+def test_operands_must_match_the_description():
+    y = runtime.to_device(np.zeros((1, 2, 3), np.float32))
+    with pytest.raises(ValueError, match="scale"):
+        apply_epilogue(y, Epilogue(scale=True), "float32")
+    with pytest.raises(ValueError, match="residual"):
+        apply_epilogue(y, Epilogue(), "float32", residual=y)

@@ -270,16 +270,20 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check_failure(check: Any, exc: BaseException) -> str:
     """One line for a failed check: the property, the smallest failing problem (the one hypothesis ran
-    last, after shrinking: the ``problem`` of the outermost frame that has one, the check's argument),
-    and the error."""
+    last, after shrinking: the check's ``problem`` argument in its frame of the traceback; else the
+    innermost frame's ``problem``, since an outer frame's may be a loop's leftover), and the error."""
     from convlab.problem import Problem
 
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # hypothesis: several distinct failures
         exc = exc.exceptions[0]
     problem, tb = None, exc.__traceback__
-    while tb is not None and problem is None:
+    code = getattr(check, "__code__", None)
+    while tb is not None:
         found = tb.tb_frame.f_locals.get("problem")
-        problem = found if isinstance(found, Problem) else None
+        if isinstance(found, Problem):
+            problem = found
+            if tb.tb_frame.f_code is code:
+                break
         tb = tb.tb_next
     prop = " ".join((check.__doc__ or check.__name__).replace("``", "").split()).split(". ")[0].rstrip(".")
     prop = prop[:1].lower() + prop[1:]

@@ -51,7 +51,9 @@ def _run(plugin: Algorithm, problem: Problem, config, host_ops, poison: float = 
 
 def check_matches_reference(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
     """Every config the plugin accepts agrees with the float64 reference within the tolerance of its
-    arithmetic for that config (:func:`convlab.measure.plugin_tolerance`)."""
+    arithmetic for that config.
+
+    The tolerance is :func:`convlab.measure.plugin_tolerance`."""
     for config in _accepted_configs(plugin, problem):
         host = random_operands(problem, rng)
         got = _run(plugin, problem, config, host)

@@ -19,7 +19,11 @@ candidates that the plugin accepts reaches (groups for a groups-1 plugin) is lef
     long 3D    1      1       2x3x3   1        0x1x1    1         2x3x3       reduction 576 (wgrad: 512)
 
 (C): wgrad only, whose reduction is over pixels. Dilations and paddings differ between axes, so a kernel
-that swaps two axes' values fails.
+that swaps two axes' values fails. After them come the same rows with 8 input and 8 output channels and
+groups 1 ("aligned": a row of 8 half values is the 16 bytes a copy engine moves, tma_wgmma's floor),
+then those rows and the groups-2 ones undilated (Winograd's and other fixed-tile algorithms' domain): a plugin reaches the
+classes it takes whatever its channel alignment and dilation limits. They are chosen only for a class
+the earlier rows left unreached, so a plugin that takes the 4-channel rows runs no more examples.
 """
 from __future__ import annotations
 
@@ -55,10 +59,10 @@ def classes_of(problem: Problem) -> set[str]:
     return {name for name, test in CLASSES.items() if test(problem)}
 
 
-def _rich(op: str, nd: int, groups: str, strided: bool, dtype: str) -> Problem:
+def _rich(op: str, nd: int, groups: str, strided: bool, dtype: str, dilated: bool = True) -> Problem:
     """One problem of every geometric option (the module docstring's rich rows); ``groups``: "2", "1"
-    or "C" (depthwise)."""
-    c, k, g = {"2": (4, 4, 2), "1": (4, 4, 1), "C": (4, 4, 4)}[groups]
+    or "C" (depthwise), or "aligned" (8 channels, groups 1); ``dilated=False``: dilation 1."""
+    c, k, g = {"2": (4, 4, 2), "1": (4, 4, 1), "C": (4, 4, 4), "aligned": (8, 8, 1)}[groups]
     bias = op != "wgrad"
     if nd == 2:
         stride, padding, dilation, kernel, out = (2 if strided else 1, 1), (2, 3), (2, 3), (3, 3), (3, 4)
@@ -67,16 +71,19 @@ def _rich(op: str, nd: int, groups: str, strided: bool, dtype: str) -> Problem:
     else:
         stride, padding, dilation = (1, 2 if strided else 1, 1), (2, 0, 1), (2, 3, 2)
         kernel, out = (2, 2, 2), (4, 2, 3)
+    if not dilated:
+        dilation = (1,) * nd
     spatial = [max(1, (o - 1) * sd + dl * (kk - 1) + 1 - 2 * pd)
                for o, sd, dl, kk, pd in zip(out, stride, dilation, kernel, padding)]
     return make_problem_nd(op, 2, c, spatial, k, kernel, stride=stride, padding=padding, dilation=dilation,
                            groups=g, dtype=dtype, bias=bias).lowered()
 
 
-def _long(op: str, dtype: str, nd: int = 2, depthwise: bool = False) -> Problem:
-    """A reduction of 512 or more products with a few hundred outputs (the long rows)."""
+def _long(op: str, dtype: str, nd: int = 2, depthwise: bool = False, aligned: bool = False) -> Problem:
+    """A reduction of 512 or more products with a few hundred outputs (the long rows); ``aligned``:
+    wgrad with 8 input and 8 output channels (forward's and dgrad's long rows are aligned already)."""
     if op == "wgrad":  # 2 images x 16 x 16 output pixels (3D: x 2 output depths)
-        c, k, g = (4, 4, 4) if depthwise else (2, 4, 1)
+        c, k, g = (4, 4, 4) if depthwise else (8, 8, 1) if aligned else (2, 4, 1)
         if nd == 3:
             return make_problem_nd(op, 1, c, (2, 16, 16), k, (1, 3, 3), padding=(0, 1, 1), groups=g, dtype=dtype)
         return make_problem_nd(op, 2, c, (16, 16), k, (3, 3), padding=1, groups=g, dtype=dtype)
@@ -91,18 +98,27 @@ def candidates(op: str, dtypes: tuple[str, ...], ndims: tuple[int, ...]) -> list
     """The fixed problems :func:`class_examples` chooses from, richest first: for every N in ``ndims``
     (and 1D for a 2D plugin), each groups variant strided and not, in the first dtype of
     :data:`DTYPE_ORDER` the plugin takes and the others after; then the long ones in float32 and
-    float16 / bfloat16."""
+    float16 / bfloat16; then the aligned and undilated variants of both."""
     order = [d for d in DTYPE_ORDER if d in dtypes]
+    nds = [n for n in (3, 2, 1) if n in ndims or (n == 1 and 2 in ndims)]
+    halves = [d for d in ("float32", "float16", "bfloat16") if d in dtypes]
     found = []
     for dtype in order:
-        for nd in [n for n in (3, 2, 1) if n in ndims or (n == 1 and 2 in ndims)]:
+        for nd in nds:
             for groups in ("2", "1", "C"):
                 for strided in (True, False):
                     found.append(_rich(op, nd, groups, strided, dtype))
-    for dtype in [d for d in ("float32", "float16", "bfloat16") if d in dtypes]:
+    for dtype in halves:
         found += [_long(op, dtype, nd) for nd in (2, 3) if nd in ndims]
         if op == "wgrad" and 2 in ndims:
             found.append(_long(op, dtype, depthwise=True))
+    for dilated, groups in ((True, "aligned"), (False, "aligned"), (False, "2")):
+        for dtype in order:
+            for nd in nds:
+                for strided in (True, False):
+                    found.append(_rich(op, nd, groups, strided, dtype, dilated))
+    if op == "wgrad":
+        found += [_long(op, dtype, nd, aligned=True) for dtype in halves for nd in (2, 3) if nd in ndims]
     return found
 
 
@@ -113,19 +129,39 @@ def _reached(problem: Problem, wanted: set[str]) -> set[tuple[str, str]]:
     return {("", c) if c in NUMERIC else (label, c) for c in classes_of(problem) & wanted}
 
 
+def float32_precision_for(plugin: Algorithm, op: str) -> str:
+    """The float32 precision the suite checks ``plugin``'s ``op`` under: ``"high"`` for a plugin that
+    takes float32 only as TF32 (tensor_core: declines a plain float32 problem under ``"highest"``, takes
+    it under ``"high"``), so that its TF32 routes are conformance-checked; else the one in force."""
+    from ..runtime.settings import float32_precision, get_float32_precision
+
+    current = get_float32_precision()
+    if "float32" not in plugin.dtypes:
+        return current
+    plain = make_problem_nd(op, 1, 8, (6, 7), 8, (3, 3), padding=1, dtype="float32")
+    with float32_precision("highest"):
+        exact = registry.verdict(plugin, plain)
+    with float32_precision("high"):
+        tf32 = registry.verdict(plugin, plain)
+    return "high" if tf32 and not exact else current
+
+
 def class_examples(plugin: Algorithm, op: str, classes: set[str] | frozenset[str] | None = None
                    ) -> list[Problem]:
-    """The candidates ``plugin`` accepts that together reach every class (of ``classes``, default all)
-    at every N any accepted candidate reaches: taken in order, each when it adds a class (at its N) not
-    reached yet."""
+    """The candidates ``plugin`` accepts (under :func:`float32_precision_for`) that together reach every
+    class (of ``classes``, default all) at every N any accepted candidate reaches: taken in order, each
+    when it adds a class (at its N) not reached yet."""
+    from ..runtime.settings import float32_precision
+
     wanted = set(CLASSES) if classes is None else set(classes)
     dtypes = tuple(sorted(plugin.dtypes))
     chosen, reached = [], set()
-    for problem in candidates(op, dtypes, tuple(getattr(plugin, "ndims", (2,)))):
-        new = _reached(problem, wanted) - reached
-        if new and registry.verdict(plugin, problem):
-            chosen.append(problem)
-            reached |= new
+    with float32_precision(float32_precision_for(plugin, op)):
+        for problem in candidates(op, dtypes, tuple(getattr(plugin, "ndims", (2,)))):
+            new = _reached(problem, wanted) - reached
+            if new and registry.verdict(plugin, problem):
+                chosen.append(problem)
+                reached |= new
     return chosen
 
 

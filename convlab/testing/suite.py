@@ -18,7 +18,8 @@ from convlab.plugin import registry
 from convlab.plugin.contract import Algorithm
 from convlab.testing import profiles
 from convlab.testing.checks import CHECKS, NEEDS_ACCEPTED
-from convlab.testing.classes import CLASSES, NUMERIC, class_examples
+from convlab.runtime.settings import float32_precision
+from convlab.testing.classes import CLASSES, NUMERIC, class_examples, float32_precision_for
 from convlab.testing.strategies import any_problems
 
 #: the classes (convlab.testing.classes) whose examples each check runs every time: every class for the
@@ -76,7 +77,8 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
     if fixed is not None:
         run = fixed_seed(fixed)(run)
     try:
-        run()
+        with float32_precision(float32_precision_for(plugin, op)):  # TF32-only plugins: their float32 too
+            run()
     except Unsatisfiable:
         raise AssertionError(
             f"{check_name} {op}: no drawn problem was accepted by plugin {plugin.name!r} (its predicate is "

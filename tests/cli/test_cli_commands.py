@@ -152,8 +152,8 @@ def test_check_prints_one_line_per_failed_check_with_the_property_problem_and_er
     assert code == 1 and lines[-1] == "test_ignores_bias: 1/2 conformance checks passed" and len(lines) == 3
     failed = next(line for line in lines if "FAIL" in line)
     assert failed.startswith("  check_matches_reference          forward  FAIL: every config the plugin accepts "
-                             "agrees with the float64 reference within the tolerance; smallest failing problem: "
-                             "forward f")
+                             "agrees with the float64 reference within the tolerance of its arithmetic for that "
+                             "config; smallest failing problem: forward f")
     problem = failed.split("smallest failing problem: ")[1].split("; AssertionError: ")[0]
     assert "+bias" in problem  # the property fails only with a bias
     assert f"; AssertionError: test_ignores_bias[default] on {problem}: relative error " in failed

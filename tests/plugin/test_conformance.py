@@ -157,18 +157,53 @@ def test_ci_draws_are_the_same_on_every_run(monkeypatch):
     assert runs[0] == runs[1] and len(runs[0]) >= 4
 
 
+def _probes(op: str, name: str, dtype: str) -> list:
+    """The smallest problems of class ``name`` (one option set on a plain 8-channel 3x3 problem), with
+    groups 1 and depthwise; a plugin the class examples leave without the class must decline them all."""
+    from convlab.problem import make_problem_nd
+
+    def one(groups, n=1, spatial=(6, 7), kernel=(3, 3), **options):
+        fields = dict(padding=1, dtype=dtype, bias=False, groups=groups)
+        fields.update(options)
+        return make_problem_nd(op, n, 8, spatial, 8, kernel, **fields).lowered()
+
+    options = {"batch>1": dict(n=2), "padding>=2": dict(padding=2), "dilation H": dict(dilation=(2, 1)),
+               "dilation W": dict(dilation=(1, 2)), "stride>1": dict(stride=2), "bias": dict(bias=True),
+               "1D": dict(spatial=(7,), kernel=(3,), padding=1),
+               "3D": dict(spatial=(3, 4, 5), kernel=(2, 3, 3), padding=(0, 1, 1)),
+               "dilation D": dict(spatial=(4, 4, 5), kernel=(2, 3, 3), padding=(0, 1, 1), dilation=(2, 1, 1)),
+               "groups>1": dict(groups=2)}
+    if name.startswith("long"):  # 8 x 8 x 3 x 3 = 576 products (wgrad: 2 x 16 x 16 = 512 pixels)
+        kw = dict(n=2, spatial=(16, 16)) if op == "wgrad" else dict(spatial=(2, 4))
+        return [make_problem_nd(op, kw.get("n", 1), 64 if op != "wgrad" else 8, kw["spatial"], 8, (3, 3),
+                                padding=1, dtype=dtype, groups=g) for g in (1, 8 if op == "wgrad" else 1)]
+    probes = []
+    for groups in (1, 8):
+        option = dict(options[name])
+        if name == "groups>1" and groups == 8:
+            continue
+        probes.append(one(option.pop("groups", groups), **option))
+    return probes
+
+
 @pytest.mark.parametrize("plugin", [p.name for p in convlab.plugins()])
 def test_class_examples_reach_every_class_the_plugin_takes(plugin):
+    """A class the fixed examples miss for a plugin is one it declines: its smallest problems of that
+    class, in every dtype it takes (float32 also as TF32), are declined (a plugin's limits are its
+    predicate's, never the candidate list's)."""
+    from convlab.plugin import registry
     from convlab.testing import class_examples, missing_classes
 
     plugin = convlab.get_plugin(plugin)
     for op in sorted(plugin.ops):
         missing = set(missing_classes(plugin, op))
-        assert not missing & {"batch>1", "padding>=2", "dilation W"}, (op, missing)
-        assert ("bias" in missing) == (op == "wgrad"), (op, missing)
-        assert ("dilation D" in missing) == (3 not in plugin.ndims), (op, missing)
-        half = {"float16", "bfloat16"} & plugin.dtypes
-        assert ("long half" in missing) == (not half or plugin.name == "depth_unfold" and op == "dgrad")
-        if plugin.name not in ("tensor_core", "depthwise", "widen"):  # TF32 only under "high"; depthwise
-            assert ("long float32" in missing) == ("float32" not in plugin.dtypes), (op, missing)
+        assert ("bias" in missing) == (op == "wgrad") or "bias" not in plugin.ops, (op, missing)
+        for name in sorted(missing - {"bias"} if op == "wgrad" else missing):
+            own = {"long float32": {"float32"}, "long half": {"float16", "bfloat16"}}.get(name, plugin.dtypes)
+            for dtype in sorted(own & plugin.dtypes):
+                for precision in ("highest", "high") if dtype == "float32" and name != "long float32" else ("highest",):
+                    with convlab.float32_precision(precision):
+                        taken = [p.describe() for p in _probes(op, name, dtype) if registry.verdict(plugin, p)]
+                    assert not taken, (f"{plugin.name} {op}: no class example reaches {name!r}, yet the "
+                                       f"plugin takes {taken} (float32 precision {precision!r})")
         assert any(p.n >= 2 for p in class_examples(plugin, op))

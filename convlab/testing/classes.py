@@ -17,13 +17,15 @@ candidates that the plugin accepts reaches (groups for a groups-1 plugin) is lef
     long 2D    2      1 (C)   3x3     1        1        1         2x4         reduction 576 (wgrad: 16x16
                                                                               output pixels: 512)
     long 3D    1      1       2x3x3   1        0x1x1    1         2x3x3       reduction 576 (wgrad: 512)
+    (aligned wgrad: 8 channels in and out, a 1x1 filter, then 3x3, the long rows' pixels)
 
 (C): wgrad only, whose reduction is over pixels. Dilations and paddings differ between axes, so a kernel
 that swaps two axes' values fails. After them come the same rows with 8 input and 8 output channels and
 groups 1 ("aligned": a row of 8 half values is the 16 bytes a copy engine moves, tma_wgmma's floor),
-then those rows and the groups-2 ones undilated (Winograd's and other fixed-tile algorithms' domain): a plugin reaches the
-classes it takes whatever its channel alignment and dilation limits. They are chosen only for a class
-the earlier rows left unreached, so a plugin that takes the 4-channel rows runs no more examples.
+then those rows and the groups-2 ones undilated (Winograd's and other fixed-tile algorithms' domain):
+a plugin reaches the classes it takes whatever its channel alignment and dilation limits. They are
+chosen only for a class the earlier rows left unreached, so a plugin that takes the 4-channel rows runs
+no more examples.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from typing import Callable
 from ..plugin import registry
 from ..plugin.contract import Algorithm
 from ..problem import HALF_DTYPES, Problem, make_problem_nd
+from ..runtime.settings import float32_precision, get_float32_precision
 
 #: class name -> whether a problem is in it
 CLASSES: dict[str, Callable[[Problem], bool]] = {
@@ -79,11 +82,17 @@ def _rich(op: str, nd: int, groups: str, strided: bool, dtype: str, dilated: boo
                            groups=g, dtype=dtype, bias=bias).lowered()
 
 
-def _long(op: str, dtype: str, nd: int = 2, depthwise: bool = False, aligned: bool = False) -> Problem:
+def _long(op: str, dtype: str, nd: int = 2, depthwise: bool = False, aligned: bool = False,
+          pointwise: bool = False) -> Problem:
     """A reduction of 512 or more products with a few hundred outputs (the long rows); ``aligned``:
-    wgrad with 8 input and 8 output channels (forward's and dgrad's long rows are aligned already)."""
+    wgrad with 8 input and 8 output channels (forward's and dgrad's long rows are aligned already),
+    ``pointwise``: with a 1x1 filter, 64 outputs (tma_wgmma's 3x3 one took 45 s of the simulator, its
+    other class examples 11 s)."""
     if op == "wgrad":  # 2 images x 16 x 16 output pixels (3D: x 2 output depths)
         c, k, g = (4, 4, 4) if depthwise else (8, 8, 1) if aligned else (2, 4, 1)
+        if pointwise:
+            return make_problem_nd(op, 1 if nd == 3 else 2, c, (2, 16, 16)[3 - nd:], k, (1,) * nd, groups=g,
+                                   dtype=dtype)
         if nd == 3:
             return make_problem_nd(op, 1, c, (2, 16, 16), k, (1, 3, 3), padding=(0, 1, 1), groups=g, dtype=dtype)
         return make_problem_nd(op, 2, c, (16, 16), k, (3, 3), padding=1, groups=g, dtype=dtype)
@@ -118,7 +127,9 @@ def candidates(op: str, dtypes: tuple[str, ...], ndims: tuple[int, ...]) -> list
                 for strided in (True, False):
                     found.append(_rich(op, nd, groups, strided, dtype, dilated))
     if op == "wgrad":
-        found += [_long(op, dtype, nd, aligned=True) for dtype in halves for nd in (2, 3) if nd in ndims]
+        for pointwise in (True, False):  # 1x1 first: 3x3 for a plugin that takes only larger filters
+            found += [_long(op, dtype, nd, aligned=True, pointwise=pointwise) for dtype in halves
+                      for nd in (2, 3) if nd in ndims]
     return found
 
 
@@ -133,8 +144,6 @@ def float32_precision_for(plugin: Algorithm, op: str) -> str:
     """The float32 precision the suite checks ``plugin``'s ``op`` under: ``"high"`` for a plugin that
     takes float32 only as TF32 (tensor_core: declines a plain float32 problem under ``"highest"``, takes
     it under ``"high"``), so that its TF32 routes are conformance-checked; else the one in force."""
-    from ..runtime.settings import float32_precision, get_float32_precision
-
     current = get_float32_precision()
     if "float32" not in plugin.dtypes:
         return current
@@ -151,8 +160,6 @@ def class_examples(plugin: Algorithm, op: str, classes: set[str] | frozenset[str
     """The candidates ``plugin`` accepts (under :func:`float32_precision_for`) that together reach every
     class (of ``classes``, default all) at every N any accepted candidate reaches: taken in order, each
     when it adds a class (at its N) not reached yet."""
-    from ..runtime.settings import float32_precision
-
     wanted = set(CLASSES) if classes is None else set(classes)
     dtypes = tuple(sorted(plugin.dtypes))
     chosen, reached = [], set()

@@ -106,11 +106,11 @@ def _long(op: str, dtype: str, nd: int = 2, depthwise: bool = False, aligned: bo
 def candidates(op: str, dtypes: tuple[str, ...], ndims: tuple[int, ...]) -> list[Problem]:
     """The fixed problems :func:`class_examples` chooses from, richest first: for every N in ``ndims``
     (and 1D for a 2D plugin), each groups variant strided and not, in the first dtype of
-    :data:`DTYPE_ORDER` the plugin takes and the others after; then the long ones in float32 and
-    float16 / bfloat16; then the aligned and undilated variants of both."""
+    :data:`DTYPE_ORDER` the plugin takes and the others after; then the long ones in float16 / bfloat16
+    and float32; then the aligned and undilated variants of both."""
     order = [d for d in DTYPE_ORDER if d in dtypes]
     nds = [n for n in (3, 2, 1) if n in ndims or (n == 1 and 2 in ndims)]
-    halves = [d for d in ("float32", "float16", "bfloat16") if d in dtypes]
+    halves = [d for d in ("float16", "bfloat16", "float32") if d in dtypes]  # half first: where half bugs show
     found = []
     for dtype in order:
         for nd in nds:

@@ -190,9 +190,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from convlab import runtime
     from convlab.runtime import settings
     from convlab.bench import harness as bench
 
@@ -204,6 +201,28 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from . import sweeps
 
     tasks = sweeps.tasks(args, suites)
+    with autotune.mode(_tune_mode(args)):
+        return _tune_tasks(args, tasks, limit, autotune)
+
+
+def _tune_mode(args: argparse.Namespace) -> str:
+    """``convlab tune``'s mode: ``--tune-mode``, else the mode in force unless it is the default
+    "heuristic" (which times nothing): then "tune"."""
+    from convlab.runtime import settings
+
+    given = getattr(args, "tune_mode", None)
+    if given:
+        return given
+    return "tune" if settings.get_tune_mode() == "heuristic" else settings.get_tune_mode()
+
+
+def _tune_tasks(args: argparse.Namespace, tasks: list, limit: int, autotune: Any) -> int:
+    from tqdm import tqdm
+
+    from convlab import runtime
+    from convlab.runtime import settings
+    from . import sweeps
+
     if sweeps.sweeping(args):
         return sweeps.tune_sweep(args, tasks, limit)
     if args.clear_cache:

@@ -104,7 +104,7 @@ def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
     p.add_argument("--tune-mode", choices=TUNE_MODES, default=default(None), metavar="MODE",
                    help=f"how algorithm='auto' decides, one of {', '.join(TUNE_MODES)}: the cost model's "
                         "pick with nothing timed, its best candidates timed, or every one timed (as "
-                        "convlab.autotune.set_mode or CONVLAB_TUNE_MODE; default: tune)")
+                        "convlab.autotune.set_mode or CONVLAB_TUNE_MODE; default: heuristic; convlab tune: tune)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -209,10 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tune", help="pre-tune a suite into the autotuner's cache",
                        description="Tune every problem of the suites (or one shape) into the autotuner's "
-                       "cache file, so that later runs answer from the cache, in the tuning mode in force "
-                       "(tune, the default, or exhaustive times candidates; --tune-mode heuristic stores "
-                       "the cost model's picks). On the simulator the autotuner picks by declared priority "
-                       "and caches nothing.")
+                       "cache file, so that later runs answer from the cache: in mode tune (each plugin's "
+                       "best candidates by the cost model checked and timed) unless --tune-mode or "
+                       "CONVLAB_TUNE_MODE names exhaustive (every candidate timed) or --tune-mode heuristic "
+                       "(the cost model's picks stored, nothing timed). On the simulator the autotuner "
+                       "picks by declared priority and caches nothing.")
     _bench_args(p, OPS)
     p.add_argument("--retune", action="store_true", help="tune again even where the cache answers")
     p.add_argument("--clear-cache", action="store_true", help="delete this device's cache first")

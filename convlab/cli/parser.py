@@ -1,8 +1,8 @@
 """The ``convlab`` command line: the parser and :func:`main` (the console script); the argument types
 (text -> value) are in :mod:`convlab.cli.arg_types`.
 
-Subcommands (demo, list, explain, bench, plot, tune, check) live in :mod:`convlab.cli.commands`,
-``bench auto`` and ``bench report`` in :mod:`convlab.cli.bench_cmd`, ``compile`` in :mod:`convlab.cli.compile_cmd`, ``source`` in :mod:`convlab.cli.source_cmd`. Exit status:
+Subcommands (demo, list, explain, bench, plot, check) live in :mod:`convlab.cli.commands`, ``tune`` in
+:mod:`convlab.cli.tune_cmd`, ``bench auto`` and ``bench report`` in :mod:`convlab.cli.bench_cmd`, ``compile`` in :mod:`convlab.cli.compile_cmd`, ``source`` in :mod:`convlab.cli.source_cmd`. Exit status:
 0 success, 1 a check or command failed, 2 bad arguments (argparse's convention: the message, no
 traceback; ``--debug`` shows the traceback instead). ``--debug``, ``--deterministic`` and
 ``--tune-mode`` may be given before or after the subcommand.
@@ -17,7 +17,8 @@ from typing import Sequence
 from .arg_types import (  # also importable from here (convlab.cli.parser.nbytes, ...)
     DTYPE_CHOICES, DTYPE_HELP, algorithm, dtype_list, nbytes, op_list, op_name, padding, pair, positive, shape4,
     split_dtype)
-from .commands import cmd_bench, cmd_check, cmd_demo, cmd_explain, cmd_list, cmd_plot, cmd_tune
+from .commands import cmd_bench, cmd_check, cmd_demo, cmd_explain, cmd_list, cmd_plot
+from .tune_cmd import cmd_tune
 
 
 def _add_shape(p: argparse.ArgumentParser, required: bool) -> None:

@@ -4,7 +4,8 @@ statistics and the tuning mode left as they were, and bad arguments.
 
 On the simulator the tuner times nothing without a timer: the tuner's entry is wrapped to pass fake
 milliseconds (each candidate is still run and checked on the simulator), so "tune" really checks
-and times; each plugin's first config only (``set_tune_configs(1)``) keeps it short."""
+and times; each plugin's first config only (``set_tune_configs(1)``) and no lossy plugin (Winograd,
+FFT) keep it short."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -36,10 +37,11 @@ def fake_timing(tmp_path, monkeypatch):
         return [1.0 + 0.01 * len(cand.label)] * 6
 
     monkeypatch.setattr(tuner, "tune", lambda problem, **kw: real(problem, timer=timer, **kw))
-    configs, mode = settings.set_tune_configs(1), autotune.get_mode()
+    configs, mode, lossy = settings.set_tune_configs(1), autotune.get_mode(), settings.set_allow_lossy(False)
     autotune.clear_cache(memory=True, disk=False)
     yield timed
     settings.set_tune_configs(configs)
+    settings.set_allow_lossy(lossy)
     autotune.set_mode(mode)
     autotune.clear_cache(memory=True, disk=False)
 

@@ -14,7 +14,9 @@ what each mode compiles and times, from the tuner's own choice of candidates
 plus, in the timing modes, the ``direct`` plugin that checks problems above
 ``measure.HOST_REFERENCE_MAX_FLOPS``. Kernels are counted by :func:`convlab.compile.collect.launches`
 (each distinct kernel once a process, as Numba compiles it), assuming every candidate passes its check
-and none is cut by the per-shape budget (CPU seconds are not the GPU's).
+and none is cut by the per-shape budget (CPU seconds are not the GPU's). In mode "heuristic" (the
+default) it also runs the tuner itself over the step with an empty cache (``first pass``: the tuner's
+counters of candidates timed, whose picks they are, the kernels of its picks).
 
 ``gpu``: each (mode or cuDNN setting) in a fresh process with an empty cache folder, then again warm
 (the same folder: tuning entries and, with ``CONVLAB_KERNEL_CACHE=1``, kernels on disk): seconds from
@@ -92,6 +94,33 @@ def counts(problems: list, mode: str, kernels_of: Any) -> dict[str, Any]:
             "layer_ops": sum(o["layer_ops"] for o in per_op.values()), "per_op": per_op, "declined": declined}
 
 
+def first_pass(problems: list, kernels_of: Any) -> dict[str, Any]:
+    """The tuner itself on a first pass over the step in the mode in force (a fresh cache folder): its
+    counters (candidates timed and checked, shapes tuned, heuristic picks), whose picks they are
+    (``TuneResult.picked_by``) and the distinct kernels its picks launch. Only mode "heuristic" decides
+    here as on a GPU (a timing mode picks by priority without a device)."""
+    from convlab import autotune
+    from convlab.runtime import settings
+
+    limit = settings.get_workspace_limit()
+    autotune.clear_cache(memory=True, disk=False)
+    autotune.reset_stats()
+    kernels: set[str] = set()
+    picked_by: dict[str, int] = {}
+    declined = []
+    for label, problem in problems:
+        try:
+            result = autotune.tune(problem, workspace_limit=limit)
+        except ValueError:
+            declined.append(f"{label} {problem.op}")
+            continue
+        kernels |= kernels_of(result.winner, problem)
+        picked_by[result.picked_by] = picked_by.get(result.picked_by, 0) + 1
+    return {"mode": settings.get_tune_mode(), "kernels_compiled": len(kernels),
+            "candidates_timed": autotune.stats()["timed"], "tuner_stats": autotune.stats(), "picked_by": picked_by,
+            "layer_ops": sum(picked_by.values()), "declined": declined}
+
+
 def compile_only_kernels(cand: Any, problem: Any) -> set[str]:
     """The kernel ids a candidate's call launches (the compile-only runtime)."""
     from convlab.compile.collect import launches
@@ -105,7 +134,7 @@ def compile_only_kernels(cand: Any, problem: Any) -> set[str]:
 
 def run_counts(args: argparse.Namespace) -> dict[str, Any]:
     from convlab import autotune, runtime
-    from convlab.runtime import targets
+    from convlab.runtime import settings, targets
 
     if not runtime.COMPILE_ONLY:
         raise SystemExit("counts runs in the compile-only runtime: CONVLAB_RUNTIME=compile python ...")
@@ -113,8 +142,13 @@ def run_counts(args: argparse.Namespace) -> dict[str, Any]:
     out = {"what": "counts", "target": target.name, "top_k": autotune.TOP_K, "dtype": args.dtype,
            "command": "CONVLAB_RUNTIME=compile python benchmarks/cold_start.py " + " ".join(args.argv),
            "suites": {}}
-    for suite, problems in step_problems(args.suite, args.dtype).items():
-        out["suites"][suite] = {m: counts(problems, m, compile_only_kernels) for m in MODES}
+    out["default_mode"] = settings.DEFAULT_TUNE_MODE
+    with tempfile.TemporaryDirectory() as folder:  # the first pass reads and writes no user cache
+        os.environ["CONVLAB_CACHE_DIR"] = folder
+        for suite, problems in step_problems(args.suite, args.dtype).items():
+            out["suites"][suite] = {m: counts(problems, m, compile_only_kernels) for m in MODES}
+            if settings.get_tune_mode() == "heuristic":
+                out["suites"][suite]["first pass"] = first_pass(problems, compile_only_kernels)
     return out
 
 
@@ -219,9 +253,14 @@ def markdown(data: dict[str, Any]) -> str:
                   "| --- | --- | --- | --- | --- | --- |"]
         for suite, modes in data["suites"].items():
             for mode, c in modes.items():
-                per = ", ".join(f"{op} {o['kernels']} / {o['timed']}" for op, o in c["per_op"].items())
-                lines.append(f"| {suite} | {c['layer_ops']} | {mode} | {c['kernels_compiled']} | "
+                per = (", ".join(f"{op} {o['kernels']} / {o['timed']}" for op, o in c["per_op"].items())
+                       if "per_op" in c else "picks: " + ", ".join(f"{n} {k}" for k, n in c["picked_by"].items()))
+                name = f"first pass, {c['mode']} (the tuner)" if mode == "first pass" else mode
+                lines.append(f"| {suite} | {c['layer_ops']} | {name} | {c['kernels_compiled']} | "
                              f"{c['candidates_timed']} | {per} |")
+        if "default_mode" in data:
+            lines += ["", f"Default tuning mode: {data['default_mode']}. \"first pass\": autotune.tune on each "
+                      "layer-op in the mode in force with an empty cache, the tuner's own counters."]
         return "\n".join(lines + [""])
     lines += ["| suite | mode | cold step s | warm step s | kernels compiled cold / warm | timed cold |",
               "| --- | --- | --- | --- | --- | --- |"]

@@ -16,10 +16,12 @@
 # %% [markdown]
 # # The autotuner behind `algorithm="auto"`
 #
-# For a problem it has not seen, the autotuner (`convlab.autotune`) runs every eligible
-# (plugin, config) once on fresh random operands, disqualifies any whose output disagrees with a trusted
-# result, times the rest with CUDA events, and stores the fastest in a JSON cache, one file per GPU
-# model. Later calls, in this process or the next, answer from the cache without running anything.
+# In its default mode, `heuristic`, `algorithm="auto"` runs the cost model's pick for a shape it has not
+# seen and times nothing. Tuning, which this notebook is about (mode `tune`, set below, as
+# `convlab.tune(...)` does), runs the eligible (plugin, config) candidates the model ranks best once on
+# fresh random operands, disqualifies any whose output disagrees with a trusted result, times the rest
+# with CUDA events, and stores the fastest in a JSON cache, one file per GPU model. Later calls, in this
+# process or the next, answer from the cache without running anything.
 #
 # This notebook sweeps a grid of shapes and draws a map of the winners, then looks at the cache: the
 # entry on disk, cache hits, `convlab.explain`, the key policy that lets nearby shapes share a tuning,
@@ -53,6 +55,7 @@ FIG_DIR = os.environ.get("CONVLAB_FIGURE_DIR") or (None if not runtime.HAS_DEVIC
 os.environ["CONVLAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="convlab-notebook-cache-")
 autotune.set_key_policy("exact")
 autotune.set_deterministic(False)
+autotune.set_mode("tune")  # the default, "heuristic", times nothing
 print(f"device: {runtime.device_name()}   size: {SIZE}   figures saved to: {FIG_DIR or '(not saved)'}")
 print("cache file:", autotune.cache_path())
 

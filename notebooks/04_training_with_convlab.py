@@ -113,8 +113,9 @@ print("after revert:", type(model.grouped[0]).__module__ + "." + type(model.grou
 # (`"cudnn"`), then converted (`"convlab"`). Both build the network under `torch.manual_seed(seed)` and
 # draw the batches in the same seed-fixed order, so each pair starts from identical weights and sees
 # identical batches. Adam with a cosine learning rate; step time is the synchronised wall clock of
-# forward, backward and optimizer step. The first step is timed apart: there convlab's autotuner
-# compiles and times kernels for each new shape (and cuDNN benchmarks its algorithms).
+# forward, backward and optimizer step. The first step is timed apart: there convlab compiles the cost
+# model's pick for each new shape (the default tuning mode, `heuristic`, times nothing;
+# `convlab.torch.tune(model, inputs)` would check and time candidates) and cuDNN benchmarks its algorithms.
 
 # %%
 runs = compare(SEEDS, CONFIG, DEVICE)

@@ -2,7 +2,8 @@
 on the GPU, checks each against a trusted output, and caches the winner per shape key on disk.
 
 Modules: :mod:`~convlab.autotune.tuner` (what :func:`tune` does, step by step), :mod:`.modes` (the
-tuning modes: heuristic, tune, exhaustive), :mod:`.rounds` (how the candidates of one problem are
+tuning modes: heuristic, the default, tune, exhaustive), :mod:`.request` (tuning on request:
+``convlab.tune``), :mod:`.rounds` (how the candidates of one problem are
 checked and timed), :mod:`.cache` (the per-device JSON file and its keys), :mod:`.cache_entries` (when a
 stored entry answers, what a tuning stores), :mod:`.result` (what a tuning
 reports); the cost model: :mod:`.costmodel` (the formula, its JSON files per target class),

@@ -31,6 +31,23 @@ class TuneResult:
     def winner_label(self) -> str | None:
         return None if self.winner is None else self.winner.label
 
+    @property
+    def picked_by(self) -> str:
+        """Whose pick the winner is: "tuned" (checked and timed in mode tune or exhaustive, now or in
+        the stored entry), "model" (the cost model's lowest estimate, mode heuristic, nothing timed) or
+        "priority" (the highest declared priority: no cost model applies, nothing timed)."""
+        if self.source == "priority":
+            return "priority"
+        if self.mode == "heuristic":
+            return "priority" if self.ranking.startswith("declared priority") else "model"
+        return "tuned"
+
+    def pick_text(self) -> str:
+        """One phrase on :attr:`picked_by` (explain and convlab.torch.tune print it)."""
+        return {"tuned": f"tuned (mode {self.mode!r}: candidates checked and timed)",
+                "model": "the cost model's (mode 'heuristic': nothing timed)",
+                "priority": "declared priority (no cost model applies: nothing timed)"}[self.picked_by]
+
     def medians(self) -> dict[str, float | None]:
         return {c.label: c.median_ms for c in self.candidates}
 

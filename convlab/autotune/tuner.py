@@ -35,11 +35,12 @@ initial value.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from convlab import runtime
 from convlab.runtime import context, settings
@@ -55,6 +56,7 @@ from . import cache_entries, mode_steps, modes
 log = logging.getLogger("convlab")
 
 _lock = threading.RLock()
+_recorders: list[list[TuneResult]] = []  # the open recording() blocks
 _COUNTERS = ("timed", "checked", "tuned", "cache_hits", "priority", "heuristic")
 
 
@@ -139,10 +141,34 @@ def remembered(key: tuple) -> TuneResult | None:
     return _decisions().get(key)
 
 
-def memo_key(problem: Problem, limit: int) -> tuple:
+def memo_key(problem: Problem, limit: int, mode: str | None = None) -> tuple:
+    """The key of this process's decision for ``problem`` under the settings in force (``mode``: the
+    tuning mode's place, default the current mode)."""
     return (problem.key(), limit, settings.get_key_policy(), settings.get_deterministic(),
-            settings.get_float32_precision(), settings.get_tune_configs(), settings.get_tune_mode(),
-            registry.state())
+            settings.get_float32_precision(), settings.get_tune_configs(),
+            settings.get_tune_mode() if mode is None else mode, registry.state())
+
+
+def _remember(problem: Problem, limit: int, result: TuneResult) -> None:
+    """Remember ``result`` for the current mode and, as its cache entry would (modes.answers), for every
+    less thorough mode: a shape tuned on request runs its tuned pick when the default mode calls it."""
+    _decisions()[memo_key(problem, limit)] = result
+    if result.winner is not None and result.source in ("tuned", "cache", "heuristic") and result.mode in modes.RANK:
+        for lower, rank in modes.RANK.items():
+            if rank < modes.RANK[result.mode]:
+                _decisions()[memo_key(problem, limit, lower)] = result
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[TuneResult]]:
+    """``with recording() as seen:``: every decision :func:`choose` answers inside the block, in call
+    order (convlab.torch.tune attributes them to a model's layers)."""
+    seen: list[TuneResult] = []
+    _recorders.append(seen)
+    try:
+        yield seen
+    finally:
+        _recorders.remove(seen)
 
 
 def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = False,
@@ -183,7 +209,7 @@ def tune(problem: Problem, *, workspace_limit: int | None = None, force: bool = 
             result = _decide(problem, key, cands, limit, timer, start, mode, prints)
             if entry is not None and not force:
                 result.notes.append(f"cache entry replaced: {stale}")
-        _decisions()[memo_key(problem, limit)] = result
+        _remember(problem, limit, result)
         settings.bump_generation()
     return result
 
@@ -232,6 +258,8 @@ def choose(problem: Problem, workspace_limit: int) -> Candidate:
     if result.winner is None:
         statuses = "; ".join(f"{c.label}: {c.verdict}" for c in result.candidates)
         raise RuntimeError(f"no candidate ran {problem.describe()} correctly ({statuses})")
+    for seen in _recorders:
+        seen.append(result)
     return result.winner
 
 

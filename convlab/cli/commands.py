@@ -1,4 +1,4 @@
-"""The ``convlab`` subcommands: one ``cmd_*`` function each, taking the parsed arguments (see cli.py for
+"""The ``convlab`` subcommands (``convlab tune``: tune_cmd.py): one ``cmd_*`` function each, taking the parsed arguments (see cli.py for
 the parser) and returning the exit status: 0 success, 1 a check or command failed. Bad input raises
 :class:`UsageError` (or another ValueError), which ``convlab.cli.main`` reports with exit status 2.
 
@@ -187,47 +187,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
                           target=getattr(args, "target", None))
     print(explanation)  # nothing picked: its last line says why (what the op would raise)
     return 1 if explanation.chosen is None else 0
-
-
-def cmd_tune(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from convlab import runtime
-    from convlab.runtime import settings
-    from convlab.bench import harness as bench
-
-    suites = _suites(args, None)
-    limit = settings.get_workspace_limit() if args.workspace_limit is None else args.workspace_limit
-    autotune = bench.autotune_module()
-    if autotune is None:
-        raise UsageError("the autotuner (convlab.autotune) is not installed: 'auto' picks by priority")
-    from . import sweeps
-
-    tasks = sweeps.tasks(args, suites)
-    if sweeps.sweeping(args):
-        return sweeps.tune_sweep(args, tasks, limit)
-    if args.clear_cache:
-        autotune.clear_cache()
-        print(f"cleared {autotune.cache_path()}")
-    failed = 0
-    for task in tqdm(tasks, disable=None if not args.quiet else True, unit="problem"):
-        try:
-            with settings.float32_precision(task.precision):
-                result = autotune.tune(task.problem, workspace_limit=limit, force=args.retune)
-        except ValueError as exc:  # no plugin runs it (e.g. a dtype without a wgrad kernel): not a failure
-            tqdm.write(f"{task.entry.label:<32} {task.problem.op:<8} {task.dtype:<12} -> unsupported: {exc}")
-            continue
-        failed += result.winner is None
-        tqdm.write(f"{task.entry.label:<32} {task.problem.op:<8} {task.dtype:<12} -> {result.winner_label} "
-                   f"({result.source}, {result.tuning_s:.3g} s)" + ("" if result.winner else f": {result.reason}"))
-        if args.verbose:
-            tqdm.write(str(result))
-    if not runtime.HAS_DEVICE:
-        print("nothing was written: on the simulator the autotuner picks by declared priority and caches "
-              "nothing (tune on a GPU to fill the cache)")
-    else:
-        print(f"cache: {autotune.cache_path()}")
-    return 1 if failed else 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -1,8 +1,8 @@
 """The ``convlab`` command line: the parser and :func:`main` (the console script); the argument types
 (text -> value) are in :mod:`convlab.cli.arg_types`.
 
-Subcommands (demo, list, explain, bench, plot, tune, check) live in :mod:`convlab.cli.commands`,
-``bench auto`` and ``bench report`` in :mod:`convlab.cli.bench_cmd`, ``compile`` in :mod:`convlab.cli.compile_cmd`, ``source`` in :mod:`convlab.cli.source_cmd`. Exit status:
+Subcommands (demo, list, explain, bench, plot, check) live in :mod:`convlab.cli.commands`, ``tune`` in
+:mod:`convlab.cli.tune_cmd`, ``bench auto`` and ``bench report`` in :mod:`convlab.cli.bench_cmd`, ``compile`` in :mod:`convlab.cli.compile_cmd`, ``source`` in :mod:`convlab.cli.source_cmd`. Exit status:
 0 success, 1 a check or command failed, 2 bad arguments (argparse's convention: the message, no
 traceback; ``--debug`` shows the traceback instead). ``--debug``, ``--deterministic`` and
 ``--tune-mode`` may be given before or after the subcommand.
@@ -17,7 +17,8 @@ from typing import Sequence
 from .arg_types import (  # also importable from here (convlab.cli.parser.nbytes, ...)
     DTYPE_CHOICES, DTYPE_HELP, algorithm, dtype_list, nbytes, op_list, op_name, padding, pair, positive, shape4,
     split_dtype)
-from .commands import cmd_bench, cmd_check, cmd_demo, cmd_explain, cmd_list, cmd_plot, cmd_tune
+from .commands import cmd_bench, cmd_check, cmd_demo, cmd_explain, cmd_list, cmd_plot
+from .tune_cmd import cmd_tune
 
 
 def _add_shape(p: argparse.ArgumentParser, required: bool) -> None:
@@ -104,7 +105,7 @@ def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
     p.add_argument("--tune-mode", choices=TUNE_MODES, default=default(None), metavar="MODE",
                    help=f"how algorithm='auto' decides, one of {', '.join(TUNE_MODES)}: the cost model's "
                         "pick with nothing timed, its best candidates timed, or every one timed (as "
-                        "convlab.autotune.set_mode or CONVLAB_TUNE_MODE; default: tune)")
+                        "convlab.autotune.set_mode or CONVLAB_TUNE_MODE; default: heuristic; convlab tune: tune)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -209,10 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tune", help="pre-tune a suite into the autotuner's cache",
                        description="Tune every problem of the suites (or one shape) into the autotuner's "
-                       "cache file, so that later runs answer from the cache, in the tuning mode in force "
-                       "(tune, the default, or exhaustive times candidates; --tune-mode heuristic stores "
-                       "the cost model's picks). On the simulator the autotuner picks by declared priority "
-                       "and caches nothing.")
+                       "cache file, so that later runs answer from the cache: in mode tune (each plugin's "
+                       "best candidates by the cost model checked and timed) unless --tune-mode or "
+                       "CONVLAB_TUNE_MODE names exhaustive (every candidate timed) or --tune-mode heuristic "
+                       "(the cost model's picks stored, nothing timed). On the simulator the autotuner "
+                       "picks by declared priority and caches nothing.")
     _bench_args(p, OPS)
     p.add_argument("--retune", action="store_true", help="tune again even where the cache answers")
     p.add_argument("--clear-cache", action="store_true", help="delete this device's cache first")

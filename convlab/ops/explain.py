@@ -42,6 +42,7 @@ class Explanation:
     target: Target | None = None  # the machine the verdicts are for
     estimates: dict[str, float] = field(default_factory=dict)  # the cost model's ms per candidate label
     why_none: str = ""  # when nothing is picked: why (what the op would raise with this algorithm)
+    picked_by: str = ""  # whose pick: "tuned", "model" (mode heuristic), "priority" or "forced" (TuneResult.picked_by)
 
     def __str__(self) -> str:
         lines = [f"problem: {self.problem.describe()}"]
@@ -71,6 +72,9 @@ class Explanation:
                   "heuristic": "by the cost model, nothing timed"}
         lines.append(f"picked: {self.chosen}[{self.chosen_config}] ({origin.get(self.source, self.source)})"
                      if self.chosen is not None else f"picked: nothing: {self.why_none}")
+        if self.picked_by:  # whose pick it is; the tuning's own words carry its mode
+            lines.append("pick: " + (self.tuning.pick_text() if self.tuning is not None and self.chosen
+                                     else _PICKED_BY[self.picked_by]))
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -97,6 +101,11 @@ class Explanation:
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython display
         p.text(str(self))
+
+
+_PICKED_BY = {"model": "the cost model's (mode 'heuristic': nothing timed)",
+              "priority": "declared priority (no cost model applies: nothing timed)",
+              "forced": "forced by algorithm="}
 
 
 def plugin_rows(prob: Problem, workspace_limit: int, target: Target | None = None) -> list[PluginRow]:
@@ -138,20 +147,20 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
     rows = plugin_rows(prob, workspace_limit, target)
     if prob.dtype == "float32":  # TF32 plugins are candidates only under "high"
         notes.append(f"float32 precision: {get_float32_precision()}")
-    tuning, estimates = None, {}
+    tuning, estimates, picked_by = None, {}, "forced"
     if isinstance(algorithm, str) and algorithm == "auto":
         notes.append(autotune.modes.describe(get_tune_mode()))
     try:
         if target != here:
             cand = (strategy.by_priority(prob, workspace_limit, target) if algorithm == "auto" else
                     strategy.resolve(prob, algorithm, workspace_limit, target))
-            source = "priority" if algorithm == "auto" else "forced"
+            source = picked_by = "priority" if algorithm == "auto" else "forced"
             notes.append(f"target {target.name} is not this machine's ({here.name}): nothing was timed")
             ranked = _ranking(prob, workspace_limit, target)
             estimates = ranked.estimates
             if algorithm == "auto" and ranked.by_model:  # what mode "heuristic" would run there
                 if get_tune_mode() == "heuristic":
-                    cand, source = ranked.order[0], "heuristic"
+                    cand, source, picked_by = ranked.order[0], "heuristic", "model"
                     notes.append(f"the pick is the lowest estimate of the {ranked.how}")
                 else:
                     notes.append(f"mode 'heuristic' would pick {ranked.order[0].label} (the lowest "
@@ -162,7 +171,7 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
             _fill_rows(rows, tuning)
             if tuning.winner is None:
                 raise RuntimeError(f"no candidate ran correctly: {tuning.reason}")
-            cand, source = tuning.winner, tuning.source
+            cand, source, picked_by = tuning.winner, tuning.source, tuning.picked_by
             if tuning.source != "cache":
                 notes.append(tuning.reason)
             notes.extend(tuning.notes)
@@ -170,11 +179,11 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
             cand, source = strategy.resolve(prob, algorithm, workspace_limit), "forced"
         chosen, cfg = cand.plugin.name, cand.config.name
     except (ValueError, RuntimeError) as exc:  # the forced plugin declines, or no candidate ran correctly
-        chosen, cfg, source, why_none = None, None, "none", str(exc)
+        chosen, cfg, source, why_none, picked_by = None, None, "none", str(exc), ""
     else:
         why_none = ""
     _fill_estimates(rows, estimates)
-    return Explanation(prob, rows, chosen, cfg, source, notes, tuning, target, estimates, why_none)
+    return Explanation(prob, rows, chosen, cfg, source, notes, tuning, target, estimates, why_none, picked_by)
 
 
 def _check_forced(prob: Problem, algorithm: Any, target: Target) -> None:

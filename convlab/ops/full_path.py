@@ -156,7 +156,7 @@ def _run_once(prob: Problem, candidate: Any, algorithm: Any, limit: int, arrays:
 def _plan_check(prob: Problem, candidate: Any, limit: int, auto: bool) -> Any:
     """``check()`` of a plan: True while its plugin is not set aside for the problem
     (registry.set_aside) and, for an "auto" plan, while the autotuner still remembers the decision it
-    made."""
+    made under the settings in force (the tuning mode among them)."""
     name = candidate.plugin.name
 
     def kept() -> bool:
@@ -166,6 +166,5 @@ def _plan_check(prob: Problem, candidate: Any, limit: int, auto: bool) -> Any:
         return kept
     from convlab.autotune import tuner
 
-    memo = tuner.memo_key(prob, limit)
-    decision = tuner.remembered(memo)
-    return lambda: tuner.remembered(memo) is decision and kept()
+    decision = tuner.remembered(tuner.memo_key(prob, limit))  # the key is read at each check: the mode may change
+    return lambda: tuner.remembered(tuner.memo_key(prob, limit)) is decision and kept()

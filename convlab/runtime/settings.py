@@ -117,11 +117,12 @@ def _parse_budget(value: Any) -> float | None:
     return seconds
 
 
-#: the tuning mode of a fresh process: "tune", each plugin's top TOP_K candidates by the cost model timed
-#: within the per-shape budget (ResNet-50's 69 layer-ops on sm_90: 59 kernels compiled, 481 candidates
-#: timed, against 75 / 908 exhaustively and 20 / 0 in "heuristic": results/autotune_cold_start/sm90/ba18b2d);
-#: "heuristic" is asked for where a first call must not wait for any timing
-DEFAULT_TUNE_MODE = "tune"
+#: the tuning mode of a fresh process: "heuristic", the cost model's pick run at once (one kernel compiled a
+#: layer-op, nothing timed). ResNet-50's 69 layer-ops on sm_90 compile 20 kernels and time 0 candidates in
+#: "heuristic" against 59 / 481 in "tune" and 75 / 908 exhaustively (results/autotune_cold_start/sm90/ba18b2d);
+#: the model's pick is within 1.3 % of the tuned one (geometric mean held out, worst 79 %:
+#: results/autotune_model/sm90/66078f8). Tuning is asked for: convlab.tune, convlab.torch.tune, `convlab tune`
+DEFAULT_TUNE_MODE = "heuristic"
 
 #: seconds of checking and timing per shape in mode "tune": results/autotune/h200/9003f63/autotune.json (every candidate
 #: timed, kernels compiled cold) took a median 0.69 s, 42 of 45 shapes under 11 s, the 16x512x512 seed

@@ -70,10 +70,10 @@ def test_mode_setting_context_manager_and_bad_names():
     assert autotune.set_budget(None) == settings.DEFAULT_TUNE_BUDGET_S and autotune.get_budget() is None
 
 
-@pytest.mark.parametrize("value, mode, warned", [(None, "tune", False), ("heuristic", "heuristic", False),
-                                                 (" Exhaustive ", "exhaustive", False), ("fast", "tune", True)])
+@pytest.mark.parametrize("value, mode, warned", [(None, "heuristic", False), ("tune", "tune", False),
+                                                 (" Exhaustive ", "exhaustive", False), ("fast", "heuristic", True)])
 def test_environment_variable(value, mode, warned):
-    """Unset: the default, tune; a bad value warns and falls back to it."""
+    """Unset: the default, heuristic; a bad value warns and falls back to it."""
     env = dict(os.environ, PYTHONWARNINGS="default")
     env.pop("CONVLAB_TUNE_MODE", None)
     if value is not None:
@@ -239,6 +239,7 @@ def test_simulator_without_timer_and_without_model():
     with costmodel.using(None):  # no model (a corrupt file, the simulator): declared priority
         result = autotune.tune(problem, workspace_limit=LIMIT, force=True)
     assert result.source == "heuristic" and result.winner_label == registry.candidates(problem, LIMIT)[0].label
+    assert result.picked_by == "priority"
     assert "declared priority" in result.reason and not result.estimates
     assert tuner.stored(result.key) is None  # a priority pick is not stored (modes.py)
 
@@ -256,12 +257,17 @@ def test_memo_key_and_explain_follow_the_mode():
     line = next(x for x in text.splitlines() if "tt_ranked[c=4]" in x and "est" in x)
     assert "ms" in line.split("est", 1)[1] and f"{MS['tt_ranked[c=4]']:.4g} ms" in line
     assert "not run: not timed: rank" in text
+    assert "pick: tuned (mode 'tune': candidates checked and timed)" in text.splitlines()
     row = next(x for x in text.splitlines() if x.strip().startswith("tt_ranked") and "prio" in x)
     assert "est " in row and "median" in row  # the plugin's row: its best estimate beside its median
     with autotune.mode("heuristic"):
         text = str(convlab.explain(tiny(n=2), workspace_limit=LIMIT))
     assert "by the cost model, nothing timed" in text and "est " in text
-    assert "note: tuning mode heuristic: the cost model's pick; nothing compiled" in text
+    assert "pick: the cost model's (mode 'heuristic': nothing timed)" in text.splitlines()
+    with autotune.mode("heuristic"):  # the shape tuned above: its tuned entry answers the default mode
+        again = convlab.explain(problem, workspace_limit=LIMIT)
+    assert again.picked_by == "tuned" and "pick: tuned (mode 'tune'" in str(again)
+    assert "note: tuning mode heuristic (the default): the cost model's pick; nothing compiled" in text
     with autotune.mode("tune"):
         text = str(convlab.explain(tiny(n=2), workspace_limit=LIMIT))
-    assert f"note: tuning mode tune (the default): each plugin's top {autotune.TOP_K} by the cost model" in text
+    assert f"note: tuning mode tune: each plugin's top {autotune.TOP_K} by the cost model" in text

@@ -38,11 +38,11 @@ def test_bench_tiny_suite_writes_checked_results(tmp_path, capsys):
         (row,) = res["candidates"]
         assert row["status"] == "ok" and row["rel_error"] <= row["tolerance"]
         assert res["reference"] == "host float64"
-        if runtime.SIMULATOR:  # no times; "auto" goes by declared priority
-            assert row["median_ms"] is None and res["auto"]["source"] == "priority"
+        if runtime.SIMULATOR:  # no times; "auto" goes by declared priority (no cost model there)
+            assert row["median_ms"] is None and res["auto"]["source"] in ("heuristic", "priority")
             assert res["auto"]["plugin"] == strategy.by_priority(problem, limit).plugin.name
-        else:  # timed; "auto" was tuned (or answered from the cache)
-            assert row["median_ms"] > 0 and res["auto"]["source"] in ("tuned", "cache")
+        else:  # timed; "auto" is the cost model's pick (the default mode) or tuned (or from the cache)
+            assert row["median_ms"] > 0 and res["auto"]["source"] in ("heuristic", "tuned", "cache")
         assert f"{res['auto']['plugin']}[{res['auto']['config']}]" == auto_label(problem)
     with open(tmp_path / "tiny.csv", newline="") as f:
         rows = list(csv.DictReader(f))

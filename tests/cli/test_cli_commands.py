@@ -115,6 +115,29 @@ def test_tune_picks_by_priority_on_the_simulator_and_tunes_on_a_gpu(capsys):
     assert all(any(s in line for s in sources) for line in lines), out
 
 
+@pytest.mark.parametrize("argv, env, wanted", [([], None, "tune"), (["--tune-mode", "exhaustive"], None, "exhaustive"),
+                                               ([], "exhaustive", "exhaustive"), (["--tune-mode", "heuristic"], None,
+                                                                                  "heuristic")])
+def test_tune_times_in_mode_tune_unless_another_is_named(capsys, monkeypatch, argv, env, wanted):
+    """The default mode, heuristic, times nothing: ``convlab tune`` tunes in mode tune unless the flag or a
+    mode set before (CONVLAB_TUNE_MODE, set_mode) names another; the mode in force is restored after."""
+    from convlab import autotune
+    from convlab.runtime import settings
+
+    seen = []
+    real = autotune.tune
+    monkeypatch.setattr(autotune, "tune", lambda problem, **kw: (seen.append(settings.get_tune_mode()),
+                                                                 real(problem, **kw))[1])
+    before = autotune.set_mode(env or "heuristic")
+    try:
+        code, out, _ = run_cli(capsys, "tune", "--x", "1,2,4,4", "--w", "2,2,3,3", "--ops", "forward", "--quiet",
+                               *argv)
+        assert code == 0 and seen == [wanted], out
+        assert autotune.get_mode() == (env or "heuristic")
+    finally:
+        autotune.set_mode(before)
+
+
 def test_check_runs_the_conformance_suite(capsys):
     pytest.importorskip("convlab.testing")
     code, out, _ = run_cli(capsys, "check", "direct", "--ops", "forward", "--checks",

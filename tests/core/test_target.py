@@ -103,8 +103,13 @@ def test_explain_for_a_named_target_times_nothing_and_says_so():
         text = str(convlab.explain(x, w, padding=1, target="sm_80"))
         assert "picked: tensor_core[BK=32,BM=128" in text
     old = dataclasses.replace(targets.get("sm_80"), name="sm_70", cc=(7, 0), features=frozenset())
-    text = str(convlab.explain(x, w, padding=1, target=old))
+    with convlab.autotune.mode("tune"):
+        text = str(convlab.explain(x, w, padding=1, target=old))
     assert "tensor_core" in text and "needs mma.sync" in text and "picked: widen" in text
+    assert "pick: declared priority" in text
+    with convlab.autotune.mode("heuristic"):  # the default: the cost model's pick, nothing timed
+        text = str(convlab.explain(x, w, padding=1, target=old))
+    assert "pick: the cost model's (mode 'heuristic': nothing timed)" in text and "picked: tensor_core" not in text
 
 
 def test_split_k_follows_the_targets_sm_count():

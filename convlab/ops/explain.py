@@ -7,6 +7,7 @@ from typing import Any
 from convlab import autotune
 from convlab.autotune.ranking import rank
 from convlab.problem import Problem
+from convlab.runtime import origin
 from convlab.runtime.targets import Target, current as current_target
 
 from convlab.plugin import registry
@@ -42,6 +43,7 @@ class Explanation:
     target: Target | None = None  # the machine the verdicts are for
     estimates: dict[str, float] = field(default_factory=dict)  # the cost model's ms per candidate label
     why_none: str = ""  # when nothing is picked: why (what the op would raise with this algorithm)
+    kernels: str = ""  # where the chosen candidate's kernels came from (convlab.runtime.origin.describe)
 
     def __str__(self) -> str:
         lines = [f"problem: {self.problem.describe()}"]
@@ -72,6 +74,8 @@ class Explanation:
         lines.append(f"picked: {self.chosen}[{self.chosen_config}] ({origin.get(self.source, self.source)})"
                      if self.chosen is not None else f"picked: nothing: {self.why_none}")
         lines.extend(f"note: {n}" for n in self.notes)
+        if self.kernels:
+            lines.append(f"kernels of the pick: {self.kernels}")
         return "\n".join(lines)
 
     def _candidate_lines(self) -> list[str]:
@@ -174,7 +178,11 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
     else:
         why_none = ""
     _fill_estimates(rows, estimates)
-    return Explanation(prob, rows, chosen, cfg, source, notes, tuning, target, estimates, why_none)
+    explanation = Explanation(prob, rows, chosen, cfg, source, notes, tuning, target, estimates, why_none)
+    if chosen is not None:
+        explanation.kernels = (origin.describe(prob, cand.label) if target == here else
+                               f"not launched here (target {target.name})")
+    return explanation
 
 
 def _check_forced(prob: Problem, algorithm: Any, target: Target) -> None:

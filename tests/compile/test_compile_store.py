@@ -38,6 +38,17 @@ def test_the_store_holds_every_kernels_cubin_under_the_key_the_runtime_computes(
     assert set(seen["keys"]) == keys["sm_90"]  # a 9.0 GPU's launches find every kernel in the store
 
 
+def test_a_gpus_launches_have_the_keys_the_named_target_files_them_under():
+    """Host code only (no compiler needed): on a 9.0 GPU of 114 SMs (not the named sm_90's 132), the
+    tensor-core and implicit GEMM plugins launch exactly the kernels, by key, that a store for sm_90 holds."""
+    env = dict(os.environ, CONVLAB_RUNTIME="compile", NUMBA_ENABLE_CUDASIM="0")
+    child = subprocess.run([sys.executable, str(HERE / "store_keys.py"), "tma_wgmma,implicit_gemm", "float16", "114"],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-2000:]
+    seen = json.loads(child.stdout.strip().splitlines()[-1])
+    assert seen["same_types"] and len(seen["keys"]) > 5 and seen["keys"] == seen["stored"]
+
+
 def test_store_needs_a_directory_and_ptxas(tmp_path, monkeypatch, capsys):
     from convlab.compile import make_spec
 

@@ -30,12 +30,19 @@ class _Worker:
         env = dict(os.environ, CONVLAB_RUNTIME="compile", NUMBA_ENABLE_CUDASIM="0")
         self.proc = subprocess.Popen([sys.executable, "-m", "convlab.compile.worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
-        self.ask({"op": "start", "spec": spec})
+        self.send({"op": "start", "spec": spec})  # every worker collects at once; the caller reads the replies
 
     def ask(self, request: dict) -> Any:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.send(request)
+        return self.reply(request)
+
+    def send(self, request: dict) -> None:
+        assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
+
+    def reply(self, request: dict) -> Any:
+        assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"compile worker exited with status {self.proc.wait()} on {request['op']}")
@@ -102,6 +109,8 @@ def compile_corpus(spec: dict, jobs: int | None = None, progress: Any = None) ->
     workers: list[_Worker] = []
     try:
         workers = [_Worker(spec) for _ in range(jobs)]
+        for worker in workers:
+            worker.reply({"op": "start"})
         corpus = workers[0].ask({"op": "corpus"})
         collected = time.perf_counter() - start
         todo: queue.Queue = queue.Queue()

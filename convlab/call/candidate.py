@@ -29,7 +29,7 @@ from convlab import runtime
 from convlab.kernels.data import layouts
 from convlab.plugin.registry import Candidate
 from convlab.problem import Problem
-from convlab.runtime import launch
+from convlab.runtime import launch, origin
 from convlab.runtime.settings import get_workspace_limit
 
 
@@ -41,7 +41,8 @@ def run_candidate(candidate: Candidate, problem: Problem, a: Any, b: Any, bias: 
     if out is None:
         out = runtime.empty(problem.operand_shapes[2], problem.dtype)
     ambient = contextlib.nullcontext() if stream is None else launch.using_stream(stream)
-    with ambient, layouts.operands_for(candidate.plugin.layouts, (a, b, bias, out)) as taken:
+    with ambient, origin.running(problem, candidate.label), \
+            layouts.operands_for(candidate.plugin.layouts, (a, b, bias, out)) as taken:
         if epilogue is None or not epilogue.run_fused(problem, candidate, taken, limit):
             candidate.plugin.run(problem, candidate.config, *taken, workspace_limit=limit)
             if epilogue is not None:

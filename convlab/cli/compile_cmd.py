@@ -42,7 +42,8 @@ def add_parser(sub: Any, common: Any, shape: Any) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter, description=_DESCRIPTION,
                        epilog="examples:\n  convlab compile --target sm_90 --plugins tensor_core\n"
                               "  convlab compile --suite resnet50 --cover --json compile.json --hashes ptx.json\n"
-                              "  convlab compile --cover --hashes after.json --compare before.json")
+                              "  convlab compile --cover --hashes after.json --compare before.json\n"
+                              "  convlab compile --suite resnet50 --cover --store ~/.cache/convlab/store")
     p.add_argument("--target", action="append", choices=GPU_TARGETS, default=None,
                    help=f"a named target, repeatable (default: {', '.join(GPU_TARGETS)})")
     p.add_argument("--suite", action="append", default=[], metavar="NAME|FILE.json",
@@ -70,6 +71,9 @@ def add_parser(sub: Any, common: Any, shape: Any) -> None:
                    help="write one PTX hash per launch of each case (compare two commits with --compare)")
     p.add_argument("--compare", default=None, metavar="HASHES.json",
                    help="compare this run's PTX hashes with an earlier --hashes file (exit 1 if any differ)")
+    p.add_argument("--store", default=None, metavar="DIR",
+                   help="write each kernel's cubin (per target) into this kernel store, which the runtime "
+                        "loads instead of compiling (CONVLAB_KERNEL_STORE=DIR; needs ptxas)")
     p.add_argument("--markdown", default=None, metavar="FILE", help="write a summary as Markdown")
     p.add_argument("--wide", action="store_true",
                    help="do not cut the plugins and kernel columns (cut to 24 and 28 characters otherwise)")
@@ -104,7 +108,8 @@ def _spec(args: argparse.Namespace) -> dict:
             get_plugin(name)  # ValueError listing the registered plugins
     return make_spec(args.target or ("sm_80", "sm_90"), samples=not args.no_samples, suites=args.suite,
                      shapes=shapes, plugins=plugins, ops=args.ops or OPS, dtypes=dtypes, configs=args.configs,
-                     workspace_limit=args.workspace_limit, cover=args.cover, imports=args.imports)
+                     workspace_limit=args.workspace_limit, cover=args.cover, imports=args.imports,
+                     store=args.store)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -118,6 +123,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"convlab compile: {exc}", file=sys.stderr)
         return 1
     if ptxas_path() is None:
+        if args.store:
+            print(f"convlab compile: --store needs ptxas, which was not found; {INSTALL_HINT}", file=sys.stderr)
+            return 1
         print(f"note: ptxas not found: PTX only (no registers or spills); {INSTALL_HINT}")
 
     def progress(done: int, total: int, result: dict) -> None:
@@ -139,6 +147,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         with open(args.markdown, "w") as f:
             f.write(markdown(as_json))
         print(f"wrote {args.markdown}")
+    if args.store:
+        print(_store_line(report, spec["store"]))
     hashes = report.hashes()
     if args.hashes:
         with open(args.hashes, "w") as f:
@@ -155,3 +165,19 @@ def cmd_compile(args: argparse.Namespace) -> int:
             for case in d["changed"] + d["only_before"] + d["only_after"]:
                 print(f"  {case}")
     return 0 if report.ok(args.max_spill) and not changed else 1
+
+
+def _store_line(report: Any, where: str) -> str:
+    """One line: the cubins this run wrote into the store, those it left out and why, the store's size."""
+    from convlab.runtime.kernel_store import entries
+
+    stored = [r["stored"] for k in report.results for r in k["targets"].values() if "stored" in r]
+    skipped: dict[str, int] = {}
+    for k in report.results:
+        for r in k["targets"].values():
+            if "not_stored" in r:
+                skipped[r["not_stored"]] = skipped.get(r["not_stored"], 0) + 1
+    files, size = entries(where)
+    left = "".join(f"; {n} not stored: {why}" for why, n in sorted(skipped.items()))
+    return (f"store {where}: wrote {len(stored)} cubins ({sum(stored) / 2**20:.1f} MiB){left}; the store holds "
+            f"{files} files, {size / 2**20:.1f} MiB")

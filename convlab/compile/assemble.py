@@ -124,6 +124,7 @@ class Assembly:
     warnings: list[str] = field(default_factory=list)
     error: str = ""
     note: str = ""  # why it was not assembled (no ptxas): not a failure
+    cubin: bytes | None = field(default=None, repr=False)  # ptxas's output, kept when asked (keep_cubin)
 
 
 def _number(pattern: str, text: str) -> int | None:
@@ -131,8 +132,10 @@ def _number(pattern: str, text: str) -> int | None:
     return int(found[1]) if found else None
 
 
-def assemble(ptx: str, target: Target, *, max_registers: int | None = None, ptxas: str | None = None) -> Assembly:
-    """``ptxas -arch=<target.arch> -v`` on ``ptx`` (``-maxrregcount`` when the kernel caps registers)."""
+def assemble(ptx: str, target: Target, *, max_registers: int | None = None, ptxas: str | None = None,
+             keep_cubin: bool = False) -> Assembly:
+    """``ptxas -arch=<target.arch> -v`` on ``ptx`` (``-maxrregcount`` when the kernel caps registers);
+    ``keep_cubin``: the cubin ptxas wrote is kept in ``Assembly.cubin`` (no second ptxas run)."""
     path = ptxas or ptxas_path()
     if path is None:
         return Assembly(note="not assembled, ptxas not found: " + INSTALL_HINT)
@@ -143,6 +146,7 @@ def assemble(ptx: str, target: Target, *, max_registers: int | None = None, ptxa
         if max_registers:
             cmd.insert(1, f"-maxrregcount={int(max_registers)}")
         done = subprocess.run(cmd, capture_output=True, text=True)
+        cubin = Path(dst).read_bytes() if keep_cubin and not done.returncode and os.path.exists(dst) else None
     text = done.stdout + done.stderr
     out = Assembly(registers=_number(r"Used (\d+) registers", text),
                    barriers=_number(r"used (\d+) barriers", text) or 0,
@@ -150,7 +154,8 @@ def assemble(ptx: str, target: Target, *, max_registers: int | None = None, ptxa
                    stack_frame=_number(r"(\d+) bytes stack frame", text),
                    spill_stores=_number(r"(\d+) bytes spill stores", text),
                    spill_loads=_number(r"(\d+) bytes spill loads", text),
-                   warnings=[line.strip() for line in text.splitlines() if "warning" in line.lower()])
+                   warnings=[line.strip() for line in text.splitlines() if "warning" in line.lower()],
+                   cubin=cubin)
     if done.returncode:
         out.error = "ptxas: " + " | ".join(line.strip() for line in text.splitlines()
                                            if "error" in line.lower() or "fatal" in line.lower())[:800]

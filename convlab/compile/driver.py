@@ -30,12 +30,19 @@ class _Worker:
         env = dict(os.environ, CONVLAB_RUNTIME="compile", NUMBA_ENABLE_CUDASIM="0")
         self.proc = subprocess.Popen([sys.executable, "-m", "convlab.compile.worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
-        self.ask({"op": "start", "spec": spec})
+        self.send({"op": "start", "spec": spec})  # every worker collects at once; the caller reads the replies
 
     def ask(self, request: dict) -> Any:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.send(request)
+        return self.reply(request)
+
+    def send(self, request: dict) -> None:
+        assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
+
+    def reply(self, request: dict) -> Any:
+        assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"compile worker exited with status {self.proc.wait()} on {request['op']}")
@@ -56,8 +63,9 @@ class _Worker:
 def make_spec(targets: Any = ("sm_80", "sm_90"), *, samples: bool = True, suites: Any = (), shapes: Any = (),
               plugins: Any = None, ops: Any = OPS, dtypes: Any = DTYPES, configs: int | None = None,
               workspace_limit: int | None = None, cover: bool = False, imports: Any = (),
-              keep_ptx: bool = False) -> dict:
-    """A validated corpus spec (see :mod:`convlab.compile.worker`); ValueError naming what is wrong."""
+              keep_ptx: bool = False, store: Any = None) -> dict:
+    """A validated corpus spec (see :mod:`convlab.compile.worker`; ``store``: a kernel store directory the
+    cubins are written into, :mod:`convlab.compile.store`); ValueError naming what is wrong."""
     targets = [targets] if isinstance(targets, str) else list(targets)
     for name in targets:
         if get(name).simulator:
@@ -74,7 +82,13 @@ def make_spec(targets: Any = ("sm_80", "sm_90"), *, samples: bool = True, suites
         raise ValueError(f"configs must be None (every config) or a count >= 1, got {configs!r}")
     if not (samples or suites or shapes):
         raise ValueError("the corpus is empty: give samples, suites or shapes")
-    return {"targets": [get(t).name for t in targets], "samples": bool(samples), "suites": list(suites),
+    if store is not None:
+        if not isinstance(store, (str, os.PathLike)) or not str(store).strip():
+            raise ValueError(f"store must be a directory path, got {store!r}")
+        store = os.path.abspath(os.path.expanduser(os.fspath(store)))
+        if os.path.exists(store) and not os.path.isdir(store):
+            raise ValueError(f"store must be a directory, {store!r} is a file")
+    return {"store": store, "targets": [get(t).name for t in targets], "samples": bool(samples), "suites": list(suites),
             "shapes": list(shapes), "plugins": None if plugins is None else sorted(plugins),
             "ops": list(ops), "dtypes": list(dtypes), "configs": configs, "workspace_limit": workspace_limit,
             "cover": bool(cover), "imports": list(imports), "keep_ptx": bool(keep_ptx)}
@@ -88,11 +102,15 @@ def compile_corpus(spec: dict, jobs: int | None = None, progress: Any = None) ->
     from .toolchain import require
 
     require()
+    if spec.get("store"):
+        os.makedirs(spec["store"], exist_ok=True)
     jobs = max(1, int(jobs or os.cpu_count() or 1))
     start = time.perf_counter()
     workers: list[_Worker] = []
     try:
         workers = [_Worker(spec) for _ in range(jobs)]
+        for worker in workers:
+            worker.reply({"op": "start"})
         corpus = workers[0].ask({"op": "corpus"})
         collected = time.perf_counter() - start
         todo: queue.Queue = queue.Queue()

@@ -15,6 +15,8 @@ slow lowerings over its workers. The spec (a dict, pickled to the workers):
     plugins, ops, dtypes, configs, workspace_limit   as :func:`convlab.compile.corpus.cases`
     cover     bool: only the cases :func:`convlab.compile.corpus.cover` keeps
     imports   modules the workers import first (plugins registered there join the corpus)
+    store     a kernel store directory (str) each kernel's cubin is written into, per target, or None
+              (convlab.compile.store)
 """
 from __future__ import annotations
 
@@ -87,6 +89,7 @@ def compile_kernel(kid: str) -> dict:
     """Lower kernel ``kid`` once and assemble it for every target that launches it: {target: result}."""
     from convlab.runtime.targets import get, using
 
+    from . import store as kernel_store
     from .assemble import assemble, lower, ptx_hash, ptx_of
 
     dispatcher, argtypes = _state["known"][kid]
@@ -115,8 +118,12 @@ def compile_kernel(kid: str) -> dict:
         except Exception as exc:  # noqa: BLE001
             out["targets"][target.name] = {"error": f"NVVM: {type(exc).__name__}: {exc}"[:2000]}
             continue
-        result = vars(assemble(ptx, target, max_registers=max_registers))
+        store = _state["spec"].get("store")
+        result = vars(assemble(ptx, target, max_registers=max_registers, keep_cubin=bool(store)))
+        cubin = result.pop("cubin")
         result.update(hash=ptx_hash(ptx), ptx_bytes=len(ptx))
+        if store:
+            result.update(kernel_store.put(dispatcher, argtypes, library, target, cubin, store))
         if _state["spec"].get("keep_ptx"):
             result["ptx"] = ptx
         out["targets"][target.name] = result

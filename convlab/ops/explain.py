@@ -7,6 +7,7 @@ from typing import Any
 from convlab import autotune
 from convlab.autotune.ranking import rank
 from convlab.problem import Problem
+from convlab.runtime import origin
 from convlab.runtime.targets import Target, current as current_target
 
 from convlab.plugin import registry
@@ -43,6 +44,7 @@ class Explanation:
     estimates: dict[str, float] = field(default_factory=dict)  # the cost model's ms per candidate label
     why_none: str = ""  # when nothing is picked: why (what the op would raise with this algorithm)
     picked_by: str = ""  # whose pick: "tuned", "model" (mode heuristic), "priority" or "forced" (TuneResult.picked_by)
+    kernels: str = ""  # where the chosen candidate's kernels came from (convlab.runtime.origin.describe)
 
     def __str__(self) -> str:
         lines = [f"problem: {self.problem.describe()}"]
@@ -76,6 +78,8 @@ class Explanation:
             lines.append("pick: " + (self.tuning.pick_text() if self.tuning is not None and self.chosen
                                      else _PICKED_BY[self.picked_by]))
         lines.extend(f"note: {n}" for n in self.notes)
+        if self.kernels:
+            lines.append(f"kernels of the pick: {self.kernels}")
         return "\n".join(lines)
 
     def _candidate_lines(self) -> list[str]:
@@ -183,7 +187,12 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
     else:
         why_none = ""
     _fill_estimates(rows, estimates)
-    return Explanation(prob, rows, chosen, cfg, source, notes, tuning, target, estimates, why_none, picked_by)
+    explanation = Explanation(prob, rows, chosen, cfg, source, notes, tuning, target, estimates, why_none,
+                              picked_by)
+    if chosen is not None:
+        explanation.kernels = (origin.describe(prob, cand.label) if target == here else
+                               f"not launched here (target {target.name})")
+    return explanation
 
 
 def _check_forced(prob: Problem, algorithm: Any, target: Target) -> None:

@@ -1,23 +1,30 @@
 """Disk cache of compiled kernels (cubins), so a new process compiles nothing an earlier one compiled.
 
 Switched on with ``CONVLAB_KERNEL_CACHE=1`` (GPU only; off by default: switch it on where
-``tests/core/test_replay_on_device.py`` passes, whose second process loads every kernel from disk). Every launch of a
-:func:`convlab.runtime.jit` kernel asks :func:`compiled` for the kernel of its argument types:
+``tests/core/test_replay_on_device.py`` passes, whose second process loads every kernel from disk). With it,
+or with a kernel store (:mod:`convlab.runtime.kernel_store`: prebuilt cubins, ``CONVLAB_KERNEL_STORE``),
+every launch of a :func:`convlab.runtime.jit` kernel asks :func:`compiled` for the kernel of its argument
+types:
 
 1. in this process: the overload Numba already compiled, or a cubin loaded before;
-2. on disk: ``<cache_dir>/kernels/<key>.cubin`` (``cache_dir`` is the autotuner's,
-   ``CONVLAB_CACHE_DIR``), loaded into Numba's context without typing, lowering or linking;
-3. else Numba compiles it, and its cubin is written to disk.
+2. in the kernel store, read-only: ``<store>/<key>.cubin``;
+3. on disk (cache on): ``<cache_dir>/kernels/<key>.cubin`` (``cache_dir`` is the autotuner's,
+   ``CONVLAB_CACHE_DIR``); 2 and 3 are loaded into Numba's context without typing, lowering or linking;
+4. else Numba compiles it, and with the cache on its cubin is written to disk.
+
+Where each kernel came from is counted (:mod:`convlab.runtime.origin`).
 
 The key (:func:`kernel_key`) hashes the kernel's qualified name, the bytes of its defining source file
 and of every convlab source file, the compile-time constants of factory closures (cell values, numpy
 arrays by their bytes; captured kernels and device functions by their own key), for generated source
 (``convlab.kernels.source.compile_source``: a ``<...>`` file name) the generated code itself and the
 namespace values it names (tile constants, intrinsics), the jit options, the argument types, the
-target (its arch: convlab.runtime.targets) and the numba / numba-cuda versions. A file is a header (magic, format version,
-payload length, SHA-256), the entry name and the cubin; a truncated or corrupted file is reported
-with a warning, removed and recompiled. Files are written to a temporary name in the same directory and
-renamed (atomic), so two processes writing the same kernel at once leave one whole file.
+target (its arch: convlab.runtime.targets) and the numba / numba-cuda versions. A file is a header (magic,
+format version, payload length, SHA-256 of the payload, the key it was written for), the entry name and
+the cubin; a truncated, corrupted or foreign (written for another key) file is reported with a warning,
+removed (the store's are left: it is read-only) and recompiled. Files are written to a temporary name in
+the same directory and renamed (atomic), so two processes writing the same kernel at once leave one
+whole file.
 """
 from __future__ import annotations
 
@@ -27,7 +34,6 @@ import hashlib
 import importlib.util
 import logging
 import os
-import struct
 import warnings
 from pathlib import Path
 from typing import Any
@@ -37,13 +43,14 @@ from numba.core import types as nbtypes
 
 from convlab.runtime import context
 from convlab.runtime import device as runtime
+from convlab.runtime import kernel_store, origin
+from convlab.runtime.kernel_store import FORMAT, MAGIC, decode, encode  # noqa: F401  (the file format)
 from convlab.runtime.fileio import atomic_write
 
 log = logging.getLogger(__name__)
-MAGIC, FORMAT = b"CVLKC", 1
-_HEADER = struct.Struct("<5sHQ32sH")  # magic, format, payload bytes, sha256(payload), entry-name bytes
-#: kernels by where they came from, and the names of those this process compiled (process-wide counters)
-stats = {"compiled": 0, "loaded": 0, "in_process": 0}
+#: kernels by where they came from, and the names of those this process compiled (process-wide counters;
+#: "loaded": from the disk cache, "store": from the kernel store)
+stats = {"compiled": 0, "loaded": 0, "store": 0, "in_process": 0}
 compiled_names: list[str] = []  # "qualname(argtypes)@key" of each kernel this process compiled (diagnostics)
 
 
@@ -53,9 +60,15 @@ def _memo() -> dict[tuple, tuple[Any, Any]]:
     return context.current().store("kernel_cache")
 
 
+def disk_enabled() -> bool:
+    """True when ``CONVLAB_KERNEL_CACHE=1`` (the disk cache is read and written)."""
+    return os.environ.get("CONVLAB_KERNEL_CACHE", "0").strip() == "1"
+
+
 def enabled() -> bool:
-    """True when launches go through this cache (see the module docstring)."""
-    return runtime.MODE == "gpu" and os.environ.get("CONVLAB_KERNEL_CACHE", "0").strip() == "1"
+    """True when launches go through this module: on a GPU, with the disk cache on or a kernel store
+    found (see the module docstring)."""
+    return runtime.MODE == "gpu" and (disk_enabled() or kernel_store.directory() is not None)
 
 
 def directory() -> Path:
@@ -153,31 +166,22 @@ def kernel_key(kernel: Any, argtypes: tuple, target: Any, options: dict | None =
 def save(key: str, entry: str, payload: bytes, where: Path | None = None) -> Path:
     """Write one entry atomically (convlab.runtime.fileio.atomic_write)."""
     where = where or directory()
-    name = entry.encode()
-    header = _HEADER.pack(MAGIC, FORMAT, len(payload), hashlib.sha256(payload).digest(), len(name))
-    atomic_write(where / f"{key}.cubin", header + name + payload)
+    atomic_write(where / f"{key}.cubin", encode(key, entry, payload))
     return where / f"{key}.cubin"
 
 
 def load(key: str, where: Path | None = None) -> tuple[str, bytes] | None:
-    """(entry name, payload) of ``key``; None when absent, or when the file is damaged (a warning;
-    the file is removed so that the recompiled kernel replaces it)."""
+    """(entry name, payload) of ``key``; None when absent, or when the file is damaged or foreign (a
+    warning; the file is removed so that the recompiled kernel replaces it)."""
     path = (where or directory()) / f"{key}.cubin"
     try:
         data = path.read_bytes()
     except OSError:
         return None
     try:
-        magic, fmt, size, digest, name_len = _HEADER.unpack_from(data)
-        body = data[_HEADER.size:]
-        name, payload = body[:name_len], body[name_len:]
-        if magic != MAGIC or fmt != FORMAT or len(payload) != size or \
-                hashlib.sha256(payload).digest() != digest:
-            raise ValueError("header, length or checksum mismatch")
-        return name.decode(), payload
-    except (struct.error, ValueError, UnicodeDecodeError) as exc:
-        warnings.warn(f"convlab: kernel cache file {path} is damaged ({exc}); recompiling",
-                      RuntimeWarning, stacklevel=2)
+        return decode(key, data)
+    except ValueError as exc:
+        warnings.warn(f"convlab: kernel cache file {path} is {exc}; recompiling", RuntimeWarning, stacklevel=2)
         with contextlib.suppress(OSError):
             path.unlink()
         return None
@@ -204,15 +208,23 @@ def _object_code(payload: bytes) -> Any:
 
 
 class CompiledKernel:
-    """A kernel loaded for the current context: its launch handle and Numba argument types."""
+    """A kernel loaded for the current context: its launch handle, Numba argument types and where it
+    came from ("store", "disk" or "compiled": convlab.runtime.origin)."""
 
-    def __init__(self, handle: Any, argtypes: tuple, module: Any = None) -> None:
-        self.handle, self.argtypes, self.module = handle, argtypes, module
+    def __init__(self, handle: Any, argtypes: tuple, module: Any = None, where: str = "compiled") -> None:
+        self.handle, self.argtypes, self.module, self.origin = handle, argtypes, module, where
+
+
+def launch_key(dispatcher: Any, argtypes: tuple, target_key: str) -> str:
+    """The key of ``dispatcher`` launched with ``argtypes`` on a target of ``target_key`` (its arch):
+    the runtime's at a launch and ``convlab compile --store``'s, one function for both."""
+    options = getattr(dispatcher, "targetoptions", None) or {}
+    return kernel_key(dispatcher, argtypes, target_key, options)
 
 
 def compiled(dispatcher: Any, args: tuple) -> CompiledKernel | None:
-    """The compiled kernel for ``args`` (memory, disk, else compiled by Numba and saved); None when
-    it cannot be cached (a failure is logged and the caller takes Numba's ordinary launch)."""
+    """The compiled kernel for ``args`` (memory, store, disk, else compiled by Numba and saved); None
+    when it cannot be cached (a failure is logged and the caller takes Numba's ordinary launch)."""
     try:
         argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
     except Exception:
@@ -223,6 +235,8 @@ def compiled(dispatcher: Any, args: tuple) -> CompiledKernel | None:
     # An entry holds its dispatcher, so no other kernel takes that id while the entry lives (keyed by
     # the id alone, a new kernel at a freed kernel's address once ran the old kernel's code on the GPU).
     if hit is not None and hit[0] is dispatcher:
+        if hit[1]:
+            origin.launched(dispatcher, getattr(hit[1], "origin", "compiled"))
         return hit[1] or None  # False: failed before, not retried every launch
     try:
         found = _load_or_compile(dispatcher, argtypes)
@@ -232,7 +246,15 @@ def compiled(dispatcher: Any, args: tuple) -> CompiledKernel | None:
         memo[memo_key] = (dispatcher, False)
         return None
     memo[memo_key] = (dispatcher, found)
+    origin.launched(dispatcher, getattr(found, "origin", "compiled"))
     return found
+
+
+def _loaded(hit: tuple[str, bytes], argtypes: tuple, where: str) -> CompiledKernel:
+    """A cubin ``(entry name, bytes)`` loaded into the current context."""
+    module = runtime.cuda.current_context().create_module_image(_object_code(hit[1]), [], [])
+    function = module.get_function(hit[0])
+    return CompiledKernel(function.handle, argtypes, (module, function), where)
 
 
 def _load_or_compile(dispatcher: Any, argtypes: tuple) -> CompiledKernel:
@@ -240,19 +262,21 @@ def _load_or_compile(dispatcher: Any, argtypes: tuple) -> CompiledKernel:
     if options.get("debug") or options.get("cooperative"):
         raise ValueError("debug and cooperative kernels are not cached")
     name = _py_func(dispatcher).__qualname__
-    key = kernel_key(dispatcher, argtypes, runtime.target().key, options)
+    key = launch_key(dispatcher, argtypes, runtime.target().key)
     overload = dispatcher.overloads.get(argtypes)
+    disk = disk_enabled()
     if overload is None:
-        hit = load(key)
-        if hit is not None:
-            module = runtime.cuda.current_context().create_module_image(_object_code(hit[1]), [], [])
-            function = module.get_function(hit[0])
-            log.info("kernel cache: %s loaded from disk (%s)", name, key[:12])
-            stats["loaded"] += 1
-            return CompiledKernel(function.handle, argtypes, (module, function))
+        for where, find in (("store", kernel_store.load), ("disk", load if disk else None)):
+            hit = None if find is None else find(key)
+            if hit is not None:
+                log.info("kernel cache: %s loaded from the %s (%s)", name, where, key[:12])
+                stats["store" if where == "store" else "loaded"] += 1
+                origin.count(where)
+                return _loaded(hit, argtypes, where)
         log.info("kernel cache: compiling %s for %s (%s)", name, ", ".join(map(str, argtypes)), key[:12])
         overload = dispatcher.compile(argtypes)
         stats["compiled"] += 1
+        origin.count("compiled")
         compiled_names.append(f"{name}({', '.join(map(str, argtypes))})@{key[:12]}")
     else:
         stats["in_process"] += 1
@@ -260,7 +284,7 @@ def _load_or_compile(dispatcher: Any, argtypes: tuple) -> CompiledKernel:
     if library._setup_functions or library._teardown_functions:
         raise ValueError("the kernel needs module setup (NRT); not cached")
     cufunc = library.get_cufunc()
-    if load(key) is None:
+    if disk and load(key) is None:
         # Numba's own arch (get_cufunc's: sm_90a on a 9.0 device); an explicit (9, 0) links for sm_90,
         # which rejects wgmma (measured on the H200: results/wgmma/h200/9f7b5c1/README.md)
         save(key, cufunc.name, cubin_bytes(library.get_cubin()))

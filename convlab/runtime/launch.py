@@ -30,7 +30,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from convlab.runtime import context, kernel_cache, offline, settings
+from convlab.runtime import context, kernel_cache, offline, origin, settings
 from convlab.runtime import device as runtime
 from convlab.runtime.thin import _ThinLaunch, _launch_cached, dims3
 
@@ -79,8 +79,13 @@ def launch(kernel: Any, grid: Any, block: Any, args: Sequence[Any], *, stream: A
         _warn_simulator_cost(dispatcher, grid, block)
         with SIMULATOR_LOCK:
             dispatcher[grid, block, stream, shared](*args)
+        origin.launched(dispatcher, "simulated")
     elif not (kernel_cache.enabled() and _launch_cached(dispatcher, grid, block, stream, shared, args)):
+        before = len(dispatcher.overloads)
         dispatcher[grid, block, stream, shared](*args)
+        if len(dispatcher.overloads) != before:  # Numba compiled an overload for this launch
+            origin.count("compiled")
+        origin.launched(dispatcher, "compiled")
     recorder = getattr(_state, "recorder", None)
     if recorder is not None:
         recorder.append(Launch(dispatcher, grid, block, shared, args, recorder.operands))

@@ -21,11 +21,6 @@ needs_nvvm = pytest.mark.skipif(bool(toolchain.missing()), reason="numba-cuda's 
                                 "(pip install 'convlab[compile]')")
 
 
-@pytest.fixture(scope="module")
-def direct_report():
-    return compile_corpus(make_spec(["sm_80", "sm_90"], plugins=["direct"], dtypes=["float32"]), jobs=2)
-
-
 @needs_nvvm
 def test_every_kernel_of_a_plugin_compiles_for_both_targets(direct_report):
     rows = direct_report.rows

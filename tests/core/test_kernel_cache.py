@@ -258,8 +258,10 @@ def test_the_saved_cubin_is_the_one_numba_linked_for_its_launch(monkeypatch):
         targetoptions: dict = {}
         overloads = {("int",): type("O", (), {"_codelibrary": Library(), "argument_types": ("int",)})()}
 
+    monkeypatch.setenv("CONVLAB_KERNEL_CACHE", "1")
     monkeypatch.setattr(kernel_cache, "kernel_key", lambda *a: "k" * 16)
     monkeypatch.setattr(kernel_cache, "load", lambda key: None)
+    monkeypatch.setattr(kernel_cache.kernel_store, "load", lambda key: None)
     monkeypatch.setattr(kernel_cache, "save", lambda key, name, payload: saved.append((key, name, payload)))
     monkeypatch.setattr(kernel_cache.runtime, "target", lambda: type("T", (), {"key": "sm_90"})())
     found = kernel_cache._load_or_compile(Dispatcher(), ("int",))

@@ -31,6 +31,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from convlab.runtime import context, kernel_cache, offline, origin, settings
+from convlab.runtime.origin import kernel_label  # noqa: F401  (also named here: launch's messages)
 from convlab.runtime import device as runtime
 from convlab.runtime.thin import _ThinLaunch, _launch_cached, dims3
 
@@ -96,19 +97,6 @@ class SimulatorCostWarning(UserWarning):
 
 
 _cost_warned: set = set()
-
-
-def kernel_label(dispatcher: Any) -> str:
-    """A kernel's name for messages: its Python function's module and qualified name without
-    ``<locals>`` (e.g. 'implicit_gemm.forward.make_forward.kernel'), since many factories name their
-    kernel ``kernel``; 'unnamed' when the dispatcher has no Python function."""
-    fn = getattr(dispatcher, "py_func", None) or getattr(dispatcher, "fn", None)
-    qualname = getattr(fn, "__qualname__", None) or getattr(dispatcher, "__name__", None)
-    if not qualname:
-        return "unnamed"
-    module = (getattr(fn, "__module__", None) or "").removeprefix("convlab.").removeprefix("algorithms.")
-    module = module.removeprefix("kernels.")
-    return ".".join(p for p in [module, *qualname.split(".")] if p and p != "<locals>")
 
 
 def _warn_simulator_cost(dispatcher: Any, grid: Any, block: Any) -> None:

@@ -48,8 +48,6 @@ def launched(dispatcher: Any, where: str) -> None:
     key = getattr(_state, "key", None)
     if key is None:
         return
-    from convlab.runtime.launch import kernel_label
-
     record = _records.get(key)
     if record is None:
         if len(_records) >= _KEEP:
@@ -74,3 +72,16 @@ def describe(problem: Hashable, label: str) -> str:
     by = {w: wheres.count(w) for w in dict.fromkeys(wheres)}
     parts = ", ".join(f"{n} {_WORDS.get(w, w)}" for w, n in by.items())
     return f"{len(found)} kernel{'s' if len(found) != 1 else ''}: {parts}"
+
+
+def kernel_label(dispatcher: Any) -> str:
+    """A kernel's name for messages: its Python function's module and qualified name without
+    ``<locals>`` (e.g. 'implicit_gemm.forward.make_forward.kernel'), since many factories name their
+    kernel ``kernel``; 'unnamed' when the dispatcher has no Python function."""
+    fn = getattr(dispatcher, "py_func", None) or getattr(dispatcher, "fn", None)
+    qualname = getattr(fn, "__qualname__", None) or getattr(dispatcher, "__name__", None)
+    if not qualname:
+        return "unnamed"
+    module = (getattr(fn, "__module__", None) or "").removeprefix("convlab.").removeprefix("algorithms.")
+    module = module.removeprefix("kernels.")
+    return ".".join(p for p in [module, *qualname.split(".")] if p and p != "<locals>")

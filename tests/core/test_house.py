@@ -97,8 +97,6 @@ LAZY_IMPORTS = {
     ("convlab.runtime.arrays", "convlab.runtime.offline"): "the compile-only runtime's events only",
     ("convlab.runtime.kernel_cache", "convlab.runtime.settings"): "the disk cache's folder, when enabled",
     ("convlab.runtime.kernel_store", "convlab.runtime.settings"): "the default store's folder, once a setting",
-    ("convlab.runtime.origin", "convlab.runtime.launch"): "a kernel's label, while a candidate runs (launch "
-                                                          "imports origin)",
     ("convlab.runtime.launch", "convlab.runtime.settings"): "the simulator's thread-budget warning only",
     ("convlab.runtime.scratch", "convlab.runtime.launch"): "whether a plan is being recorded, per borrow",
     ("convlab.testing.checks", "convlab.kernels.data.layouts"): "the channels-last property only",

@@ -13,9 +13,6 @@ module while the mutant runs (convlab.testing.mutation hunts them):
     bias_missed             tensor_core     the epilogue (or the split-K sum) never adds the bias
     half_accumulator        tensor_core     mma.sync accumulating in fp16: the accumulators rounded to
                                             float16 after each mma (the simulator's stand-in patched)
-
-The tensor_core ones are hunted on dgrad first: its class examples killed each of them, after forward's
-had run for 20-30 s of the simulator in vain.
 """
 from __future__ import annotations
 
@@ -107,13 +104,11 @@ KERNEL_MUTANTS = [
     subclass_mutant("group_offset", "implicit_gemm", "group g reads group g+1's filters (wgrad: input channels)",
                     _group_offset),
     Mutant("split_k_dropped_chunk", "tensor_core", "the split-K sum drops the last partial",
-           lambda base: _patching(base, _TC, "sum_partials", _drop_last_split), op="dgrad"),
+           lambda base: _patching(base, _TC, "sum_partials", _drop_last_split)),
     Mutant("channels_last_store", "tensor_core", "a channels-last output stored in NCHW order",
-           lambda base: _patching(base, _TC, "_conv", _nchw_store), first="check_channels_last_operands",
-           op="dgrad"),
+           lambda base: _patching(base, _TC, "_conv", _nchw_store), first="check_channels_last_operands"),
     Mutant("bias_missed", "tensor_core", "the epilogue and the split-K sum never add the bias",
-           lambda base: _patching(base, _TC, "_conv", _no_bias), op="dgrad"),
+           lambda base: _patching(base, _TC, "_conv", _no_bias)),
     Mutant("half_accumulator", "tensor_core", "mma.sync accumulating in fp16 (the simulator's stand-in)",
-           lambda base: _patching(base, "convlab.kernels.arch.mma_sim", "_mma", _half_mma), simulator_only=True,
-           op="dgrad"),
+           lambda base: _patching(base, "convlab.kernels.arch.mma_sim", "_mma", _half_mma), simulator_only=True),
 ]

@@ -39,9 +39,8 @@ from convlab.problem import HALF_DTYPES, Problem, np_dtype
 @dataclass(frozen=True)
 class Mutant:
     """One planted bug: ``make(base)`` is a context manager yielding the mutated plugin (``base`` is the
-    registered plugin ``plugin``); ``first``: the check to hunt it with first (the one meant to see it),
-    ``op``: the op to hunt it on first (None: the plugin's order); ``simulator_only``: a patch of a
-    simulator stand-in."""
+    registered plugin ``plugin``); ``first``: the check to hunt it with first (the one meant to see it);
+    ``simulator_only``: a patch of a simulator stand-in."""
 
     name: str
     plugin: str
@@ -49,7 +48,6 @@ class Mutant:
     make: Callable[[Algorithm], ContextManager[Algorithm]]
     first: str = "check_matches_reference"
     simulator_only: bool = False
-    op: str | None = None
 
     @property
     def label(self) -> str:

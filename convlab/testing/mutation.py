@@ -48,14 +48,12 @@ def mutants_for(plugin: Algorithm | str) -> list[Mutant]:
 
 
 def hunt(mutant: Mutant, checks: tuple[str, ...] = HUNTING_CHECKS) -> Hunt:
-    """Run the suite's checks (``mutant.first`` first, op by op, ``mutant.op`` first) on the mutant until
-    one fails."""
+    """Run the suite's checks (``mutant.first`` first, op by op) on the mutant until one fails."""
     base = registry.get(mutant.plugin)
     found = Hunt(mutant)
     order = [mutant.first] + [c for c in checks if c != mutant.first]
     with mutant.make(base) as plugin:
         pairs = [(op, name) for name in order for op, other in applicable_checks(plugin) if other == name]
-        pairs.sort(key=lambda pair: (order.index(pair[1]), pair[0] != mutant.op))  # stable within a check
         for op, name in pairs:
             try:
                 run_check(name, plugin, op, shrink=False)

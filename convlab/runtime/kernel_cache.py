@@ -174,17 +174,12 @@ def load(key: str, where: Path | None = None) -> tuple[str, bytes] | None:
     """(entry name, payload) of ``key``; None when absent, or when the file is damaged or foreign (a
     warning; the file is removed so that the recompiled kernel replaces it)."""
     path = (where or directory()) / f"{key}.cubin"
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    try:
-        return decode(key, data)
-    except ValueError as exc:
-        warnings.warn(f"convlab: kernel cache file {path} is {exc}; recompiling", RuntimeWarning, stacklevel=2)
+    found, damage = kernel_store.read(path, key)
+    if damage:
+        warnings.warn(f"convlab: kernel cache file {path} is {damage}; recompiling", RuntimeWarning, stacklevel=2)
         with contextlib.suppress(OSError):
             path.unlink()
-        return None
+    return found
 
 
 def cubin_bytes(cubin: Any) -> bytes:

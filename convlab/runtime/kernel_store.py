@@ -102,18 +102,26 @@ def load(key: str, where: str | os.PathLike | None = None) -> tuple[str, bytes] 
     if root is None:
         return None
     path = root / f"{key}.cubin"
+    found, damage = read(path, key)
+    if damage and str(path) not in _warned:
+        _warned.add(str(path))
+        warnings.warn(f"convlab: kernel store file {path} is {damage}; compiling the kernel instead",
+                      RuntimeWarning, stacklevel=2)
+    return found
+
+
+def read(path: Path, key: str) -> tuple[tuple[str, bytes] | None, str | None]:
+    """((entry name, cubin), None) from the file ``path`` written for ``key``; (None, None) when there is
+    no such file; (None, what is wrong) when it is damaged or foreign (the store's and the disk cache's
+    files alike: :func:`decode`)."""
     try:
         data = path.read_bytes()
     except OSError:
-        return None
+        return None, None
     try:
-        return decode(key, data)
+        return decode(key, data), None
     except ValueError as exc:
-        if str(path) not in _warned:
-            _warned.add(str(path))
-            warnings.warn(f"convlab: kernel store file {path} is {exc}; compiling the kernel instead",
-                          RuntimeWarning, stacklevel=2)
-        return None
+        return None, str(exc)
 
 
 def entries(where: str | os.PathLike) -> tuple[int, int]:

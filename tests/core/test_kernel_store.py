@@ -8,19 +8,10 @@ import warnings
 import numpy as np
 import pytest
 
-from convlab import runtime
 from convlab.runtime import kernel_cache, kernel_store, origin
+from test_kernel_cache import _factory  # tests/core: the one-constant kernel factory both files key
 
 CUBIN = b"\x7fELF" + bytes(range(200))
-
-
-def _factory(constant):
-    @runtime.jit
-    def kernel(a):
-        i = runtime.cuda.grid(1)
-        if i < a.size:
-            a[i] = constant
-    return kernel
 
 
 def test_a_store_file_round_trips_and_another_key_misses(tmp_path):

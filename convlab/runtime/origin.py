@@ -20,7 +20,7 @@ import threading
 from typing import Any, Hashable, Iterator
 
 counts = {"store": 0, "disk": 0, "compiled": 0}
-_records: dict[Hashable, dict[tuple, str]] = {}  # (problem, candidate label) -> {(kernel, id): where}
+_records: dict[Hashable, dict[int, tuple[Any, str]]] = {}  # (problem, label) -> {id: (dispatcher, where)}
 _KEEP = 4096  # candidates remembered (oldest dropped): a tuned ResNet-50 runs about 500
 _state = threading.local()
 _WORDS = {"store": "from the kernel store", "disk": "from the disk cache", "compiled": "compiled in this process",
@@ -44,7 +44,8 @@ def running(problem: Hashable, label: str) -> Iterator[None]:
 
 
 def launched(dispatcher: Any, where: str) -> None:
-    """Note that ``dispatcher``'s kernel, from ``where``, was launched (recorded when a candidate runs)."""
+    """Note that ``dispatcher``'s kernel, from ``where``, was launched (recorded when a candidate runs;
+    on every launch of a call, so the kernel's name is made only when :func:`of` asks)."""
     key = getattr(_state, "key", None)
     if key is None:
         return
@@ -53,14 +54,14 @@ def launched(dispatcher: Any, where: str) -> None:
         if len(_records) >= _KEEP:
             _records.pop(next(iter(_records)))
         record = _records[key] = {}
-    record[(kernel_label(dispatcher), id(dispatcher))] = where
+    record[id(dispatcher)] = (dispatcher, where)
 
 
 def of(problem: Hashable, label: str) -> list[tuple[str, str]] | None:
     """[(kernel, where it came from)] of candidate ``label`` on ``problem``, one pair a kernel; None when it
     has not run here."""
     found = _records.get((problem, label))
-    return None if found is None else [(name, where) for (name, _), where in found.items()]
+    return None if found is None else [(kernel_label(dispatcher), where) for dispatcher, where in found.values()]
 
 
 def describe(problem: Hashable, label: str) -> str:

@@ -65,15 +65,16 @@ class Step:
 
 
 def auto_step(suite: str, token: str, workers: int) -> Step:
-    """``convlab bench auto`` on one suite and dtype: ``workers`` processes fill the disk kernel cache
+    """``convlab bench auto`` on one suite and dtype under the default tuning mode (heuristic: the cost
+    model's pick, nothing timed before the first call): ``workers`` processes fill the disk kernel cache
     (``--shard``, one sample), then one process measures alone on the GPU with that cache."""
     stem = f"auto_{suite}_{token.replace('+', '_')}"
-    common = [PY, "-m", "convlab.cli", "bench", "auto", "--suite", suite, "--dtypes", token, "--modes", "tune",
+    common = [PY, "-m", "convlab.cli", "bench", "auto", "--suite", suite, "--dtypes", token, "--modes", "heuristic",
               "--no-oracle", "--layouts", "nchw,channels_last", "--cache-dir", f"{CACHE}/{stem}"]
     fill = [Job(f"{stem}.fill{i}", [*common, "--repeat", "1", "--shard", f"{i}/{workers}", "--out",
                                     f"{FILL}/{stem}_{i}"], 240) for i in range(workers)]
     return Step(f"auto/{suite}/{token}", "auto_bench",
-                f"`algorithm=\"auto\"` (mode tune) on {suite} in {token} against cuDNN, both layouts",
+                f"`algorithm=\"auto\"` (default mode heuristic) on {suite} in {token} against cuDNN, both layouts",
                 [Job(stem, [*common, "--repeat", "10", "--resume", "--out", f"{{dir}}/{stem}"], 600)],
                 f"{stem}.md", 120, fill)
 
@@ -96,7 +97,7 @@ def transform_steps(workers: int) -> list[Step]:
 
 
 def steps(workers: int) -> list[Step]:
-    pytest = [PY, "-m", "pytest", "-n", "10", "-v", "-rfE", "-p", "no:benchmark", "-p", "no:cacheprovider",
+    pytest = [PY, "-m", "pytest", "-n", "13", "-v", "-rfE", "-p", "no:benchmark", "-p", "no:cacheprovider",
               "--junitxml={dir}/gpu-tests.xml", "tests"]
     san = ["compute-sanitizer", "--report-api-errors", "no", "--print-limit", "20"]
     out = [Step("tests", "tests", "the test suite on real CUDA at the convlab-gpu hypothesis profile",

@@ -20,7 +20,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version "${PY_
   --platform "manylinux2014_$arch" --platform any -d .whl \
   "numpy==2.4.6" ml-dtypes==0.6.0 dask distributed cloudpickle toolz partd locket fsspec msgpack \
   sortedcontainers tblib zict tornado psutil click pyyaml jinja2 markupsafe packaging urllib3 \
-  importlib_metadata zipp "$@"
+  importlib_metadata zipp tqdm platformdirs "$@"
 cat > .whl/use-wheels.sh <<'USE'
 # Source from the repository root on the GPU machine: source .whl/use-wheels.sh && COMMAND
 site="${WHEEL_SITE:-${TMPDIR:-/tmp}/convlab-site}"

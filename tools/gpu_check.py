@@ -111,10 +111,10 @@ def steps(workers: int) -> list[Step]:
                      {"SANITIZE_CONFIGS": "1"})], "memcheck.log", 200, untimed=True)]
     out += [auto_step(s, t, workers) for s in SUITES_FIRST for t in DTYPES_FIRST]
     out += [Step("coldstart", "autotune_cold_start", "one training step of ResNet-50 and MobileNetV2 from "
-                 "empty caches per tuning mode, beside cuDNN with cudnn.benchmark on and off, fresh processes",
+                 "empty caches in the default mode (heuristic), beside cuDNN with cudnn.benchmark on and off, fresh processes",
                  [Job("step", [PY, "benchmarks/cold_start.py", "gpu", "--suite", "resnet50", "--suite",
-                               "mobilenetv2", "--dtype", "float16", "--timeout", "280", "--modes",
-                               "heuristic,tune,cudnn.benchmark=True,cudnn.benchmark=False",
+                               "mobilenetv2", "--dtype", "float16", "--timeout", "200", "--modes",
+                               "heuristic,cudnn.benchmark=True,cudnn.benchmark=False",
                                "--out", "{dir}/step_float16"], 590)], "step_float16.md", 300),
             Step("host", "overhead", "host cost per call of the public ops on a tiny layer against PyTorch",
                  [Job("overhead", [PY, "benchmarks/overhead_bench.py", "--out", "{dir}/overhead.json"], 300)],

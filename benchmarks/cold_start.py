@@ -18,6 +18,10 @@ and none is cut by the per-shape budget (CPU seconds are not the GPU's). In mode
 default) it also runs the tuner itself over the step with an empty cache (``first pass``: the tuner's
 counters of candidates timed, whose picks they are, the kernels of its picks).
 
+``--store DIR`` (a kernel store, e.g. ``convlab compile --picks --store DIR`` for the suites): ``counts``
+adds to the first pass the kernels of its picks that the store lacks (those a first step still
+compiles); ``gpu`` adds the row ``heuristic+store``, the default mode with ``CONVLAB_KERNEL_STORE=DIR``.
+
 ``gpu``: each (mode or cuDNN setting) in a fresh process with an empty cache folder, then again warm
 (the same folder: tuning entries and, with ``CONVLAB_KERNEL_CACHE=1``, kernels on disk): seconds from
 the step's start to its last result synchronised, the import, kernels compiled and loaded, candidates
@@ -94,7 +98,7 @@ def counts(problems: list, mode: str, kernels_of: Any) -> dict[str, Any]:
             "layer_ops": sum(o["layer_ops"] for o in per_op.values()), "per_op": per_op, "declined": declined}
 
 
-def first_pass(problems: list, kernels_of: Any) -> dict[str, Any]:
+def first_pass(problems: list, kernels_of: Any, store: str | None = None) -> dict[str, Any]:
     """The tuner itself on a first pass over the step in the mode in force (a fresh cache folder): its
     counters (candidates timed and checked, shapes tuned, heuristic picks), whose picks they are
     (``TuneResult.picked_by``) and the distinct kernels its picks launch. Only mode "heuristic" decides
@@ -116,9 +120,17 @@ def first_pass(problems: list, kernels_of: Any) -> dict[str, Any]:
             continue
         kernels |= kernels_of(result.winner, problem)
         picked_by[result.picked_by] = picked_by.get(result.picked_by, 0) + 1
-    return {"mode": settings.get_tune_mode(), "kernels_compiled": len(kernels),
-            "candidates_timed": autotune.stats()["timed"], "tuner_stats": autotune.stats(), "picked_by": picked_by,
-            "layer_ops": sum(picked_by.values()), "declined": declined}
+    out = {"mode": settings.get_tune_mode(), "kernels_compiled": len(kernels),
+           "candidates_timed": autotune.stats()["timed"], "tuner_stats": autotune.stats(), "picked_by": picked_by,
+           "layer_ops": sum(picked_by.values()), "declined": declined}
+    if store is not None:
+        missing = {kid for kid in kernels if not _stored(kid, store)}
+        out["store"] = {"dir": str(store), "kernels_from_store": len(kernels) - len(missing),
+                        "kernels_compiled_with_store": len(missing), "missing": sorted(missing)}
+    return out
+
+
+_KNOWN: dict[str, tuple[Any, tuple]] = {}  # kernel id -> (dispatcher, argtypes) of every launch seen
 
 
 def compile_only_kernels(cand: Any, problem: Any) -> set[str]:
@@ -129,7 +141,17 @@ def compile_only_kernels(cand: Any, problem: Any) -> set[str]:
     from convlab.runtime.targets import current
 
     case = Case(cand.plugin.name, problem, settings.get_float32_precision(), ("nchw",) * 3, cand.config)
-    return {launch.kernel for launch in launches(case, current())}
+    return {launch.kernel for launch in launches(case, current(), _KNOWN)}
+
+
+def _stored(kid: str, store: str) -> bool:
+    """Whether the kernel store ``store`` holds kernel ``kid`` for the current target, under the key a
+    launch on that GPU would look up (convlab.runtime.kernel_cache.launch_key)."""
+    from convlab.runtime import kernel_cache, kernel_store
+    from convlab.runtime.targets import current
+
+    dispatcher, argtypes = _KNOWN[kid]
+    return kernel_store.load(kernel_cache.launch_key(dispatcher, argtypes, current().key), store) is not None
 
 
 def run_counts(args: argparse.Namespace) -> dict[str, Any]:
@@ -148,7 +170,7 @@ def run_counts(args: argparse.Namespace) -> dict[str, Any]:
         for suite, problems in step_problems(args.suite, args.dtype).items():
             out["suites"][suite] = {m: counts(problems, m, compile_only_kernels) for m in MODES}
             if settings.get_tune_mode() == "heuristic":
-                out["suites"][suite]["first pass"] = first_pass(problems, compile_only_kernels)
+                out["suites"][suite]["first pass"] = first_pass(problems, compile_only_kernels, args.store)
     return out
 
 
@@ -218,12 +240,15 @@ def run_gpu(args: argparse.Namespace) -> dict[str, Any]:
     here = str(Path(__file__).resolve().parent)
     for suite in step_problems(args.suite, args.dtype):
         rows = out["suites"][suite] = {}
-        for mode in args.modes:
+        runs = [(m, m, "none") for m in args.modes] + ([("heuristic+store", "heuristic", args.store)]
+                                                       if args.store else [])
+        for row, mode, store in runs:
             with tempfile.TemporaryDirectory() as folder:
-                env = dict(os.environ, CONVLAB_CACHE_DIR=folder, CONVLAB_KERNEL_CACHE="1")
+                env = dict(os.environ, CONVLAB_CACHE_DIR=folder, CONVLAB_KERNEL_CACHE="1",
+                           CONVLAB_KERNEL_STORE=str(store))
                 spec = {"suites": args.suite, "suite": suite, "dtype": args.dtype, "mode": mode, "here": here}
-                rows[mode] = {state: _child(spec, env, args.timeout) for state in ("cold", "warm")}
-                print(suite, mode, {k: v.get("step_s", v.get("error", "")[-200:]) for k, v in rows[mode].items()},
+                rows[row] = {state: _child(spec, env, args.timeout) for state in ("cold", "warm")}
+                print(suite, row, {k: v.get("step_s", v.get("error", "")[-200:]) for k, v in rows[row].items()},
                       flush=True)
     return out
 
@@ -258,19 +283,23 @@ def markdown(data: dict[str, Any]) -> str:
                 name = f"first pass, {c['mode']} (the tuner)" if mode == "first pass" else mode
                 lines.append(f"| {suite} | {c['layer_ops']} | {name} | {c['kernels_compiled']} | "
                              f"{c['candidates_timed']} | {per} |")
+                if "store" in c:
+                    lines.append(f"| {suite} | {c['layer_ops']} | {name}, with the store | "
+                                 f"{c['store']['kernels_compiled_with_store']} | {c['candidates_timed']} | "
+                                 f"{c['store']['kernels_from_store']} kernels from the store |")
         if "default_mode" in data:
             lines += ["", f"Default tuning mode: {data['default_mode']}. \"first pass\": autotune.tune on each "
                       "layer-op in the mode in force with an empty cache, the tuner's own counters."]
         return "\n".join(lines + [""])
-    lines += ["| suite | mode | cold step s | warm step s | kernels compiled cold / warm | timed cold |",
-              "| --- | --- | --- | --- | --- | --- |"]
+    lines += ["| suite | mode | cold step s | warm step s | kernels compiled cold / warm | from the store cold "
+              "| timed cold |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for suite, modes in data["suites"].items():
         for mode, r in modes.items():
             c, w = r["cold"], r["warm"]
             lines.append(f"| {suite} | {mode} | {c.get('step_s', c.get('error', '')[:60])} | "
                          f"{w.get('step_s', w.get('error', '')[:60])} | "
                          f"{c.get('kernel_cache', {}).get('compiled')} / {w.get('kernel_cache', {}).get('compiled')} "
-                         f"| {c.get('tuner', {}).get('timed')} |")
+                         f"| {c.get('kernel_cache', {}).get('store')} | {c.get('tuner', {}).get('timed')} |")
     return "\n".join(lines + [""])
 
 
@@ -281,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
     ap.add_argument("--out", required=True, help="output stem: writes STEM.json and STEM.md")
     ap.add_argument("--timeout", type=float, default=3600.0, help="gpu: seconds a step process may take")
+    ap.add_argument("--store", default=None, metavar="DIR", help="a kernel store (module docstring)")
     ap.add_argument("--modes", default=",".join(MODES + TORCH),
                     help="gpu: comma-separated tuning modes and cuDNN settings to run (default: all)")
     args = ap.parse_args(argv)

@@ -38,6 +38,7 @@ SUITES_FIRST, SUITES_THEN = ("resnet50", "mobilenetv2"), ("burn", "efficientnet_
                                                           "r2plus1d_18", "wavenet")
 DTYPES_FIRST = ("float16", "bfloat16", "float32")
 FILL, CACHE = "/tmp/gpu_check_fill", "/tmp/gpu_check_cache"  # an auto step's fill logs; its kernel cache
+STORE = "/tmp/gpu_check_store"  # the cold start's kernel store: the default mode's picks, built on the CPUs
 
 
 @dataclass
@@ -111,11 +112,14 @@ def steps(workers: int) -> list[Step]:
                      {"SANITIZE_CONFIGS": "1"})], "memcheck.log", 200, untimed=True)]
     out += [auto_step(s, t, workers) for s in SUITES_FIRST for t in DTYPES_FIRST]
     out += [Step("coldstart", "autotune_cold_start", "one training step of ResNet-50 and MobileNetV2 from "
-                 "empty caches in the default mode (heuristic), beside cuDNN with cudnn.benchmark on and off, fresh processes",
+                 "empty caches in the default mode (heuristic), without and with a kernel store of its picks, beside cuDNN with cudnn.benchmark on and off, fresh processes",
                  [Job("step", [PY, "benchmarks/cold_start.py", "gpu", "--suite", "resnet50", "--suite",
                                "mobilenetv2", "--dtype", "float16", "--timeout", "200", "--modes",
                                "heuristic,cudnn.benchmark=True,cudnn.benchmark=False",
-                               "--out", "{dir}/step_float16"], 590)], "step_float16.md", 300),
+                               "--store", STORE, "--out", "{dir}/step_float16"], 590)], "step_float16.md", 300,
+                 [Job("store", [PY, "-m", "convlab.cli", "compile", "--picks", "--no-samples", "--suite", "resnet50",
+                                "--suite", "mobilenetv2", "--dtypes", "float16", "--target", "sm_90", "--brief",
+                                "--quiet", "--store", STORE, "--json", "{dir}/store_compile.json"], 240)]),
             Step("host", "overhead", "host cost per call of the public ops on a tiny layer against PyTorch",
                  [Job("overhead", [PY, "benchmarks/overhead_bench.py", "--out", "{dir}/overhead.json"], 300)],
                  "overhead.json", 120),

@@ -43,7 +43,9 @@ def add_parser(sub: Any, common: Any, shape: Any) -> None:
                        epilog="examples:\n  convlab compile --target sm_90 --plugins tensor_core\n"
                               "  convlab compile --suite resnet50 --cover --json compile.json --hashes ptx.json\n"
                               "  convlab compile --cover --hashes after.json --compare before.json\n"
-                              "  convlab compile --suite resnet50 --cover --store ~/.cache/convlab/store")
+                              "  convlab compile --suite resnet50 --cover --store ~/.cache/convlab/store\n"
+                              "  convlab compile --suite resnet50 --no-samples --picks --target sm_90 "
+                              "--store ~/.cache/convlab/store")
     p.add_argument("--target", action="append", choices=GPU_TARGETS, default=None,
                    help=f"a named target, repeatable (default: {', '.join(GPU_TARGETS)})")
     p.add_argument("--suite", action="append", default=[], metavar="NAME|FILE.json",
@@ -59,6 +61,9 @@ def add_parser(sub: Any, common: Any, shape: Any) -> None:
     p.add_argument("--cover", action="store_true",
                    help="a covering subset of the cases: every config, layout mix, bias flag and problem "
                         "at least once per plugin, op and dtype (convlab.compile.corpus.cover)")
+    p.add_argument("--picks", action="store_true",
+                   help="only each problem's pick in the default tuning mode (the cost model's), all-NCHW and "
+                        "all-channels-last: the kernels a first call launches (convlab.compile.corpus.picks)")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="a module the workers import first, e.g. one that registers your plugins")
     p.add_argument("--jobs", type=positive, default=None, metavar="N", help="worker processes (default: CPUs)")
@@ -109,7 +114,7 @@ def _spec(args: argparse.Namespace) -> dict:
     return make_spec(args.target or ("sm_80", "sm_90"), samples=not args.no_samples, suites=args.suite,
                      shapes=shapes, plugins=plugins, ops=args.ops or OPS, dtypes=dtypes, configs=args.configs,
                      workspace_limit=args.workspace_limit, cover=args.cover, imports=args.imports,
-                     store=args.store)
+                     store=args.store, picks=args.picks)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:

@@ -14,6 +14,12 @@ Problems come from the plugins' own ``sample_problems`` (the default: small, and
 kernel variants), from suites (``resnet50``, ...) and from single shapes, each with and without bias
 where the op takes one.
 
+:func:`picks` keeps the cases a first call runs in the default tuning mode: per problem, dtype and
+precision, the cost model's pick (``heuristic``: the first of the tuner's ranking of its eligible
+candidates on the target) in the layouts a whole model is called in (all NCHW, all channels-last). A
+store built from them (``convlab compile --picks --store DIR``) holds every kernel a first pass over the
+corpus's shapes launches, at a fraction of the corpus's compile work.
+
 :func:`cover` keeps a subset for a corpus whose every case would take too long to compile (each
 tensor-core kernel lowers in 5-25 s): per plugin, op, dtype and precision, a case is kept when it
 brings a config, a layout mix, a bias flag or a problem not seen before, so every config and every
@@ -146,5 +152,30 @@ def cover(found: Iterable[Case]) -> list[Case]:
                 klass + ("bias", pr.bias), klass + ("problem", pr.replace(bias=False).key())}
         if not keys <= seen:
             seen |= keys
+            out.append(case)
+    return out
+
+
+def picks(found: Iterable[Case], target: Target, workspace_limit: int | None = None) -> list[Case]:
+    """The cases of ``found`` that run their problem's pick in the default tuning mode on ``target``, in
+    uniform layouts (see the module docstring)."""
+    from convlab.autotune.cache_entries import eligible
+    from convlab.autotune.ranking import rank
+    from convlab.runtime.settings import float32_precision, get_workspace_limit
+    from convlab.runtime.targets import using
+
+    limit = get_workspace_limit() if workspace_limit is None else workspace_limit
+    chosen: dict[tuple, tuple[str, str] | None] = {}
+    out = []
+    for case in found:
+        if len(set(case.layouts)) != 1:
+            continue
+        key = (case.problem.key(), case.precision)
+        if key not in chosen:
+            with using(target), float32_precision(case.precision):
+                cands = eligible(case.problem, limit)
+                first = rank(case.problem, cands, limit, target).order[0] if cands else None
+            chosen[key] = None if first is None else (first.plugin.name, first.config.name)
+        if chosen[key] == (case.plugin, case.config.name):
             out.append(case)
     return out

@@ -63,7 +63,7 @@ class _Worker:
 def make_spec(targets: Any = ("sm_80", "sm_90"), *, samples: bool = True, suites: Any = (), shapes: Any = (),
               plugins: Any = None, ops: Any = OPS, dtypes: Any = DTYPES, configs: int | None = None,
               workspace_limit: int | None = None, cover: bool = False, imports: Any = (),
-              keep_ptx: bool = False, store: Any = None) -> dict:
+              keep_ptx: bool = False, store: Any = None, picks: bool = False) -> dict:
     """A validated corpus spec (see :mod:`convlab.compile.worker`; ``store``: a kernel store directory the
     cubins are written into, :mod:`convlab.compile.store`); ValueError naming what is wrong."""
     targets = [targets] if isinstance(targets, str) else list(targets)
@@ -91,7 +91,7 @@ def make_spec(targets: Any = ("sm_80", "sm_90"), *, samples: bool = True, suites
     return {"store": store, "targets": [get(t).name for t in targets], "samples": bool(samples), "suites": list(suites),
             "shapes": list(shapes), "plugins": None if plugins is None else sorted(plugins),
             "ops": list(ops), "dtypes": list(dtypes), "configs": configs, "workspace_limit": workspace_limit,
-            "cover": bool(cover), "imports": list(imports), "keep_ptx": bool(keep_ptx)}
+            "cover": bool(cover), "picks": bool(picks), "imports": list(imports), "keep_ptx": bool(keep_ptx)}
 
 
 def compile_corpus(spec: dict, jobs: int | None = None, progress: Any = None) -> Report:

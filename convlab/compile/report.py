@@ -225,6 +225,7 @@ def markdown(report: dict) -> str:
     source = "the plugins' sample problems" if spec["samples"] else "no sample problems"
     lines = [f"Corpus: {source}"
              + (f", suites {', '.join(spec['suites'])}" if spec["suites"] else "")
+             + (", the default mode's picks (convlab.compile.corpus.picks)" if spec.get("picks") else "")
              + (", covering subset (convlab.compile.corpus.cover)" if spec.get("cover") else ", every case")
              + f"; dtypes {', '.join(spec['dtypes'])}; ops {', '.join(spec['ops'])}. "
              f"{report['wall_seconds']:.0f} s on {report['jobs']} workers; numba-cuda "

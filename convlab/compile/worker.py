@@ -14,6 +14,7 @@ slow lowerings over its workers. The spec (a dict, pickled to the workers):
     shapes    single-shape dicts (convlab.bench.suite.make_entry's)
     plugins, ops, dtypes, configs, workspace_limit   as :func:`convlab.compile.corpus.cases`
     cover     bool: only the cases :func:`convlab.compile.corpus.cover` keeps
+    picks     bool: only the cases :func:`convlab.compile.corpus.picks` keeps (the default mode's picks)
     imports   modules the workers import first (plugins registered there join the corpus)
     store     a kernel store directory (str) each kernel's cubin is written into, per target, or None
               (convlab.compile.store)
@@ -44,7 +45,7 @@ def start(spec: dict) -> None:
     from convlab.runtime.targets import get
 
     from . import collect
-    from .corpus import cases, cover
+    from .corpus import cases, cover, picks
 
     import importlib
 
@@ -62,6 +63,8 @@ def start(spec: dict) -> None:
                       ("forward", "dgrad", "wgrad"), dtypes=spec.get("dtypes") or
                       ("float32", "float64", "float16", "bfloat16"), configs=spec.get("configs"),
                       workspace_limit=spec.get("workspace_limit"))
+        if spec.get("picks"):
+            found = picks(found, target, spec.get("workspace_limit"))
         for case in cover(found) if spec.get("cover") else found:
             try:
                 found = collect.launches(case, target, known, spec.get("workspace_limit"))

@@ -213,6 +213,18 @@ def fuse_sequential(model: nn.Module, algorithm: str) -> int:
     return count
 
 
+def restore(model: nn.Module) -> nn.Module:
+    """What :func:`convert` fused ``model`` from: the model a fused GraphModule was made of (kept in its
+    ``meta``, which deepcopy keeps), else ``model`` with :func:`unfuse` applied."""
+    meta = getattr(model, "meta", None) if isinstance(model, torch.fx.GraphModule) else None
+    if isinstance(meta, dict) and "convlab_unfused" in meta:
+        return meta["convlab_unfused"]
+    if isinstance(model, torch.fx.GraphModule) and any(isinstance(m, _FusedConv) for m in model.modules()):
+        raise ValueError("revert(): this fused GraphModule no longer holds the model it was made from "
+                         "(meta['convlab_unfused']); convert the original model again")
+    return unfuse(model)
+
+
 def unfuse(model: nn.Module) -> nn.Module:
     """The original modules back in place of fused ones and their placeholders (in ``model`` and every
     submodule); returns the model (the original convolution when ``model`` itself is a fused one)."""

@@ -144,5 +144,5 @@ def fuse_graph(model: nn.Module, algorithm: str) -> fx.GraphModule | None:
     gm.graph.lint()
     gm.recompile()
     gm.delete_all_unused_submodules()
-    gm.__dict__["_convlab_unfused"] = model  # not a submodule: revert's way back
+    gm.meta["convlab_unfused"] = model  # revert's way back (meta: no submodule, and deepcopy keeps it)
     return gm

@@ -183,8 +183,8 @@ def revert(model: nn.Module) -> nn.Module:
     returns the model."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"revert(): model must be a torch.nn.Module, got {type(model).__name__}")
-    from .fuse import unfuse
-    model = model.__dict__.get("_convlab_unfused") or unfuse(model)
+    from .fuse import restore
+    model = restore(model)
 
     def replace(module: nn.Module) -> nn.Module | None:
         cls = _TO_TORCH.get(type(module))

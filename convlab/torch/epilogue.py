@@ -203,6 +203,9 @@ def run(kind: str, nd: int, input: torch.Tensor, weight: torch.Tensor, bias: tor
     residual = epilogue.get("residual")
     if residual is not None and not isinstance(residual, torch.Tensor):
         raise TypeError(f"residual must be a tensor shaped like the output, got {type(residual).__name__}")
+    if (residual is not None and torch._C._is_any_autocast_enabled() and residual.is_floating_point()
+            and residual.dtype != input.dtype):  # the output's dtype under autocast, as the inputs were cast
+        residual = residual.to(input.dtype)
     scale, shift = (_as_tensor(epilogue.get(k), k, input) for k in ("scale", "shift"))
     spec = Spec(kind, params, algorithm, name, slope, residual_at)
     if torch.compiler.is_compiling():

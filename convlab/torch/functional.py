@@ -19,8 +19,7 @@ constants that raise a RuntimeError saying so when differentiated (torch's ``onc
 mechanism, which alone would miss the saved weight and input).
 
 Epilogue: every function takes ``activation=``, ``residual=``, ``residual_at=``, ``scale=``, ``shift=``
-(convlab.epilogue: y = act(t * scale + shift + residual), or the residual added after the activation),
-differentiable in every operand; convlab.torch.epilogue says how backward gets the activation's derivative.
+(convlab.epilogue), differentiable in every operand (convlab.torch.epilogue).
 
 Devices and streams: CUDA tensors are used in place, kernels run on PyTorch's current stream of the
 tensor's device (autograd runs a backward op on the stream its forward ran on, so the backward kernels
@@ -238,9 +237,8 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     """``torch.nn.functional.conv2d`` on convlab's kernels: y (N, K, P, Q) from input (N, C, H, W) (or
     (C, H, W)), weight (K, C/groups, R, S) and bias (K,). ``padding``: int, pair, "valid" or "same".
     ``algorithm``: "auto" or a plugin name (used for each of forward/dgrad/wgrad it implements, "auto"
-    for the others; a (name, config) pair is for the base ops only). ``activation``, ``residual`` (the
-    output's shape and dtype), ``residual_at``, ``scale`` (K,), ``shift`` (K,): an epilogue (module
-    docstring), fused into the convolution's store where the picked plugin fuses it."""
+    for the others; a (name, config) pair is for the base ops only). ``activation``, ``residual`` (y's
+    shape and dtype), ``residual_at``, ``scale`` (K,), ``shift`` (K,): an epilogue (convlab.epilogue)."""
     return _conv(2, input, weight, bias, stride, padding, dilation, groups, algorithm,
                  _epilogue.keywords(activation, residual, residual_at, scale, shift))
 

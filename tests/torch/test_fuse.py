@@ -184,3 +184,12 @@ def test_functions_residual_after_broadcast_and_unfusable_ones():
 def test_fuse_argument_is_checked():
     with pytest.raises(TypeError, match="fuse must be a bool"):
         ct.convert(nn.Conv2d(1, 1, 1), fuse="yes")
+
+
+def test_a_fused_model_compiles_fullgraph_and_matches_eager():
+    """While torch.compile traces, the convolution is the custom op and the epilogue torch's ops."""
+    model = _net(4).eval()
+    x = torch.randn(1, 2, 4, 4, dtype=torch.float64)
+    fused = ct.convert(model, fuse=True)
+    compiled = torch.compile(fused, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(x), model(x))

@@ -2,12 +2,13 @@
 BatchNorm -> activation -> add chains in its graph, and build a ``torch.fx.GraphModule`` whose chains
 are single calls of fused convolutions.
 
-A chain grows from a convolution module called at one site with one positional input; each further
-node must be the only user of the one before it: an eval-mode BatchNorm (folded), an add
-(``operator.add`` / ``iadd`` / ``torch.add`` without ``alpha``) of a tensor that does not depend on the
-chain (the residual, "before" the activation), an activation (module, ``torch.nn.functional`` function,
-``torch.relu`` / ``torch.sigmoid`` or the ``relu`` / ``sigmoid`` methods), then an add ("after") when
-none came before it. The fused call takes the chain's place, after the residual is computed.
+A chain grows from a convolution module called at one site with one positional input, none of whose
+parameters the graph reads directly; each further node must be the only user of the one before it: an
+eval-mode BatchNorm (folded), an add (``operator.add`` / ``iadd`` / ``torch.add`` without ``alpha``) of
+a tensor that does not depend on the chain (the residual, "before" the activation), an activation
+(module, ``torch.nn.functional`` function, ``torch.relu`` / ``torch.sigmoid`` or the ``relu`` /
+``sigmoid`` methods), then an add ("after") when none came before it. The fused call takes the chain's
+place, after the residual is computed.
 """
 from __future__ import annotations
 
@@ -121,6 +122,9 @@ def fuse_graph(model: nn.Module, algorithm: str) -> fx.GraphModule | None:
     for node in gm.graph.nodes:
         if node.op == "call_module":
             sites[node.target] = sites.get(node.target, 0) + 1
+        elif node.op == "get_attr":  # a conv whose weight the graph reads itself keeps its weight
+            owner = node.target.rpartition(".")[0]
+            sites[owner] = sites.get(owner, 0) + 2
     fused = 0
     for node in list(gm.graph.nodes):
         if (node.op != "call_module" or type(modules.get(node.target)) not in CONVS

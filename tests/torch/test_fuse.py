@@ -155,13 +155,14 @@ class Functional(nn.Module):
     def __init__(self):
         super().__init__()
         self.a, self.b = nn.Conv2d(2, 2, 3, padding=1), nn.Conv2d(2, 2, 1)
-        self.c, self.shared = nn.Conv2d(2, 2, 1), nn.Conv2d(2, 2, 1)
+        self.c, self.shared, self.d = nn.Conv2d(2, 2, 1), nn.Conv2d(2, 2, 1), nn.Conv2d(2, 2, 1)
 
     def forward(self, x):
         y = F.leaky_relu(self.a(x), 0.2) + x                 # residual after the activation
         z = torch.add(torch.relu(self.b(y)), x.mean((2, 3), keepdim=True))  # broadcast: added by torch
         u = F.elu(self.c(z))                                 # ELU is not fused
-        return F.relu(self.shared(u)) + self.shared(z)       # two call sites: not fused
+        v = F.relu(self.shared(u)) + self.shared(z)          # two call sites: not fused
+        return F.relu(self.d(v)) + self.d.weight.sum()       # its weight read by the graph: not fused
 
 
 def test_functions_residual_after_broadcast_and_unfusable_ones():

@@ -64,12 +64,16 @@ def _assert_bit_exact(model, state):
     assert all(torch.equal(got[k], v) for k, v in state.items())
 
 
-def test_eval_fuse_folds_batchnorm_and_matches_torch():
+@pytest.mark.parametrize("algorithm", ["auto", "direct"])  # direct: the epilogue in the kernel's store
+def test_eval_fuse_folds_batchnorm_and_matches_torch(algorithm, monkeypatch):
+    from convlab.ops.epilogue import DeviceEpilogue
+    ran, run_fused = [], DeviceEpilogue.run_fused
+    monkeypatch.setattr(DeviceEpilogue, "run_fused", lambda *a: ran.append(run_fused(*a)) or ran[-1])
     model = _net().eval()
     state, children = _state(model), list(model.modules())
     x = torch.randn(2, 2, 5, 5, dtype=torch.float64, requires_grad=True)
     want = model(x)
-    fused = ct.convert(model, fuse=True)
+    fused = ct.convert(model, fuse=True, algorithm=algorithm)
     assert isinstance(fused, torch.fx.GraphModule) and fused is not model
     assert ct.fusions(fused) == {"stem.0": "BatchNorm2d(folded)+relu", "block.conv1": "BatchNorm2d(folded)+relu",
                                  "block.conv2": "BatchNorm2d(folded)+add(before)+relu",
@@ -79,6 +83,7 @@ def test_eval_fuse_folds_batchnorm_and_matches_torch():
     assert not any(isinstance(m, nn.BatchNorm2d) for m in fused.modules())
     y = fused(x)
     torch.testing.assert_close(y, want)
+    assert len(ran) == 5 and all(ran) == (algorithm == "direct")  # dw.3: a bias only; "auto": a pass
     dy = torch.randn_like(y)
     torch.testing.assert_close(torch.autograd.grad(y, x, dy, retain_graph=True)[0],
                                torch.autograd.grad(want, x, dy, retain_graph=True)[0])

@@ -121,7 +121,8 @@ class _EpilogueConv(torch.autograd.Function):
         keep_x, keep_w = needs[1] or ctx.recompute, needs[0] or ctx.recompute
         ctx.save_for_backward(x if keep_x else None, w if keep_w else None,
                               bias if ctx.recompute else None, scale, shift,
-                              residual if ctx.recompute else None, None if ctx.recompute else y)
+                              residual if ctx.recompute else None,
+                              None if ctx.recompute or spec.activation == "identity" else y)
         ctx.spec, ctx.shapes, ctx.has_residual = spec, (x.shape, w.shape), residual is not None
         return y
 

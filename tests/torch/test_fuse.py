@@ -153,6 +153,24 @@ def test_sequential_neighbours_where_the_model_does_not_trace():
     _assert_bit_exact(model, state)
 
 
+def test_sequential_neighbours_in_training_mode_fuse_only_the_activation():
+    torch.manual_seed(5)
+    model = Untraceable().double().train()
+    model.body = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), nn.Hardswish(), nn.BatchNorm2d(3),
+                               nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3), nn.Tanh()).double()
+    reference = copy.deepcopy(model)
+    ct.convert(model, fuse=True)
+    assert ct.fusions(model) == {"body.0": "hardswish"}  # BatchNorm in training stays, and what follows
+    assert type(model.body[2]) is nn.BatchNorm2d and type(model.body[3]) is ct.Conv2d
+    x = torch.randn(2, 2, 4, 4, dtype=torch.float64)
+    y, want = model(x), reference(x)
+    torch.testing.assert_close(y, want)
+    y.square().sum().backward()
+    want.square().sum().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
 class Functional(nn.Module):
     """Functions instead of modules, a residual after the activation, a broadcast residual, an
     unsupported activation, and a convolution called twice."""

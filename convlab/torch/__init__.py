@@ -8,13 +8,16 @@ Needs torch (``pip install convlab[torch]``); ``import convlab`` itself never im
     layer = ct.Conv2d(16, 32, 3, padding=1)                # a torch.nn.Conv2d subclass
     model = ct.convert(model)                              # every nn.Conv{1,2,3}d / ConvTranspose{1,2,3}d swapped
     model = ct.revert(model)                               # and back
+    fused = ct.convert(model.eval(), fuse=True)            # Conv-BN-act(-add) chains as one convolution
+    print(ct.fusions(fused))                               # what each layer fused
     print(ct.tune(model, (x,)))                            # every layer's shapes checked and timed, picks cached
     torch.compile(ct.convert(model), fullgraph=True)       # traces: the ops are torch.library custom ops
 
 Functions: :func:`conv1d`, :func:`conv2d`, :func:`conv3d` and :func:`conv_transpose1d` / ``2d`` / ``3d``;
 modules: :class:`Conv1d`, :class:`Conv2d`, :class:`Conv3d`, :class:`ConvTranspose1d` / ``2d`` / ``3d``;
-model surgery: :func:`convert`, :func:`revert`; tuning on request: :func:`tune` (every convolution layer
-of a model checked and timed once, convlab.torch.tuning). Devices, streams, dtypes and TF32: functional.py.
+model surgery: :func:`convert`, :func:`revert` (``fuse=True``: convlab.torch.fuse), :func:`fusions`;
+tuning on request: :func:`tune` (every convolution layer of a model checked and timed once,
+convlab.torch.tuning). Devices, streams, dtypes and TF32: functional.py; epilogues: convlab.torch.epilogue.
 """
 from __future__ import annotations
 
@@ -26,8 +29,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from .functional import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
 from .modules import (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, convert,
                       revert)
+from .fuse import fusions
 from .tuning import LayerPick, TuneSummary, tune
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "Conv1d",
            "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "convert", "revert",
-           "tune", "TuneSummary", "LayerPick"]
+           "fusions", "tune", "TuneSummary", "LayerPick"]

@@ -59,13 +59,15 @@ def _algorithm_for(op: str, algorithm: str) -> str:
     return algorithm if op in registry.get(algorithm).ops else "auto"
 
 
-def _run(op: str, operands: tuple, args: tuple, algorithm: str) -> torch.Tensor:
-    """``convlab.<op>(*operands, *args, algorithm=...)`` on C-contiguous or channels-last operands
-    (float16 / bfloat16 problems no native half kernel runs go to the ``widen`` plugin, like any other
-    choice); ``op`` is the 2D name, run as the op of the first operand's N."""
+def _run(op: str, operands: tuple, args: tuple, algorithm: str, epilogue: dict | None = None) -> torch.Tensor:
+    """``convlab.<op>(*operands, *args, algorithm=..., **epilogue)`` on C-contiguous or channels-last
+    operands (float16 / bfloat16 problems no native half kernel runs go to the ``widen`` plugin, like
+    any other choice); ``op`` is the 2D name, run as the op of the first operand's N. ``epilogue``: the
+    forward ops' ``activation`` / ``residual`` / ``residual_at`` / ``scale`` / ``shift`` keywords."""
     nd = operands[0].dim() - 2
     return getattr(ops, op.replace("2d", f"{nd}d"))(*map(_contiguous, operands), *args,
-                                                    algorithm=_algorithm_for(_KIND[op], algorithm))
+                                                    algorithm=_algorithm_for(_KIND[op], algorithm),
+                                                    **(epilogue or {}))
 
 
 _KIND = {"conv2d": "forward", "conv2d_backward_data": "dgrad", "conv2d_backward_weight": "wgrad",
@@ -73,10 +75,11 @@ _KIND = {"conv2d": "forward", "conv2d_backward_data": "dgrad", "conv2d_backward_
 
 
 def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
-           padding: Sequence[int], dilation: Sequence[int], groups: int, algorithm: str) -> torch.Tensor:
-    """y (N, K, P, Q) through convlab.conv2d."""
+           padding: Sequence[int], dilation: Sequence[int], groups: int, algorithm: str,
+           epilogue: dict | None = None) -> torch.Tensor:
+    """y (N, K, P, Q) through convlab.conv2d (with ``epilogue``'s keywords, see :func:`_run`)."""
     return _run("conv2d", (x, w, bias), (tuple(stride), tuple(padding), tuple(dilation), groups),
-                algorithm)
+                algorithm, epilogue)
 
 
 def backward_data(dy: torch.Tensor, w: torch.Tensor, input_shape: Sequence[int], stride: Sequence[int],
@@ -97,10 +100,12 @@ def backward_weight(x: torch.Tensor, dy: torch.Tensor, weight_shape: Sequence[in
 
 def conv_transpose2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
                      padding: Sequence[int], output_padding: Sequence[int], groups: int,
-                     dilation: Sequence[int], algorithm: str) -> torch.Tensor:
-    """y (N, C_out, H_out, W_out) through convlab.conv_transpose2d (a dgrad problem)."""
+                     dilation: Sequence[int], algorithm: str, epilogue: dict | None = None) -> torch.Tensor:
+    """y (N, C_out, H_out, W_out) through convlab.conv_transpose2d (a dgrad problem; ``epilogue`` as
+    :func:`conv2d`'s)."""
     return _run("conv_transpose2d", (x, w, bias),
-                (tuple(stride), tuple(padding), tuple(output_padding), groups, tuple(dilation)), algorithm)
+                (tuple(stride), tuple(padding), tuple(output_padding), groups, tuple(dilation)), algorithm,
+                epilogue)
 
 
 class Kernels(NamedTuple):

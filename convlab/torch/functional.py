@@ -18,12 +18,8 @@ Backward computes only the gradients autograd asks for (``ctx.needs_input_grad``
 constants that raise a RuntimeError saying so when differentiated (torch's ``once_differentiable``
 mechanism, which alone would miss the saved weight and input).
 
-Functions: :func:`conv2d`, :func:`conv_transpose2d` (torch.nn.functional's signatures plus a keyword
-``algorithm``: "auto" or a plugin name). Modules: :class:`Conv2d`, :class:`ConvTranspose2d`; model
-surgery: :func:`convert`, :func:`revert`. Eager calls go through an ``autograd.Function``; while
-``torch.compile`` traces, through the custom ops ``torch.ops.convlab.conv2d``, ``conv_transpose2d``,
-``conv2d_backward_data`` and ``conv2d_backward_weight``. Both run the same convlab ops. Double
-backward (``create_graph=True`` through a convolution) is not supported: it raises a RuntimeError.
+Epilogue: every function takes ``activation=``, ``residual=``, ``residual_at=``, ``scale=``, ``shift=``
+(convlab.epilogue), differentiable in every operand (convlab.torch.epilogue).
 
 Devices and streams: CUDA tensors are used in place, kernels run on PyTorch's current stream of the
 tensor's device (autograd runs a backward op on the stream its forward ran on, so the backward kernels
@@ -55,6 +51,7 @@ import torch.nn.functional as F
 
 from convlab.problem import as_tuple
 from . import _core, _library
+from . import epilogue as _epilogue
 
 Pair = tuple[int, ...]
 
@@ -176,7 +173,7 @@ def _records_graph(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 
 # ---- the ops (one implementation for every N) -----------------------------------------------------------
 def _conv(nd: int, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: Any,
-          padding: Any, dilation: Any, groups: int, algorithm: str) -> torch.Tensor:
+          padding: Any, dilation: Any, groups: int, algorithm: str, epilogue: dict | None = None) -> torch.Tensor:
     op = f"conv{nd}d"
     _tensors(op, input, weight, bias, nd)
     _algorithm(op, algorithm)
@@ -194,7 +191,10 @@ def _conv(nd: int, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
             raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
     else:
         pd = _tuple(padding, "padding", 0, nd)
-    if torch.compiler.is_compiling():
+    if epilogue is not None:
+        y = _epilogue.run("conv", nd, input, weight, bias, (st, pd, dl, groups), algorithm,
+                          _epilogue.batched(epilogue, unbatched))
+    elif torch.compiler.is_compiling():
         y = _library.OPS[nd].conv(input, weight, bias, st, pd, dl, groups, algorithm)
     elif _records_graph(input, weight, bias):
         y = _Conv2d.apply(input, weight, bias, st, pd, dl, groups, algorithm)
@@ -205,7 +205,7 @@ def _conv(nd: int, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 
 def _conv_transpose(nd: int, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                     stride: Any, padding: Any, output_padding: Any, groups: int, dilation: Any,
-                    algorithm: str) -> torch.Tensor:
+                    algorithm: str, epilogue: dict | None = None) -> torch.Tensor:
     op = f"conv_transpose{nd}d"
     _tensors(op, input, weight, bias, nd)
     _algorithm(op, algorithm)
@@ -218,7 +218,10 @@ def _conv_transpose(nd: int, input: torch.Tensor, weight: torch.Tensor, bias: to
         input = input.unsqueeze(0)
     st, pd = _tuple(stride, "stride", 1, nd), _tuple(padding, "padding", 0, nd)
     op, dl = _tuple(output_padding, "output_padding", 0, nd), _tuple(dilation, "dilation", 1, nd)
-    if torch.compiler.is_compiling():
+    if epilogue is not None:
+        y = _epilogue.run("transpose", nd, input, weight, bias, (st, pd, op, groups, dl), algorithm,
+                          _epilogue.batched(epilogue, unbatched))
+    elif torch.compiler.is_compiling():
         y = _library.OPS[nd].conv_transpose(input, weight, bias, st, pd, op, groups, dl, algorithm)
     elif _records_graph(input, weight, bias):
         y = _ConvTranspose2d.apply(input, weight, bias, st, pd, op, groups, dl, algorithm)
@@ -228,53 +231,69 @@ def _conv_transpose(nd: int, input: torch.Tensor, weight: torch.Tensor, bias: to
 
 
 def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
-           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: str = "auto") -> torch.Tensor:
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: str = "auto",
+           activation: Any = None, residual: torch.Tensor | None = None, residual_at: str = "before",
+           scale: Any = None, shift: Any = None) -> torch.Tensor:
     """``torch.nn.functional.conv2d`` on convlab's kernels: y (N, K, P, Q) from input (N, C, H, W) (or
     (C, H, W)), weight (K, C/groups, R, S) and bias (K,). ``padding``: int, pair, "valid" or "same".
     ``algorithm``: "auto" or a plugin name (used for each of forward/dgrad/wgrad it implements, "auto"
-    for the others; a (name, config) pair is for the base ops only)."""
-    return _conv(2, input, weight, bias, stride, padding, dilation, groups, algorithm)
+    for the others; a (name, config) pair is for the base ops only). ``activation``, ``residual`` (y's
+    shape and dtype), ``residual_at``, ``scale`` (K,), ``shift`` (K,): an epilogue (convlab.epilogue)."""
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups, algorithm,
+                 _epilogue.keywords(activation, residual, residual_at, scale, shift))
 
 
 def conv1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
-           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: str = "auto") -> torch.Tensor:
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: str = "auto",
+           activation: Any = None, residual: torch.Tensor | None = None, residual_at: str = "before",
+           scale: Any = None, shift: Any = None) -> torch.Tensor:
     """``torch.nn.functional.conv1d``: y (N, K, Lo) from input (N, C, L) (or (C, L)), weight (K, C/groups,
     S), bias (K,); run as its 2D embedding (convlab.ops.conv_nd). Arguments as :func:`conv2d`'s."""
-    return _conv(1, input, weight, bias, stride, padding, dilation, groups, algorithm)
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups, algorithm,
+                 _epilogue.keywords(activation, residual, residual_at, scale, shift))
 
 
 def conv3d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
-           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: str = "auto") -> torch.Tensor:
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, *, algorithm: str = "auto",
+           activation: Any = None, residual: torch.Tensor | None = None, residual_at: str = "before",
+           scale: Any = None, shift: Any = None) -> torch.Tensor:
     """``torch.nn.functional.conv3d``: y (N, K, Do, P, Q) from input (N, C, D, H, W) (or (C, D, H, W)),
     weight (K, C/groups, T, R, S), bias (K,). Arguments as :func:`conv2d`'s."""
-    return _conv(3, input, weight, bias, stride, padding, dilation, groups, algorithm)
+    return _conv(3, input, weight, bias, stride, padding, dilation, groups, algorithm,
+                 _epilogue.keywords(activation, residual, residual_at, scale, shift))
 
 
 def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                      stride: Any = 1, padding: Any = 0, output_padding: Any = 0, groups: int = 1,
-                     dilation: Any = 1, *, algorithm: str = "auto") -> torch.Tensor:
+                     dilation: Any = 1, *, algorithm: str = "auto", activation: Any = None,
+                     residual: torch.Tensor | None = None, residual_at: str = "before", scale: Any = None,
+                     shift: Any = None) -> torch.Tensor:
     """``torch.nn.functional.conv_transpose2d`` on convlab's kernels: y (N, C_out, H_out, W_out) from
     input (N, C_in, H, W) (or (C_in, H, W)), weight (C_in, C_out/groups, R, S) and bias (C_out,)."""
     return _conv_transpose(2, input, weight, bias, stride, padding, output_padding, groups, dilation,
-                           algorithm)
+                           algorithm, _epilogue.keywords(activation, residual, residual_at, scale, shift))
 
 
 def conv_transpose1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                      stride: Any = 1, padding: Any = 0, output_padding: Any = 0, groups: int = 1,
-                     dilation: Any = 1, *, algorithm: str = "auto") -> torch.Tensor:
+                     dilation: Any = 1, *, algorithm: str = "auto", activation: Any = None,
+                     residual: torch.Tensor | None = None, residual_at: str = "before", scale: Any = None,
+                     shift: Any = None) -> torch.Tensor:
     """``torch.nn.functional.conv_transpose1d``: y (N, C_out, L_out) from input (N, C_in, L), weight
     (C_in, C_out/groups, S), bias (C_out,)."""
     return _conv_transpose(1, input, weight, bias, stride, padding, output_padding, groups, dilation,
-                           algorithm)
+                           algorithm, _epilogue.keywords(activation, residual, residual_at, scale, shift))
 
 
 def conv_transpose3d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                      stride: Any = 1, padding: Any = 0, output_padding: Any = 0, groups: int = 1,
-                     dilation: Any = 1, *, algorithm: str = "auto") -> torch.Tensor:
+                     dilation: Any = 1, *, algorithm: str = "auto", activation: Any = None,
+                     residual: torch.Tensor | None = None, residual_at: str = "before", scale: Any = None,
+                     shift: Any = None) -> torch.Tensor:
     """``torch.nn.functional.conv_transpose3d``: y (N, C_out, D_out, H_out, W_out) from input
     (N, C_in, D, H, W), weight (C_in, C_out/groups, T, R, S), bias (C_out,)."""
     return _conv_transpose(3, input, weight, bias, stride, padding, output_padding, groups, dilation,
-                           algorithm)
+                           algorithm, _epilogue.keywords(activation, residual, residual_at, scale, shift))
 
 
 __all__: Sequence[str] = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",

@@ -143,13 +143,26 @@ def _swap(model: nn.Module, replace: Any) -> nn.Module:
     return model
 
 
-def convert(model: nn.Module, algorithm: str = "auto") -> nn.Module:
+def convert(model: nn.Module, algorithm: str = "auto", fuse: bool = False) -> nn.Module:
     """Swap every ``nn.Conv{1,2,3}d`` / ``nn.ConvTranspose{1,2,3}d`` of ``model`` (recursively, ``model`` itself
     included) for convlab's, sharing the parameters; returns the model (a new object only when
-    ``model`` itself is a convolution). convlab modules already there get ``algorithm``."""
+    ``model`` itself is a convolution). convlab modules already there get ``algorithm``.
+    ``fuse=True``: Conv -> BatchNorm -> activation (-> add) chains become one convolution with an
+    epilogue first (convlab.torch.fuse; where torch.fx traces the model, the result is a new
+    ``torch.fx.GraphModule`` and ``model`` is left as it was)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"convert(): model must be a torch.nn.Module, got {type(model).__name__}")
     _check_algorithm(algorithm)
+    if type(fuse) is not bool:
+        raise TypeError(f"convert(): fuse must be a bool, got {fuse!r}")
+    if fuse:
+        from .fuse import fuse_sequential
+        from .fuse_graph import fuse_graph
+        graph = fuse_graph(model, algorithm)
+        if graph is None:
+            fuse_sequential(model, algorithm)
+        else:
+            model = graph
 
     def replace(module: nn.Module) -> nn.Module | None:
         if isinstance(module, _ConvlabModule):
@@ -165,10 +178,13 @@ def convert(model: nn.Module, algorithm: str = "auto") -> nn.Module:
 
 
 def revert(model: nn.Module) -> nn.Module:
-    """Undo :func:`convert`: convlab's convolution modules become torch's again (same parameters);
+    """Undo :func:`convert`: convlab's convolution modules become torch's again (same parameters), and
+    fused chains the original modules (a fused GraphModule gives back the model it was made from);
     returns the model."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"revert(): model must be a torch.nn.Module, got {type(model).__name__}")
+    from .fuse import restore
+    model = restore(model)
 
     def replace(module: nn.Module) -> nn.Module | None:
         cls = _TO_TORCH.get(type(module))

@@ -50,8 +50,18 @@ OFFSET_LIMIT = {1: 2**16 - 1, 2: 2**8 - 1, 3: 2**5 - 1}
 MAP_WORDS = 16  # a map is 128 bytes: 16 uint64
 
 
+class _Elements:
+    """A map's element size, from its ``dtype`` field."""
+
+    dtype: str
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+
 @dataclass(frozen=True)
-class TiledMap:
+class TiledMap(_Elements):
     """cuTensorMapEncodeTiled's parameters (element strides 1, no interleave, L2 promotion 128 B, zero fill)."""
 
     dtype: str
@@ -62,17 +72,13 @@ class TiledMap:
     address: int = 0
 
     @property
-    def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
-
-    @property
     def box_bytes(self) -> int:
         """Bytes one copy moves (the mbarrier's transaction count), out-of-bounds fill included."""
         return math.prod(self.box) * self.itemsize
 
 
 @dataclass(frozen=True)
-class Im2colMap:
+class Im2colMap(_Elements):
     """cuTensorMapEncodeIm2col's parameters (no interleave, L2 promotion 128 B, zero fill)."""
 
     dtype: str
@@ -85,10 +91,6 @@ class Im2colMap:
     traversal: tuple[int, ...]
     swizzle: int = 0
     address: int = 0
-
-    @property
-    def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
 
     @property
     def box_bytes(self) -> int:

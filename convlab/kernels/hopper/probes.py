@@ -29,6 +29,15 @@ from convlab.runtime import cuda
 SMEM = 8192
 BAR = SMEM - 64
 U, I = np.uint32, np.int32
+#: a probe's first lines: the shared buffer, its mbarrier at BAR, thread 0 sets it up and acquires map 0
+_PROLOGUE = f"""    sm = cuda.shared.array(0, u8)
+    base = wgmma.shared_addr(sm, 0)
+    bar = U(base + {BAR})
+    if cuda.threadIdx.x == 0:
+        sm90.mbar_init(bar, 1)
+        sm90.fence_mbarrier_init()
+        sm90.tensormap_acquire(maps, 0)
+"""
 
 
 @functools.cache
@@ -37,14 +46,7 @@ def _tile_probe(rank: int, nbytes: int):
     coords = ", ".join(f"c{i}" for i in range(rank))
     src = f'''
 def probe(maps, out, {coords}):
-    sm = cuda.shared.array(0, u8)
-    base = wgmma.shared_addr(sm, 0)
-    bar = U(base + {BAR})
-    if cuda.threadIdx.x == 0:
-        sm90.mbar_init(bar, 1)
-        sm90.fence_mbarrier_init()
-        sm90.tensormap_acquire(maps, 0)
-        sm90.tensormap_acquire(maps, 1)
+{_PROLOGUE}        sm90.tensormap_acquire(maps, 1)
         sm90.mbar_arrive_tx(bar, {nbytes})
         load(maps, 0, base, bar, {coords})
         sm90.mbar_wait(bar, 0)
@@ -82,14 +84,7 @@ def _im2col_probe(rank: int, nbytes: int):
     offs = ", ".join(f"o{i}" for i in range(rank - 2))
     src = f'''
 def probe(maps, out, {coords}, {offs}):
-    sm = cuda.shared.array(0, u8)
-    base = wgmma.shared_addr(sm, 0)
-    bar = U(base + {BAR})
-    if cuda.threadIdx.x == 0:
-        sm90.mbar_init(bar, 1)
-        sm90.fence_mbarrier_init()
-        sm90.tensormap_acquire(maps, 0)
-        sm90.mbar_arrive_tx(bar, {nbytes})
+{_PROLOGUE}        sm90.mbar_arrive_tx(bar, {nbytes})
         load(maps, 0, base, bar, {coords}, {offs})
         sm90.mbar_wait(bar, 0)
         for i in range({nbytes}):

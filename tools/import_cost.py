@@ -10,7 +10,7 @@ busy machine weighs on all of them alike. A case is a setup (not counted) and a 
     wall_s      the statement's seconds in the interpreter (``time.perf_counter``), imports and call
 
 and each case's medians are divided by those of ``import numba.cuda`` of the same run. ``--tree`` measures
-another checkout's convlab (``git worktree`` or ``git archive`` of a commit) through ``PYTHONPATH``. The
+another checkout's convlab (``git archive`` of a commit's ``convlab/``), run in that folder. The
 cases: ``import convlab``; ``import convlab.torch`` cold and with torch already imported (the cost
 convlab adds to a torch program); ``convlab --help``; an argument error of ``convlab.conv2d`` (a 3-D
 weight) after ``import convlab``. Writes ``import_cost.json`` under ``--out``; prints a table.
@@ -67,22 +67,22 @@ def top_level_us(stderr: str) -> int:
     return total
 
 
-def run_once(setup: str, statement: str, env: dict) -> dict:
+def run_once(setup: str, statement: str, env: dict, cwd: Path) -> dict:
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", program(setup, statement)], env=env,
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+                          capture_output=True, text=True, timeout=600, cwd=cwd)
     if done.returncode != 0:
         raise RuntimeError(f"{statement!r} failed:\n{done.stderr[-2000:]}")
     seconds, loaded = done.stdout.split()[-2:]
     return {"import_us": top_level_us(done.stderr), "wall_s": float(seconds), "numba.cuda": loaded == "True"}
 
 
-def versions(env: dict) -> dict:
+def versions(env: dict, cwd: Path) -> dict:
     code = ("import json, sys, importlib.metadata as m\n"
             "out = {'python': sys.version.split()[0]}\n"
             "for name in ('convlab', 'numba', 'numba-cuda', 'numpy', 'torch'):\n"
             "    try:\n        out[name] = m.version(name)\n    except m.PackageNotFoundError:\n        pass\n"
             "import convlab; out['convlab_path'] = convlab.__file__\nprint(json.dumps(out))")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=cwd)
     return json.loads(done.stdout)
 
 
@@ -93,14 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", type=Path, help="measure this checkout's convlab (PYTHONPATH)")
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     args = parser.parse_args(argv)
-    env = dict(os.environ)
-    if args.tree:
-        env["PYTHONPATH"] = os.pathsep.join([str(args.tree.resolve()), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env, cwd = dict(os.environ), (args.tree or ROOT).resolve()
+    if args.tree:  # its folder first on the path (``python -c`` puts the working folder first)
+        env["PYTHONPATH"] = os.pathsep.join([str(cwd), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     cases = ["numba.cuda", *[c for c in args.cases if c != "numba.cuda"]]
     runs: dict[str, list[dict]] = {c: [] for c in cases}
     for i in range(args.runs):
         for case in cases:
-            runs[case].append(run_once(*CASES[case], env))
+            runs[case].append(run_once(*CASES[case], env, cwd))
         print(f"run {i + 1}/{args.runs} done", file=sys.stderr)
     base = {k: statistics.median(r[k] for r in runs["numba.cuda"]) for k in ("import_us", "wall_s")}
     summary = {}
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {"what": "import_cost", "date": date.today().isoformat(), "runs": args.runs,
             "machine": {"platform": platform.platform(), "processor": platform.machine(),
                         "cpus": os.cpu_count()},
-            "versions": versions(env), "cases": summary}
+            "versions": versions(env, cwd), "cases": summary}
     print(f"{'case':28} {'import ms':>10} {'ratio':>7} {'wall ms':>9} {'ratio':>7}  numba.cuda")
     for case, s in summary.items():
         print(f"{case:28} {s['import_us'] / 1e3:10.1f} {s['import_ratio']:7.3f} {s['wall_s'] * 1e3:9.1f} "

@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         env["PYTHONPATH"] = os.pathsep.join([str(cwd), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     cases = ["numba.cuda", *[c for c in args.cases if c != "numba.cuda"]]
     runs: dict[str, list[dict]] = {c: [] for c in cases}
+    load_before = os.getloadavg()
     for i in range(args.runs):
         for case in cases:
             runs[case].append(run_once(*CASES[case], env, cwd))
@@ -113,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                          "runs": runs[case]}
     data = {"what": "import_cost", "date": date.today().isoformat(), "runs": args.runs,
             "machine": {"platform": platform.platform(), "processor": platform.machine(),
-                        "cpus": os.cpu_count()},
+                        "cpus": os.cpu_count(), "load_average_1_5_15_min": {"before": load_before,
+                                                                          "after": os.getloadavg()}},
             "versions": versions(env, cwd), "cases": summary}
     print(f"{'case':28} {'import ms':>10} {'ratio':>7} {'wall ms':>9} {'ratio':>7}  numba.cuda")
     for case, s in summary.items():

@@ -20,8 +20,6 @@ from convlab.call import operands
 from convlab.dtypes import dtype_name
 from convlab.epilogue import Epilogue, describe
 from convlab.kernels.data import layouts
-from convlab.kernels.epilogue import compute_dtype, run_pass
-from convlab.kernels.epilogue import operands as epilogue_operands
 from convlab.ops.arguments import array_spec, check_out_aliasing
 from convlab.problem import Problem
 
@@ -55,6 +53,8 @@ def _channel_vector(value: Any, name: str, channels: int, dtype: str) -> np.ndar
     if array.shape != (channels,):
         raise ValueError(f"{name} must have shape ({channels},) (one value per output channel), "
                          f"got {array.shape}")
+    from convlab.kernels.epilogue import compute_dtype  # the kernels import numba.cuda: on first use
+
     return np.ascontiguousarray(array.astype(np.float64).astype(compute_dtype(dtype)))
 
 
@@ -111,6 +111,8 @@ class DeviceEpilogue:
             residual = operands.as_device(residual)
             r_cl = _channels_last(residual, "residual")
         scale, shift = (None if v is None else runtime.to_device(v) for v in (call.scale, call.shift))
+        from convlab.kernels.epilogue import operands as epilogue_operands  # the kernels: on first use
+
         self.operands = epilogue_operands(call.epilogue, call.dtype, residual=residual,
                                           residual_channels_last=r_cl, scale=scale, shift=shift)
         self.fused: bool | None = None  # whether the last run fused it
@@ -130,6 +132,8 @@ class DeviceEpilogue:
 
     def after(self, out: Any) -> None:
         """The epilogue pass over the output the candidate wrote (not fused)."""
+        from convlab.kernels.epilogue import run_pass
+
         run_pass(out, self.operands, self.out_cl)
 
 

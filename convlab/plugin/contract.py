@@ -65,17 +65,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
 
 from convlab.epilogue import Epilogue
-from convlab.kernels.epilogue import EpilogueOperands
 from convlab.problem import Problem
 from convlab.runtime.targets import Target
 
 from .config import Config, Verdict, config_from  # noqa: F401  (re-exported: the contract's values)
 from .cost import Features, generic
+
+if TYPE_CHECKING:  # the kernels import numba.cuda: a plugin module imports them, the contract does not
+    from convlab.kernels.epilogue import EpilogueOperands
 
 #: the planning methods that take a ``target``, with the count of positional parameters before it
 TARGETED = {"check": 1, "configs": 1, "workspace_bytes": 3, "check_config": 2}

@@ -8,16 +8,20 @@ from typing import Any, Callable
 
 import numpy as np
 
-from convlab.runtime.state import COMPILE_ONLY, MODE, SIMULATOR, OfflineArray, cuda
+from convlab.runtime import state
+from convlab.runtime.state import COMPILE_ONLY, MODE, SIMULATOR, OfflineArray
 
 
 def is_device_array(obj: Any) -> bool:
-    """True for a Numba device array (or the simulator's or the compile-only runtime's stand-in)."""
+    """True for a Numba device array (or the simulator's or the compile-only runtime's stand-in); none
+    exists before ``numba.cuda`` is imported, so asking does not import it."""
+    if not state.numba_cuda_imported():
+        return isinstance(obj, OfflineArray)
     if SIMULATOR:
-        return isinstance(obj, cuda.devicearray.FakeCUDAArray)
+        return isinstance(obj, state.cuda.devicearray.FakeCUDAArray)
     if COMPILE_ONLY:  # its stand-ins, or device arrays a caller built over memory of its own
-        return isinstance(obj, OfflineArray) or cuda.devicearray.is_cuda_ndarray(obj)
-    return cuda.devicearray.is_cuda_ndarray(obj)
+        return isinstance(obj, OfflineArray) or state.cuda.devicearray.is_cuda_ndarray(obj)
+    return state.cuda.devicearray.is_cuda_ndarray(obj)
 
 
 def is_cuda_array_like(obj: Any) -> bool:
@@ -29,7 +33,7 @@ def as_device_array(obj: Any) -> Any:
     """A Numba device-array view of a CUDA-array-like object, without a copy."""
     if is_device_array(obj):
         return obj
-    return cuda.as_cuda_array(obj)
+    return state.cuda.as_cuda_array(obj)
 
 
 def device_pointer(dev: Any) -> int:
@@ -62,8 +66,8 @@ def view_at(base: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) ->
         raw = mem.view(np.uint8)[offset:]
         flat = np.ndarray((raw.size // dtype.itemsize,), dtype, buffer=raw) if raw.size else raw
         view = np.lib.stride_tricks.as_strided(flat, shape, strides)
-        return OfflineArray(view) if COMPILE_ONLY else cuda.devicearray.FakeCUDAArray(view)
-    return cuda.devicearray.DeviceNDArray(shape, strides, dtype, gpu_data=base.gpu_data.view(offset))
+        return OfflineArray(view) if COMPILE_ONLY else state.cuda.devicearray.FakeCUDAArray(view)
+    return state.cuda.devicearray.DeviceNDArray(shape, strides, dtype, gpu_data=base.gpu_data.view(offset))
 
 
 def flat_view(dev: Any) -> Any:
@@ -72,14 +76,15 @@ def flat_view(dev: Any) -> Any:
     dtype = np.dtype(dev.dtype)
     if SIMULATOR or COMPILE_ONLY:
         flat = np.lib.stride_tricks.as_strided(dev._ary, (int(dev.size),), (dtype.itemsize,))
-        return OfflineArray(flat) if COMPILE_ONLY else cuda.devicearray.FakeCUDAArray(flat)
-    return cuda.devicearray.DeviceNDArray((int(dev.size),), (dtype.itemsize,), dtype, gpu_data=dev.gpu_data)
+        return OfflineArray(flat) if COMPILE_ONLY else state.cuda.devicearray.FakeCUDAArray(flat)
+    return state.cuda.devicearray.DeviceNDArray((int(dev.size),), (dtype.itemsize,), dtype, gpu_data=dev.gpu_data)
 
 
 def is_stream(obj: Any) -> bool:
     """True for a Numba stream (or the simulator's stand-in)."""
-    if COMPILE_ONLY:
+    if COMPILE_ONLY or not state.numba_cuda_imported():
         return False
+    cuda = state.cuda
     return isinstance(obj, cuda.stream if SIMULATOR else cuda.cudadrv.driver.Stream)  # the simulator's class
 
 
@@ -109,8 +114,8 @@ def to_device(host: np.ndarray) -> Any:
         return OfflineArray(host.copy())
     bits = _bits_dtype(host.dtype)
     if bits is None or SIMULATOR:
-        return cuda.to_device(host)
-    return cuda.to_device(host.view(bits)).view(host.dtype)
+        return state.cuda.to_device(host)
+    return state.cuda.to_device(host.view(bits)).view(host.dtype)
 
 
 def to_host(dev: Any) -> np.ndarray:
@@ -134,7 +139,7 @@ def empty(shape: tuple[int, ...], dtype: Any) -> Any:
     """Uninitialised device array."""
     if COMPILE_ONLY:
         return OfflineArray.empty(shape, dtype)
-    return cuda.device_array(tuple(int(s) for s in shape), dtype=np.dtype(dtype))
+    return state.cuda.device_array(tuple(int(s) for s in shape), dtype=np.dtype(dtype))
 
 
 def full(shape: tuple[int, ...], value: float, dtype: Any) -> Any:
@@ -145,7 +150,7 @@ def full(shape: tuple[int, ...], value: float, dtype: Any) -> Any:
 def synchronize() -> None:
     """Wait for all queued device work."""
     if not COMPILE_ONLY:
-        cuda.synchronize()
+        state.cuda.synchronize()
 
 
 def event() -> Any:
@@ -154,7 +159,7 @@ def event() -> Any:
         from convlab.runtime.offline import Event
 
         return Event()
-    return cuda.event(timing=True)
+    return state.cuda.event(timing=True)
 
 
 def time_ms(fn: Callable[[], Any], *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> list[float] | None:
@@ -168,7 +173,7 @@ def time_ms(fn: Callable[[], Any], *, warmup: int = 3, repeat: int = 20, inner: 
         fn()
     if MODE != "gpu":
         return None
-    cuda.synchronize()
+    state.cuda.synchronize()
     times = []
     for _ in range(repeat):
         start, stop = event(), event()

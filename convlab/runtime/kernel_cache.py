@@ -34,12 +34,12 @@ import hashlib
 import importlib.util
 import logging
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numba.core import types as nbtypes
 
 from convlab.runtime import context
 from convlab.runtime import device as runtime
@@ -105,7 +105,8 @@ def _describe(value: Any, depth: int = 0) -> str:
     """A process-independent description of a closure cell / constant."""
     if isinstance(value, (bool, int, float, str, bytes, type(None), np.generic, np.dtype)):
         return f"{type(value).__name__}:{value!r}"
-    if isinstance(value, nbtypes.Type):  # a Numba type by its name (float16 and bfloat16 differ)
+    nbtypes = sys.modules.get("numba.core.types")  # none before Numba is imported
+    if nbtypes is not None and isinstance(value, nbtypes.Type):  # by its name (float16 and bfloat16 differ)
         return f"nbtype:{value}"
     if isinstance(value, np.ndarray):
         return f"ndarray:{value.dtype.str}{value.shape}:{hashlib.sha256(value.tobytes()).hexdigest()}"

@@ -77,6 +77,7 @@ def launch(kernel: Any, grid: Any, block: Any, args: Sequence[Any], *, stream: A
         return
     stream = ambient_stream() if stream is None else stream
     if runtime.SIMULATOR:  # the simulator's speed: every CUDA thread is a Python thread
+        runtime.load_numba_cuda()  # its thread-safe shared arrays, for a kernel of numba.cuda.jit itself
         _warn_simulator_cost(dispatcher, grid, block)
         with SIMULATOR_LOCK:
             dispatcher[grid, block, stream, shared](*args)

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
-from numba.core import types as nbtypes
-from numba.np import numpy_support
 
 _state = threading.local()
 
@@ -49,6 +47,9 @@ class OfflineArray:
 
     @property
     def _numba_type_(self) -> Any:
+        from numba.core import types as nbtypes
+        from numba.np import numpy_support
+
         broadcast = 0 in self.strides and self.size != 0
         layout = ("C" if self._ary.flags["C_CONTIGUOUS"] and not broadcast else
                   "F" if self._ary.flags["F_CONTIGUOUS"] and not broadcast else "A")

@@ -1,4 +1,5 @@
-"""The runtime's state, decided once at import, and the one import of ``numba.cuda`` in convlab.
+"""The runtime's state, decided once at import, and the one import of ``numba.cuda`` in convlab, made on
+first use.
 
 The runtime is in one of three states (:data:`MODE`):
 
@@ -14,6 +15,12 @@ simulator; ``NUMBA_ENABLE_CUDASIM=0`` is the GPU when the CUDA driver reports a 
 unset, the driver is probed with ``ctypes`` (``cuInit`` + ``cuDeviceGetCount``) and the simulator is
 switched on before ``numba.cuda`` is imported when no device answers. If ``numba.cuda`` was already
 imported by the caller, its choice of the simulator stands.
+
+``numba.cuda`` (and ``numba``) load on first use: the first read of ``state.cuda`` / ``runtime.cuda``
+(a kernel module's ``from convlab.runtime import cuda``, ``runtime.jit``, a device array) imports them and
+applies what the state needs of numba-cuda (:func:`load_numba_cuda`). Importing convlab, ``convlab
+--help`` and argument errors import neither: ``import convlab`` costs 0.13x ``import numba.cuda``, against
+1.9x with ``numba.cuda`` imported at import (medians, results/import_cost/cpu/e50faa5).
 
 Here too: what each state needs of numba-cuda (the simulator's thread-safe shared arrays and its kernel
 context, compiling without a driver), the device's name, compute capability and software versions.
@@ -86,10 +93,45 @@ def _choose_mode() -> str:
 #: "gpu", "simulator" or "compile" (see the module docstring)
 MODE: str = _choose_mode()
 
-from numba import cuda  # noqa: E402  (must follow the simulator decision)
-import numba  # noqa: E402
+from convlab.runtime import targets  # noqa: E402
 
-from convlab.runtime import targets
+_load_lock = threading.Lock()
+
+
+def load_numba_cuda() -> Any:
+    """``numba.cuda``, imported on the first call (after the state's decision, which it follows), with what
+    the state needs of it: compiling without a driver, the simulator's thread-safe shared arrays, no
+    low-occupancy warnings. Module attributes ``cuda`` and ``numba`` (:func:`__getattr__`) call it."""
+    module = globals().get("cuda")
+    if module is not None:
+        return module
+    with _load_lock:
+        if "cuda" not in globals():
+            from numba import cuda as module
+            import numba as numba_module
+
+            if COMPILE_ONLY:
+                _compile_without_device()
+            if SIMULATOR:
+                _lock_simulator_shared_arrays()
+            # Small test launches are expected; their "low occupancy" warnings are noise.
+            numba_module.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+            globals().update(numba=numba_module, cuda=module)
+    return globals()["cuda"]
+
+
+def numba_cuda_imported() -> bool:
+    """Whether ``numba.cuda`` is imported, by convlab or by the caller (no Numba device array or stream
+    exists before)."""
+    return "cuda" in globals() or "numba.cuda" in sys.modules
+
+
+def __getattr__(name: str) -> Any:
+    """``state.cuda`` and ``state.numba``: loaded on first read (:func:`load_numba_cuda`)."""
+    if name in ("cuda", "numba"):
+        load_numba_cuda()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: True when kernels run on Numba's CUDA simulator (one Python thread per CUDA thread). Read only here
 #: and where the simulator truly differs from a GPU (its intrinsic stand-ins); everything else asks
@@ -113,7 +155,7 @@ def _process_target() -> Any:
         return targets.SIMULATOR
     if COMPILE_ONLY:
         return targets.get(os.environ.get("CONVLAB_TARGET", "sm_90").strip() or "sm_90")
-    return targets.from_device(cuda.get_current_device())
+    return targets.from_device(load_numba_cuda().get_current_device())
 
 
 targets.set_process_target(_process_target)
@@ -146,6 +188,7 @@ def lower_kernel(dispatcher: Any, argtypes: tuple) -> Any:
     compiling only the current target's). Its ``get_asm_str(cc=...)`` gives the PTX for any target."""
     import inspect
 
+    load_numba_cuda()  # a dispatcher made by numba.cuda.jit itself: the compile-only patch first
     from numba.cuda.dispatcher import _Kernel
 
     accepted = set(inspect.signature(_Kernel.__init__).parameters) - {"self", "py_func", "argtypes"}
@@ -154,13 +197,10 @@ def lower_kernel(dispatcher: Any, argtypes: tuple) -> Any:
 
 
 if COMPILE_ONLY:
-    _compile_without_device()
     from convlab.runtime.offline import OfflineArray  # noqa: E402
 else:
     OfflineArray = type(None)  # never matches an operand
 
-# Small test launches are expected; their "low occupancy" warnings are noise.
-numba.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
 def _lock_simulator_shared_arrays() -> None:
     """Make the simulator's static ``cuda.shared.array`` allocation thread-safe.
@@ -209,7 +249,6 @@ def simulator_kernel_context() -> Any:
 if SIMULATOR:
     # Barrier-heavy simulated kernels run 2-8x faster with a short GIL switch interval.
     sys.setswitchinterval(1e-4)
-    _lock_simulator_shared_arrays()
 
 #: Keyword arguments of ``cuda.jit`` that the simulator rejects (convlab.runtime.kernel.jit drops them).
 SIM_UNSUPPORTED_JIT_KWARGS = ("lineinfo", "launch_bounds", "max_registers", "lto", "forceinline", "link")
@@ -235,7 +274,7 @@ def device_name() -> str:
         return "CUDA simulator"
     if COMPILE_ONLY:
         return f"compile-only ({target().name})"
-    name = cuda.get_current_device().name
+    name = load_numba_cuda().get_current_device().name
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
@@ -245,11 +284,13 @@ def compute_capability() -> tuple[int, int]:
         return (0, 0)
     if COMPILE_ONLY:
         return target().cc
-    return tuple(cuda.get_current_device().compute_capability)  # type: ignore[return-value]
+    return tuple(load_numba_cuda().get_current_device().compute_capability)  # type: ignore[return-value]
 
 
 def versions() -> dict[str, str]:
     """Versions of the software stack, for results files."""
+    cuda = load_numba_cuda()
+    import numba
     import numba_cuda  # noqa: F401  (present whenever numba.cuda is the numba-cuda package)
 
     out = {"numba": numba.__version__, "numpy": np.__version__,

@@ -24,7 +24,6 @@ import threading
 from typing import Any, Sequence
 
 import numpy as np
-from numba.core import types as nbtypes
 
 from convlab.runtime import device as runtime
 from convlab.runtime import kernel_cache
@@ -32,22 +31,26 @@ from convlab.runtime.driver import cu_launch, driver_function, stream_handle
 
 log = logging.getLogger(__name__)
 SLOT = 8  # bytes per parameter slot (every supported parameter is at most 8 bytes)
-_FLOATS = {nbtypes.float32: ctypes.c_float, nbtypes.float64: ctypes.c_double}
+_FLOATS = {"float32": ctypes.c_float, "float64": ctypes.c_double}  # by the Numba type's name
 
 
 def scalar_ctype(ty: Any) -> Any:
     """The ctypes type Numba passes a scalar kernel argument of Numba type ``ty`` as; None when this
     path does not handle ``ty``."""
+    from numba.core import types as nbtypes  # imported by then: ``ty`` is a Numba type
+
     if ty == nbtypes.boolean:
         return ctypes.c_bool
     if isinstance(ty, nbtypes.Integer):
         return getattr(ctypes, f"c_{ty}", None)
-    return _FLOATS.get(ty)
+    return _FLOATS.get(str(ty)) if isinstance(ty, nbtypes.Float) else None
 
 
 def flatten(argtypes: Sequence[Any], args: Sequence[Any]) -> tuple[list, list[int]] | None:
     """((ctype, value) per kernel parameter, index of each argument's first parameter) in Numba's
     layout; None when an argument is not a device array or a supported scalar."""
+    from numba.core import types as nbtypes  # imported by then: ``argtypes`` are Numba types
+
     params: list[tuple[Any, Any]] = []
     starts: list[int] = []
     for ty, value in zip(argtypes, args):
@@ -65,7 +68,7 @@ def flatten(argtypes: Sequence[Any], args: Sequence[Any]) -> tuple[list, list[in
         if ctype is None:
             return None
         params.append((ctype, bool(value) if ctype is ctypes.c_bool else
-                       (float(value) if ty in _FLOATS else int(value))))
+                       (float(value) if isinstance(ty, nbtypes.Float) else int(value))))
     return params, starts
 
 

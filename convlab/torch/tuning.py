@@ -7,12 +7,15 @@ each layer's forward, dgrad and wgrad shapes are checked and timed; the picks go
 disk cache, so later calls in the default mode (and later processes on this GPU model) run them, and
 a rerun times nothing already stored. Returns a :class:`TuneSummary`: per layer, each op's shape, its
 pick and whose pick it is ("tuned", "model", "priority" on the simulator, "forced" for a layer with a
-named algorithm). ``mode="heuristic"`` reports the picks the default mode runs, timing nothing.
+named algorithm) and where its kernels came from (the kernel store, the disk cache, a compile in this
+process, or the simulator: convlab.runtime.origin). :func:`report` is ``tune`` in mode "heuristic": what
+each layer runs in the default mode, timing nothing.
 
     import convlab.torch as ct
     model = ct.convert(model).cuda()
     summary = ct.tune(model, (torch.randn(32, 3, 224, 224, device="cuda"),), budget=10)
     print(summary)                                  # one line a layer-op: shape, pick, tuned or the model's
+    print(ct.report(model, (x,)))                   # and where each pick's kernels came from
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from convlab.autotune import tuner
 from convlab.call import plan
 from convlab.autotune.request import requested
 from convlab.autotune.result import TuneResult
+from convlab.runtime import origin
 from .modules import _ConvlabModule
 
 
@@ -33,8 +37,9 @@ from .modules import _ConvlabModule
 class LayerPick:
     """One op of one layer: ``layer`` (the module's name in the model), ``op`` (forward, dgrad, wgrad),
     ``shape`` (``Problem.describe()``), ``pick`` (the winner's label), ``picked_by`` ("tuned",
-    "model", "priority" or "forced") and ``source`` (the tuner's: tuned now, cache, heuristic,
-    priority)."""
+    "model", "priority" or "forced"), ``source`` (the tuner's: tuned now, cache, heuristic, priority)
+    and ``kernels``: where the pick's kernels came from (convlab.runtime.origin.describe, e.g. '1 kernel:
+    1 from the kernel store'; "" for a forced layer)."""
 
     layer: str
     op: str
@@ -42,6 +47,7 @@ class LayerPick:
     pick: str | None
     picked_by: str
     source: str
+    kernels: str = ""
 
 
 @dataclass
@@ -63,7 +69,9 @@ class TuneSummary:
         lines = [f"convlab.torch.tune (mode {self.mode}): {len(self.layers)} layer-ops, "
                  + ", ".join(f"{n} {k}" for k, n in sorted(self.counts().items()))]
         for r in self.layers:
-            lines.append(f"  {r.layer:<{width}}  {r.op:<7}  {r.shape}  -> {r.pick} ({r.picked_by}, {r.source})")
+            kernels = f"; {r.kernels}" if r.kernels else ""
+            lines.append(f"  {r.layer:<{width}}  {r.op:<7}  {r.shape}  -> {r.pick} ({r.picked_by}, {r.source}"
+                         f"{kernels})")
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython display
@@ -142,6 +150,21 @@ def tune(model: nn.Module, example_inputs: Any, budget: float | None = None, mod
     return _summary(mode, layers, mine, other)
 
 
+def report(model: nn.Module, example_inputs: Any, *, backward: bool = True) -> TuneSummary:
+    """Per layer-op of ``model``: its shape, the pick the default mode runs, whether it was tuned or is
+    the cost model's, and where its kernels came from (store, disk cache, compiled, simulated). Runs the
+    model once on ``example_inputs`` (forward, and backward unless ``backward=False``) in mode
+    "heuristic", timing nothing: :func:`tune` with ``mode="heuristic"``; its errors too."""
+    return tune(model, example_inputs, mode="heuristic", backward=backward, progress=False)
+
+
+def _row(name: str, result: TuneResult) -> LayerPick:
+    """One layer-op's row: the tuner's decision and where its pick's kernels came from."""
+    kernels = origin.describe(result.problem, result.winner_label) if result.winner_label else ""
+    return LayerPick(name, result.problem.op, result.problem.describe(), result.winner_label, result.picked_by,
+                     result.source, kernels)
+
+
 def _enter(seen: list, other: list) -> None:
     """A layer's forward starts: earlier decisions are not its own; the launch plans are dropped, so that
     its call reaches the autotuner (a replayed plan of an earlier layer of the same shape would not)."""
@@ -172,14 +195,11 @@ def _summary(mode: str, layers: Sequence[tuple[str, nn.Module]], mine: dict[str,
             results += [r for r in by_geometry.get(geometry, []) if all(r.problem != x.problem for x in results)]
         if getattr(module, "algorithm", "auto") != "auto":
             summary.layers.append(LayerPick(name, "forward", "-", module.algorithm, "forced", "forced"))
-        for r in results:
-            summary.layers.append(LayerPick(name, r.problem.op, r.problem.describe(), r.winner_label, r.picked_by,
-                                            r.source))
+        summary.layers += [_row(name, r) for r in results]
     for geometry, results in by_geometry.items():
         if geometry not in placed:
-            summary.layers += [LayerPick("(outside the layers)", r.problem.op, r.problem.describe(), r.winner_label,
-                                         r.picked_by, r.source) for r in results]
+            summary.layers += [_row("(outside the layers)", r) for r in results]
     return summary
 
 
-__all__ = ["tune", "TuneSummary", "LayerPick"]
+__all__ = ["tune", "report", "TuneSummary", "LayerPick"]

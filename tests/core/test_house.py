@@ -87,6 +87,7 @@ LAZY_IMPORTS = {
     ("convlab.kernels.data.splitk", "convlab.kernels.data.convert"): "the split-K sum's kernel, built on use",
     ("convlab.kernels.tensor_core.launch", "convlab.kernels.tensor_core.warpgroup"): "wgmma configs only",
     ("convlab.kernels.tensor_core.warp", "convlab.kernels.tensor_core.warpgroup"): "wgmma configs only",
+    ("convlab.ops.epilogue", "convlab.kernels.epilogue"): "its kernels import numba.cuda: a call, not an import",
     ("convlab.ops.full_path", "convlab.autotune.tuner"): "calls under algorithm='auto' only",
     ("convlab.ops.conv", "convlab.ops.explain"): "convlab.explain only",
     ("convlab.ops.explain", "convlab.runtime.settings"): "convlab.explain only",

@@ -1,5 +1,6 @@
 """convlab.torch.tune: every convolution layer of a converted model (forward, dgrad, wgrad) tuned in the
-requested mode, the per-layer summary (shape, pick, whose pick), the model's gradients and batch-norm
+requested mode, the per-layer summary (shape, pick, whose pick, where its kernels came from;
+convlab.torch.report), the model's gradients and batch-norm
 statistics and the tuning mode left as they were, and bad arguments.
 
 On the simulator the tuner times nothing without a timer: the tuner's entry is wrapped to pass fake
@@ -81,6 +82,24 @@ def test_tune_reports_forced_layers_and_the_model_picks(fake_timing):
     assert not fake_timing  # heuristic: nothing timed
     rows = [(r.layer, r.op, r.picked_by) for r in summary.layers]
     assert rows == [("0", "forward", "priority"), ("3.0", "forward", "priority"), ("4", "forward", "forced")]
+
+
+def test_report_says_whose_pick_and_where_its_kernels_came_from(fake_timing):
+    model = _model()
+    x = torch.randn(1, 2, 4, 4)
+    first = ct.report(model, x, backward=False)  # the default mode's picks: nothing timed
+    assert not fake_timing and first.mode == "heuristic" and len(first.layers) == 3
+    assert {r.picked_by for r in first.layers} == {"priority"}  # the simulator's picks (a GPU's: "model")
+    assert all(r.kernels.endswith("simulated (no binary)") and r.kernels[0].isdigit() for r in first.layers), \
+        str(first)
+    assert all(f"; {r.kernels})" in line for r, line in zip(first.layers, str(first).splitlines()[1:]))
+    ct.tune(model, x, backward=False, progress=False)
+    tuned = ct.report(model, x, backward=False)
+    assert len(fake_timing) and {r.picked_by for r in tuned.layers} == {"tuned"}
+    assert all("simulated (no binary)" in r.kernels for r in tuned.layers), str(tuned)
+    model[4].algorithm = "direct"
+    forced = [r for r in ct.report(model, x, backward=False).layers if r.picked_by == "forced"]
+    assert [(r.layer, r.kernels) for r in forced] == [("4", "")]
 
 
 def test_tune_bad_arguments():

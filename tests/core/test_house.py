@@ -78,6 +78,9 @@ LAZY_PACKAGES = {
 }
 #: (module, imported module): the path that needs it, the only one that pays for the import
 LAZY_IMPORTS = {
+    ("convlab.torch.epilogue", "convlab.torch.functional"): "an import cycle (functional imports epilogue)",
+    ("convlab.torch.modules", "convlab.torch.fuse"): "convert(fuse=True) and revert only (fuse imports modules)",
+    ("convlab.torch.modules", "convlab.torch.fuse_graph"): "convert(fuse=True) only (fuse_graph imports modules)",
     ("convlab.algorithms.widen", "convlab.problem"): "sample_problems, for the conformance suite only",
     ("convlab.algorithms.widen", "convlab.runtime.settings"): "the float32 candidates, planned per problem",
     ("convlab.call.operands", "convlab.runtime.scratch"): "outputs of device operands only",

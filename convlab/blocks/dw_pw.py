@@ -21,6 +21,7 @@ from convlab import runtime
 from convlab.blocks.dw_pw_args import BlockArgs, check, host_array, is_device, reference
 from convlab.kernels.block.dw_pw import GPU_TILE, SIM_TILE, launch
 from convlab.call.operands import is_host_tensor
+from convlab.dtypes import np_dtype
 from convlab.kernels.data.layouts import channels_last_view, is_torch
 from convlab.kernels.epilogue import compute_dtype
 from convlab.runtime.context import current
@@ -79,8 +80,9 @@ def _output(args: BlockArgs) -> tuple[Any, Any]:
         fmt = torch.channels_last if args.channels_last else torch.contiguous_format
         y = torch.empty(shape, dtype=args.x.dtype, device=args.x.device, memory_format=fmt)
         return y, runtime.as_device_array(y)
-    base = runtime.empty((sh.n * sh.k * sh.p * sh.q,), args.x.dtype)
-    y = channels_last_view(base, shape, args.x.dtype) if args.channels_last else base.reshape(shape)
+    dtype = np_dtype(args.dtype)
+    base = runtime.empty((sh.n * sh.k * sh.p * sh.q,), dtype)
+    y = channels_last_view(base, shape, dtype) if args.channels_last else base.reshape(shape)
     return y, y
 
 

@@ -2,7 +2,8 @@
 naming the argument, before any launch) and the float64 reference of the block.
 
 Operands are all host (numpy arrays, CPU torch tensors) or all device (Numba device arrays, torch CUDA
-tensors); x (N, C, H, W) C-contiguous or channels-last (host numpy arrays: either, by their strides),
+tensors); x (N, C, H, W) C-contiguous or channels-last (host numpy arrays: either, by their strides;
+a device residual in x's layout, a host one in any),
 w_dw (C, 1, R, S), w_pw (K, C, 1, 1), biases (C,) / (K,), residual (N, K, P, Q), all of x's dtype.
 Scales and shifts are sequences or arrays of floats, (C,) for the depthwise and (K,) for the pointwise.
 """
@@ -141,7 +142,7 @@ def check(x: Any, w_dw: Any, w_pw: Any, b_dw: Any = None, b_pw: Any = None, stri
     if residual is not None and tuple(residual.shape) != (n, k, p, q):
         raise ValueError(f"residual must have shape {(n, k, p, q)}, got {tuple(residual.shape)}")
     cl = channels_last(host_array(x) if not device else x)
-    if residual is not None and channels_last(host_array(residual) if not device else residual) != cl:
+    if device and residual is not None and channels_last(residual) != cl:  # host ones are copied into it
         raise ValueError("residual must have x's memory layout (both C-contiguous or both channels-last)")
     if device and not (cl or runtime.as_device_array(x).is_c_contiguous()):
         raise ValueError("x must be C-contiguous or channels-last")

@@ -52,11 +52,12 @@ def _device_operands(args: BlockArgs) -> BlockArgs:
     x and the residual in x's memory order; the scales and shifts of the compute type)."""
     ct = compute_dtype(args.dtype)
 
-    def tensor(obj: Any) -> Any:
+    def tensor(obj: Any, activation: bool = False) -> Any:
+        """A device array of ``obj``; an activation (x, the residual) in x's memory order."""
         if obj is None or is_device(obj):
             return None if obj is None else runtime.as_device_array(obj)
         host = host_array(obj)
-        return runtime.to_device(host.transpose(0, 2, 3, 1) if host.ndim == 4 and args.channels_last else host)
+        return runtime.to_device(host.transpose(0, 2, 3, 1) if activation and args.channels_last else host)
 
     def vector(obj: Any) -> Any:
         if obj is None:
@@ -65,8 +66,9 @@ def _device_operands(args: BlockArgs) -> BlockArgs:
             dev = runtime.as_device_array(obj)
             return dev if dev.dtype == ct else runtime.to_device(runtime.to_host(dev).astype(ct))
         return runtime.to_device(np.asarray(obj, ct))
-    return replace(args, x=tensor(args.x), w_dw=tensor(args.w_dw), w_pw=tensor(args.w_pw), b_dw=tensor(args.b_dw),
-                   b_pw=tensor(args.b_pw), residual=tensor(args.residual), dw_scale=vector(args.dw_scale),
+    return replace(args, x=tensor(args.x, True), w_dw=tensor(args.w_dw), w_pw=tensor(args.w_pw),
+                   b_dw=tensor(args.b_dw), b_pw=tensor(args.b_pw), residual=tensor(args.residual, True),
+                   dw_scale=vector(args.dw_scale),
                    dw_shift=vector(args.dw_shift), scale=vector(args.scale), shift=vector(args.shift), device=True)
 
 

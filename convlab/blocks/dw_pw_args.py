@@ -146,6 +146,9 @@ def check(x: Any, w_dw: Any, w_pw: Any, b_dw: Any = None, b_pw: Any = None, stri
         raise ValueError("residual must have x's memory layout (both C-contiguous or both channels-last)")
     if device and not (cl or runtime.as_device_array(x).is_c_contiguous()):
         raise ValueError("x must be C-contiguous or channels-last")
+    for name, obj in (("w_dw", w_dw), ("w_pw", w_pw), ("b_dw", b_dw), ("b_pw", b_pw)):
+        if device and obj is not None and not runtime.as_device_array(obj).is_c_contiguous():
+            raise ValueError(f"{name} must be C-contiguous (a device operand the kernel reads flat)")
     vectors = [_vector(name, v, length, device) for name, v, length in
                (("dw_scale", dw_scale, c), ("dw_shift", dw_shift, c), ("scale", scale, k), ("shift", shift, k))]
     dw_epi = describe(dw_activation, False, "before", dw_scale is not None, dw_shift is not None)

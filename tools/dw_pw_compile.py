@@ -4,7 +4,7 @@ print ptxas's registers, spills and static shared memory per kernel; no GPU need
     CONVLAB_RUNTIME=compile python tools/dw_pw_compile.py [--target sm_90] [--dtypes float32,float16]
 
 Cases: MobileNetV2's depthwise -> pointwise-linear pairs (eval BatchNorm folded: a scale and shift on
-each layer, relu6 after the depthwise, a residual on the stride-1 blocks whose C... K match), NCHW and
+each layer, relu6 after the depthwise, a residual on the two stride-1 repeats of a stage), NCHW and
 channels-last. Exit status 1 on a ptxas error or any spill.
 """
 from __future__ import annotations

@@ -5,7 +5,8 @@ print ptxas's registers, spills and static shared memory per kernel; no GPU need
 
 Cases: MobileNetV2's depthwise -> pointwise-linear pairs (eval BatchNorm folded: a scale and shift on
 each layer, relu6 after the depthwise, a residual on the two stride-1 repeats of a stage), NCHW and
-channels-last. Exit status 1 on a ptxas error or any spill.
+channels-last. Exit status 1 on a ptxas error or any spill, 2 when numba-cuda's CUDA compiler
+libraries are missing (tests/kernels/test_dw_pw_compile.py runs one case).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from convlab import runtime
 from convlab.blocks.dw_pw import depthwise_pointwise
+from convlab.compile import toolchain
 from convlab.compile.assemble import assemble, lower, ptx_of
 from convlab.dtypes import np_dtype
 from convlab.runtime import offline
@@ -30,16 +32,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", action="append", choices=("sm_80", "sm_90"))
     parser.add_argument("--dtypes", default="float32,float16,bfloat16")
+    parser.add_argument("--cases", type=int, default=len(CASES), help="the first N of CASES")
     opts = parser.parse_args(argv)
     if not runtime.COMPILE_ONLY:
         parser.error("run with CONVLAB_RUNTIME=compile")
+    found = toolchain.missing()
+    if found:
+        print(toolchain.message(found))
+        return 2
     failed = 0
     print(f"{'target':7} {'dtype':9} {'layout':6} {'C,H,s,K':16} {'regs':>4} {'spill st/ld':>11} {'smem':>5}")
     for name in opts.target or ("sm_80", "sm_90"):
         target = get_target(name)
         for dtype in opts.dtypes.split(","):
             d = np_dtype(dtype)
-            for c, h, s, k, res in CASES:
+            for c, h, s, k, res in CASES[:opts.cases]:
                 for cl in (False, True):
                     x = runtime.empty((1, h, h, c), d) if cl else runtime.empty((1, c, h, h), d)
                     x = x.transpose(0, 3, 1, 2) if cl else x

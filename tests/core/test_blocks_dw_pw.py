@@ -147,3 +147,14 @@ def test_bad_arguments_raise_before_any_launch(case, monkeypatch):
     monkeypatch.setattr(dw_pw, "run_separate", no_launch)
     with pytest.raises(exc, match=match):
         blocks.depthwise_pointwise(*args, **kwargs)
+
+
+@pytest.mark.parametrize("act", ["identity", "relu", "relu6", ("leaky_relu", 0.3), "gelu", "gelu_tanh", "silu",
+                                 "sigmoid", "hardswish"])
+def test_every_activation_on_both_layers(act):
+    x, wd, wp, bd, bp, rng = _case(n=1, c=2, k=3, hw=4)
+    kw = dict(padding=1, dw_activation=act, activation=act, dw_shift=rng.standard_normal(2),
+              residual=rng.standard_normal((1, 3, 4, 4)), residual_at="before")
+    ref = blocks.reference_depthwise_pointwise(x, wd, wp, bd, bp, **kw)
+    for algorithm in ("fused", "separate"):
+        assert _err(blocks.depthwise_pointwise(x, wd, wp, bd, bp, **kw, algorithm=algorithm), ref) < 1e-12

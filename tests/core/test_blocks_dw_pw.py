@@ -158,3 +158,31 @@ def test_every_activation_on_both_layers(act):
     ref = blocks.reference_depthwise_pointwise(x, wd, wp, bd, bp, **kw)
     for algorithm in ("fused", "separate"):
         assert _err(blocks.depthwise_pointwise(x, wd, wp, bd, bp, **kw, algorithm=algorithm), ref) < 1e-12
+
+
+def test_auto_on_a_gpu_times_both_and_keeps_the_faster(monkeypatch):
+    """The GPU path of auto with the target and the timer stood in: both ways timed once per key."""
+    import dataclasses
+
+    import convlab
+
+    x, wd, wp, *_ = _case(n=1, c=2, k=3, hw=4)
+    gpu = dataclasses.replace(runtime.target(), simulator=False)
+    monkeypatch.setattr(runtime, "target", lambda: gpu)
+    timed = []
+
+    def time_ms(fn, repeat=20, **kwargs):
+        fn()
+        timed.append(fn)
+        return [2.0, 3.0, 2.0] if len(timed) % 2 else [1.0, 1.0, 5.0]  # fused 2 ms, separate 1 ms
+    monkeypatch.setattr(runtime, "time_ms", time_ms)
+    convlab.reset()
+    try:
+        text = blocks.explain_depthwise_pointwise(x, wd, wp, padding=1)
+        assert "runs separate" in text and "fused 2.0000 ms, separate 1.0000 ms" in text
+        assert len(timed) == 2
+        ref = blocks.reference_depthwise_pointwise(x, wd, wp, padding=1)
+        assert _err(blocks.depthwise_pointwise(x, wd, wp, padding=1), ref) < 1e-12
+        assert len(timed) == 2  # the pick is kept per key
+    finally:
+        convlab.reset()

@@ -230,8 +230,10 @@ def unfuse(model: nn.Module) -> nn.Module:
     submodule); returns the model (the original convolution when ``model`` itself is a fused one)."""
     if isinstance(model, _FusedConv):
         return model._originals[0]
-    if isinstance(model, Fused):
-        return model.original
+    if isinstance(model, Fused):  # its original may be fused itself (a block's 1x1: convlab.torch.fuse_block)
+        return unfuse(model.original)
+    if hasattr(model, "unfused"):  # a fused depthwise -> pointwise block
+        return model.unfused()
     for name, child in list(model.named_children()):
         back = unfuse(child)
         if back is not child:
@@ -242,4 +244,10 @@ def unfuse(model: nn.Module) -> nn.Module:
 def fusions(model: nn.Module) -> dict[str, str]:
     """{qualified name: what it fused} for every fused convolution of ``model`` (e.g. ``{"layer1.0.conv1":
     "BatchNorm2d(folded)+relu"}``)."""
-    return {name: "+".join(m.fused_from) for name, m in model.named_modules() if isinstance(m, _FusedConv)}
+    found = {}
+    for name, m in model.named_modules():
+        if isinstance(m, _FusedConv):
+            found[name] = "+".join(m.fused_from)
+        elif type(m).__name__ == "DepthwisePointwise":
+            found[name] = "depthwise+pointwise"
+    return found

@@ -110,8 +110,9 @@ def _chain(node: fx.Node, modules: dict) -> tuple | None:
     return (nodes, bn, act, residual, at) if len(nodes) > 1 else None
 
 
-def fuse_graph(model: nn.Module, algorithm: str) -> fx.GraphModule | None:
-    """A GraphModule of ``model`` with its chains fused; None when it does not trace or has no chain."""
+def fuse_graph(model: nn.Module, algorithm: str, blocks: bool = False) -> fx.GraphModule | None:
+    """A GraphModule of ``model`` with its chains fused (``blocks``: then its depthwise -> pointwise
+    pairs, convlab.torch.fuse_block); None when it does not trace or has nothing to fuse."""
     try:
         graph = _Tracer().trace(model)
     except Exception:  # any tracing failure (data-dependent control flow, ...): the module patterns
@@ -143,6 +144,9 @@ def fuse_graph(model: nn.Module, algorithm: str) -> fx.GraphModule | None:
         for n in reversed(nodes):
             gm.graph.erase_node(n)
         fused += 1
+    if blocks:
+        from .fuse_block import fuse_blocks_graph
+        fused += fuse_blocks_graph(gm, algorithm)
     if not fused:
         return None
     gm.graph.lint()

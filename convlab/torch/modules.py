@@ -143,24 +143,32 @@ def _swap(model: nn.Module, replace: Any) -> nn.Module:
     return model
 
 
-def convert(model: nn.Module, algorithm: str = "auto", fuse: bool = False) -> nn.Module:
+def convert(model: nn.Module, algorithm: str = "auto", fuse: bool = False, blocks: bool = False) -> nn.Module:
     """Swap every ``nn.Conv{1,2,3}d`` / ``nn.ConvTranspose{1,2,3}d`` of ``model`` (recursively, ``model`` itself
     included) for convlab's, sharing the parameters; returns the model (a new object only when
     ``model`` itself is a convolution). convlab modules already there get ``algorithm``.
     ``fuse=True``: Conv -> BatchNorm -> activation (-> add) chains become one convolution with an
     epilogue first (convlab.torch.fuse; where torch.fx traces the model, the result is a new
-    ``torch.fx.GraphModule`` and ``model`` is left as it was)."""
+    ``torch.fx.GraphModule`` and ``model`` is left as it was). ``blocks=True`` (with ``fuse=True``,
+    ``algorithm="auto"``): eval-mode depthwise -> 1x1 pairs also run as one fused block
+    (convlab.torch.fuse_block)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"convert(): model must be a torch.nn.Module, got {type(model).__name__}")
     _check_algorithm(algorithm)
-    if type(fuse) is not bool:
-        raise TypeError(f"convert(): fuse must be a bool, got {fuse!r}")
+    for name, flag in (("fuse", fuse), ("blocks", blocks)):
+        if type(flag) is not bool:
+            raise TypeError(f"convert(): {name} must be a bool, got {flag!r}")
+    if blocks and not fuse:
+        raise ValueError("convert(): blocks=True needs fuse=True")
     if fuse:
         from .fuse import fuse_sequential
+        from .fuse_block import fuse_blocks_sequential
         from .fuse_graph import fuse_graph
-        graph = fuse_graph(model, algorithm)
+        graph = fuse_graph(model, algorithm, blocks)
         if graph is None:
             fuse_sequential(model, algorithm)
+            if blocks:
+                fuse_blocks_sequential(model, algorithm)
         else:
             model = graph
 

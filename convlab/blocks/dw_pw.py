@@ -1,0 +1,188 @@
+"""The fused depthwise -> pointwise block (convlab.kernels.block.dw_pw) as a public op, beside the same
+block run as two layers through the public :func:`convlab.conv2d` (``algorithm="separate"``).
+
+``algorithm="auto"`` on a GPU times both (CUDA events, the median of 10 calls each) on the call's shape,
+dtype, layout and epilogues and keeps the faster, once per key in the device's context (reset by
+:func:`convlab.reset`). On the simulator and when compiling only, where times mean nothing, it picks
+by a rule: fused when the depthwise tile's recomputation, ceil(K / KT) (KT output channels per block),
+is at most :data:`MAX_RECOMPUTE` -- each recomputation costs R*S multiply-adds per intermediate
+element, against the 2 * itemsize bytes per element of global traffic that fusing saves. The rule is
+a choice, not a measurement; the GPU's timing replaces it.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from convlab import runtime
+from convlab.blocks.dw_pw_args import BlockArgs, check, host_array, is_device, reference
+from convlab.kernels.block.dw_pw import GPU_TILE, SIM_TILE, launch
+from convlab.call.operands import is_host_tensor
+from convlab.dtypes import np_dtype
+from convlab.kernels.data.layouts import channels_last_view, is_torch
+from convlab.kernels.epilogue import compute_dtype
+from convlab.runtime.context import current
+
+ALGORITHMS = ("auto", "fused", "separate")
+#: the simulator's rule: fused while ceil(K / KT) <= 8 (see the module docstring)
+MAX_RECOMPUTE = 8
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which way a block call runs ("fused" or "separate") and why; ``times_ms`` (fused, separate)
+    when it was timed."""
+
+    algorithm: str
+    reason: str
+    times_ms: tuple[float, float] | None = None
+
+
+def _check_algorithm(algorithm: Any) -> str:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    return algorithm
+
+
+def _device_operands(args: BlockArgs) -> BlockArgs:
+    """``args`` with every operand a device array of the fused kernel's layout (copies of host ones;
+    x and the residual in x's memory order; the scales and shifts of the compute type)."""
+    ct = compute_dtype(args.dtype)
+
+    def tensor(obj: Any, activation: bool = False) -> Any:
+        """A device array of ``obj``; an activation (x, the residual) in x's memory order."""
+        if obj is None or is_device(obj):
+            return None if obj is None else runtime.as_device_array(obj)
+        host = host_array(obj)
+        return runtime.to_device(host.transpose(0, 2, 3, 1) if activation and args.channels_last else host)
+
+    def vector(obj: Any) -> Any:
+        if obj is None:
+            return None
+        if is_device(obj):
+            dev = runtime.as_device_array(obj)
+            return dev if dev.dtype == ct else runtime.to_device(runtime.to_host(dev).astype(ct))
+        return runtime.to_device(np.asarray(obj, ct))
+    return replace(args, x=tensor(args.x, True), w_dw=tensor(args.w_dw), w_pw=tensor(args.w_pw),
+                   b_dw=tensor(args.b_dw), b_pw=tensor(args.b_pw), residual=tensor(args.residual, True),
+                   dw_scale=vector(args.dw_scale),
+                   dw_shift=vector(args.dw_shift), scale=vector(args.scale), shift=vector(args.shift), device=True)
+
+
+def _output(args: BlockArgs) -> tuple[Any, Any]:
+    """(what the call returns, the device array the kernel writes) for the output (N, K, P, Q)."""
+    sh = args.shape
+    shape = (sh.n, sh.k, sh.p, sh.q)
+    if is_torch(args.x) and not is_host_tensor(args.x):
+        import torch
+
+        fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+        y = torch.empty(shape, dtype=args.x.dtype, device=args.x.device, memory_format=fmt)
+        return y, runtime.as_device_array(y)
+    dtype = np_dtype(args.dtype)
+    base = runtime.empty((sh.n * sh.k * sh.p * sh.q,), dtype)
+    y = channels_last_view(base, shape, dtype) if args.channels_last else base.reshape(shape)
+    return y, y
+
+
+def run_fused(dev: BlockArgs, y: Any) -> None:
+    """The fused kernel on :func:`_device_operands`' arrays into the device array ``y``."""
+    launch(dev.dtype, dev.dw_epi, dev.pw_epi, dev.channels_last, dev.shape, dev.x, dev.w_dw, dev.b_dw, dev.w_pw,
+           dev.b_pw, y, dev.residual, dev.dw_scale, dev.dw_shift, dev.scale, dev.shift)
+
+
+def run_separate(args: BlockArgs) -> Any:
+    """The block as two public conv2d calls (the depthwise, groups = C, then the 1x1), each with its
+    epilogue; operands of any kind conv2d takes, its output kind returned."""
+    from convlab.ops import conv2d
+
+    sh, dw, pw = args.shape, args.dw_epi, args.pw_epi
+    act_dw = (dw.activation, dw.negative_slope) if dw.activation == "leaky_relu" else dw.activation
+    act_pw = (pw.activation, pw.negative_slope) if pw.activation == "leaky_relu" else pw.activation
+    t = conv2d(args.x, args.w_dw, args.b_dw, sh.stride, sh.padding, sh.dilation, sh.c, activation=act_dw,
+               scale=args.dw_scale, shift=args.dw_shift)
+    return conv2d(t, args.w_pw, args.b_pw, activation=act_pw, scale=args.scale, shift=args.shift,
+                  residual=args.residual, residual_at=pw.residual or "before")
+
+
+def _fused(args: BlockArgs) -> Any:
+    dev = _device_operands(args)
+    out, y = _output(args)
+    run_fused(dev, y)
+    if args.device:
+        return out
+    host = runtime.to_host(y if not args.channels_last else runtime.flat_view(y)
+                           .reshape((args.shape.n, args.shape.p, args.shape.q, args.shape.k)))
+    host = host.transpose(0, 3, 1, 2) if args.channels_last else host
+    if is_host_tensor(args.x):
+        from convlab.call.operands import from_host
+
+        return from_host(np.ascontiguousarray(host) if not args.channels_last else host)
+    return host
+
+
+def _key(args: BlockArgs) -> tuple:
+    return (args.dtype, args.shape, args.dw_epi, args.pw_epi, args.channels_last)
+
+
+def _timed(args: BlockArgs) -> Choice:
+    dev = _device_operands(args)
+    _, y = _output(dev)
+    fused = statistics.median(runtime.time_ms(lambda: run_fused(dev, y), repeat=10))
+    separate = statistics.median(runtime.time_ms(lambda: run_separate(dev), repeat=10))
+    pick = "fused" if fused <= separate else "separate"
+    return Choice(pick, f"timed on this GPU: fused {fused:.4f} ms, separate {separate:.4f} ms", (fused, separate))
+
+
+def choose(args: BlockArgs, algorithm: str = "auto") -> Choice:
+    """How a checked call runs: as asked, or ``"auto"``'s pick (the module docstring's timing or rule)."""
+    if _check_algorithm(algorithm) != "auto":
+        return Choice(algorithm, f"algorithm={algorithm!r} asked for it")
+    target = runtime.target()
+    if target.simulator or runtime.COMPILE_ONLY:
+        tile = SIM_TILE if target.simulator else GPU_TILE
+        blocks = -(-args.shape.k // tile.kt)
+        pick = "fused" if blocks <= MAX_RECOMPUTE else "separate"
+        return Choice(pick, f"rule (no timing on {'the simulator' if target.simulator else 'compile-only'}): "
+                            f"the depthwise tile is computed ceil(K={args.shape.k} / {tile.kt}) = {blocks} times, "
+                            f"{'<=' if pick == 'fused' else '>'} {MAX_RECOMPUTE}")
+    return current().cached("dw_pw_choice", _key(args), lambda: _timed(args))
+
+
+def depthwise_pointwise(x: Any, w_dw: Any, w_pw: Any, b_dw: Any = None, b_pw: Any = None, stride: Any = 1,
+                        padding: Any = 0, dilation: Any = 1, *, dw_activation: Any = None, dw_scale: Any = None,
+                        dw_shift: Any = None, activation: Any = None, scale: Any = None, shift: Any = None,
+                        residual: Any = None, residual_at: str = "before", algorithm: str = "auto") -> Any:
+    """y (N, K, P, Q) = pw_epi(conv1x1(dw_epi(depthwise(x (N, C, H, W), w_dw (C, 1, R, S)) + b_dw), w_pw
+    (K, C, 1, 1)) + b_pw): an inverted-residual block's depthwise kxk and pointwise 1x1 layers.
+
+    ``dw_activation``, ``dw_scale`` / ``dw_shift`` (C,): the depthwise's epilogue (e.g. an eval
+    BatchNorm folded, then relu6); ``activation``, ``scale`` / ``shift`` (K,), ``residual`` (N, K, P, Q),
+    ``residual_at``: the pointwise's (convlab.epilogue). ``algorithm``: "fused" (one kernel, the
+    intermediate kept in shared memory), "separate" (two conv2d calls) or "auto" (see the module
+    docstring; :func:`explain_depthwise_pointwise` says which and why). Host operands give a host
+    result (numpy, or a CPU tensor for CPU tensors); device operands a device result, in x's layout.
+    Device calls launch on the default stream."""
+    args = check(x, w_dw, w_pw, b_dw, b_pw, stride, padding, dilation, dw_activation=dw_activation,
+                 dw_scale=dw_scale, dw_shift=dw_shift, activation=activation, scale=scale, shift=shift,
+                 residual=residual, residual_at=residual_at)
+    return _fused(args) if choose(args, algorithm).algorithm == "fused" else run_separate(args)
+
+
+def explain_depthwise_pointwise(*args: Any, algorithm: str = "auto", **kwargs: Any) -> str:
+    """Which way :func:`depthwise_pointwise` with these arguments runs, and why (a GPU times both)."""
+    block = check(*args, **kwargs)
+    choice = choose(block, algorithm)
+    sh = block.shape
+    return (f"depthwise {sh.r}x{sh.s} stride {sh.stride} (C={sh.c}) -> pointwise {sh.c}->{sh.k}, {block.dtype}, "
+            f"{'channels-last' if block.channels_last else 'NCHW'}, dw epilogue {block.dw_epi.activation}, "
+            f"pw epilogue {block.pw_epi.activation}: runs {choice.algorithm}; {choice.reason}")
+
+
+def reference_depthwise_pointwise(*args: Any, **kwargs: Any) -> np.ndarray:
+    """The block in float64 (N, K, P, Q) for :func:`depthwise_pointwise`'s arguments (two convolutions
+    with their epilogues; convlab.blocks.dw_pw_args.reference)."""
+    return reference(check(*args, **kwargs))

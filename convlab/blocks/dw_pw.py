@@ -20,10 +20,11 @@ import numpy as np
 from convlab import runtime
 from convlab.blocks.dw_pw_args import BlockArgs, check, host_array, is_device, reference
 from convlab.kernels.block.dw_pw import GPU_TILE, SIM_TILE, launch
-from convlab.call.operands import is_host_tensor
+from convlab.call.operands import from_host, is_host_tensor
 from convlab.dtypes import np_dtype
 from convlab.kernels.data.layouts import channels_last_view, is_torch
 from convlab.kernels.epilogue import compute_dtype
+from convlab.ops import conv2d
 from convlab.runtime.context import current
 
 ALGORITHMS = ("auto", "fused", "separate")
@@ -97,8 +98,6 @@ def run_fused(dev: BlockArgs, y: Any) -> None:
 def run_separate(args: BlockArgs) -> Any:
     """The block as two public conv2d calls (the depthwise, groups = C, then the 1x1), each with its
     epilogue; operands of any kind conv2d takes, its output kind returned."""
-    from convlab.ops import conv2d
-
     sh, dw, pw = args.shape, args.dw_epi, args.pw_epi
     act_dw = (dw.activation, dw.negative_slope) if dw.activation == "leaky_relu" else dw.activation
     act_pw = (pw.activation, pw.negative_slope) if pw.activation == "leaky_relu" else pw.activation
@@ -118,8 +117,6 @@ def _fused(args: BlockArgs) -> Any:
                            .reshape((args.shape.n, args.shape.p, args.shape.q, args.shape.k)))
     host = host.transpose(0, 3, 1, 2) if args.channels_last else host
     if is_host_tensor(args.x):
-        from convlab.call.operands import from_host
-
         return from_host(np.ascontiguousarray(host) if not args.channels_last else host)
     return host
 

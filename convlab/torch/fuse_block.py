@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from .fuse import CONVS, Fused, _FusedConv
+from .fuse import CONVS, Fused, _FusedConv, unfuse
 
 
 def _conv(m: nn.Module) -> bool:
@@ -98,7 +98,6 @@ class DepthwisePointwise(nn.Module):
 
     def unfused(self) -> nn.Module:
         """The depthwise convolution as it was before fusing (revert's way back)."""
-        from .fuse import unfuse
         return unfuse(self.dw)
 
     def extra_repr(self) -> str:

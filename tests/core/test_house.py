@@ -78,6 +78,9 @@ LAZY_PACKAGES = {
 }
 #: (module, imported module): the path that needs it, the only one that pays for the import
 LAZY_IMPORTS = {
+    ("convlab.torch.fuse_block", "convlab.blocks"): "a block's kernels load numba.cuda: imported when one runs",
+    ("convlab.torch.fuse_graph", "convlab.torch.fuse_block"): "convert(fuse=True, blocks=True) only",
+    ("convlab.torch.modules", "convlab.torch.fuse_block"): "convert(fuse=True, blocks=True) only (an import cycle)",
     ("convlab.torch.epilogue", "convlab.torch.functional"): "an import cycle (functional imports epilogue)",
     ("convlab.torch.modules", "convlab.torch.fuse"): "convert(fuse=True) and revert only (fuse imports modules)",
     ("convlab.torch.modules", "convlab.torch.fuse_graph"): "convert(fuse=True) only (fuse_graph imports modules)",

@@ -222,16 +222,17 @@ def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, thr
     ``mapped`` (general kernels; ``omap`` an :class:`OutMap` of uint32) writes NCHW pixel pq to
     out[img * out_img + n * och + o0 + (pq // ow) * sth + (pq % ow) * stw] instead: the output pixels
     of one phase of a strided dgrad, or with o0 = 0, sth = ow, stw = 1, och = ohw the plain layout;
-    ``depth`` (3D; ``dmap`` a :class:`DepthMap`) splits the depth slice off pq first. ``put`` (a
-    fused epilogue's element store, convlab.kernels.epilogue.fused_store; None: a plain store) writes
-    each element with its output channel n and the epilogue operands ``ep``; the thread's first column
-    is n0 + local % bn, so the channels of its fragment are literals past it.
+    ``depth`` (3D; ``dmap`` a :class:`DepthMap`) splits the depth slice off pq first. ``put`` (a fused
+    epilogue's element store, convlab.kernels.epilogue.fused_store; None: plain stores) writes each
+    element with its output channel n and the epilogue operands ``ep``.
     """
     NONE = u32(0xFFFFFFFF)
     gm, gn = min(4, tm), min(4, tn)
     TILE, T, BN, ONE = u32(bm * bn), u32(threads), u32(bn), u32(1)
     PER_THREAD = bm * bn // threads
     NCHW, MAPPED, DEPTH = nchw, mapped, depth
+    FUSED = put is not None
+    unsplit = _unsplit_store(tm, tn, span_n, put) if FUSED else None
     put = fused_store("float32", None) if put is None else put
 
     @runtime.jit(device=True, forceinline=True)
@@ -239,12 +240,13 @@ def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, thr
               has_bias, flag, omap=None, dmap=None, ep=None):
         out = out.flat  # out: the C-contiguous output tensor
         if splits == 1:
-            kb = n0 + local % BN  # the channel of the fragment's column 0
+            if FUSED:
+                unsplit(acc, rows, cols, fb, out, n0 + local % BN, ep)
+                return
             for i in range(tm):
                 for j in range(tn):
                     if rows[i] != NONE and cols[j] != NONE:
-                        put(out, np.int64(rows[i] + cols[j]), acc[i * tn + j] + fb[j],
-                            kb + u32((j // gn) * span_n + j % gn), ep)
+                        out[np.int64(rows[i] + cols[j])] = acc[i * tn + j] + fb[j]
             return
         tiles = u32(cuda.gridDim.x)
         at = (z * tiles + tile) * TILE + local
@@ -296,3 +298,22 @@ def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, thr
                 ws[counter] = np.float32(0)
 
     return store
+
+
+@functools.cache
+def _unsplit_store(tm: int, tn: int, span_n: int, put: Callable):
+    """Device function ``unsplit(acc, rows, cols, fb, out, kb, ep)``: element (i, j) of an unsplit
+    fragment through ``put``, channel kb + (j // 4) * span_n + j % 4, with literal indices: NVVM left a
+    loop with gelu inlined rolled, the 8x8 fragments' accumulators on a 288-320 byte stack (convlab compile)."""
+    gn = min(4, tn)
+    w = Writer("def unsplit(acc, rows, cols, fb, out, kb, ep):")
+    w.indent()
+    for i in range(tm):
+        with w.block(f"if rows[{i}] != NONE:"):
+            for j in range(tn):
+                with w.block(f"if cols[{j}] != NONE:"):
+                    w(f"put(out, i64(rows[{i}] + cols[{j}]), acc[{i * tn + j}] + fb[{j}], "
+                      f"kb + u32({(j // gn) * span_n + j % gn}), ep)")
+    namespace = compile_source(w.source, f"<unsplit_store {tm}x{tn} {span_n}>",
+                               {"put": put, "i64": np.int64, "u32": u32, "NONE": u32(0xFFFFFFFF)})
+    return runtime.jit(device=True, forceinline=True)(namespace["unsplit"])

@@ -28,6 +28,7 @@ from convlab.kernels.arch.intrinsics import load_cg, u32, vector_load
 from convlab.kernels.resources import allow_spills
 from convlab.kernels.source import Writer, compile_source
 from convlab.kernels.data.splitk import split_plan
+from convlab.kernels.epilogue import fused_store
 from convlab.kernels.simt.tile import PAD, Tile
 from convlab.runtime import cuda
 
@@ -46,6 +47,7 @@ def factory(fn: Callable) -> Callable:
         if key not in made:
             made[key] = fn(*args, **kwargs)
         return made[key]
+    cached.cache_clear = made.clear  # type: ignore[attr-defined]
     return cached
 
 
@@ -206,7 +208,7 @@ class DepthMap(NamedTuple):
 
 @functools.cache
 def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, threads: int, nchw: bool,
-               mapped: bool = False, depth: bool = False):
+               mapped: bool = False, depth: bool = False, put: Callable | None = None):
     """Device function writing a block's output tile, deterministically when the K loop is split.
 
     ``store(acc, rows, cols, fb, out, ws, bias, splits, z, tile, local, m0, n0, M, N, ohw, out_img,
@@ -220,19 +222,27 @@ def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, thr
     ``mapped`` (general kernels; ``omap`` an :class:`OutMap` of uint32) writes NCHW pixel pq to
     out[img * out_img + n * och + o0 + (pq // ow) * sth + (pq % ow) * stw] instead: the output pixels
     of one phase of a strided dgrad, or with o0 = 0, sth = ow, stw = 1, och = ohw the plain layout;
-    ``depth`` (3D; ``dmap`` a :class:`DepthMap`) splits the depth slice off pq first.
+    ``depth`` (3D; ``dmap`` a :class:`DepthMap`) splits the depth slice off pq first. ``put`` (a fused
+    epilogue's element store, convlab.kernels.epilogue.fused_store; None: plain stores) writes each
+    element with its output channel n and the epilogue operands ``ep``.
     """
     NONE = u32(0xFFFFFFFF)
     gm, gn = min(4, tm), min(4, tn)
     TILE, T, BN, ONE = u32(bm * bn), u32(threads), u32(bn), u32(1)
     PER_THREAD = bm * bn // threads
     NCHW, MAPPED, DEPTH = nchw, mapped, depth
+    FUSED = put is not None
+    unsplit = _unsplit_store(tm, tn, span_n, put) if FUSED else None
+    put = fused_store("float32", None) if put is None else put
 
     @runtime.jit(device=True, forceinline=True)
     def store(acc, rows, cols, fb, out, ws, bias, splits, z, tile, local, m0, n0, M, N, ohw, out_img,
-              has_bias, flag, omap=None, dmap=None):
+              has_bias, flag, omap=None, dmap=None, ep=None):
         out = out.flat  # out: the C-contiguous output tensor
         if splits == 1:
+            if FUSED:
+                unsplit(acc, rows, cols, fb, out, n0 + local % BN, ep)
+                return
             for i in range(tm):
                 for j in range(tn):
                     if rows[i] != NONE and cols[j] != NONE:
@@ -277,14 +287,33 @@ def store_tile(tm: int, tn: int, bm: int, bn: int, span_m: int, span_n: int, thr
                         else:
                             img = img * out_img
                         row = pq // omap.ow
-                        out[np.int64(img + n * omap.och + omap.o0 + row * omap.sth
-                                     + (pq - row * omap.ow) * omap.stw)] = total
+                        put(out, np.int64(img + n * omap.och + omap.o0 + row * omap.sth
+                                          + (pq - row * omap.ow) * omap.stw), total, n, ep)
                     elif NCHW:
                         img = m // ohw
-                        out[np.int64(img * out_img + n * ohw + (m - img * ohw))] = total
+                        put(out, np.int64(img * out_img + n * ohw + (m - img * ohw)), total, n, ep)
                     else:
-                        out[np.int64(m * N + n)] = total
+                        put(out, np.int64(m * N + n), total, n, ep)
             if tid == 0:
                 ws[counter] = np.float32(0)
 
     return store
+
+
+@functools.cache
+def _unsplit_store(tm: int, tn: int, span_n: int, put: Callable):
+    """Device function ``unsplit(acc, rows, cols, fb, out, kb, ep)``: element (i, j) of an unsplit
+    fragment through ``put``, channel kb + (j // 4) * span_n + j % 4, with literal indices: NVVM left a
+    loop with gelu inlined rolled, the 8x8 fragments' accumulators on a 288-320 byte stack (convlab compile)."""
+    gn = min(4, tn)
+    w = Writer("def unsplit(acc, rows, cols, fb, out, kb, ep):")
+    w.indent()
+    for i in range(tm):
+        with w.block(f"if rows[{i}] != NONE:"):
+            for j in range(tn):
+                with w.block(f"if cols[{j}] != NONE:"):
+                    w(f"put(out, i64(rows[{i}] + cols[{j}]), acc[{i * tn + j}] + fb[{j}], "
+                      f"kb + u32({(j // gn) * span_n + j % gn}), ep)")
+    namespace = compile_source(w.source, f"<unsplit_store {tm}x{tn} {span_n}>",
+                               {"put": put, "i64": np.int64, "u32": u32, "NONE": u32(0xFFFFFFFF)})
+    return runtime.jit(device=True, forceinline=True)(namespace["unsplit"])

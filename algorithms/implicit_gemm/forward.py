@@ -25,14 +25,17 @@ Loop nest of one block (tile m0 + [0, BM) x n0 + [0, BN), split z: kk in [z*chun
         if j > 0:      for kk < BK: fa <- As[(j-1) & 1], fb <- Bs[(j-1) & 1] (128-bit); acc += fa x fb
         if j < slices: As[j & 1], Bs[j & 1] <- registers
         syncthreads
-    out[m, n] = acc (+ bias[n])      (NCHW addressing; with splits > 1 see common.store_tile)
+    out[m, n] = put(acc (+ bias[n]))   (NCHW addressing; with splits > 1 see common.store_tile; put: the
+                                       fused epilogue's element store, or a plain one)
 """
 from __future__ import annotations
 
 from numba import float32, int32, int64, uint32
 
 from convlab import runtime
+from convlab.epilogue import Epilogue
 from convlab.kernels.arch.intrinsics import SHARED_ALIGN, u32
+from convlab.kernels.epilogue import fused_store, register_cache
 from convlab.kernels.simt.tile import Tile
 from convlab.runtime import cuda
 
@@ -56,11 +59,14 @@ def check_tile(tile: Tile) -> None:
 
 @factory
 def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool, general: bool = False,
-                  nd: int = 2):
+                  nd: int = 2, epi: Epilogue | None = None):
     """The kernel for one tile shape and ``nd`` = 2 or 3 spatial dimensions (all compile-time
     constants). ``general`` adds what the aligned kernel (groups 1, K % BK == 0, plain NCHW output)
     leaves out: a zero-filled last K slice, groups along blockIdx.x and the output pixel map of a
-    strided-dgrad phase (GENERAL_PARAMS); 3D adds the depth axis (DEPTH_PARAMS, the table's td column)."""
+    strided-dgrad phase (GENERAL_PARAMS); 3D adds the depth axis (DEPTH_PARAMS, the table's td column).
+    ``epi`` (an Epilogue): the kernel fused with it, ``kernel(a4, b4, tab, bias, out, ws, r, scale,
+    shift)`` (convlab.kernels.epilogue.EpilogueOperands' arrays), the same body with the epilogue's
+    element store (convlab.kernels.epilogue.fused_store) in store_tile."""
     if nd not in (2, 3):
         raise ValueError(f"the gather kernel takes 2 or 3 spatial dimensions, got {nd}")
     tile = Tile(bm, bn, bk, tm, tn)
@@ -87,11 +93,12 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
     # the kk table follows the parameters (3D: DEPTH_PARAMS, whose head is GENERAL_PARAMS)
     uTB = u32(len(DEPTH_PARAMS if nd == 3 else GENERAL_PARAMS if general else PARAMS))
     at = DEPTH_PARAMS.at  # field positions (the aligned 2D kernel reads PARAMS' only)
-    store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, True, general, nd == 3)
+    store = store_tile(tm, tn, bm, bn, SPAN_M, SPAN_N, T, True, general, nd == 3,
+                       None if epi is None else fused_store("float32", epi))
     origin = tile_origin(bm, bn, general)
 
-    @runtime.jit(max_registers=register_cap(T))
-    def kernel(a4, b4, tab, bias, out, ws):
+    @runtime.jit(device=True, forceinline=True)
+    def body(a4, b4, tab, bias, out, ws, ep):
         a, b = a4.flat, b4.flat  # C-contiguous: plain pointer arithmetic
         M, N, Kg, OHW, OW = tab[at.M], tab[at.N], tab[at.Kg], tab[at.OHW], tab[at.OW]
         a_img, a_row, lim_h, lim_w = tab[at.a_img], tab[at.a_row], tab[at.lim_h], tab[at.lim_w]
@@ -275,14 +282,25 @@ def gather_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, b_identity: bool,
         if GENERAL:
             if THREE:
                 store(acc, rows, cols, fb, out, ws, bias, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, cg + n0,
-                      uM, cg + uN, uohw, uint32(out_img), has_bias, flag, omap, dmap)
+                      uM, cg + uN, uohw, uint32(out_img), has_bias, flag, omap, dmap, ep)
             else:
                 store(acc, rows, cols, fb, out, ws, bias, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, cg + n0,
-                      uM, cg + uN, uohw, uint32(out_img), has_bias, flag, omap)
+                      uM, cg + uN, uohw, uint32(out_img), has_bias, flag, omap, None, ep)
         else:
             store(acc, rows, cols, fb, out, ws, bias, uint32(splits), z, bid, fr_a * uBN + fr_b, m0, n0, uM,
-                  uN, uohw, uint32(out_img), has_bias, flag)
+                  uN, uohw, uint32(out_img), has_bias, flag, None, None, ep)
 
+    if epi is None:
+        @runtime.jit(max_registers=register_cap(T))
+        def kernel(a4, b4, tab, bias, out, ws):
+            body(a4, b4, tab, bias, out, ws, ws)
+    else:
+        @runtime.jit(max_registers=register_cap(T))
+        def kernel(a4, b4, tab, bias, out, ws, r, scale, shift):
+            body(a4, b4, tab, bias, out, ws, (r, scale, shift))
     return capped(kernel, T)
+
+
+register_cache(gather_kernel.cache_clear)  # its fused kernels are built from the epilogue's code
 
 

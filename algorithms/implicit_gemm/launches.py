@@ -18,6 +18,7 @@ from typing import Any, ContextManager
 import numpy as np
 
 from convlab import runtime
+from convlab.kernels.epilogue import EpilogueOperands
 from convlab.kernels.simt.tile import Tile
 from convlab.problem import Problem
 from convlab.runtime import context
@@ -69,15 +70,23 @@ def _prepare(problem: Problem, tile: Tile, workspace_limit: int, target: Any) ->
     return launches
 
 
-def launch(problem: Problem, tile: Tile, a, b, bias, out, workspace_limit: int) -> None:
+def launch(problem: Problem, tile: Tile, a, b, bias, out, workspace_limit: int,
+           epilogue: EpilogueOperands | None = None) -> None:
     """Run forward or dgrad of ``problem``: a = x or dy, b = w, out = y or dx (device, C-contiguous;
-    flattened inside the kernel, so no host-side views are built per call); one launch per GEMM."""
+    flattened inside the kernel, so no host-side views are built per call); one launch per GEMM.
+    ``epilogue``: applied in the kernel's store (its residual C-contiguous like ``out``)."""
     bias = dummy() if bias is None else bias
-    for kern, grid, params, ws in prepared(problem, tile, workspace_limit, runtime.target()):
+    fused = ()
+    if epilogue is not None:
+        kern = gather_kernel(tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, problem.op == "forward",
+                             not is_aligned(problem, tile), problem.ndim, epilogue.epilogue)
+        r = runtime.flat_view(out) if epilogue.residual is None else epilogue.residual
+        fused = (r, epilogue.scale, epilogue.shift)
+    for plain, grid, params, ws in prepared(problem, tile, workspace_limit, runtime.target()):
         if grid[0] == 0:  # no rows (batch 0)
             continue
         with lend_workspace(ws) as buf:
-            kern[grid, tile.threads](a, b, params, bias, out, buf)
+            (kern if fused else plain)[grid, tile.threads](a, b, params, bias, out, buf, *fused)
 
 
 def _wgrad_params(problem: Problem, splits: int, chunk: int, n_tiles: int, tiles_per_group: int):

@@ -2,7 +2,8 @@
 into shared memory (no column buffer), one BM x BN output tile per block, fp32 register fragments.
 
     op        GEMM M    GEMM N   GEMM K (reduction)   kernel
-    forward   N*P*Q     K        C*R*S                forward.py  (A gathered from x, bias in the epilogue)
+    forward   N*P*Q     K        C*R*S                forward.py  (A gathered from x, bias and any fused
+                                                                  epilogue (convlab.epilogue) in the store)
     dgrad     N*H*W     C        K*R*S                forward.py  (A gathered from dy, flipped filter)
     wgrad     K         C*R*S    N*P*Q                wgrad.py    (split-K over blocks + ordered 2nd pass)
 
@@ -28,6 +29,8 @@ from __future__ import annotations
 import functools
 import math
 
+from convlab.epilogue import Epilogue
+from convlab.kernels.epilogue import EpilogueOperands
 from convlab.plugin.contract import Algorithm, Config, Verdict
 from convlab.plugin.registry import register
 from convlab.problem import Problem, make_problem, make_problem_nd
@@ -123,6 +126,16 @@ class ImplicitGemm(Algorithm):
         splits, _, n_tiles = common.plan(problem, tile, workspace_limit, target=target)
         shape = common.workspace_shape(problem, tile, splits, n_tiles)
         return 0 if shape is None else sum(shape) * problem.itemsize
+
+    def fuses(self, problem: Problem, epilogue: Epilogue) -> str:
+        """The forward kernel (2D and 3D) applies any epilogue in its store; dgrad and wgrad do not."""
+        if problem.op != "forward":
+            return f"fuses epilogues into its forward kernel only, not {problem.op}"
+        return ""
+
+    def run_fused(self, problem: Problem, config: Config, a, b, bias, out, epilogue: EpilogueOperands, *,
+                  workspace_limit: int) -> None:
+        launches.launch(problem, tile_of(config), a, b, bias, out, workspace_limit, epilogue)
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
         tile = tile_of(config)  # the kernel factories validate the tile (ValueError naming the rule)

@@ -71,8 +71,9 @@ def launches(case: Case, target: Target, known: dict[str, tuple[Any, tuple]] | N
     a_shape, b_shape, out_shape = pr.operand_shapes
     a, b, out = (_operand(s, dtype, lay) for s, lay in zip((a_shape, b_shape, out_shape), case.layouts))
     bias = None if pr.bias_shape is None else runtime.empty(pr.bias_shape, dtype)
+    epilogue = None if case.epilogue is None else _epilogue(case, out_shape, dtype)
     with using(target), float32_precision(case.precision), offline.collecting() as requests:
-        run_candidate(Candidate(plugin, case.config), pr, a, b, bias, out, limit)
+        run_candidate(Candidate(plugin, case.config), pr, a, b, bias, out, limit, epilogue=epilogue)
     out_list = []
     for req in requests:
         kid = kernel_id(req.dispatcher, req.argtypes)
@@ -80,3 +81,17 @@ def launches(case: Case, target: Target, known: dict[str, tuple[Any, tuple]] | N
             known.setdefault(kid, (req.dispatcher, req.argtypes))
         out_list.append(Launch(kid, req.name, req.block, req.grid, req.shared))
     return out_list
+
+
+def _epilogue(case: Case, shape: tuple[int, ...], dtype: Any) -> Any:
+    """The case's epilogue with offline operands: a C-contiguous residual, scale and shift (K,)."""
+    import numpy as np
+
+    from convlab.kernels.epilogue import compute_dtype
+    from convlab.ops.epilogue import DeviceEpilogue, EpilogueCall
+
+    epi, pr = case.epilogue, case.problem
+    channel = np.ones(shape[1], compute_dtype(pr.dtype))
+    residual = runtime.empty(shape, dtype) if epi.residual is not None else None
+    return DeviceEpilogue(EpilogueCall(epi, pr.dtype, residual, channel if epi.scale else None,
+                                       channel if epi.shift else None))

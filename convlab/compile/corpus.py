@@ -8,7 +8,9 @@ the target. :func:`cases` expands problems into cases:
     each registered plugin that accepts it on the target, each config it offers (all, or its first
     ``configs``), each operand layout: NCHW, and for plugins that take channels-last operands every
     mix of NCHW / channels-last a, b and out (one all-channels-last case for the others: the public
-    op's layout copies)
+    op's layout copies); then the epilogue cases (:func:`with_epilogues`): the kernels fused with an
+    epilogue (every config of a plugin that fuses, the heaviest epilogue; each activation once) and
+    the epilogue pass
 
 Problems come from the plugins' own ``sample_problems`` (the default: small, and chosen to reach their
 kernel variants), from suites (``resnet50``, ...) and from single shapes, each with and without bias
@@ -30,9 +32,10 @@ its kernels) is kept on its own sample problems only.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
+from convlab.epilogue import ACTIVATIONS, Epilogue
 from convlab.plugin import registry
 from convlab.plugin.contract import Config
 from convlab.problem import DTYPES, OPS, Problem
@@ -50,6 +53,7 @@ class Case:
     precision: str
     layouts: tuple[str, str, str]
     config: Config
+    epilogue: Epilogue | None = None
 
     @property
     def id(self) -> str:
@@ -60,6 +64,10 @@ class Case:
                f"_d{pr.dilation[0]}x{pr.dilation[1]}_g{pr.groups}{'_bias' if pr.bias else ''}")
         if pr.ndim == 3:  # a 2D case's id names no depth
             geo += f"_3d_o{pr.do}_s{pr.stride_d}_p{pr.padding_d}_d{pr.dilation_d}"
+        epi = self.epilogue
+        if epi is not None:  # the fused or the pass's kernels of this epilogue
+            geo += (f"_epi-{epi.activation}{'-scale' if epi.scale else ''}{'-shift' if epi.shift else ''}"
+                    f"{'-residual-' + epi.residual if epi.residual else ''}")
         return (f"{self.plugin}/{pr.op}/{pr.dtype}/{self.precision}/{'-'.join(self.layouts)}/{geo}/"
                 f"{self.config.name}")
 
@@ -127,7 +135,34 @@ def cases(problems: Iterable[Problem], target: Target, *, plugins: Iterable[str]
                         for layouts in _layouts(plugin.layouts):
                             case = Case(plugin.name, problem, precision, layouts, config)
                             out.setdefault(case.id, case)
-    return list(out.values())
+    return list(out.values()) + with_epilogues(list(out.values()))
+
+
+#: the epilogue every fused case compiles with (the most registers: erf, both per-channel operands and a
+#: residual read), then the other activations, each on one case per plugin, op, dtype and precision
+FUSED_EPILOGUE = Epilogue("gelu", scale=True, shift=True, residual="before")
+OTHER_EPILOGUES = tuple(Epilogue(act, scale=True, shift=True, residual="after")
+                        for act in ACTIVATIONS if act != "gelu")
+
+
+def with_epilogues(found: list[Case]) -> list[Case]:
+    """The epilogue cases of ``found`` (no epilogue): every case whose plugin fuses an epilogue into the
+    kernels it runs (``fuses``) with :data:`FUSED_EPILOGUE`, and the first of each plugin, op, dtype and
+    precision with each of :data:`OTHER_EPILOGUES`; and the epilogue pass's kernels (convlab.kernels.
+    epilogue) once per dtype and output layout, on the first forward case of a plugin that does not fuse."""
+    out, firsts, passes = [], set(), set()
+    for case in found:
+        pr, plugin = case.problem, registry.get(case.plugin)
+        if plugin.fuses(pr, FUSED_EPILOGUE) == "":
+            out.append(replace(case, epilogue=FUSED_EPILOGUE))
+            klass = (case.plugin, pr.op, pr.dtype, case.precision)
+            if klass not in firsts:
+                firsts.add(klass)
+                out += [replace(case, epilogue=epi) for epi in OTHER_EPILOGUES]
+        elif pr.op == "forward" and (pr.dtype, case.layouts[2]) not in passes:
+            passes.add((pr.dtype, case.layouts[2]))
+            out.append(replace(case, epilogue=FUSED_EPILOGUE))
+    return out
 
 
 def _per_shape(case: Case) -> bool:
@@ -150,6 +185,9 @@ def cover(found: Iterable[Case]) -> list[Case]:
         klass = (case.plugin, pr.op, pr.dtype, case.precision)
         keys = {klass + ("config", case.config.name), klass + ("layouts", case.layouts),
                 klass + ("bias", pr.bias), klass + ("problem", pr.replace(bias=False).key())}
+        if case.epilogue is not None:  # an epilogue's kernels: each epilogue, and each config fused
+            klass += ("epilogue",)
+            keys = {klass + ("config", case.config.name), klass + (case.epilogue,)}
         if not keys <= seen:
             seen |= keys
             out.append(case)

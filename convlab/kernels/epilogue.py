@@ -72,15 +72,33 @@ def _activation(name: str, slope: float, ct: Any) -> Callable:
     return runtime.jit(device=True)(functions[name])
 
 
-@functools.cache
-def device_epilogue(dtype: str, epi: Epilogue) -> Callable:
-    """The device function ``finish(t, k, rv, scale, shift)`` of ``epi`` for an output ``dtype``: ``t`` the
-    convolution's value (bias included) and ``rv`` the residual's, both of :func:`compute_dtype`, ``k``
-    the output channel; the epilogue's value in the compute type (the pass and fused stores share it)."""
-    act = _activation(epi.activation, epi.negative_slope, compute_dtype(dtype).type)
-    has_scale, has_shift = epi.scale, epi.shift
-    before, after = epi.residual == "before", epi.residual == "after"
+#: the clear functions of every cache holding kernels or device functions built from :func:`compose`
+_CACHES: list[Callable[[], None]] = []
 
+
+def epilogue_cache(fn: Callable) -> Callable:
+    """``functools.cache`` of ``fn``, cleared by :func:`clear_caches` (for builders of epilogue code)."""
+    cached = functools.cache(fn)
+    _CACHES.append(cached.cache_clear)
+    return cached
+
+
+def register_cache(clear: Callable[[], None]) -> None:
+    """Have :func:`clear_caches` call ``clear`` (a cache of fused kernels kept elsewhere)."""
+    _CACHES.append(clear)
+
+
+def clear_caches() -> None:
+    """Drop every cached epilogue device function and the kernels built from them, so that the next
+    build calls :func:`compose` again (mutation testing patches it: convlab.testing.kernel_mutants)."""
+    for clear in _CACHES:
+        clear()
+
+
+def compose(act: Callable, has_scale: bool, has_shift: bool, before: bool, after: bool) -> Callable:
+    """The Python function ``finish(t, k, rv, scale, shift)``: the epilogue's terms in the order of the
+    module docstring (scale, shift, residual before, ``act``, residual after; absent terms are
+    compile-time constants that drop out)."""
     def finish(t, k, rv, scale, shift):
         if has_scale:
             t = t * scale[k]
@@ -92,10 +110,45 @@ def device_epilogue(dtype: str, epi: Epilogue) -> Callable:
         if after:
             t = t + rv
         return t
+    return finish
+
+
+@epilogue_cache
+def device_epilogue(dtype: str, epi: Epilogue) -> Callable:
+    """The device function ``finish(t, k, rv, scale, shift)`` of ``epi`` for an output ``dtype``: ``t`` the
+    convolution's value (bias included) and ``rv`` the residual's, both of :func:`compute_dtype`, ``k``
+    the output channel; the epilogue's value in the compute type (the pass and fused stores share it)."""
+    act = _activation(epi.activation, epi.negative_slope, compute_dtype(dtype).type)
+    finish = compose(act, epi.scale, epi.shift, epi.residual == "before", epi.residual == "after")
     return runtime.jit(device=True)(finish)
 
 
-@functools.cache
+@epilogue_cache
+def fused_store(dtype: str, epi: Epilogue | None) -> Callable:
+    """The write-out of one output element, the part a fused kernel swaps at its store (the kernel's
+    main loop stays as it is): device function ``put(out, at, v, k, ep)`` stores into ``out`` (flat,
+    C-contiguous; kernel dtype) at ``at`` the accumulator value ``v`` (bias included) of output channel
+    ``k``: ``v`` itself for ``epi`` None (``ep`` unused), else ``epi`` applied to ``v`` with
+    ``ep = (residual, scale, shift)`` (the flat residual read at ``at``, C-contiguous like ``out``),
+    rounded to ``dtype``. The activation and the terms present are compile-time constants."""
+    if epi is None:
+        def plain(out, at, v, k, ep):
+            out[at] = v
+        return runtime.jit(device=True, forceinline=True)(plain)
+    ct = compute_dtype(dtype).type
+    kind = half_kind(dtype)
+    read, write = to_f32(kind), from_f32(kind)
+    finish = device_epilogue(dtype, epi)
+    has_residual, zero = epi.residual is not None, ct(0.0)
+
+    def put(out, at, v, k, ep):
+        r, scale, shift = ep
+        rv = ct(read(r[at])) if has_residual else zero
+        out[at] = write(finish(ct(v), k, rv, scale, shift))
+    return runtime.jit(device=True, forceinline=True)(put)
+
+
+@epilogue_cache
 def _kernel(dtype: str, epi: Epilogue, y_channels_last: bool, r_channels_last: bool) -> Callable:
     """The pass for one output dtype, epilogue and pair of layouts (each a compile-time constant)."""
     ct = compute_dtype(dtype).type

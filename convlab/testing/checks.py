@@ -16,7 +16,9 @@ from .. import ops, reference, runtime
 from ..call.candidate import run_candidate
 from ..plugin import registry
 from ..plugin.registry import Candidate
-from ..measure import plugin_tolerance, random_operands, rel_error, to_device
+from ..epilogue import ACTIVATIONS, Epilogue
+from ..kernels.epilogue import compute_dtype
+from ..measure import output_rounding, plugin_tolerance, random_operands, rel_error, to_device
 from ..plugin.contract import Algorithm
 from ..problem import Problem, np_dtype
 from convlab.runtime.settings import get_workspace_limit
@@ -173,6 +175,81 @@ def check_declined_never_launched(plugin: Algorithm, problem: Problem,
     assert not launched, f"{plugin.name} was launched on a problem it declines"
 
 
+#: the ops whose public calls take an epilogue (conv{N}d and conv_transpose{N}d)
+EPILOGUE_OPS = frozenset({"forward", "dgrad"})
+#: the largest slope of any activation (hardswish's, at t = 3): how much an error before it can grow
+ACTIVATION_LIPSCHITZ = 1.5
+#: roundings of the epilogue's arithmetic in its compute type, in units of its unit roundoff (scale,
+#: shift, residual, the activation's few operations, the residual after it)
+EPILOGUE_ROUNDINGS = 8.0
+
+
+def draw_epilogue(rng: np.random.Generator, channels: int, shape: tuple, dtype: Any) -> tuple[Epilogue, dict]:
+    """A random epilogue (any activation; scale and shift each present 3 times in 4; no residual, or one
+    before or after the activation) and its host operands: ``scale`` of mixed signs, ``shift``
+    (K,) float64, ``residual`` of ``shape`` and ``dtype``."""
+    activation = str(rng.choice(ACTIVATIONS))
+    epi = Epilogue(activation, float(rng.uniform(0.01, 0.5)), bool(rng.random() < 0.75), bool(rng.random() < 0.75),
+                   (None, "before", "after")[int(rng.integers(3))])
+    return epi, {"scale": rng.uniform(-2, 2, channels) if epi.scale else None,
+                 "shift": rng.standard_normal(channels) if epi.shift else None,
+                 "residual": rng.standard_normal(shape).astype(dtype) if epi.residual else None}
+
+
+def epilogue_allowed(plugin: Algorithm, problem: Problem, config, conv: np.ndarray, want: np.ndarray, epi: Epilogue,
+                     operands: dict) -> float:
+    """The norm of the error a correct run of ``epi`` after ``plugin``'s convolution may make: the
+    convolution's (:func:`convlab.measure.plugin_tolerance` of ``conv``, the float64 result) times the
+    largest |scale| and the activation's slope, the epilogue's roundings in its compute type
+    (EPILOGUE_ROUNDINGS per element, relative to the magnitudes it adds up), doubled as the tolerance
+    does for a rounded store, plus the store's rounding of ``want`` to the output dtype."""
+    gain = float(np.abs(operands["scale"]).max()) if epi.scale else 1.0
+    per_channel = (1, -1) + (1,) * (conv.ndim - 2)
+    mag = np.abs(conv) * (np.abs(operands["scale"]).reshape(per_channel) if epi.scale else 1.0)
+    if epi.shift:
+        mag = mag + np.abs(operands["shift"]).reshape(per_channel)
+    if epi.residual is not None:
+        mag = mag + np.abs(operands["residual"].astype(np.float64))
+    u = float(np.finfo(compute_dtype(problem.dtype)).eps) / 2
+    conv_err = plugin_tolerance(plugin, problem, config, conv) * float(np.linalg.norm(conv))
+    inner = ACTIVATION_LIPSCHITZ * (gain * conv_err + EPILOGUE_ROUNDINGS * u * float(np.linalg.norm(mag)))
+    return output_rounding(problem, want) * float(np.linalg.norm(want)) + 2 * inner
+
+
+def check_epilogue_matches_reference(plugin: Algorithm, problem: Problem, rng: np.random.Generator) -> None:
+    """The first accepted config with a drawn epilogue (:func:`draw_epilogue`), fused into the plugin's
+    store where it fuses it, else the separate pass (run_candidate's ``epilogue=``), agrees with the
+    float64 reference's epilogue of the convolution within :func:`epilogue_allowed`. The output is
+    NaN-poisoned; a 4-D output and residual are each channels-last one time in 4 (either takes the pass)."""
+    from ..kernels.data.layouts import channels_last_copy
+    from ..ops.epilogue import DeviceEpilogue, EpilogueCall
+
+    config = _accepted(plugin, problem)
+    if config is None or problem.op not in EPILOGUE_OPS:
+        return
+    host = random_operands(problem, rng)
+    shape, dtype = problem.operand_shapes[2], np_dtype(problem.dtype)
+    epi, operands = draw_epilogue(rng, shape[1], shape, dtype)
+    last = [len(shape) == 4 and rng.random() < 0.25 for _ in range(2)]
+    on_device = [channels_last_copy(h) if cl else runtime.to_device(h)
+                 for h, cl in ((np.full(shape, np.nan, dtype), last[0]), (operands["residual"], last[1]))
+                 if h is not None]
+    residual = on_device[1] if epi.residual is not None else None
+    cast = compute_dtype(problem.dtype)
+    scale, shift = (None if v is None else v.astype(cast) for v in (operands["scale"], operands["shift"]))
+    epilogue = DeviceEpilogue(EpilogueCall(epi, problem.dtype, residual, scale, shift))
+    run_candidate(Candidate(plugin, config), problem, *to_device(*host), on_device[0], get_workspace_limit(),
+                  epilogue=epilogue)
+    got = np.asarray(runtime.to_host(on_device[0]), np.float64)
+    conv = reference.solve(problem, *host)
+    want = reference.epilogue(conv, epi, operands["scale"], operands["shift"], operands["residual"])
+    err, allowed = float(np.linalg.norm(got - want)), epilogue_allowed(plugin, problem, config, conv, want, epi,
+                                                                       operands)
+    assert np.all(np.isfinite(got)) and err <= allowed, (
+        f"{plugin.name}[{config.name}] on {problem.describe()} with {epi} ({'fused' if epilogue.fused else 'pass'}"
+        f"; out, residual channels-last: {last}): error norm {err:.3g} > allowed {allowed:.3g}")
+
+
 def call_op(problem: Problem, a: Any, b: Any, bias: Any = None, **kw: Any) -> Any:
     """Run ``problem`` through the public op that builds it (convlab.ops.call_problem)."""
     return ops.call_problem(problem, a, b, bias, **kw)
@@ -181,7 +258,8 @@ def call_op(problem: Problem, a: Any, b: Any, bias: Any = None, **kw: Any) -> An
 Check = Callable[[Algorithm, Problem, np.random.Generator], None]
 CHECKS: dict[str, Check] = {f.__name__: f for f in (
     check_matches_reference, check_output_fully_written, check_inputs_unmodified, check_deterministic,
-    check_channels_last_operands, check_declines_with_reason, check_declined_never_launched)}
+    check_channels_last_operands, check_declines_with_reason, check_declined_never_launched,
+    check_epilogue_matches_reference)}
 #: checks that only make sense on problems the plugin accepts (the others take any problem)
 NEEDS_ACCEPTED = {"check_matches_reference", "check_output_fully_written", "check_inputs_unmodified",
-                  "check_deterministic", "check_channels_last_operands"}
+                  "check_deterministic", "check_channels_last_operands", "check_epilogue_matches_reference"}

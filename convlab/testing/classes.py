@@ -176,3 +176,22 @@ def missing_classes(plugin: Algorithm, op: str) -> list[str]:
     """The classes none of ``plugin``'s class examples for ``op`` reaches (those it never accepts)."""
     reached = set().union(*(classes_of(p) for p in class_examples(plugin, op)))
     return [name for name in CLASSES if name not in reached]
+
+
+def epilogue_example(plugin: Algorithm, op: str) -> list[Problem]:
+    """The one problem the epilogue check runs ``op`` on (its property does not depend on the problem's
+    class; each run costs a whole convolution on the simulator): the candidates and sample problems
+    ``plugin`` accepts, 3D for dgrad where it claims 3D (2D otherwise), in the first dtype of
+    :data:`DTYPE_ORDER` it takes for forward and the second for dgrad (where it takes two), the fewest
+    flops of those; [] when it accepts none."""
+    dtypes = [d for d in DTYPE_ORDER if d in plugin.dtypes]
+    ndims = tuple(getattr(plugin, "ndims", (2,)))
+    nd = 3 if op == "dgrad" and 3 in ndims else 2
+    dtype = dtypes[min(1, len(dtypes) - 1)] if op == "dgrad" else dtypes[0]
+    pool = candidates(op, tuple(dtypes), ndims) + [p for p in plugin.sample_problems(op) if p.op == op]
+    with float32_precision(float32_precision_for(plugin, op)):
+        accepted = [p for p in pool if registry.verdict(plugin, p)]
+    if not accepted:
+        return []
+    return [min(accepted, key=lambda p: (p.ndim != nd, p.dtype != dtype, p.flops))]
+

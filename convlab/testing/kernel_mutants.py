@@ -13,6 +13,9 @@ module while the mutant runs (convlab.testing.mutation hunts them):
     bias_missed             tensor_core     the epilogue (or the split-K sum) never adds the bias
     half_accumulator        tensor_core     mma.sync accumulating in fp16: the accumulators rounded to
                                             float16 after each mma (the simulator's stand-in patched)
+    activation_first        implicit_gemm   the epilogue's activation applied before its scale and shift
+                                            (convlab.kernels.epilogue.compose patched: the fused forward
+                                            store and the pass after dgrad)
 """
 from __future__ import annotations
 
@@ -95,6 +98,35 @@ def _half_mma(mma):
     return rounded
 
 
+def _activation_first(compose):
+    def swapped(act, has_scale, has_shift, before, after):
+        def finish(t, k, rv, scale, shift):
+            t = act(t)  # the activation before the scale and shift
+            if has_scale:
+                t = t * scale[k]
+            if has_shift:
+                t = t + shift[k]
+            if before or after:
+                t = t + rv
+            return t
+        return finish
+    return swapped
+
+
+@contextlib.contextmanager
+def _epilogue_patched(base: Algorithm, wrap: Any) -> Iterator[Algorithm]:
+    """``convlab.kernels.epilogue.compose`` replaced by ``wrap(compose)`` with every epilogue kernel
+    rebuilt from it (the caches cleared on entry and exit): the pass and every fused store."""
+    from convlab.kernels import epilogue
+
+    epilogue.clear_caches()
+    try:
+        with patched("convlab.kernels.epilogue", "compose", wrap):
+            yield base
+    finally:
+        epilogue.clear_caches()
+
+
 _TC = "convlab.algorithms.tensor_core.gather"  # the module whose sum_partials and _conv the forward calls
 KERNEL_MUTANTS = [
     subclass_mutant("padding_off_by_one", "implicit_gemm", "the kernels get the width padding 1 smaller",
@@ -111,4 +143,7 @@ KERNEL_MUTANTS = [
            lambda base: _patching(base, _TC, "_conv", _no_bias)),
     Mutant("half_accumulator", "tensor_core", "mma.sync accumulating in fp16 (the simulator's stand-in)",
            lambda base: _patching(base, "convlab.kernels.arch.mma_sim", "_mma", _half_mma), simulator_only=True),
+    Mutant("activation_first", "implicit_gemm", "the epilogue applies the activation before the scale and shift "
+           "(its fused store and the pass)", lambda base: _epilogue_patched(base, _activation_first),
+           first="check_epilogue_matches_reference"),
 ]

@@ -22,7 +22,8 @@ from .mutants import Mutant, output_mutant, output_mutants
 from .suite import applicable_checks, run_check
 
 #: the checks a mutant is hunted with, in order (the others cannot see a wrong output)
-HUNTING_CHECKS = ("check_matches_reference", "check_channels_last_operands", "check_output_fully_written")
+HUNTING_CHECKS = ("check_matches_reference", "check_channels_last_operands", "check_output_fully_written",
+                  "check_epilogue_matches_reference")
 
 
 @dataclass

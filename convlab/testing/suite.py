@@ -17,9 +17,9 @@ from convlab import runtime
 from convlab.plugin import registry
 from convlab.plugin.contract import Algorithm
 from convlab.testing import profiles
-from convlab.testing.checks import CHECKS, NEEDS_ACCEPTED
+from convlab.testing.checks import CHECKS, EPILOGUE_OPS, NEEDS_ACCEPTED
 from convlab.runtime.settings import float32_precision
-from convlab.testing.classes import CLASSES, NUMERIC, class_examples, float32_precision_for
+from convlab.testing.classes import CLASSES, NUMERIC, class_examples, epilogue_example, float32_precision_for
 from convlab.testing.strategies import any_problems
 
 #: the classes (convlab.testing.classes) whose examples each check runs every time: every class for the
@@ -28,6 +28,9 @@ from convlab.testing.strategies import any_problems
 #: depend on the class) run on the random draws only
 CHECK_CLASSES = {"check_matches_reference": frozenset(CLASSES),
                  "check_channels_last_operands": frozenset(CLASSES) - NUMERIC}
+#: checks run on fixed problems instead of the classes and draws (a function of (plugin, op)), with one
+#: draw of the check's own randomness: the epilogue check (a drawn epilogue on one tiny problem per op)
+ONE_PROBLEM = {"check_epilogue_matches_reference": epilogue_example}
 
 
 def spatial_label(problem) -> str:
@@ -52,6 +55,13 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
     check = CHECKS[check_name]
     samples = [p for p in _samples(plugin, op)]
     dtypes = tuple(sorted(plugin.dtypes))
+    fixed_problems = ONE_PROBLEM[check_name](plugin, op) if check_name in ONE_PROBLEM else None
+    if fixed_problems is not None:  # its one problem, one draw of the check's own randomness
+        if not fixed_problems:
+            raise AssertionError(f"{check_name} {op}: plugin {plugin.name!r} accepts none of the fixed "
+                                 f"problems and sample problems; declare problems it accepts with its "
+                                 f"sample_problems(op) method (see docs/ADDING_A_PLUGIN.md)")
+        max_examples = 1
 
     if max_examples is None:
         max_examples = examples_for(plugin)
@@ -63,8 +73,10 @@ def run_check(check_name: str, plugin: Algorithm | str, op: str,
 
     ndims = tuple(getattr(plugin, "ndims", (2,)))
 
+    drawn = any_problems(op, dtypes, samples, ndims) if fixed_problems is None else st.sampled_from(fixed_problems)
+
     @settings(profiles.active(), **extra)
-    @given(problem=any_problems(op, dtypes, samples, ndims), seed=st.integers(0, 2**32 - 1))
+    @given(problem=drawn, seed=st.integers(0, 2**32 - 1))
     def run(problem, seed):
         if check_name in NEEDS_ACCEPTED:
             assume(registry.verdict(plugin, problem))
@@ -110,12 +122,13 @@ def examples_for(plugin: Algorithm, simulator: bool | None = None) -> int | None
 def applicable_checks(plugin: Algorithm | str) -> list[tuple[str, str]]:
     """The (op, check name) pairs that apply to ``plugin``, from what it declares: every op in
     ``plugin.ops`` x every check, less ``check_deterministic`` for a plugin declaring
-    ``deterministic = False`` and ``check_channels_last_operands`` for one whose ``layouts`` lack
-    ``"nhwc"``."""
+    ``deterministic = False``, ``check_channels_last_operands`` for one whose ``layouts`` lack
+    ``"nhwc"`` and ``check_epilogue_matches_reference`` for wgrad (no op takes an epilogue there)."""
     plugin = registry.get(plugin) if isinstance(plugin, str) else plugin
     return [(op, name) for op in sorted(plugin.ops) for name in CHECKS
             if (plugin.deterministic or name != "check_deterministic")
-            and ("nhwc" in plugin.layouts or name != "check_channels_last_operands")]
+            and ("nhwc" in plugin.layouts or name != "check_channels_last_operands")
+            and (op in EPILOGUE_OPS or name != "check_epilogue_matches_reference")]
 
 
 def parametrize_with_checks(plugins: Iterable[Algorithm | str] | None = None, **run_options):

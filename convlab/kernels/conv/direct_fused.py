@@ -16,7 +16,7 @@ import numpy as np
 
 from convlab import runtime
 from convlab.epilogue import Epilogue
-from convlab.kernels.epilogue import compute_dtype, device_epilogue
+from convlab.kernels.epilogue import compute_dtype, device_epilogue, epilogue_cache
 from convlab.runtime import cuda
 
 
@@ -52,7 +52,7 @@ def _forward_sum(dtype: str):
     return forward_sum
 
 
-@functools.cache
+@epilogue_cache
 def forward_fused(dtype: str, epi: Epilogue):
     """forward with ``epi`` applied to each output in registers before its store; the residual (flat,
     C-contiguous like y) is read at the output's linear index."""

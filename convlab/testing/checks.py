@@ -18,6 +18,7 @@ from ..plugin import registry
 from ..plugin.registry import Candidate
 from ..epilogue import ACTIVATIONS, Epilogue
 from ..kernels.epilogue import compute_dtype
+from ..ops.epilogue import DeviceEpilogue, EpilogueCall
 from ..measure import output_rounding, plugin_tolerance, random_operands, rel_error, to_device
 from ..plugin.contract import Algorithm
 from ..problem import Problem, np_dtype
@@ -222,7 +223,6 @@ def check_epilogue_matches_reference(plugin: Algorithm, problem: Problem, rng: n
     float64 reference's epilogue of the convolution within :func:`epilogue_allowed`. The output is
     NaN-poisoned; a 4-D output and residual are each channels-last one time in 4 (either takes the pass)."""
     from ..kernels.data.layouts import channels_last_copy
-    from ..ops.epilogue import DeviceEpilogue, EpilogueCall
 
     config = _accepted(plugin, problem)
     if config is None or problem.op not in EPILOGUE_OPS:

@@ -27,6 +27,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from convlab import runtime
+from convlab.kernels import epilogue
 from convlab.kernels.data.layouts import channels_last_copy, is_channels_last
 from convlab.plugin.contract import Algorithm
 
@@ -117,8 +118,6 @@ def _activation_first(compose):
 def _epilogue_patched(base: Algorithm, wrap: Any) -> Iterator[Algorithm]:
     """``convlab.kernels.epilogue.compose`` replaced by ``wrap(compose)`` with every epilogue kernel
     rebuilt from it (the caches cleared on entry and exit): the pass and every fused store."""
-    from convlab.kernels import epilogue
-
     epilogue.clear_caches()
     try:
         with patched("convlab.kernels.epilogue", "compose", wrap):

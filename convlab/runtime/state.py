@@ -210,6 +210,11 @@ if SIMULATOR:
     # Barrier-heavy simulated kernels run 2-8x faster with a short GIL switch interval.
     sys.setswitchinterval(1e-4)
     _lock_simulator_shared_arrays()
+    from numba.cuda.simulator import kernel as _sim_kernel
+
+    from convlab.runtime import sim_blocks
+
+    sim_blocks.install(_sim_kernel)  # blocks wait for their threads, no polling loop (sim_blocks.py)
 
 #: Keyword arguments of ``cuda.jit`` that the simulator rejects (convlab.runtime.kernel.jit drops them).
 SIM_UNSUPPORTED_JIT_KWARGS = ("lineinfo", "launch_bounds", "max_registers", "lto", "forceinline", "link")

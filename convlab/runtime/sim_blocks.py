@@ -8,10 +8,12 @@ runner sleeps on that condition between reports. The semantics are numba's: a ba
 live thread waits at it (threads that returned early do not hold it), the first exception found aborts
 the block's other threads and is raised with its traceback.
 
-Measured with os.times() on 2 loaded cores: four runs each of tf32x3, tensor_core (float16), fft and
-implicit_gemm on a 16-channel 4x4 3x3 forward problem took 24.3 and 25.1 CPU s against 28.5 and 31.9 s
-with numba's runner (two runs of each, alternating; the whole process 32.3 and 32.4 s against 37.3 and
-38.6 s).
+Measured with os.times() on 2 loaded cores, two runs each of five cases (fft forward with sm_80's
+blocks of 128 and 256 threads, fft dgrad, tf32x3 forward, tensor_core forward with sm_80's tile,
+implicit_gemm wgrad; tiny problems): 62.9 and 89.2 CPU s against 131.3 and 131.4 s with numba's runner
+(``BlockManager.numba_run``), alternating processes. The runner is woken only by a barrier's last
+arrival, a thread's end or an exception: woken at every arrival, it scanned every thread each time and
+made blocks of 256 threads slower than numba's.
 
     install(kernel_module)   replace ``BlockManager.run`` of numba's ``numba.cuda.simulator.kernel``
 """
@@ -36,17 +38,23 @@ def _thread_class(base: type) -> type:
             try:
                 super().run()  # numba's run records an exception in self.exception
             finally:
-                with self._block.cond:
-                    self._block.live -= 1
-                    self._block.cond.notify()
+                block = self._block
+                with block.cond:
+                    block.live -= 1
+                    if self.exception and block.failed is None:
+                        block.failed = self
+                    if block.failed is not None or block.live == 0 or block.blocked == block.live:
+                        block.cond.notify()
 
         def syncthreads(self) -> None:
             if self.abort:
                 raise RuntimeError("abort flag set on syncthreads call")
-            with self._block.cond:
+            block = self._block
+            with block.cond:
                 self.syncthreads_blocked = True
-                self._block.blocked += 1
-                self._block.cond.notify()
+                block.blocked += 1
+                if block.blocked == block.live:  # the last one in wakes the runner
+                    block.cond.notify()
             self.syncthreads_event.wait()
             self.syncthreads_event.clear()
             if self.abort:
@@ -56,12 +64,14 @@ def _thread_class(base: type) -> type:
 
 
 class _Block:
-    """One block's bookkeeping: live threads, threads waiting at the barrier, the condition."""
+    """One block's bookkeeping: live threads, threads waiting at the barrier, the first thread that
+    raised, the condition (the runner is woken only when one of them decides something)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.live = 0
         self.blocked = 0
+        self.failed: Any = None
 
 
 def install(kernel_module: Any) -> None:
@@ -84,7 +94,7 @@ def install(kernel_module: Any) -> None:
             t.start()
         with block.cond:
             while True:
-                failed = next((t for t in threads if t.exception), None)
+                failed = block.failed
                 if failed is not None:
                     for t in threads:  # abort the others, as numba does (not joined: debugging)
                         t.abort = True
@@ -103,5 +113,6 @@ def install(kernel_module: Any) -> None:
         for t in threads:
             t.join()
 
+    manager.numba_run = manager.run  # numba's runner, kept for comparisons
     manager.run = run
     manager._convlab_waits = True

@@ -28,7 +28,8 @@
 # deterministic mode and clearing.
 #
 # **Size switch.** `CONVLAB_NOTEBOOK_SIZE=tiny` (the default without a GPU) tunes problems of a few
-# hundred outputs on Numba's CUDA simulator. The simulator has no device timer, so there the notebook
+# hundred outputs on Numba's CUDA simulator, within a budget of 3 s a shape (the first candidates the
+# model ranks; at least one is always timed). The simulator has no device timer, so there the notebook
 # hands `tune` a `timer` that measures the wall-clock time of one simulated run: the whole pipeline
 # (check, time, cache) runs for real, but the winners say nothing about GPU speed. `full` (the default on
 # a GPU) tunes ResNet-like layers with CUDA events.
@@ -56,6 +57,8 @@ os.environ["CONVLAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="convlab-notebook-cach
 autotune.set_key_policy("exact")
 autotune.set_deterministic(False)
 autotune.set_mode("tune")  # the default, "heuristic", times nothing
+if SIZE == "tiny":  # seconds of checking and timing a shape (the default, 20 s, suits a GPU)
+    autotune.set_budget(3)
 print(f"device: {runtime.device_name()}   size: {SIZE}   figures saved to: {FIG_DIR or '(not saved)'}")
 print("cache file:", autotune.cache_path())
 

@@ -32,7 +32,7 @@
 # **Size switch.** `CONVLAB_NOTEBOOK_SIZE=tiny` (the default without a GPU) runs convlab's kernels on
 # Numba's CUDA simulator (CPU tensors), seconds per training step, beside PyTorch's CPU convolutions
 # ("torch CPU": there is no cuDNN without a GPU). In the few steps the simulator allows, the network
-# learns what it can: one batch of four 8x8 images (width 2, one seed), trained on 6 times with a large
+# learns what it can: one batch of four 8x8 images (width 2, one seed), trained on 4 times with a large
 # learning rate, whose loss falls by about half, step for step alike on both sides, which shows
 # convlab's gradients train it. It cannot learn to generalise there: that takes hundreds of steps over
 # thousands of images, so the held-out accuracy at this size (four images) is chance. `full` (the default
@@ -57,8 +57,8 @@ SIZE = os.environ.get("CONVLAB_NOTEBOOK_SIZE", "tiny" if runtime.target().simula
 assert SIZE in ("tiny", "full"), f"CONVLAB_NOTEBOOK_SIZE must be 'tiny' or 'full', got {SIZE!r}"
 FIG_DIR = os.environ.get("CONVLAB_FIGURE_DIR") or (None if not runtime.HAS_DEVICE else "figures")
 DEVICE = default_device()
-# tiny: one batch of 4 images learnt in 6 steps (the training cell prints its first and last loss)
-CONFIG = TrainConfig.tiny(steps=6, width=2, n_train=4, lr=0.1) if SIZE == "tiny" else TrainConfig()
+# tiny: one batch of 4 images learnt in 4 steps (the training cell prints its first and last loss)
+CONFIG = TrainConfig.tiny(steps=4, width=2, n_train=4, lr=0.15) if SIZE == "tiny" else TrainConfig()
 SEEDS = [0] if SIZE == "tiny" else [0, 1, 2]
 print(f"device: {device_description(DEVICE)}   size: {SIZE}   figures saved to: {FIG_DIR or '(not saved)'}")
 print(f"torch {torch.__version__}, convlab {convlab.__version__}, float32 precision "

@@ -1,5 +1,6 @@
-"""A pytest plugin recording each test's CPU seconds (user + system of the test process) and wall
-seconds: on a loaded shared machine the CPU time is the figure that compares two runs.
+"""A pytest plugin recording each test's CPU seconds (user + system of the test process and of the child
+processes it waited for: a notebook's kernel, a compile script) and wall seconds: on a loaded shared
+machine the CPU time is the figure that compares two runs.
 
     CPU_OUT=cpu.json PYTHONPATH=tools python -m pytest tests/plugin -q -p pytest_cpu_times
 
@@ -22,7 +23,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     start = os.times()
     yield
     end = os.times()
-    cpu = end.user - start.user + end.system - start.system
+    cpu = sum(getattr(end, f) - getattr(start, f) for f in ("user", "system", "children_user", "children_system"))
     _ROWS[item.nodeid] = (round(cpu, 2), round(end.elapsed - start.elapsed, 2))
 
 

@@ -100,8 +100,8 @@ _load_lock = threading.Lock()
 
 def load_numba_cuda() -> Any:
     """``numba.cuda``, imported on the first call (after the state's decision, which it follows), with what
-    the state needs of it: compiling without a driver, the simulator's thread-safe shared arrays, no
-    low-occupancy warnings. Module attributes ``cuda`` and ``numba`` (:func:`__getattr__`) call it."""
+    the state needs of it: compiling without a driver, the simulator's thread-safe shared arrays and
+    its blocks' runner (convlab.runtime.sim_blocks), no low-occupancy warnings. Module attributes ``cuda`` and ``numba`` (:func:`__getattr__`) call it."""
     module = globals().get("cuda")
     if module is not None:
         return module
@@ -114,6 +114,11 @@ def load_numba_cuda() -> Any:
                 _compile_without_device()
             if SIMULATOR:
                 _lock_simulator_shared_arrays()
+                from numba.cuda.simulator import kernel as sim_kernel
+
+                from convlab.runtime import sim_blocks
+
+                sim_blocks.install(sim_kernel)  # blocks wait for their threads, no polling loop (sim_blocks.py)
             # Small test launches are expected; their "low occupancy" warnings are noise.
             numba_module.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
             globals().update(numba=numba_module, cuda=module)

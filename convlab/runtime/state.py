@@ -93,7 +93,7 @@ def _choose_mode() -> str:
 #: "gpu", "simulator" or "compile" (see the module docstring)
 MODE: str = _choose_mode()
 
-from convlab.runtime import targets  # noqa: E402
+from convlab.runtime import sim_blocks, targets  # noqa: E402
 
 _load_lock = threading.Lock()
 
@@ -115,8 +115,6 @@ def load_numba_cuda() -> Any:
             if SIMULATOR:
                 _lock_simulator_shared_arrays()
                 from numba.cuda.simulator import kernel as sim_kernel
-
-                from convlab.runtime import sim_blocks
 
                 sim_blocks.install(sim_kernel)  # blocks wait for their threads, no polling loop (sim_blocks.py)
             # Small test launches are expected; their "low occupancy" warnings are noise.

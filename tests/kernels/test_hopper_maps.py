@@ -109,3 +109,22 @@ def test_the_predicate_flips_exactly_at_each_corner_limit():
         assert "upper corner" in why(geo(limit, 1, 1))
         dil = limit // 2  # upper = 0 - dil * 2 at pad 0, kernel 3
         assert why(geo(0, dil, 3)) == "" and "upper corner" in why(geo(0, dil + 1, 3))
+
+
+def test_the_driver_encoders_take_the_maps_arguments():
+    """cuda.bindings converts no plain int to cuuint32_t / cuuint64_t: the encoders' arguments are the
+    driver's types, so a call gets past argument conversion (here, without a driver, to the library load)."""
+    import pytest
+
+    pytest.importorskip("cuda.bindings")
+    maps = (tensormap.TiledMap("float16", (40, 5, 3), (80, 400), (8, 3, 2), 0, 0),
+            tensormap.Im2colMap("float16", (16, 6, 6, 2), (32, 192, 1152), (-1, -1), (1, 1), 16, 32,
+                                (1, 1, 1, 1), 0, 0))
+    for m in maps:
+        encoder, args = tensormap.driver_args(m)
+        try:
+            encoder(*args)
+        except TypeError as exc:
+            raise AssertionError(f"{type(m).__name__}: {exc}") from None
+        except Exception:  # noqa: BLE001  (no driver on this machine: past the conversion)
+            pass

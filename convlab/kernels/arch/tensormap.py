@@ -239,19 +239,27 @@ def encode(m: TiledMap | Im2colMap, tensor: Any) -> np.ndarray:
     return _driver_encode(m)
 
 
-def _driver_encode(m: TiledMap | Im2colMap) -> np.ndarray:
+def driver_args(m: TiledMap | Im2colMap) -> tuple[Any, tuple]:
+    """(the cuda.bindings encoder, its arguments) for ``m``: every size as the driver's cuuint32_t /
+    cuuint64_t (cuda-bindings 13 converts no plain int to them)."""
     from cuda.bindings import driver as drv
 
-    dtype = drv.CUtensorMapDataType(DATA_TYPE[m.dtype])
+    u32 = lambda xs: [drv.cuuint32_t(int(x)) for x in xs]  # noqa: E731
+    u64 = lambda xs: [drv.cuuint64_t(int(x)) for x in xs]  # noqa: E731
+    head = (drv.CUtensorMapDataType(DATA_TYPE[m.dtype]), drv.cuuint32_t(len(m.dims)), m.address, u64(m.dims),
+            u64(m.strides))
     tail = (drv.CUtensorMapInterleave(0), drv.CUtensorMapSwizzle(SWIZZLE[m.swizzle]),
             drv.CUtensorMapL2promotion(2), drv.CUtensorMapFloatOOBfill(0))
     if isinstance(m, TiledMap):
-        err, tmap = drv.cuTensorMapEncodeTiled(dtype, len(m.dims), m.address, list(m.dims), list(m.strides),
-                                               list(m.box), [1] * len(m.dims), *tail)
-    else:
-        err, tmap = drv.cuTensorMapEncodeIm2col(dtype, len(m.dims), m.address, list(m.dims), list(m.strides),
-                                                list(m.lower), list(m.upper), m.channels, m.pixels,
-                                                list(m.traversal), *tail)
+        return drv.cuTensorMapEncodeTiled, (*head, u32(m.box), u32([1] * len(m.dims)), *tail)
+    return drv.cuTensorMapEncodeIm2col, (*head, [int(x) for x in m.lower], [int(x) for x in m.upper],
+                                         drv.cuuint32_t(m.channels), drv.cuuint32_t(m.pixels),
+                                         u32(m.traversal), *tail)
+
+
+def _driver_encode(m: TiledMap | Im2colMap) -> np.ndarray:
+    encoder, args = driver_args(m)
+    err, tmap = encoder(*args)
     if int(err) != 0:
         raise ValueError(f"the driver refused tensor map {m}: {err}")
     return np.array([int(w) for w in tmap.opaque], np.uint64)

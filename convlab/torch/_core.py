@@ -153,3 +153,16 @@ def transpose_grads(k: Kernels, needs: Sequence[bool], dy: torch.Tensor, x: torc
         xp = x if outs == sizes else F.pad(x, pads)
         dw = k.backward_weight(dy, xp, list(w_shape), stride, padding, dilation, groups, algorithm)
     return dx, dw, bias_grad(dy) if needs[2] else None
+
+
+DOUBLE_BACKWARD = ("convlab.torch: double backward (differentiating a gradient of a convlab convolution, "
+                   "create_graph=True) is not supported")
+
+
+def _once(grads: tuple, *used: torch.Tensor | None) -> tuple:
+    """``grads``, computed without a graph, marked to raise :data:`DOUBLE_BACKWARD` when differentiated,
+    if the backward runs with create_graph=True on tensors that require grad."""
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in used)):
+        return grads
+    fake = [None if g is None else g.detach().requires_grad_() for g in grads]
+    return torch._C._functions.DelayedError(DOUBLE_BACKWARD, len(fake))(*fake)

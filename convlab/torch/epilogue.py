@@ -141,8 +141,7 @@ class _EpilogueConv(torch.autograd.Function):
                 dt = du if scale is None else du * _channel_view(scale, du.dim()).to(du.dtype)
                 dscale = None
             dx, dw, db = _conv_grads(spec, needs, dt, x, w, ctx.shapes)
-        from .functional import _once
-        return (*_once((dx, dw, db, dscale, dshift, dres), dy, x, w), None)
+        return (*_core._once((dx, dw, db, dscale, dshift, dres), dy, x, w), None)
 
 
 def _recomputed_grads(spec: Spec, needs: tuple, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
@@ -192,7 +191,7 @@ def batched(epilogue: dict, unbatched: bool) -> dict:
     return {**epilogue, "residual": r.unsqueeze(0)} if unbatched and isinstance(r, torch.Tensor) else epilogue
 
 
-def run(kind: str, nd: int, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+def convolve(kind: str, nd: int, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         params: tuple, algorithm: str, epilogue: dict) -> torch.Tensor:
     """The convolution of ``kind`` with ``epilogue`` (the public keywords ``activation``, ``residual``,
     ``residual_at``, ``scale``, ``shift``) on a batched input: autograd's Function when a graph is

@@ -51,22 +51,10 @@ import torch.nn.functional as F
 
 from convlab.problem import as_tuple
 from . import _core, _library
+from ._core import DOUBLE_BACKWARD, _once  # noqa: F401  (DOUBLE_BACKWARD: re-exported)
 from . import epilogue as _epilogue
 
 Pair = tuple[int, ...]
-
-
-DOUBLE_BACKWARD = ("convlab.torch: double backward (differentiating a gradient of a convlab convolution, "
-                   "create_graph=True) is not supported")
-
-
-def _once(grads: tuple, *used: torch.Tensor | None) -> tuple:
-    """``grads``, computed without a graph, marked to raise :data:`DOUBLE_BACKWARD` when differentiated,
-    if the backward runs with create_graph=True on tensors that require grad."""
-    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in used)):
-        return grads
-    fake = [None if g is None else g.detach().requires_grad_() for g in grads]
-    return torch._C._functions.DelayedError(DOUBLE_BACKWARD, len(fake))(*fake)
 
 
 class _Conv2d(torch.autograd.Function):
@@ -192,7 +180,7 @@ def _conv(nd: int, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     else:
         pd = _tuple(padding, "padding", 0, nd)
     if epilogue is not None:
-        y = _epilogue.run("conv", nd, input, weight, bias, (st, pd, dl, groups), algorithm,
+        y = _epilogue.convolve("conv", nd, input, weight, bias, (st, pd, dl, groups), algorithm,
                           _epilogue.batched(epilogue, unbatched))
     elif torch.compiler.is_compiling():
         y = _library.OPS[nd].conv(input, weight, bias, st, pd, dl, groups, algorithm)
@@ -219,7 +207,7 @@ def _conv_transpose(nd: int, input: torch.Tensor, weight: torch.Tensor, bias: to
     st, pd = _tuple(stride, "stride", 1, nd), _tuple(padding, "padding", 0, nd)
     op, dl = _tuple(output_padding, "output_padding", 0, nd), _tuple(dilation, "dilation", 1, nd)
     if epilogue is not None:
-        y = _epilogue.run("transpose", nd, input, weight, bias, (st, pd, op, groups, dl), algorithm,
+        y = _epilogue.convolve("transpose", nd, input, weight, bias, (st, pd, op, groups, dl), algorithm,
                           _epilogue.batched(epilogue, unbatched))
     elif torch.compiler.is_compiling():
         y = _library.OPS[nd].conv_transpose(input, weight, bias, st, pd, op, groups, dl, algorithm)

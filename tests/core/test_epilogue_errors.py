@@ -18,7 +18,7 @@ def launches(monkeypatch):
     direct = type(registry.get("direct"))
     for name in ("run", "run_fused"):
         monkeypatch.setattr(direct, name, lambda *args, _n=name, **kw: seen.append(_n))
-    monkeypatch.setattr("convlab.ops.epilogue.run_pass", lambda *args, **kw: seen.append("pass"))
+    monkeypatch.setattr("convlab.kernels.epilogue.run_pass", lambda *args, **kw: seen.append("pass"))
     return seen
 
 

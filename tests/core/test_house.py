@@ -80,10 +80,6 @@ LAZY_PACKAGES = {
 LAZY_IMPORTS = {
     ("convlab.torch.fuse_block", "convlab.blocks"): "a block's kernels load numba.cuda: imported when one runs",
     ("convlab.torch.fuse_graph", "convlab.torch.fuse_block"): "convert(fuse=True, blocks=True) only",
-    ("convlab.torch.modules", "convlab.torch.fuse_block"): "convert(fuse=True, blocks=True) only (an import cycle)",
-    ("convlab.torch.epilogue", "convlab.torch.functional"): "an import cycle (functional imports epilogue)",
-    ("convlab.torch.modules", "convlab.torch.fuse"): "convert(fuse=True) and revert only (fuse imports modules)",
-    ("convlab.torch.modules", "convlab.torch.fuse_graph"): "convert(fuse=True) only (fuse_graph imports modules)",
     ("convlab.algorithms.widen", "convlab.problem"): "sample_problems, for the conformance suite only",
     ("convlab.algorithms.widen", "convlab.runtime.settings"): "the float32 candidates, planned per problem",
     ("convlab.call.operands", "convlab.runtime.scratch"): "outputs of device operands only",

@@ -31,7 +31,7 @@ FLOORS = [("convlab._version", "convlab.runtime", "convlab.dtypes", "convlab.pro
           ("convlab.plugin",),
           ("convlab.algorithms", "convlab.call", "convlab.measure"),
           ("convlab.autotune",),
-          ("convlab.ops",),
+          ("convlab.ops", "convlab.blocks"),
           ("convlab.bench", "convlab.compile", "convlab.sweep", "convlab.testing", "convlab.torch"),
           ("convlab.modelfit",),
           ("convlab.examples", "convlab.cli"),
@@ -103,6 +103,12 @@ def test_no_plugin_imports_another_or_above_the_contract():
     assert not found, "\n".join(found)
 
 
+def _lazy_reexport(node: ast.AST) -> bool:
+    """A module ``__getattr__`` (PEP 562) that re-exports names on first read, as convlab.runtime does for
+    numba.cuda: a re-export, not logic."""
+    return isinstance(node, ast.FunctionDef) and node.name == "__getattr__" and len(node.body) <= 4
+
+
 def test_init_files_hold_no_logic():
     long = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()
             if path.name == "__init__.py" and len(path.read_text().splitlines()) > 40 and name != "convlab"}
@@ -112,7 +118,8 @@ def test_init_files_hold_no_logic():
             continue
         tree = ast.parse(path.read_text())
         logic = [type(node).__name__ for node in tree.body
-                 if not isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr, ast.Assign, ast.If, ast.Try))]
+                 if not isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr, ast.Assign, ast.If, ast.Try))
+                 and not _lazy_reexport(node)]
         assert not logic, f"{name} defines {logic}: keep __init__.py to docstrings and re-exports"
 
 

@@ -166,7 +166,7 @@ def test_ptx_keeps_registers_and_32_bit_indices(op, r, stride):
     configs = PLUGIN.configs(problem)
     assert configs[0]["PL"] > 1
     for config in (configs[0], next(c for c in configs if c["PL"] == 1)):
-        kernel = dw._launch(problem, config, 1 << 30).launch.dispatcher
+        kernel = dw._launch(problem, config, 1 << 30, runtime.target()).launch.dispatcher
         host = measure.random_operands(problem, np.random.default_rng(1))
         a, b, _ = measure.to_device(*host)
         out = runtime.empty(problem.operand_shapes[2], problem.dtype)

@@ -94,6 +94,8 @@ def test_device_operands_give_a_device_result():
     assert _err(runtime.to_host(y), ref) < 1e-5
 
 
+@pytest.mark.skipif(not runtime.SIMULATOR, reason="the simulator's rule: a GPU times both paths "
+                    "(test_auto_on_a_gpu_times_both_and_keeps_the_faster)")
 def test_auto_rule_and_explanation(monkeypatch):
     x, wd, wp, *_ = _case(n=1, c=2, k=3)
     text = blocks.explain_depthwise_pointwise(x, wd, wp, padding=1)

@@ -19,7 +19,7 @@ NAMES = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 EXPECTED = {
     "01_algorithms_tour": (["relative error", "GEMM view (M, N, K)", "direct"], "01_time_by_plugin.png"),
     "02_autotuner": (["source: cache", "both under key", "after clearing"], "02_winner_map.png"),
-    "03_add_a_plugin": (["all 6 checks passed", "notebook_winograd_forgets_bias failed",
+    "03_add_a_plugin": (["all 7 checks passed", "notebook_winograd_forgets_bias failed",
                          "needs stride 1, got (2, 2)"], "03_winograd_vs_others.png"),
     "04_training_with_convlab": (["same parameters after convert: True", "ConvTranspose2d", "step time convlab / ",
                                   "'s seed range", "training loss "], "04_training_loss.png"),

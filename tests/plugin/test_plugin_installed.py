@@ -140,7 +140,7 @@ def test_installed_plugin_is_checked_and_benchmarked_by_the_cli(installed, tmp_p
     check = subprocess.run(cli + ["check", "example_pointwise", "--max-examples", "3"], env=installed,
                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "example_pointwise: 6/6 conformance checks passed" in check.stdout
+    assert "example_pointwise: 7/7 conformance checks passed" in check.stdout
     bench = subprocess.run(cli + ["bench", "--x", "1,4,3,3", "--w", "4,4,1,1", "--bias", "--ops", "forward",
                                   "--plugins", "example_pointwise,direct", "--all-configs", "--no-torch",
                                   "--quiet", "--out", str(tmp_path / "results"), "--name", "pointwise"],

@@ -124,6 +124,7 @@ def test_bench_batch_option_runs_the_suite_at_that_batch(tmp_path, capsys):
     assert code != 0 and "--batch" in out + _
 
 
+@pytest.mark.skipif(not runtime.SIMULATOR, reason="the simulator's refusal: a GPU runs large suites")
 def test_simulator_refuses_large_suites(capsys, monkeypatch):
     monkeypatch.setattr(runtime, "SIMULATOR", True)  # on a GPU too: the check runs before anything else
     code, _, err = run_cli(capsys, "bench", "--suite", "burn_b4", "--quiet")

@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("convlab.torch needs PyTorch: pip install 'convlab[torch]'") from exc
 
 from .functional import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
-from .convert import convert, revert
+from .surgery import convert, revert
 from .modules import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .fuse import fusions
 from .tuning import LayerPick, TuneSummary, report, tune

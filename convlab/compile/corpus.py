@@ -197,8 +197,8 @@ def cover(found: Iterable[Case]) -> list[Case]:
 def picks(found: Iterable[Case], target: Target, workspace_limit: int | None = None) -> list[Case]:
     """The cases of ``found`` that run their problem's pick in the default tuning mode on ``target``, in
     uniform layouts (see the module docstring)."""
+    from convlab.autotune import mode_steps
     from convlab.autotune.cache_entries import eligible
-    from convlab.autotune.ranking import rank
     from convlab.runtime.settings import float32_precision, get_workspace_limit
     from convlab.runtime.targets import using
 
@@ -206,14 +206,14 @@ def picks(found: Iterable[Case], target: Target, workspace_limit: int | None = N
     chosen: dict[tuple, tuple[str, str] | None] = {}
     out = []
     for case in found:
-        if len(set(case.layouts)) != 1:
+        if case.epilogue is not None or len(set(case.layouts)) != 1:  # an unfused first call's kernels only
             continue
         key = (case.problem.key(), case.precision)
         if key not in chosen:
             with using(target), float32_precision(case.precision):
                 cands = eligible(case.problem, limit)
-                first = rank(case.problem, cands, limit, target).order[0] if cands else None
-            chosen[key] = None if first is None else (first.plugin.name, first.config.name)
+                pick = mode_steps.heuristic(case.problem, "", cands, limit, 0.0)[0].winner if cands else None
+            chosen[key] = None if pick is None else (pick.plugin.name, pick.config.name)
         if chosen[key] == (case.plugin, case.config.name):
             out.append(case)
     return out

@@ -40,4 +40,5 @@ def test_picks_keep_each_problems_ranked_first_candidate_in_uniform_layouts():
     assert {r["id"] for r in rows} <= set(got["found"])
     assert all(r["pick"] == r["first"] for r in rows)
     assert all(len(set(r["layouts"])) == 1 for r in rows)
+    assert any("_epi-" in i for i in got["found"]) and not any("_epi-" in r["id"] for r in rows)
     assert len({r["problem"] for r in rows}) == got["problems"]  # every problem and precision has its pick

@@ -22,6 +22,14 @@ def _reference(t, activation, slope, residual, at, scale, shift):
     return y + residual if at == "after" else y
 
 
+def _assert_outputs_and_gradients(y: torch.Tensor, want: torch.Tensor, leaves: tuple) -> None:
+    """y equals torch's ``want``, and so do the gradients of both with respect to ``leaves`` for a random dy."""
+    torch.testing.assert_close(y, want)
+    dy = torch.randn_like(y)
+    for got, ref in zip(torch.autograd.grad(y, leaves, dy), torch.autograd.grad(want, leaves, dy)):
+        torch.testing.assert_close(got, ref)
+
+
 @pytest.mark.parametrize("at", ["before", "after"])
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_conv2d_epilogue_gradients_match_torch(activation, at):
@@ -33,11 +41,7 @@ def test_conv2d_epilogue_gradients_match_torch(activation, at):
     y = ct.conv2d(x, w, b, padding=1, activation=act, residual=residual, residual_at=at, scale=scale,
                   shift=shift)
     want = _reference(F.conv2d(x, w, b, padding=1), activation, slope, residual, at, scale, shift)
-    torch.testing.assert_close(y, want)
-    dy = torch.randn_like(y)
-    leaves = (x, w, b, scale, shift, residual)
-    for got, ref in zip(torch.autograd.grad(y, leaves, dy), torch.autograd.grad(want, leaves, dy)):
-        torch.testing.assert_close(got, ref)
+    _assert_outputs_and_gradients(y, want, (x, w, b, scale, shift, residual))
 
 
 @pytest.mark.parametrize("activation", ["relu", "relu6", "sigmoid", ("leaky_relu", 0.1), "identity"])
@@ -51,11 +55,7 @@ def test_derivative_from_the_output_without_scale_gradient(activation):
     assert not _recomputes(Spec("conv", (), "auto", name, slope, "before"), True, False)
     y = ct.conv1d(x, w, None, activation=activation, residual=residual, scale=scale, shift=shift)
     want = _reference(F.conv1d(x, w), name, slope, residual, "before", scale, shift)
-    torch.testing.assert_close(y, want)
-    dy = torch.randn_like(y)
-    for got, ref in zip(torch.autograd.grad(y, (x, w, shift, residual), dy),
-                        torch.autograd.grad(want, (x, w, shift, residual), dy)):
-        torch.testing.assert_close(got, ref)
+    _assert_outputs_and_gradients(y, want, (x, w, shift, residual))
 
 
 def test_conv_transpose_epilogue_gradients_match_torch():
@@ -64,11 +64,7 @@ def test_conv_transpose_epilogue_gradients_match_torch():
     y = ct.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1, activation="silu",
                             residual=residual, residual_at="after")
     want = F.silu(F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1)) + residual
-    torch.testing.assert_close(y, want)
-    dy = torch.randn_like(y)
-    for got, ref in zip(torch.autograd.grad(y, (x, w, b, residual), dy),
-                        torch.autograd.grad(want, (x, w, b, residual), dy)):
-        torch.testing.assert_close(got, ref)
+    _assert_outputs_and_gradients(y, want, (x, w, b, residual))
 
 
 def test_no_grad_and_unbatched_calls():

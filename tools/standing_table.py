@@ -29,7 +29,16 @@ PAGES = (ROOT / "README.md", ROOT / "docs" / "results.md")
 FIGURE = ROOT / "docs" / "img" / "standing.png"
 START = "<!-- standing-table:start (tools/standing_table.py --write) -->"
 END = "<!-- standing-table:end -->"
-DEFAULT_MODE = "tune"
+#: the tuning modes a table may show, in order of preference: the default mode (what a user's first call
+#: runs) before "tune"; a table shows the first that its run measured
+MODES = ("heuristic", "tune")
+DEFAULT_MODE = MODES[0]
+
+
+def mode_of(rows: list[dict]) -> str:
+    """The first of MODES that some row measured (DEFAULT_MODE when none did)."""
+    seen = {m for r in rows for m in r.get("auto", {})}
+    return next((m for m in MODES if m in seen), DEFAULT_MODE)
 
 
 def latest_run(root: Path = ROOT) -> Path:
@@ -75,14 +84,15 @@ def table(root: Path = ROOT) -> str:
     v = meta["versions"]
     suites = sorted({r.get("suite", "?") for r in rows})
     layers = len({(r.get("suite"), r["label"]) for r in rows})
+    mode = mode_of(rows)
     lines = [f"{meta['device']}, torch {v.get('torch')}, cuDNN {v.get('cudnn')}, convlab {v.get('convlab')}; "
              f"suites {', '.join(suites)} ({layers} layers measured); source "
              f"`{folder.relative_to(root)}`. Ratio: cuDNN's faster layout / "
-             f"convlab's `auto` (mode `{DEFAULT_MODE}`, the public op on torch tensors), geometric mean over the "
+             f"convlab's `auto` (mode `{mode}`, the public op on torch tensors), geometric mean over the "
              "layers; > 1: convlab faster.", "",
              "| dtype | op | layout | ratio | layers | lowest layer | rows ok / declined / failed |",
              "| --- | --- | --- | ---: | ---: | --- | --- |"]
-    for (dtype, op, layout), g in sorted(groups(rows).items()):
+    for (dtype, op, layout), g in sorted(groups(rows, mode).items()):
         st = g["status"]
         low = f"{g['lowest'][0]:.2f} ({g['lowest'][1]})" if g["lowest"] else "-"
         ratio = f"{g['geomean']:.2f}" if g["geomean"] else "-"
@@ -104,7 +114,8 @@ def figure(path: Path = FIGURE, root: Path = ROOT) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    g = groups(rows_of(latest_run(root))[0])
+    rows = rows_of(latest_run(root))[0]
+    g = groups(rows, mode_of(rows))
     keys = sorted({(d, o) for d, o, _ in g})
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for i, layout in enumerate(("nchw", "channels_last")):

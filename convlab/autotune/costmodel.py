@@ -103,6 +103,11 @@ class Model:
                 return self.groups[key]
         return default_group(arith, kind)
 
+    def measured(self, family: str, arith: str, op: str) -> bool:
+        """Whether the fitted file holds a group for (family, arith, op) (the lookup :meth:`group` makes);
+        False for every group of the physics defaults."""
+        return any(k in self.groups for k in (f"{family}|{arith}|{op}", f"{family}|{arith}|*", f"{family}|*|*"))
+
     def estimate_ms(self, f: Features, op: str, target: Target) -> float:
         """Estimated milliseconds of one call (module docstring); inf on a target without ceilings."""
         return self.parts_ms(f, op, target)["total"]

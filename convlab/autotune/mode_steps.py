@@ -49,7 +49,9 @@ def heuristic(problem: Problem, key: str, cands: list[Candidate], limit: int, st
     rows = [CandidateResult(c.plugin.name, c.config.name, error="not timed: mode 'heuristic'")
             for c in cands]
     pick = ranking.order[0]
-    why = (f"heuristic pick: lowest estimate of the {ranking.how}" if ranking.by_model else
+    why = (f"heuristic pick: first of the {ranking.how}" + (f", groups without measured times ranked last: "
+                                                          f"{', '.join(ranking.unmeasured)}" if ranking.unmeasured
+                                                          else "") if ranking.by_model else
            f"heuristic pick without a cost model: {ranking.how}")
     result = TuneResult(problem, key, rows, pick, "heuristic", time.perf_counter() - start,
                         why + " (nothing was compiled or timed)", mode="heuristic",

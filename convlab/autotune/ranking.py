@@ -3,11 +3,20 @@
     rank(problem, candidates, workspace_limit, target)
         model = costmodel.model_for(target)
         model found:   candidates sorted by estimated ms (ties: registry order), estimates kept
-                       (features on ``target``, estimates on its ceilings: costmodel.ceilings_for)
+                       (features on ``target``, estimates on its ceilings: costmodel.ceilings_for);
+                       measured first: when some candidate's group (family, arith, op) is in the fitted
+                       file, the candidates of groups it never measured rank after them, whatever their
+                       estimate (``Ranking.unmeasured`` names those groups)
         none (the simulator, a corrupt or stale file): registry order, i.e. declared priority
     top_per_plugin(ranking, k): each plugin's k best, in the ranking's order (best first overall)
 
 Nothing here compiles or runs a kernel: features come from the plugins' planning methods.
+
+Measured first: a group's constants come from timed kernels; a group without any gets the physics defaults
+(costmodel.DEFAULT_EFFICIENCY), which assume a kernel as good as its kind. On an H100 at cf6fe41
+(results/auto_bench/h100/cf6fe41) the defaults made the heuristic pick tma_wgmma for float16 wgrad (3-4.6 ms
+against cuDNN's 0.05-0.09 ms: 0.02 of cuDNN) and fused winograd for a float16 depthwise layer (4.1 ms against
+0.06 ms), over fitted tensor_core and widen candidates. Mode "tune" still times each plugin's best.
 """
 from __future__ import annotations
 
@@ -30,15 +39,20 @@ class Ranking:
     estimates: dict[str, float] = field(default_factory=dict)
     how: str = ""  # "cost model (<source>)" or "declared priority (<why>)"
     model: str = "priority"  # what made the order: the model's identity, or "priority"
+    unmeasured: list[str] = field(default_factory=list)  # groups ranked after the measured ones
 
     @property
     def by_model(self) -> bool:
         return bool(self.estimates)
 
 
+#: the ranking rule's name, part of a model's identity, so a cache entry made under another rule is stale
+RULE = "measured-first"
+
+
 def model_identity(model: costmodel.Model) -> str:
     """A short text that changes when the model's constants do: its class and a hash of them."""
-    return f"{model.target_class}:{model.digest()}"
+    return f"{model.target_class}:{model.digest()}:{RULE}"
 
 
 def _no_model_reason(target: Target) -> str:
@@ -57,20 +71,25 @@ def rank(problem: Problem, cands: list[Candidate], workspace_limit: int,
     ceilings = costmodel.ceilings_for(target)
     if model is None or ceilings is None or not cands:
         return Ranking(list(cands), {}, f"declared priority ({_no_model_reason(target)})")
-    estimates = {}
+    estimates, group = {}, {}
     for cand in cands:
         try:
             f = features(cand.plugin, problem, cand.config, target, workspace_limit)
             est = model.estimate_ms(f, problem.op, ceilings)
+            if not model.measured(f.family, f.arith, problem.op):
+                group[cand.label] = f"{f.family}|{f.arith}|{problem.op}"
         except Exception:  # a plugin's planning method raising: rank it last, never fail tuning
             est = math.inf
         estimates[cand.label] = est if math.isfinite(est) else math.inf
-    position = {c.label: i for i, c in enumerate(cands)}
-    order = sorted(cands, key=lambda c: (estimates[c.label], position[c.label]))
     finite = {k: v for k, v in estimates.items() if math.isfinite(v)}
     if not finite:
         return Ranking(list(cands), {}, "declared priority (no candidate could be estimated)")
-    return Ranking(order, finite, f"cost model ({model.source})", model_identity(model))
+    if all(label in group for label in finite):  # nothing measured: the estimates alone
+        group = {}
+    position = {c.label: i for i, c in enumerate(cands)}
+    order = sorted(cands, key=lambda c: (c.label in group, estimates[c.label], position[c.label]))
+    return Ranking(order, finite, f"cost model ({model.source})", model_identity(model),
+                   sorted({group[c.label] for c in cands if c.label in group and c.label in finite}))
 
 
 def top_per_plugin(ranking: Ranking, k: int) -> list[Candidate]:

@@ -165,10 +165,13 @@ def explain_problem(prob: Problem, *, algorithm: Any = "auto", workspace_limit: 
             if algorithm == "auto" and ranked.by_model:  # what mode "heuristic" would run there
                 if get_tune_mode() == "heuristic":
                     cand, source, picked_by = ranked.order[0], "heuristic", "model"
-                    notes.append(f"the pick is the lowest estimate of the {ranked.how}")
+                    notes.append(f"the pick is the first of the {ranked.how}")
                 else:
-                    notes.append(f"mode 'heuristic' would pick {ranked.order[0].label} (the lowest "
-                                 f"estimate of the {ranked.how})")
+                    notes.append(f"mode 'heuristic' would pick {ranked.order[0].label} (the first of the "
+                                 f"{ranked.how})")
+            if ranked.unmeasured:
+                notes.append("ranked after the measured groups, whatever their estimate (the fitted file "
+                             f"holds no times of them): {', '.join(ranked.unmeasured)}")
         elif isinstance(algorithm, str) and algorithm == "auto":
             tuning = autotune.tune(prob, workspace_limit=workspace_limit)
             estimates = dict(tuning.estimates)

@@ -158,3 +158,41 @@ def test_builtin_plugins_count_launches_and_bytes(real):
     deep = make_problem("forward", 1, 512, 7, 7, 512, 3, 3, padding=1, dtype="float16")  # few tiles: split-K
     sync = next(c for c in registry.safe_configs(registry.get("tensor_core"), deep, SM90) if "MMA" not in c)
     assert f("tensor_core", deep, sync).launches == 4 and f("tensor_core", deep, sync).family == "tensor_core"
+
+
+@pytest.mark.parametrize("problem, unmeasured", [
+    # results/auto_bench/h100/cf6fe41: tma_wgmma's wgrad ran 3-4.6 ms here against cuDNN's 0.05-0.09 ms, fused
+    # winograd 4.1 ms on this depthwise layer against 0.06 ms; both had the lowest estimate
+    (make_problem("wgrad", 32, 64, 56, 56, 64, 3, 3, padding=1, dtype="float16"), "tma_wgmma|f16|wgrad"),
+    (make_problem("forward", 32, 32, 112, 112, 32, 3, 3, padding=1, groups=32, dtype="float16"),
+     "winograd|f16|forward"),
+])
+def test_groups_the_fitted_file_never_measured_rank_after_measured_ones(real, problem, unmeasured):
+    import importlib
+
+    module = importlib.import_module(f"convlab.algorithms.{unmeasured.split('|')[0]}")
+    plugin = next(v for v in vars(module).values() if isinstance(v, type) and issubclass(v, Algorithm)
+                  and v.name == unmeasured.split("|")[0])
+    convlab.register(plugin, replace=True)  # the folder's registry: the fixture's built-ins and this one
+    r = _ranked(problem)
+    model = costmodel.model_for(SM90)
+    assert unmeasured in r.unmeasured and not model.measured(*unmeasured.split("|"))
+    family = unmeasured.split("|")[0]
+    demoted = [c for c in r.order if c.plugin.name == family]
+    measured = [c for c in r.order if model.measured(feat.features(c.plugin, problem, c.config, SM90, LIMIT).family,
+                                                    feat.features(c.plugin, problem, c.config, SM90, LIMIT).arith,
+                                                    problem.op)]
+    assert demoted and measured
+    assert min(r.estimates[c.label] for c in demoted) < min(r.estimates[c.label] for c in measured)
+    first_unmeasured = min(r.order.index(c) for c in demoted)
+    assert all(r.order.index(c) < first_unmeasured for c in measured)  # the estimates alone would invert this
+    assert r.order[0].plugin.name in ("tensor_core", "widen") and r.model.endswith(":measured-first")
+
+
+def test_without_any_measured_group_the_estimates_alone_rank(real, tmp_path, monkeypatch):
+    problem = make_problem("wgrad", 32, 64, 56, 56, 64, 3, 3, padding=1, dtype="float16")
+    monkeypatch.setattr(costmodel, "MODEL_DIR", tmp_path)  # no file: the physics defaults measure nothing
+    r = _ranked(problem)
+    assert r.by_model and r.unmeasured == []
+    est = [r.estimates[c.label] for c in r.order]
+    assert est == sorted(est)

@@ -42,7 +42,6 @@ from typing import Any, Callable
 
 from convlab import runtime
 
-ROOT = Path(__file__).resolve().parent.parent
 #: relative norm error allowed against torch eager's output: two implementations' roundings and
 #: accumulation orders over a stack (float32: fp32 FMA both, cuDNN's TF32 off; half: fp32 accumulators)
 TOL = {"float32": 2e-4, "float16": 1e-2, "bfloat16": 6e-2}
@@ -61,14 +60,13 @@ def _model(torch: Any, blocks: list) -> Any:
     """The stack as an nn.Sequential of fx-traceable blocks."""
     nn = torch.nn
 
-    def cbr(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act: Any = None) -> list:
-        return [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)] + \
-            ([act()] if act else [])
+    def cbr(cin: int, cout: int, k: int, act: Any, stride: int = 1, groups: int = 1) -> list:  # Conv-BN-act
+        return [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout), act()]
 
     class Bottleneck(nn.Module):
         def __init__(self, c: int, mid: int) -> None:
             super().__init__()
-            self.a = nn.Sequential(*cbr(c, mid, 1, act=nn.ReLU), *cbr(mid, mid, 3, act=nn.ReLU))
+            self.a = nn.Sequential(*cbr(c, mid, 1, nn.ReLU), *cbr(mid, mid, 3, nn.ReLU))
             self.conv3, self.bn3, self.relu = nn.Conv2d(mid, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU()
 
         def forward(self, x: Any) -> Any:  # (N, c, H, W) -> (N, c, H, W)
@@ -78,8 +76,8 @@ def _model(torch: Any, blocks: list) -> Any:
         def __init__(self, cin: int, cout: int, stride: int, t: int) -> None:
             super().__init__()
             hid, self.res = cin * t, stride == 1 and cin == cout
-            self.expand = nn.Sequential(*cbr(cin, hid, 1, act=nn.ReLU6))
-            self.dw = nn.Sequential(*cbr(hid, hid, 3, stride, hid, act=nn.ReLU6))
+            self.expand = nn.Sequential(*cbr(cin, hid, 1, nn.ReLU6))
+            self.dw = nn.Sequential(*cbr(hid, hid, 3, nn.ReLU6, stride, hid))
             self.project, self.bn = nn.Conv2d(hid, cout, 1, bias=False), nn.BatchNorm2d(cout)
 
         def forward(self, x: Any) -> Any:  # (N, cin, H, W) -> (N, cout, H / stride, W / stride)
@@ -251,14 +249,14 @@ def _names(allowed: Any) -> Callable[[str], list[str]]:
 
 
 def _commit() -> str:
-    got = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    got = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True)
     return os.environ.get("CONVLAB_COMMIT", got.stdout.strip() or "unknown")[:7]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder: writes fused.json, fused.md and, when done, complete")
-    ap.add_argument("--repeat", type=int, default=20, help="timed rounds (each variant once per round)")
+    ap.add_argument("--repeat", type=int, default=30, help="timed rounds (each variant once per round)")
     ap.add_argument("--warmup", type=int, default=3, help="calls of each variant after its first, untimed")
     ap.add_argument("--dtypes", default="float16,float32", type=_names(TOL), help="comma-separated dtypes")
     ap.add_argument("--layouts", default="channels_last,nchw", type=_names(("channels_last", "nchw")))
@@ -318,7 +316,11 @@ def main(argv: list[str] | None = None) -> int:
         if time.time() > t_end:
             data["skipped"].append(list(key))
             continue
-        rows = case_rows(torch, stack, dtype, layout, mode, args)
+        try:
+            rows = case_rows(torch, stack, dtype, layout, mode, args)
+        except Exception as exc:  # noqa: BLE001  (a failure while timing: the case's row says so, the run goes on)
+            rows = [dict(zip(("stack", "dtype", "layout", "mode"), key), variant="*", passed=False,
+                         error=f"{type(exc).__name__}: {exc}"[:2000], traceback=traceback.format_exc()[-3000:])]
         data["rows"] += rows
         print(" ".join(key), {r["variant"]: r.get("median_ms", r.get("error", "FAIL")[:80]) for r in rows}, flush=True)
         save()

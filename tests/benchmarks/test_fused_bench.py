@@ -1,6 +1,7 @@
 """benchmarks/fused_bench.py: refuses the simulator without --smoke; --smoke runs every variant of a
 MobileNetV2 stack (forward and train) and a ResNet-50 one (forward, through --resume), each row checked
-against torch eager, and --budget leaves later cases out without marking the run complete."""
+against torch eager, --budget leaves later cases out without marking the run complete, and a case that
+fails while timed keeps a row with the error."""
 from __future__ import annotations
 
 import json
@@ -60,3 +61,14 @@ def test_budget_starts_no_case_past_it(tmp_path):
     assert fused_bench.main([*SMOKE, "--budget", "0", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "fused.json").read_text())
     assert data["rows"] == [] and len(data["skipped"]) == 4 and not (tmp_path / "complete").exists()
+
+
+def test_a_case_failing_while_timed_keeps_its_error_row(tmp_path, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("timing failed")
+    monkeypatch.setattr(fused_bench, "_interleaved", broken)
+    argv = [*SMOKE, "--models", "resnet50*", "--modes", "forward", "--variants", "torch", "--out", str(tmp_path)]
+    assert fused_bench.main(argv) == 0
+    (row,) = json.loads((tmp_path / "fused.json").read_text())["rows"]
+    assert row["variant"] == "*" and not row["passed"] and row["error"] == "RuntimeError: timing failed"
+    assert "| error |" in (tmp_path / "fused.md").read_text()

@@ -93,13 +93,6 @@ def _model(torch: Any, blocks: list) -> Any:
     return model
 
 
-def _compiled(torch: Any, model: Any, backend: str) -> Any:
-    """torch.compile of ``model`` with dynamo's caches emptied first (every case's blocks share their
-    forward's code object: past its recompile limit dynamo would run them eagerly)."""
-    torch._dynamo.reset()
-    return torch.compile(model, backend=backend)
-
-
 def case_rows(torch: Any, stack: tuple, dtype: str, layout: str, mode: str, args: Any) -> list[dict]:
     """Every variant of one case, checked and timed interleaved (module docstring)."""
     import convlab.torch as ct
@@ -114,8 +107,9 @@ def case_rows(torch: Any, stack: tuple, dtype: str, layout: str, mode: str, args
     with torch.no_grad():
         gy = torch.randn(base(x).shape, device=device, dtype=dt, generator=g).to(memory_format=fmt)
     x.requires_grad_(train)
+    torch._dynamo.reset()  # every case's blocks share a forward code object: past its recompile limit dynamo runs eager
     builds: dict[str, Callable[[], Any]] = {
-        "torch": lambda: base, "torch.compile": lambda: _compiled(torch, base, args.compile_backend),
+        "torch": lambda: base, "torch.compile": lambda: torch.compile(base, backend=args.compile_backend),
         "convlab": lambda: ct.convert(copy.deepcopy(base)),
         "convlab_fused": lambda: ct.convert(copy.deepcopy(base), fuse=True)}
     if name.startswith("mobilenetv2") and not train:
@@ -249,8 +243,12 @@ def _names(allowed: Any) -> Callable[[str], list[str]]:
 
 
 def _commit() -> str:
-    got = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True)
-    return os.environ.get("CONVLAB_COMMIT", got.stdout.strip() or "unknown")[:7]
+    try:
+        got = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True,
+                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except OSError:  # no git: CONVLAB_COMMIT names the commit, as for tools/gpu_check.py
+        got = ""
+    return os.environ.get("CONVLAB_COMMIT", got or "unknown")[:7]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,10 +20,11 @@ convlab's variants run ``algorithm="auto"`` in the tuner's default mode; each fi
 compiled, picks made) is timed apart (``first_call_s``). Each variant's first and last timed outputs
 (train: also the input gradient) are checked against torch eager's by relative norm error under
 ``TOL[dtype]``; a failed check reports no time. Variants are timed round-robin (order reversed every
-other round) with CUDA events, ``--repeat`` rounds after ``--warmup`` calls; rows give median ms and
-speedups over torch eager and over convlab unfused (> 1: faster). ``targets``: issue 43's, a fused
-MobileNetV2 forward >= 1.3x torch eager and no fused row slower than unfused. Writes ``OUT/fused.json``
-and ``OUT/fused.md`` after every case, ``OUT/complete`` once all ran; no case starts past ``--budget``.
+other round) with CUDA events, each call started on an idle GPU (host time it cannot hide counts),
+``--repeat`` rounds after ``--warmup`` calls; rows give median ms and speedups over torch eager and over
+convlab unfused (> 1: faster). ``targets``: issue 43's, a fused MobileNetV2 forward >= 1.3x torch eager
+and no fused row slower than unfused. Writes ``OUT/fused.json`` and ``OUT/fused.md`` after every case,
+``OUT/complete`` once all ran; no case starts past ``--budget``.
 """
 from __future__ import annotations
 
@@ -178,7 +179,7 @@ def _check(torch: Any, row: dict, out: tuple, want: tuple, dtype: str, prefix: s
 
 def _interleaved(torch: Any, fns: dict, repeat: int, device: str, sync: Callable[[], None]) -> tuple[dict, dict]:
     """ms per call of every variant (CUDA events; the CPU's clock on the simulator), one call each per
-    round, the order reversed every other round; and each variant's last outputs."""
+    round, each started on an idle GPU, the order reversed every other round; and the last outputs."""
     cuda = device == "cuda"
     stamp = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else (lambda: [0.0])
     record = (lambda e: e.record()) if cuda else (lambda e: e.__setitem__(0, time.perf_counter()))
@@ -188,6 +189,7 @@ def _interleaved(torch: Any, fns: dict, repeat: int, device: str, sync: Callable
         marks = []
         for v in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
             start, end = stamp(), stamp()
+            sync()
             record(start)
             last[v] = fns[v]()
             record(end)

@@ -156,7 +156,7 @@ def case_rows(torch: Any, stack: tuple, dtype: str, layout: str, mode: str, args
             row["traceback"] = traceback.format_exc()[-3000:]
         if variant == "torch" and want is None:
             break
-    samples, last = _interleaved(torch, fns, args.repeat, device, sync)
+    samples, last = _interleaved(torch, fns, args.repeat, device)
     for variant, fn in fns.items():
         row = rows[variant]
         _check(torch, row, last[variant], want, dtype, "last_")
@@ -177,26 +177,25 @@ def _check(torch: Any, row: dict, out: tuple, want: tuple, dtype: str, prefix: s
     row["passed"] = (prefix == "" or row["passed"]) and all(e <= TOL[dtype] for e in errs)
 
 
-def _interleaved(torch: Any, fns: dict, repeat: int, device: str, sync: Callable[[], None]) -> tuple[dict, dict]:
+def _interleaved(torch: Any, fns: dict, repeat: int, device: str) -> tuple[dict, dict]:
     """ms per call of every variant (CUDA events; the CPU's clock on the simulator), one call each per
     round, each started on an idle GPU, the order reversed every other round; and the last outputs."""
-    cuda = device == "cuda"
-    stamp = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else (lambda: [0.0])
-    record = (lambda e: e.record()) if cuda else (lambda e: e.__setitem__(0, time.perf_counter()))
     samples: dict[str, list] = {v: [] for v in fns}
     last = {}
     for r in range(repeat):
-        marks = []
         for v in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-            start, end = stamp(), stamp()
-            sync()
-            record(start)
+            if device != "cuda":
+                t0 = time.perf_counter()
+                last[v] = fns[v]()
+                samples[v].append((time.perf_counter() - t0) * 1e3)
+                continue
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
             last[v] = fns[v]()
-            record(end)
-            marks.append((v, start, end))
-        sync()
-        for v, a, b in marks:
-            samples[v].append(a.elapsed_time(b) if cuda else (b[0] - a[0]) * 1e3)
+            end.record()
+            end.synchronize()
+            samples[v].append(start.elapsed_time(end))
     return samples, last
 
 

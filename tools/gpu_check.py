@@ -1,6 +1,7 @@
 """The GPU check of convlab in one resumable script: the tests, the sanitizers, the user's path against
-cuDNN, the cold start, the host cost, the GEMMs, the Hopper kernels (tools/hopper_check.py) and the transform
-plugins (winograd, fft) against cuDNN, each step's files under results/ as it finishes.
+cuDNN, the cold start, the host cost, the GEMMs, the Hopper kernels (tools/hopper_check.py), the fused
+epilogues and blocks against torch (benchmarks/fused_bench.py) and the transform plugins (winograd, fft)
+against cuDNN, each step's files under results/ as it finishes.
 
     python tools/gpu_check.py --resume --budget 560           # on the GPU machine, from the repository root
     python tools/gpu_check.py --list                          # the steps, in order (no GPU needed)
@@ -129,7 +130,11 @@ def steps(workers: int) -> list[Step]:
             Step("hopper", "hopper", "tools/hopper_check.py: the Hopper probes, tma_wgmma on ResNet-50 / Burn layers "
                  "(each op and dtype) against float64, then timed against cuDNN channels-last (sm_90 only)",
                  [Job("hopper_check", [PY, "tools/hopper_check.py", "--resume", "--budget", "420", "--out",
-                                       "{dir}/check"], 560)], "check/complete", 300)]
+                                       "{dir}/check"], 560)], "check/complete", 300),
+            Step("fused", "fused", "benchmarks/fused_bench.py: ResNet-50 and MobileNetV2 block stacks forward and "
+                 "train, convlab fused epilogues and blocks against convlab unfused, torch eager and torch.compile",
+                 [Job("fused_bench", [PY, "benchmarks/fused_bench.py", "--resume", "--budget", "380", "--out",
+                                      "{dir}"], 500)], "complete", 240)]
     out += [auto_step(s, t, workers) for s in SUITES_THEN for t in DTYPES_FIRST]
     out += transform_steps(workers)
     out += [auto_step(s, "float32+high", workers) for s in SUITES_FIRST + SUITES_THEN]
@@ -210,8 +215,8 @@ def wait_jobs(procs: list[tuple]) -> list[dict]:
 
 
 def summarize(step: Step, folder: Path) -> str:
-    """One line: the test counts and failures, the sanitizer summaries, the Hopper cases or the rows of an
-    auto step, by status."""
+    """One line: the test counts and failures, the sanitizer summaries, the Hopper cases, the fused
+    benchmark's rows or the rows of an auto step, by status."""
     if step.what == "tests" and (folder / "gpu-tests.xml").exists():
         import xml.etree.ElementTree as ET
         suite = ET.parse(folder / "gpu-tests.xml").getroot()
@@ -231,6 +236,10 @@ def summarize(step: Step, folder: Path) -> str:
     if step.what == "hopper" and (folder / "check" / "summary.json").exists():
         rows = json.loads((folder / "check" / "summary.json").read_text())["cases"]
         return f"hopper_check: {len(rows)} cases {by_status(rows)}"
+    if step.what == "fused" and (folder / "fused.json").exists():
+        rows = json.loads((folder / "fused.json").read_text())["rows"]
+        return (f"fused_bench: {len(rows)} rows, {sum(r['passed'] for r in rows)} checked, "
+                f"{sum('error' in r for r in rows)} errors")
     for js in folder.glob("auto_*.json"):
         rows = json.loads(js.read_text())["rows"]
         return f"{js.stem}: {len(rows)} rows {by_status(rows)}"

@@ -1,9 +1,11 @@
 """tools/gpu_check.py: ``--list`` runs without a GPU, and every job of every step names a script the
 repository has, with arguments that script's parser accepts (``convlab bench`` and ``convlab bench auto``
-through the CLI's, tools/hopper_check.py through its ``--list``)."""
+through the CLI's, tools/hopper_check.py through its ``--list``, benchmarks/fused_bench.py through its
+parser)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +51,8 @@ def test_every_job_names_a_script_here_with_arguments_it_takes(gpu_check):
             if script is None:  # pytest, compute-sanitizer on a listed script: checked below
                 continue
             assert (REPO / script).is_file(), f"{job.name}: {script} is not in the repository"
-    benchmarks = {"benchmarks/cold_start.py", "benchmarks/overhead_bench.py", "benchmarks/gemm_bench.py"}
+    benchmarks = {"benchmarks/cold_start.py", "benchmarks/overhead_bench.py", "benchmarks/gemm_bench.py",
+                  "benchmarks/fused_bench.py"}
     used = {a for s in gpu_check.steps(workers=1) for j in s.jobs for a in j.argv if a.startswith("benchmarks/")}
     assert used == benchmarks
     gemm = next(j.argv for s in gpu_check.steps(workers=1) for j in s.jobs if "benchmarks/gemm_bench.py" in j.argv)
@@ -80,3 +83,23 @@ def test_hopper_step_runs_the_hopper_check_with_arguments_it_takes(gpu_check, tm
     assert line.startswith("hopper_check: 3 cases") and "'ok': 2" in line and "'failed': 1" in line, line
     hopper.summarise(out, False)
     assert (tmp_path / step.done).exists()
+
+
+def test_fused_step_follows_hopper_and_runs_the_fused_bench_with_arguments_it_takes(gpu_check, tmp_path):
+    """Right after ``hopper``; its job parses in benchmarks/fused_bench.py, whose own budget ends before the
+    job's limit; finished once the bench marks every case done; its summary counts the rows."""
+    order = [s.name for s in gpu_check.steps(workers=1)]
+    assert order.index("fused") == order.index("hopper") + 1
+    step = next(s for s in gpu_check.steps(workers=1) if s.name == "fused")
+    (job,) = step.jobs
+    argv = [a.replace("{dir}", str(tmp_path)) for a in job.argv]
+    assert argv[1] == "benchmarks/fused_bench.py" and "--resume" in argv and step.what == "fused"
+    assert argv[argv.index("--out") + 1] == str(tmp_path) and step.done == "complete"
+    assert float(argv[argv.index("--budget") + 1]) + 60 <= job.limit
+    module = _load(REPO / "benchmarks" / "fused_bench.py")
+    with pytest.raises(SystemExit) as help_exit:
+        module.main(argv[2:] + ["--help"])
+    assert help_exit.value.code == 0
+    rows = [{"passed": True}, {"passed": False, "error": "RuntimeError: x"}, {"passed": False}]
+    (tmp_path / "fused.json").write_text(json.dumps({"rows": rows}))
+    assert gpu_check.summarize(step, tmp_path) == "fused_bench: 3 rows, 1 checked, 1 errors"

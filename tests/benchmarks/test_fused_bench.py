@@ -1,0 +1,74 @@
+"""benchmarks/fused_bench.py: refuses the simulator without --smoke; --smoke runs every variant of a
+MobileNetV2 stack (forward and train) and a ResNet-50 one (forward, through --resume), each row checked
+against torch eager, --budget leaves later cases out without marking the run complete, and a case that
+fails while timed keeps a row with the error."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+from convlab import runtime  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import fused_bench  # noqa: E402
+
+SMOKE = ["--smoke", "--dtypes", "float32", "--layouts", "channels_last", "--compile-backend", "eager"]
+
+
+@pytest.mark.skipif(not runtime.SIMULATOR, reason="the refusal is the simulator's")
+def test_refuses_the_simulator_without_smoke(tmp_path):
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fused_bench.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr
+    assert not (tmp_path / "fused.json").exists()
+
+
+def test_smoke_rows_are_checked_timed_and_resumed(tmp_path):
+    out = str(tmp_path)
+    assert fused_bench.main([*SMOKE, "--models", "mobilenetv2*", "--out", out]) == 0
+    data = json.loads((tmp_path / "fused.json").read_text())
+    assert data["smoke"] and data["versions"]["torch"] and data["versions"]["numba_cuda"] and data["commit"]
+    assert (tmp_path / "complete").exists() and "| convlab_blocks |" in (tmp_path / "fused.md").read_text()
+    got = {(r["mode"], r["variant"]): r for r in data["rows"]}
+    assert set(got) == {("forward", v) for v in fused_bench.VARIANTS} | {
+        ("train", v) for v in fused_bench.VARIANTS if v != "convlab_blocks"}
+    for (mode, variant), row in got.items():
+        assert "error" not in row, (mode, variant, row.get("traceback"))
+        assert row["passed"] and row["rel_err"] <= row["tol"] and row["last_rel_err"] <= row["tol"]
+        assert row["median_ms"] > 0 and row["speedup_vs_torch"] > 0 and row["first_call_s"] > 0
+    assert got[("forward", "convlab_fused")]["fusions"] > 0 and got[("forward", "convlab")]["fusions"] == 0
+    assert got[("forward", "torch")]["speedup_vs_torch"] == 1.0
+    assert {(t["mode"], t["variant"]) for t in data["targets"]} == {
+        ("forward", "convlab_fused"), ("forward", "convlab_blocks"), ("train", "convlab_fused")}
+    assert all("at_least_1.3x_torch" in t for t in data["targets"] if t["mode"] == "forward")
+
+    (tmp_path / "complete").unlink()
+    argv = [*SMOKE, "--models", "*", "--modes", "forward", "--variants", "convlab_fused", "--resume", "--out", out]
+    assert fused_bench.main(argv) == 0
+    rows = json.loads((tmp_path / "fused.json").read_text())["rows"]
+    resnet = [r for r in rows if r["stack"].startswith("resnet50")]
+    assert len(rows) == len(got) + 2 and [r["variant"] for r in resnet] == ["torch", "convlab_fused"]
+    assert all(r["passed"] and r["median_ms"] > 0 for r in resnet) and (tmp_path / "complete").exists()
+
+
+def test_budget_starts_no_case_past_it(tmp_path):
+    assert fused_bench.main([*SMOKE, "--budget", "0", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "fused.json").read_text())
+    assert data["rows"] == [] and len(data["skipped"]) == 4 and not (tmp_path / "complete").exists()
+
+
+def test_a_case_failing_while_timed_keeps_its_error_row(tmp_path, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("timing failed")
+    monkeypatch.setattr(fused_bench, "_interleaved", broken)
+    argv = [*SMOKE, "--models", "resnet50*", "--modes", "forward", "--variants", "torch", "--out", str(tmp_path)]
+    assert fused_bench.main(argv) == 0
+    (row,) = json.loads((tmp_path / "fused.json").read_text())["rows"]
+    assert row["variant"] == "*" and not row["passed"] and row["error"] == "RuntimeError: timing failed"
+    assert "| error |" in (tmp_path / "fused.md").read_text()

@@ -80,13 +80,16 @@ def freeze(value: Any) -> Any:
 
 
 def call_key(op: str, signatures: tuple, options: tuple, algorithm: Any,
-             workspace_limit: Any) -> tuple | None:
+             workspace_limit: Any, epilogue: Any = None) -> tuple | None:
     """The plan key of a call, or None when it cannot be planned (host or unknown operands,
-    unhashable options)."""
+    unhashable options, an ``epilogue`` whose ``plan_key()`` is None)."""
     if False in signatures:
         return None
+    extra = () if epilogue is None else (epilogue.plan_key(),)
+    if None in extra:
+        return None
     try:
-        return (op, signatures, freeze(options), freeze(algorithm), freeze(workspace_limit))
+        return (op, signatures, freeze(options), freeze(algorithm), freeze(workspace_limit), *extra)
     except TypeError:
         return None
 
@@ -136,16 +139,20 @@ def _held(table: Table) -> int:
 
 def record(candidate: Any, problem: Any, arrays: Sequence[Any], *, workspace_limit: int, stream: Any = 0,
            signatures: Sequence[Any] = (), channels_last_out: bool = False,
-           check: Callable[[], bool] | None = None, spans: Sequence[Any] | None = None) -> Plan:
+           check: Callable[[], bool] | None = None, spans: Sequence[Any] | None = None,
+           epilogue: Any = None) -> Plan:
     """Run ``candidate`` once on the device operands ``arrays`` = (a, b, bias or None, out) on ``stream``
     through :func:`convlab.call.candidate.run_candidate`, as the public op does, recording its launches;
     the :class:`Plan` replays them on other operands. ``spans``: each operand's (pointer, bytes) when the
-    caller has them. The public op stores the plans it records (:func:`store`); the autotuner times the
-    replays of one (what a call costs, graphs included). Raises what the plugin raises."""
+    caller has them. ``epilogue``: a checked one (convlab.ops.epilogue.DeviceEpilogue) run with the
+    candidate, its residual, scale and shift operand slots 4-6 (:meth:`Plan.run`'s ``extra``). The
+    public op stores the plans it records (:func:`store`); the autotuner times the replays of one (what
+    a call costs, graphs included). Raises what the plugin raises."""
     if spans is None:
         spans = [None if v is None else _operands.pointer(v) for v in arrays]
+        spans += epilogue.spans() if epilogue is not None else []
     with launch.recording(spans) as recorded:
-        run_candidate(candidate, problem, *arrays, workspace_limit, stream=stream)
+        run_candidate(candidate, problem, *arrays, workspace_limit, stream=stream, epilogue=epilogue)
     out = arrays[3]
     return Plan(candidate, recorded, tuple(out.shape), problem.dtype, signatures, channels_last_out, check)
 

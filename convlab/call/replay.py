@@ -72,11 +72,12 @@ class Plan:
         for rec in self.launches:
             rec.replay(operands, bases, stream)
 
-    def run(self, recs: Sequence[Any], stream: Any) -> Any:
+    def run(self, recs: Sequence[Any], stream: Any, extra: Sequence[Any] = ()) -> Any:
         """One planned call on the operand records ``recs`` = (a, b, bias, out) (convlab.call.operands:
         absent ones :data:`~convlab.call.operands.ABSENT`): the output (``out`` or a new one), replayed
-        on the call's stream. None when this call cannot replay (operands that overlap ``out``): the
-        caller takes the full path."""
+        on the call's stream. ``extra``: the device arrays of the operand slots after ``out`` (an
+        epilogue's residual, scale and shift; None where absent), only read. None when this call cannot
+        replay (operands that overlap ``out``): the caller takes the full path."""
         ra, rb, rbias, rout = recs
         out = rout[2]
         torch_call = self._empty is not None
@@ -94,14 +95,14 @@ class Plan:
                 result = _operands.empty_like_kind(ra, self.out_shape, self.dtype, st,
                                                    channels_last=self.channels_last_out)
             at = _operands.data_pointer(result)
-        bases = [ra[1], rb[1], rbias[1], at]
+        bases = [ra[1], rb[1], rbias[1], at, *(0 if v is None else _operands.data_pointer(v) for v in extra)]
         if out is not None and self._writes_an_input(bases, recs):
             return None
         if self.thin:
             if not self.graphs.run(bases, handle):  # a graph of the launches (convlab.call.graphs), else each
                 self.replay(None, bases, handle)
         else:
-            values = (ra[2], rb[2], rbias[2], result)
+            values = (ra[2], rb[2], rbias[2], result, *extra)
             devs = [None if v is None else _operands.as_device(v) for v in values]
             if st is None:
                 st = _operands.resolve_stream(None, recs)

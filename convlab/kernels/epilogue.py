@@ -25,7 +25,7 @@ import numpy as np
 from convlab import runtime
 from convlab.epilogue import Epilogue
 from convlab.kernels.data.convert import from_f32, half_kind, to_f32
-from convlab.runtime import cuda
+from convlab.runtime import context, cuda
 
 
 def compute_dtype(dtype: str) -> np.dtype:
@@ -194,8 +194,10 @@ def operands(epi: Epilogue, dtype: str, *, residual: Any = None, residual_channe
         if (value is not None) != wanted:
             raise ValueError(f"{name} must be given exactly when the epilogue has one ({epi})")
     placeholder = None
-    if scale is None or shift is None:
-        placeholder = runtime.to_device(np.zeros(1, compute_dtype(dtype)))
+    if scale is None or shift is None:  # one per device and compute dtype: no copy to the device per call
+        ct = compute_dtype(dtype)
+        placeholder = context.current().cached("epilogue placeholders", ct.str,
+                                               lambda: runtime.to_device(np.zeros(1, ct)))
     flat_r = None if residual is None else runtime.kernel_view(runtime.flat_view(residual))
     return EpilogueOperands(epi, dtype, flat_r, residual is not None and residual_channels_last,
                             placeholder if scale is None else scale, placeholder if shift is None else shift)

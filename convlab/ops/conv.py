@@ -28,19 +28,19 @@ def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, opti
           algorithm: Any, workspace_limit: Any, stream: Any, epilogue: Any = None) -> Any:
     """Replay the launch plan of this call's signature (convlab.call.plan), else check, run and record
     (convlab.ops.full_path). Each operand is adapted once, here (convlab.call.operands.adapt), and its
-    record handed down. A call with an ``epilogue`` (convlab.ops.epilogue.DeviceEpilogue) neither
-    replays nor records a plan."""
+    record handed down. A call with an ``epilogue`` (convlab.ops.epilogue.DeviceEpilogue) is planned
+    under a key that adds the epilogue's, its residual, scale and shift read at each replay."""
     a, b = inputs.values()
     adapt = operands.adapt
     recs = (adapt(a), adapt(b), adapt(bias), adapt(out))
     signatures = (recs[0][0], recs[1][0], recs[2][0], recs[3][0])  # False: a host operand: no plan
     if False in signatures and HOST_TENSOR in (recs[0][3], recs[1][3], recs[2][3], recs[3][3]):
         return _call_host_tensors(op, build, tuple(inputs), recs, algorithm, workspace_limit, stream, epilogue)
-    key = None if epilogue is not None else plan.call_key(op, signatures, options, algorithm, workspace_limit)
+    key = plan.call_key(op, signatures, options, algorithm, workspace_limit, epilogue)
     found = plan.lookup(key) if key is not None else None
     if found is not None:
         try:
-            result = found.run(recs, stream)
+            result = found.run(recs, stream, () if epilogue is None else epilogue.slots)
         except Exception as exc:
             if not found.thin:
                 raise

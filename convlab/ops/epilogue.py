@@ -6,7 +6,9 @@ the epilogue, else as a separate pass over the plugin's output (convlab.kernels.
 Operand kinds follow the op's: a host call (numpy, CPU tensors) takes a host residual (copied to the
 device with the inputs); a device call takes a device residual (C-contiguous or channels-last, its own).
 Scale and shift may be host or device arrays, or sequences of floats, of shape (K,) for the output's
-K channels. A call with an epilogue records no launch plan (the residual is no plan operand).
+K channels. A device call with an epilogue records and replays a launch plan like any other
+(convlab.call.plan): its key adds :meth:`DeviceEpilogue.plan_key` and the residual, scale and shift are
+operand slots of the plan (:meth:`DeviceEpilogue.spans`), read anew at each replay.
 """
 from __future__ import annotations
 
@@ -117,6 +119,20 @@ class DeviceEpilogue:
                                           residual_channels_last=r_cl, scale=scale, shift=shift)
         self.fused: bool | None = None  # whether the last run fused it
         self.out_cl = False
+        # the plan's operand slots 4-6 (convlab.call.plan): absent ones None (the placeholder is no slot)
+        self.slots = (residual, scale, shift)
+        self._key = (call.epilogue, r_cl) if residual is None or not _is_host(call.residual) else None
+
+    def plan_key(self) -> tuple | None:
+        """What a launch plan of the call depends on beyond the op's own key: the epilogue (its
+        activation and which terms it has) and the residual's layout; the residual's shape and dtype are
+        the output's (checked first). None for a host residual: such calls are not planned."""
+        return self._key
+
+    def spans(self) -> list[tuple[int, int] | None]:
+        """(device pointer, bytes) of the residual, scale and shift (None where absent): the plan's
+        operand slots 4-6, after the op's a, b, bias and out."""
+        return [None if v is None else operands.pointer(v) for v in self.slots]
 
     def run_fused(self, prob: Problem, candidate: Any, taken: tuple, limit: int) -> bool:
         """Run ``candidate`` fused with the epilogue on the device operands ``taken`` (a, b, bias, out)

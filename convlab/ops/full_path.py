@@ -62,8 +62,8 @@ def execute(prob: Problem, names: tuple[str, str], recs: tuple[Operand, ...], al
     """Check ``out``, pick the candidate, run it (recording a plan under ``key``), and hand the result
     back in the caller's kind of array: numpy when both inputs were numpy, a torch tensor for torch
     operands, else a device array (or ``out`` when given). ``names``: the two inputs' argument names.
-    ``epilogue``: a checked one (convlab.ops.epilogue.DeviceEpilogue), run with the candidate; such a
-    call records no plan (``key`` None)."""
+    ``epilogue``: a checked one (convlab.ops.epilogue.DeviceEpilogue), run with the candidate (and
+    recorded with it: ``key`` then holds the epilogue's)."""
     limit = check_workspace_limit(workspace_limit)
     out_shape = prob.operand_shapes[2]
     labels = (*names, "bias", "out")
@@ -142,6 +142,7 @@ def _run(prob: Problem, candidate: Any, algorithm: Any, limit: int, arrays: tupl
 def _run_once(prob: Problem, candidate: Any, algorithm: Any, limit: int, arrays: tuple, stream: Any,
               key: tuple | None, channels_last_out: bool, epilogue: Any = None) -> None:
     spans = [None if v is None else operands.pointer(v) for v in arrays]
+    spans += epilogue.spans() if epilogue is not None else []
     keep = (key is not None and plan.replayable(candidate) and not plan.aliased(spans)
             and not launch.is_recording() and plan.keepable(candidate, prob, limit))
     if not keep:
@@ -149,7 +150,7 @@ def _run_once(prob: Problem, candidate: Any, algorithm: Any, limit: int, arrays:
         return
     check = _plan_check(prob, candidate, limit, _auto(algorithm))
     recorded = plan.record(candidate, prob, arrays, workspace_limit=limit, stream=stream, signatures=key[1],
-                           channels_last_out=channels_last_out, check=check, spans=spans)
+                           channels_last_out=channels_last_out, check=check, spans=spans, epilogue=epilogue)
     plan.store(key, recorded)
 
 

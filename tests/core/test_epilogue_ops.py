@@ -80,3 +80,27 @@ def test_transposes(nd, op):
     got = op(x, w, stride=2, activation="relu6", scale=scale, algorithm="direct")
     want = reference.epilogue(reference.dgrad(prob, x, w), Epilogue("relu6", scale=True), scale)
     assert rel_error(got, want) <= TOL
+
+
+@pytest.mark.parametrize("algorithm, r_cl", [("direct", False), ("implicit_gemm", False), ("implicit_gemm", True)])
+def test_device_calls_replay_a_plan_with_each_calls_residual_scale_and_shift(algorithm, r_cl):
+    """A repeated device call with an epilogue replays its launch plan, reading the residual, scale and
+    shift of that call (fused into implicit_gemm's store, or the pass after direct's and after a
+    channels-last residual's), and a call with another epilogue records its own plan."""
+    from convlab.call import plan
+
+    prob, x, w, b, *_ = _operands(2, seed=3)
+    dx, dw, db = (runtime.to_device(v) for v in (x, w, b))
+    epi = Epilogue("silu", scale=True, shift=True, residual="after")
+    plan.clear()
+    replayed = plan.stats()["replayed"]
+    for seed in range(3):
+        *_, r, scale, shift = _operands(2, seed=10 + seed)
+        r_dev = layouts.channels_last_copy(r) if r_cl else runtime.to_device(r)
+        y = convlab.conv2d(dx, dw, db, padding=1, activation="silu", residual=r_dev, residual_at="after",
+                           scale=scale, shift=runtime.to_device(shift), algorithm=algorithm)
+        want = reference.epilogue(reference.forward(prob, x, w, b), epi, scale, shift, r)
+        assert rel_error(runtime.to_host(y), want) <= TOL
+    assert plan.stats()["plans"] == 1 and plan.stats()["replayed"] - replayed == 2
+    convlab.conv2d(dx, dw, db, padding=1, activation="relu", algorithm=algorithm)
+    assert plan.stats()["plans"] == 2

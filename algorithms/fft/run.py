@@ -24,7 +24,7 @@ from convlab.kernels.data import convert
 from convlab.kernels.fft.inverse import inverse
 from convlab.kernels.fft.spectrum import spectrum
 from convlab.kernels.transform import gemm as tgemm
-from convlab.kernels.transform.operands import flat, strides
+from convlab.kernels.transform.operands import flat, image_batches, strides
 from convlab.problem import Problem
 from convlab.runtime.scratch import scratch
 
@@ -57,10 +57,7 @@ def _forward(pr: Problem, plan: Plan, inp, w, bias, out, buf) -> None:
     dn, dc, dy, dx = strides(out)
     src, dst = flat(inp), flat(out)
     bias = None if bias is None else runtime.kernel_view(bias)
-    n0 = 0
-    while n0 < pr.n:
-        nb = min(plan.nb, pr.n - n0)
-        t = nb * plan.t_img
+    for n0, t in image_batches(pr.n, plan.nb, plan.t_img):
         xspec = buf[w_size:w_size + z * t * 2 * ci]
         spectrum(src, xspec, nf=nf, role="plain", c_fast=True, kind=kind, groups=g, t_n=t, c_n=ci, tiles=plan.tiles,
                  step=plan.tile, origin=plan.origin, bounds=plan.plane_in, dilation=(1, 1), limit=nf,
@@ -76,7 +73,6 @@ def _forward(pr: Problem, plan: Plan, inp, w, bias, out, buf) -> None:
             tgemm.batched_gemm("simt", wspec, xspec, y, z, 2 * ko, t, 2 * ci)
             inverse(y, y, dst, bias, src_strides=(2 * ko * t, t), im_off=ko * t, ci_n=0, spec_strides=(0, 0),
                     **common)
-        n0 += nb
 
 
 def _wgrad(pr: Problem, plan: Plan, ksplit: int, x, dy, dw, buf) -> None:
@@ -89,10 +85,7 @@ def _wgrad(pr: Problem, plan: Plan, ksplit: int, x, dy, dw, buf) -> None:
     spectra = buf[m_size:]
     if pr.n == 0:  # a sum over no images: the GEMM writes zeros
         tgemm.batched_gemm("simt", spectra, spectra, m, z, 2 * ko, ci, 0)
-    n0 = 0
-    while n0 < pr.n:
-        nb = min(plan.nb, pr.n - n0)
-        t = nb * plan.t_img
+    for n0, t in image_batches(pr.n, plan.nb, plan.t_img):
         xs, ds = spectra[:z * ci * 2 * t], spectra[z * ci * 2 * t:z * (ci + 2 * ko) * 2 * t]
         spectrum(flat(x), xs, nf=nf, role="plain", c_fast=False, kind=kind, groups=g, t_n=t, c_n=ci, tiles=plan.tiles,
                  step=plan.tile, origin=plan.origin, bounds=(pr.h, pr.w), dilation=(1, 1), limit=nf,
@@ -102,7 +95,6 @@ def _wgrad(pr: Problem, plan: Plan, ksplit: int, x, dy, dw, buf) -> None:
                  limit=plan.tile, src_strides=(ko * yc, yn, yc, yy, yx), off=0, dst_strides=(2 * ko * 2 * t, 1, 2 * t),
                  im_off=t, row_off=ko * 2 * t, n0=n0)
         tgemm.batched_gemm("simt", ds, xs, m, z, 2 * ko, ci, 2 * t, accumulate=n0 > 0, ksplit=ksplit, part=part)
-        n0 += nb
     kn, kc, kr, ks = strides(dw)
     inverse(m, m, flat(dw), None, nf=nf, inline=False, kind=kind, groups=g, o_n=ko, t_n=ci, tiles=(1, 1),
             src_strides=(2 * ko * ci, ci), im_off=ko * ci, ci_n=0, spec_strides=(0, 0), tile=dilated(pr),

@@ -24,7 +24,7 @@ import numpy as np
 from convlab import runtime
 from convlab.kernels.data import convert
 from convlab.kernels.transform import gemm as tgemm
-from convlab.kernels.transform.operands import flat, strides
+from convlab.kernels.transform.operands import flat, image_batches, strides
 from convlab.kernels.winograd.transforms import patch_transform, tile_inverse
 from convlab.problem import Problem
 from convlab.runtime.scratch import scratch
@@ -71,10 +71,7 @@ def _forward(pr: Problem, plan: Plan, op_kind, inp, w, bias, out, opbuf, fbuf) -
     on, oc, oy, ox = strides(out)
     src, dst = flat(inp), flat(out)
     bias = None if bias is None else runtime.kernel_view(bias)
-    n0 = 0
-    while n0 < pr.n:
-        nb = min(plan.nb, pr.n - n0)
-        t = nb * plan.t_img
+    for n0, t in image_batches(pr.n, plan.nb, plan.t_img):
         v, m = opbuf[u_size:u_size + z * t * kp], fbuf[:z * ko * t]
         patch_transform(th.arrays()[2], tw.arrays()[2], src, v, in_kind=in_kind, out_kind=op_kind, c_fast=True,
                         groups=g, c_real=ci, c_all=kp, t_real=t, t_all=t, tiles=plan.tiles, step=(th.m, tw.m),
@@ -84,7 +81,6 @@ def _forward(pr: Problem, plan: Plan, op_kind, inp, w, bias, out, opbuf, fbuf) -
         tile_inverse(th.arrays()[0], tw.arrays()[0], m, dst, bias, out_kind=in_kind, groups=g, o_n=ko, t_n=t,
                      tiles=plan.tiles, src_strides=(ko * t, t), limits=plan.plane_out,
                      dst_strides=(oc, on, oy, ox), n0=n0)
-        n0 += nb
 
 
 def _wgrad(pr: Problem, plan: Plan, ksplit: int, x, dy, dw, opbuf, fbuf) -> None:
@@ -97,10 +93,7 @@ def _wgrad(pr: Problem, plan: Plan, ksplit: int, x, dy, dw, opbuf, fbuf) -> None
     m, part = fbuf[:z * ko * ci], fbuf[z * ko * ci:]
     if pr.n == 0:  # a sum over no images: the GEMM writes zeros
         tgemm.batched_gemm("simt", opbuf, opbuf, m, z, ko, ci, 0)
-    n0 = 0
-    while n0 < pr.n:
-        nb = min(plan.nb, pr.n - n0)
-        t = nb * plan.t_img
+    for n0, t in image_batches(pr.n, plan.nb, plan.t_img):
         xt, dt = opbuf[:z * ci * t], opbuf[z * ci * t:z * (ci + ko) * t]
         patch_transform(bth, btw, flat(x), xt, in_kind=in_kind, out_kind=None, c_fast=False, groups=g, c_real=ci,
                         c_all=ci, t_real=t, t_all=t, tiles=plan.tiles, step=(th.r, tw.r), origin=plan.origin,
@@ -111,7 +104,6 @@ def _wgrad(pr: Problem, plan: Plan, ksplit: int, x, dy, dw, opbuf, fbuf) -> None
                         bounds=(pr.p, pr.q), src_strides=(ko * yc, yn, yc, yy, yx), off=0,
                         dst_strides=(ko * t, 1, t), n0=n0)
         tgemm.batched_gemm("simt", dt, xt, m, z, ko, ci, t, accumulate=n0 > 0, ksplit=ksplit, part=part)
-        n0 += nb
     kn, kc, kr, ks = strides(dw)
     tile_inverse(ath, atw, m, flat(dw), None, out_kind=in_kind, groups=g, o_n=ko, t_n=ci, tiles=(1, 1),
                  src_strides=(ko * ci, ci), limits=(pr.r, pr.s), dst_strides=(kn, kc, kr, ks))

@@ -32,7 +32,6 @@ One setting, three ways: ``$CONVLAB_TUNE_MODE``, :func:`set_mode` / :func:`mode`
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
 
 from convlab.runtime import settings
 from convlab.runtime.settings import TUNE_MODES
@@ -69,15 +68,10 @@ def set_mode(mode: str) -> str:
     return settings.set_tune_mode(mode)
 
 
-@contextlib.contextmanager
-def mode(name: str) -> Iterator[str]:
+def mode(name: str) -> contextlib.AbstractContextManager[str]:
     """``with convlab.autotune.mode("heuristic"): ...``: the mode inside the block, restored after
     (ValueError listing the modes for an unknown name, before the block runs)."""
-    previous = set_mode(name)
-    try:
-        yield name
-    finally:
-        settings.set_tune_mode(previous)
+    return settings.set_within(settings.set_tune_mode, name)
 
 
 def get_budget() -> float | None:

@@ -43,58 +43,55 @@ def _shard(text: str) -> tuple[int, int]:
     raise argparse.ArgumentTypeError(f"expected I/N with 0 <= I < N, got {text!r}")
 
 
-def add_parsers(bench: argparse.ArgumentParser, common: Any) -> None:
+def add_parsers(bench: argparse.ArgumentParser) -> None:
     """``auto`` and ``report`` under the ``bench`` parser (optional: plain ``convlab bench`` runs suites)."""
     from convlab.problem import OPS
     from convlab.runtime.settings import TUNE_MODES
 
     from .arg_types import op_list, positive
+    from .options import subcommand
 
     sub = bench.add_subparsers(dest="bench_command", metavar="[auto|report]", required=False)
-    p = sub.add_parser("auto", help="algorithm='auto' through the public ops and convlab.torch against cuDNN",
-                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=AUTO_EPILOG,
-                       description="Per suite layer, op, dtype and layout: the first call under each tuning mode "
-                       "(tuning included), the pick checked against float64 (its output, an out= call, "
-                       "convlab.torch), every eligible config forced through the public op (the oracle), "
-                       "then each mode's pick, each plugin's best and cuDNN in NCHW and channels_last timed "
-                       "in interleaved rounds, every contender's last timed output checked again. Writes "
-                       "STEM.json (after every layer-op) and STEM.md.")
-    p.add_argument("--out", required=True, metavar="STEM", help="writes STEM.json and STEM.md")
-    p.add_argument("--suite", action="append", default=None, metavar="NAME|FILE.json",
-                   help="suite name or JSON, repeatable (default: resnet50 and mobilenetv2); its conv2d layers")
-    p.add_argument("--dtypes", type=_tokens(AUTO_DTYPES), default=AUTO_DTYPES[:4], metavar="LIST",
-                   help=f"of {', '.join(AUTO_DTYPES)} (float32+fma: without tf32x3; float32+high: TF32 on "
-                        "both sides; default: the first four)")
-    p.add_argument("--layouts", type=_tokens(("nchw", "channels_last")), default=("nchw", "channels_last"))
-    p.add_argument("--ops", type=op_list, default=OPS, metavar="OPS", help=f"subset of {','.join(OPS)}")
-    p.add_argument("--modes", type=_tokens(TUNE_MODES), default=TUNE_MODES, metavar="LIST",
-                   help=f"tuning modes timed, of {', '.join(TUNE_MODES)} (default: all)")
-    p.add_argument("--limit", type=positive, default=None, metavar="K", help="the first K layers of each suite")
-    p.add_argument("--repeat", type=positive, default=30, help="samples per contender over the rounds (30)")
-    p.add_argument("--probe", type=positive, default=5, help="oracle: samples per (plugin, config) (5)")
-    p.add_argument("--no-oracle", dest="oracle", action="store_false",
-                   help="leave out the oracle: the picks against cuDNN only, for a short GPU run")
-    p.add_argument("--plugins", default=None, metavar="A,B", help="only these plugins (and direct) registered")
-    p.add_argument("--resume", action="store_true", help="keep the rows of an existing STEM.json, run the rest")
-    p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
-                   help="only the layer-ops whose index mod N is I (parallel processes filling a kernel cache)")
-    p.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="the tuning and kernel cache folder (default: a new temporary one; the run empties "
-                        "its tuning cache once per layout, so never point it at a cache you keep)")
-    p.add_argument("--smoke", action="store_true", help="one tiny layer, one sample: the simulator's run")
-    common(p)
-    p.set_defaults(func=cmd_bench_auto)
+    with subcommand(sub, "auto", cmd_bench_auto,
+                    help="algorithm='auto' through the public ops and convlab.torch against cuDNN",
+                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=AUTO_EPILOG,
+                    description="Per suite layer, op, dtype and layout: the first call under each tuning mode "
+                    "(tuning included), the pick checked against float64 (its output, an out= call, "
+                    "convlab.torch), every eligible config forced through the public op (the oracle), "
+                    "then each mode's pick, each plugin's best and cuDNN in NCHW and channels_last timed "
+                    "in interleaved rounds, every contender's last timed output checked again. Writes "
+                    "STEM.json (after every layer-op) and STEM.md.") as p:
+        p.add_argument("--out", required=True, metavar="STEM", help="writes STEM.json and STEM.md")
+        p.add_argument("--suite", action="append", default=None, metavar="NAME|FILE.json",
+                       help="suite name or JSON, repeatable (default: resnet50 and mobilenetv2); its conv2d layers")
+        p.add_argument("--dtypes", type=_tokens(AUTO_DTYPES), default=AUTO_DTYPES[:4], metavar="LIST",
+                       help=f"of {', '.join(AUTO_DTYPES)} (float32+fma: without tf32x3; float32+high: TF32 on "
+                            "both sides; default: the first four)")
+        p.add_argument("--layouts", type=_tokens(("nchw", "channels_last")), default=("nchw", "channels_last"))
+        p.add_argument("--ops", type=op_list, default=OPS, metavar="OPS", help=f"subset of {','.join(OPS)}")
+        p.add_argument("--modes", type=_tokens(TUNE_MODES), default=TUNE_MODES, metavar="LIST",
+                       help=f"tuning modes timed, of {', '.join(TUNE_MODES)} (default: all)")
+        p.add_argument("--limit", type=positive, default=None, metavar="K", help="the first K layers of each suite")
+        p.add_argument("--repeat", type=positive, default=30, help="samples per contender over the rounds (30)")
+        p.add_argument("--probe", type=positive, default=5, help="oracle: samples per (plugin, config) (5)")
+        p.add_argument("--no-oracle", dest="oracle", action="store_false",
+                       help="leave out the oracle: the picks against cuDNN only, for a short GPU run")
+        p.add_argument("--plugins", default=None, metavar="A,B", help="only these plugins (and direct) registered")
+        p.add_argument("--resume", action="store_true", help="keep the rows of an existing STEM.json, run the rest")
+        p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
+                       help="only the layer-ops whose index mod N is I (parallel processes filling a kernel cache)")
+        p.add_argument("--cache-dir", default=None, metavar="DIR",
+                       help="the tuning and kernel cache folder (default: a new temporary one; the run empties "
+                            "its tuning cache once per layout, so never point it at a cache you keep)")
+        p.add_argument("--smoke", action="store_true", help="one tiny layer, one sample: the simulator's run")
 
-    p = sub.add_parser("report", help="tables from convlab bench results files",
-                       description="Every row of the files (a (suite, layer, op) row of a later file replaces "
-                       "an earlier one's), then per suite and op the geometric mean of cuDNN's time / the "
-                       "fastest checked candidate's through the public op, the lowest, the winners, and the "
-                       "layers to look at (Markdown).")
-    p.add_argument("results", nargs="+", metavar="RESULTS.json")
-    p.add_argument("--plugins", default=None, metavar="A,B", help="only these candidates count in the ratios")
-    common(p)
-    p.set_defaults(func=cmd_bench_report)
-
+    with subcommand(sub, "report", cmd_bench_report, help="tables from convlab bench results files",
+                    description="Every row of the files (a (suite, layer, op) row of a later file replaces "
+                    "an earlier one's), then per suite and op the geometric mean of cuDNN's time / the "
+                    "fastest checked candidate's through the public op, the lowest, the winners, and the "
+                    "layers to look at (Markdown).") as p:
+        p.add_argument("results", nargs="+", metavar="RESULTS.json")
+        p.add_argument("--plugins", default=None, metavar="A,B", help="only these candidates count in the ratios")
 
 @contextlib.contextmanager
 def _cache_folder(cache_dir: str | None) -> Iterator[None]:

@@ -33,61 +33,58 @@ ptxas error, a kernel beyond the target's limits, a kernel spilling over its bud
 be planned, or a --compare that finds changed kernels; 2 on bad arguments."""
 
 
-def add_parser(sub: Any, common: Any, shape: Any) -> None:
+def add_parser(sub: Any) -> None:
     from convlab.runtime.targets import GPU_TARGETS
 
     from .arg_types import nbytes, op_list, positive
+    from .options import add_shape, add_switches, subcommand
 
-    p = sub.add_parser("compile", help="compile every GPU kernel for named targets (no GPU needed)",
-                       formatter_class=argparse.RawDescriptionHelpFormatter, description=_DESCRIPTION,
-                       epilog="examples:\n  convlab compile --target sm_90 --plugins tensor_core\n"
-                              "  convlab compile --suite resnet50 --cover --json compile.json --hashes ptx.json\n"
-                              "  convlab compile --cover --hashes after.json --compare before.json\n"
-                              "  convlab compile --suite resnet50 --cover --store ~/.cache/convlab/store\n"
-                              "  convlab compile --suite resnet50 --no-samples --picks --target sm_90 "
-                              "--store ~/.cache/convlab/store")
-    p.add_argument("--target", action="append", choices=GPU_TARGETS, default=None,
-                   help=f"a named target, repeatable (default: {', '.join(GPU_TARGETS)})")
-    p.add_argument("--suite", action="append", default=[], metavar="NAME|FILE.json",
-                   help="add a suite's problems to the corpus (repeatable)")
-    p.add_argument("--no-samples", action="store_true", help="leave the plugins' sample problems out")
-    p.add_argument("--plugins", metavar="A,B", default=None, help="only these plugins (default: all)")
-    p.add_argument("--ops", type=op_list, default=None, metavar="OPS", help="only these ops")
-    p.add_argument("--dtypes", default=None, metavar="LIST",
-                   help=f"only these dtypes, comma-separated, of {','.join(DTYPES)} (float32 runs under "
-                        "both precisions)")
-    p.add_argument("--configs", type=positive, default=None, metavar="N",
-                   help="each plugin's first N configs only (default: all)")
-    p.add_argument("--cover", action="store_true",
-                   help="a covering subset of the cases: every config, layout mix, bias flag and problem "
-                        "at least once per plugin, op and dtype (convlab.compile.corpus.cover)")
-    p.add_argument("--picks", action="store_true",
-                   help="only each problem's pick in the default tuning mode (the cost model's), all-NCHW and "
-                        "all-channels-last: the kernels a first call launches (convlab.compile.corpus.picks)")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="a module the workers import first, e.g. one that registers your plugins")
-    p.add_argument("--jobs", type=positive, default=None, metavar="N", help="worker processes (default: CPUs)")
-    p.add_argument("--max-spill", type=nbytes, default=0, metavar="BYTES",
-                   help="spill bytes (stores + loads) a kernel may have, unless it declares a larger "
-                        "allowance with its reason (default 0)")
-    p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES")
-    p.add_argument("--json", default=None, metavar="FILE", help="write the full report as JSON")
-    p.add_argument("--hashes", default=None, metavar="FILE",
-                   help="write one PTX hash per launch of each case (compare two commits with --compare)")
-    p.add_argument("--compare", default=None, metavar="HASHES.json",
-                   help="compare this run's PTX hashes with an earlier --hashes file (exit 1 if any differ)")
-    p.add_argument("--store", default=None, metavar="DIR",
-                   help="write each kernel's cubin (per target) into this kernel store, which the runtime "
-                        "loads instead of compiling (CONVLAB_KERNEL_STORE=DIR; needs ptxas)")
-    p.add_argument("--markdown", default=None, metavar="FILE", help="write a summary as Markdown")
-    p.add_argument("--wide", action="store_true",
-                   help="do not cut the plugins and kernel columns (cut to 24 and 28 characters otherwise)")
-    p.add_argument("--brief", action="store_true",
-                   help="list only the kernels that fail, spill or are near a limit (and the summary)")
-    p.add_argument("--quiet", action="store_true", help="no progress line")
-    shape(p, required=False)
-    common(p)
-    p.set_defaults(func=cmd_compile)
+    with subcommand(sub, "compile", cmd_compile, help="compile every GPU kernel for named targets (no GPU needed)",
+                    formatter_class=argparse.RawDescriptionHelpFormatter, description=_DESCRIPTION,
+                    epilog="examples:\n  convlab compile --target sm_90 --plugins tensor_core\n"
+                           "  convlab compile --suite resnet50 --cover --json compile.json --hashes ptx.json\n"
+                           "  convlab compile --cover --hashes after.json --compare before.json\n"
+                           "  convlab compile --suite resnet50 --cover --store ~/.cache/convlab/store\n"
+                           "  convlab compile --suite resnet50 --no-samples --picks --target sm_90 "
+                           "--store ~/.cache/convlab/store") as p:
+        p.add_argument("--target", action="append", choices=GPU_TARGETS, default=None,
+                       help=f"a named target, repeatable (default: {', '.join(GPU_TARGETS)})")
+        p.add_argument("--suite", action="append", default=[], metavar="NAME|FILE.json",
+                       help="add a suite's problems to the corpus (repeatable)")
+        p.add_argument("--no-samples", action="store_true", help="leave the plugins' sample problems out")
+        p.add_argument("--plugins", metavar="A,B", default=None, help="only these plugins (default: all)")
+        p.add_argument("--ops", type=op_list, default=None, metavar="OPS", help="only these ops")
+        p.add_argument("--dtypes", default=None, metavar="LIST",
+                       help=f"only these dtypes, comma-separated, of {','.join(DTYPES)} (float32 runs under "
+                            "both precisions)")
+        p.add_argument("--configs", type=positive, default=None, metavar="N",
+                       help="each plugin's first N configs only (default: all)")
+        add_switches(p, {
+            "--cover": "a covering subset of the cases: every config, layout mix, bias flag and problem at least "
+                       "once per plugin, op and dtype (convlab.compile.corpus.cover)",
+            "--picks": "only each problem's pick in the default tuning mode (the cost model's), all-NCHW and "
+                       "all-channels-last: the kernels a first call launches (convlab.compile.corpus.picks)"})
+        p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                       help="a module the workers import first, e.g. one that registers your plugins")
+        p.add_argument("--jobs", type=positive, default=None, metavar="N", help="worker processes (default: CPUs)")
+        p.add_argument("--max-spill", type=nbytes, default=0, metavar="BYTES",
+                       help="spill bytes (stores + loads) a kernel may have, unless it declares a larger "
+                            "allowance with its reason (default 0)")
+        p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES")
+        p.add_argument("--json", default=None, metavar="FILE", help="write the full report as JSON")
+        p.add_argument("--hashes", default=None, metavar="FILE",
+                       help="write one PTX hash per launch of each case (compare two commits with --compare)")
+        p.add_argument("--compare", default=None, metavar="HASHES.json",
+                       help="compare this run's PTX hashes with an earlier --hashes file (exit 1 if any differ)")
+        p.add_argument("--store", default=None, metavar="DIR",
+                       help="write each kernel's cubin (per target) into this kernel store, which the runtime "
+                            "loads instead of compiling (CONVLAB_KERNEL_STORE=DIR; needs ptxas)")
+        p.add_argument("--markdown", default=None, metavar="FILE", help="write a summary as Markdown")
+        add_switches(p, {
+            "--wide": "do not cut the plugins and kernel columns (cut to 24 and 28 characters otherwise)",
+            "--brief": "list only the kernels that fail, spill or are near a limit (and the summary)",
+            "--quiet": "no progress line"})
+        add_shape(p, required=False)
 
 
 def _spec(args: argparse.Namespace) -> dict:

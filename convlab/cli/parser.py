@@ -1,5 +1,6 @@
 """The ``convlab`` command line: the parser and :func:`main` (the console script); the argument types
-(text -> value) are in :mod:`convlab.cli.arg_types`.
+(text -> value) are in :mod:`convlab.cli.arg_types`, the options several commands share in
+:mod:`convlab.cli.options`.
 
 Subcommands (demo, list, explain, bench, plot, check) live in :mod:`convlab.cli.commands`, ``tune`` in
 :mod:`convlab.cli.tune_cmd`, ``bench auto`` and ``bench report`` in :mod:`convlab.cli.bench_cmd`, ``compile`` in :mod:`convlab.cli.compile_cmd`, ``source`` in :mod:`convlab.cli.source_cmd`. Exit status:
@@ -18,26 +19,8 @@ from .arg_types import (  # also importable from here (convlab.cli.parser.nbytes
     DTYPE_CHOICES, DTYPE_HELP, algorithm, dtype_list, nbytes, op_list, op_name, padding, pair, positive, shape4,
     split_dtype)
 from .commands import cmd_bench, cmd_check, cmd_demo, cmd_explain, cmd_list, cmd_plot
+from .options import add_common, add_shape, add_switches, subcommand
 from .tune_cmd import cmd_tune
-
-
-def _add_shape(p: argparse.ArgumentParser, required: bool) -> None:
-    g = p.add_argument_group("one shape (PyTorch conventions)")
-    g.add_argument("--x", type=shape4, required=required, metavar="N,C,H,W",
-                   help="input shape (for --transpose: the conv_transpose2d input N,C_in,H,W); N,C,L is a "
-                        "conv1d, N,C,D,H,W a conv3d")
-    g.add_argument("--w", type=shape4, required=required, metavar="K,C,R,S",
-                   help="weight shape K,C/groups,R,S (for --transpose: C_in,C_out/groups,R,S); K,C,S for "
-                        "1D, K,C,T,R,S for 3D")
-    g.add_argument("--stride", type=pair, default=1, metavar="S|SH,SW|SD,SH,SW")
-    g.add_argument("--padding", type=padding, default=0, metavar="P|PH,PW|PD,PH,PW|same|valid")
-    g.add_argument("--dilation", type=pair, default=1, metavar="D|DH,DW|DD,DH,DW")
-    g.add_argument("--groups", type=int, default=1)
-    g.add_argument("--bias", action="store_true", help="with a bias operand (forward / transpose)")
-    g.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32", metavar="DTYPE", help=DTYPE_HELP)
-    g.add_argument("--transpose", action="store_true",
-                   help="the shape is a conv_transpose2d (a dgrad problem)")
-    g.add_argument("--output-padding", type=pair, default=None, metavar="OP", help="conv_transpose2d only")
 
 
 # ---- the parser -----------------------------------------------------------------------------------
@@ -88,24 +71,8 @@ def _bench_args(p: argparse.ArgumentParser, ops_default: tuple[str, ...]) -> Non
                         "sweeps only)")
     g.add_argument("--limit", type=positive, default=None, metavar="K",
                    help="only the first K shapes of each suite (bench: sweeps only)")
-    _add_shape(p, required=False)
-    _common(p)
-
-
-def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
-    """The options every command takes, before or after its name (a subcommand's own copy only
-    overrides the top-level value when given)."""
-    default = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
-    p.add_argument("--debug", action="store_true", default=default(False), help="show tracebacks of errors")
-    p.add_argument("--deterministic", action="store_true", default=default(False),
-                   help="deterministic mode: exclude plugins whose results may vary bit-wise between runs "
-                        "(as convlab.set_deterministic(True) or CONVLAB_DETERMINISTIC=1)")
-    from convlab.runtime.settings import TUNE_MODES
-
-    p.add_argument("--tune-mode", choices=TUNE_MODES, default=default(None), metavar="MODE",
-                   help=f"how algorithm='auto' decides, one of {', '.join(TUNE_MODES)}: the cost model's "
-                        "pick with nothing timed, its best candidates timed, or every one timed (as "
-                        "convlab.autotune.set_mode or CONVLAB_TUNE_MODE; default: heuristic; convlab tune: tune)")
+    add_shape(p, required=False)
+    add_common(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,133 +85,116 @@ def build_parser() -> argparse.ArgumentParser:
                                      "compiled for GPU targets.", epilog=_EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"convlab {__version__}")
-    _common(parser, top=True)
+    add_common(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("demo", help="every plugin on a small problem, checked against the reference",
-                       description="Runs every plugin on a small problem for each op, checks it against the "
-                       "float64 reference and shows what 'auto' picks (timed on a GPU; beside cuDNN when "
-                       "PyTorch is installed). Exit status 1 if a plugin disagrees with the reference.")
-    p.add_argument("--no-torch", action="store_true", help="skip the cuDNN baseline")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    _common(p)
-    p.set_defaults(func=cmd_demo)
+    with subcommand(sub, "demo", cmd_demo, help="every plugin on a small problem, checked against the reference",
+                    description="Runs every plugin on a small problem for each op, checks it against the "
+                    "float64 reference and shows what 'auto' picks (timed on a GPU; beside cuDNN when "
+                    "PyTorch is installed). Exit status 1 if a plugin disagrees with the reference.") as p:
+        add_switches(p, {"--no-torch": "skip the cuDNN baseline", "--quiet": "no progress bar"})
 
-    p = sub.add_parser("list", help="registered plugins and built-in suites",
-                       description="Lists the registered plugins, highest priority first (the order 'auto' "
-                       "tries them in when nothing was timed), with their ops, whether they are deterministic "
-                       "and what each does, and plugins that failed to load; then the built-in benchmark "
-                       "suites with their shapes, problems and description.")
-    _common(p)
-    p.set_defaults(func=cmd_list)
+    with subcommand(sub, "list", cmd_list, help="registered plugins and built-in suites",
+                    description="Lists the registered plugins, highest priority first (the order 'auto' "
+                    "tries them in when nothing was timed), with their ops, whether they are deterministic "
+                    "and what each does, and plugins that failed to load; then the built-in benchmark "
+                    "suites with their shapes, problems and description."):
+        pass  # the common options only
 
-    p = sub.add_parser("explain", help="for one shape: which plugins apply, why not, what is picked",
-                       description="Which plugins apply to one problem, why the others decline, their "
-                       "workspace, and what the strategy picks. Exit status 1 when nothing is picked (a forced "
-                       "plugin that declines: the 'picked:' line says why), 2 on bad arguments, an unknown "
-                       "plugin or config among them.")
-    _add_shape(p, required=True)
-    p.add_argument("--op", type=op_name, default=None, metavar="OP",
-                   help="which problem of the shape: forward, dgrad, wgrad or transpose (= --transpose), "
-                        "or the public names conv2d, conv2d_backward_data, conv2d_backward_weight, "
-                        "conv_transpose2d (default: forward)")
-    p.add_argument("--algorithm", type=algorithm, default="auto",
-                   help="'auto', a plugin name, or NAME[CONFIG] such as 'im2col[BK=8,BM=64,BN=64]' "
-                        "(default: auto)")
-    p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES")
-    from convlab.runtime.targets import TARGETS
+    with subcommand(sub, "explain", cmd_explain, help="for one shape: which plugins apply, why not, what is picked",
+                    description="Which plugins apply to one problem, why the others decline, their "
+                    "workspace, and what the strategy picks. Exit status 1 when nothing is picked (a forced "
+                    "plugin that declines: the 'picked:' line says why), 2 on bad arguments, an unknown "
+                    "plugin or config among them.") as p:
+        add_shape(p, required=True)
+        p.add_argument("--op", type=op_name, default=None, metavar="OP",
+                       help="which problem of the shape: forward, dgrad, wgrad or transpose (= --transpose), "
+                            "or the public names conv2d, conv2d_backward_data, conv2d_backward_weight, "
+                            "conv_transpose2d (default: forward)")
+        p.add_argument("--algorithm", type=algorithm, default="auto",
+                       help="'auto', a plugin name, or NAME[CONFIG] such as 'im2col[BK=8,BM=64,BN=64]' "
+                            "(default: auto)")
+        p.add_argument("--workspace-limit", type=nbytes, default=None, metavar="BYTES")
+        from convlab.runtime.targets import TARGETS
 
-    p.add_argument("--target", choices=sorted(TARGETS), default=None,
-                   help="explain for a named target instead of this machine (nothing is timed then)")
-    _common(p)
-    p.set_defaults(func=cmd_explain)
+        p.add_argument("--target", choices=sorted(TARGETS), default=None,
+                       help="explain for a named target instead of this machine (nothing is timed then)")
 
-    p = sub.add_parser("bench", help="time every eligible plugin (and cuDNN) on a suite",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description="For every problem and op: each eligible plugin's median time (CUDA "
-                       "events; plugin.run and the public op with the plugin forced), TFLOP/s, GB/s, extra "
-                       "device memory, the autotuner's pick, and cuDNN's time on the same inputs, timed in "
-                       "interleaved rounds, with the ratio (when PyTorch with CUDA is importable). Every "
-                       "plugin is first checked against a float64 reference; wrong or failing ones are "
-                       "recorded and not timed, and each timed path's last output is checked again. Writes "
-                       "DIR/NAME.json and .csv (after every problem). 'convlab bench auto': algorithm='auto' "
-                       "as a user gets it against cuDNN; 'convlab bench report': tables from results files.")
-    _bench_args(p, OPS)
-    p.add_argument("--plugins", metavar="A,B", help="only these plugins (default: all registered)")
-    p.add_argument("--all-configs", action="store_true", help="time every config, not only the first")
-    p.add_argument("--repeat", type=int, default=30, help="timed runs per candidate (default 30)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
-    p.add_argument("--max-seconds", type=float, default=2.0,
-                   help="time budget per candidate; cuts --repeat for slow ones (min 3 runs; default 2)")
-    p.add_argument("--no-torch", action="store_true", help="skip the cuDNN baseline")
-    p.add_argument("--no-auto", action="store_true", help="skip the autotuner's pick")
-    p.add_argument("--out", default="bench-results", metavar="DIR",
-                   help="output folder (default bench-results)")
-    p.add_argument("--name", default=None, help="file stem (default: the suite names joined by '+')")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random operands")
-    p.add_argument("--force", action="store_true", help="allow large suites on the simulator")
-    p.add_argument("--check-replay", action="store_true",
-                   help="on the simulator: also check each plugin through the public op, its recorded plan "
-                        "replayed (a GPU run checks every path it times)")
-    p.add_argument("--simulator-wall-clock", action="store_true",
-                   help="on the simulator: record one run's wall-clock time per candidate, so that "
-                        "'convlab plot' can chart it (simulator wall-clock, not GPU speed)")
-    p.set_defaults(func=cmd_bench)
-    from .bench_cmd import add_parsers as add_bench_subcommands
+    with subcommand(sub, "bench", cmd_bench, common=False, help="time every eligible plugin (and cuDNN) on a suite",
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    description="For every problem and op: each eligible plugin's median time (CUDA "
+                    "events; plugin.run and the public op with the plugin forced), TFLOP/s, GB/s, extra "
+                    "device memory, the autotuner's pick, and cuDNN's time on the same inputs, timed in "
+                    "interleaved rounds, with the ratio (when PyTorch with CUDA is importable). Every "
+                    "plugin is first checked against a float64 reference; wrong or failing ones are "
+                    "recorded and not timed, and each timed path's last output is checked again. Writes "
+                    "DIR/NAME.json and .csv (after every problem). 'convlab bench auto': algorithm='auto' "
+                    "as a user gets it against cuDNN; 'convlab bench report': tables from results files.") as p:
+        _bench_args(p, OPS)
+        p.add_argument("--plugins", metavar="A,B", help="only these plugins (default: all registered)")
+        p.add_argument("--all-configs", action="store_true", help="time every config, not only the first")
+        p.add_argument("--repeat", type=int, default=30, help="timed runs per candidate (default 30)")
+        p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
+        p.add_argument("--max-seconds", type=float, default=2.0,
+                       help="time budget per candidate; cuts --repeat for slow ones (min 3 runs; default 2)")
+        add_switches(p, {"--no-torch": "skip the cuDNN baseline", "--no-auto": "skip the autotuner's pick"})
+        p.add_argument("--out", default="bench-results", metavar="DIR", help="output folder (default bench-results)")
+        p.add_argument("--name", default=None, help="file stem (default: the suite names joined by '+')")
+        p.add_argument("--seed", type=int, default=0, help="seed of the random operands")
+        add_switches(p, {
+            "--force": "allow large suites on the simulator",
+            "--check-replay": "on the simulator: also check each plugin through the public op, its recorded plan "
+                              "replayed (a GPU run checks every path it times)",
+            "--simulator-wall-clock": "on the simulator: record one run's wall-clock time per candidate, so that "
+                                      "'convlab plot' can chart it (simulator wall-clock, not GPU speed)"})
+        from .bench_cmd import add_parsers as add_bench_subcommands
 
-    add_bench_subcommands(p, _common)
+        add_bench_subcommands(p)
 
-    p = sub.add_parser("plot", help="charts from results files (matplotlib, PNG)",
-                       description="Per suite: a chart of time, cuDNN ratio or TFLOP/s by plugin and shape "
-                       "(one panel per op), and a roofline against the GPU's measured ceilings.")
-    p.add_argument("results", nargs="+", metavar="RESULTS.json")
-    p.add_argument("-o", "--output", default="plots", metavar="DIR", help="output folder (default plots)")
-    p.add_argument("--metric", choices=("auto", "ratio", "time", "tflops"), default="auto",
-                   help="bar chart value (auto: ratio when cuDNN was measured, else time)")
-    p.add_argument("--peak-tflops", type=float, default=None,
-                   help="compute ceiling in TFLOP/s (default: H200 fp32 SGEMM, 50.7)")
-    p.add_argument("--peak-tbps", type=float, default=None,
-                   help="memory ceiling in TB/s (default: H200 device copy, 4.24)")
-    _common(p)
-    p.set_defaults(func=cmd_plot)
+    with subcommand(sub, "plot", cmd_plot, help="charts from results files (matplotlib, PNG)",
+                    description="Per suite: a chart of time, cuDNN ratio or TFLOP/s by plugin and shape "
+                    "(one panel per op), and a roofline against the GPU's measured ceilings.") as p:
+        p.add_argument("results", nargs="+", metavar="RESULTS.json")
+        p.add_argument("-o", "--output", default="plots", metavar="DIR", help="output folder (default plots)")
+        p.add_argument("--metric", choices=("auto", "ratio", "time", "tflops"), default="auto",
+                       help="bar chart value (auto: ratio when cuDNN was measured, else time)")
+        p.add_argument("--peak-tflops", type=float, default=None,
+                       help="compute ceiling in TFLOP/s (default: H200 fp32 SGEMM, 50.7)")
+        p.add_argument("--peak-tbps", type=float, default=None,
+                       help="memory ceiling in TB/s (default: H200 device copy, 4.24)")
 
-    p = sub.add_parser("tune", help="pre-tune a suite into the autotuner's cache",
-                       description="Tune every problem of the suites (or one shape) into the autotuner's "
-                       "cache file, so that later runs answer from the cache: in mode tune (each plugin's "
-                       "best candidates by the cost model checked and timed) unless --tune-mode or "
-                       "CONVLAB_TUNE_MODE names exhaustive (every candidate timed) or --tune-mode heuristic "
-                       "(the cost model's picks stored, nothing timed). On the simulator the autotuner "
-                       "picks by declared priority and caches nothing.")
-    _bench_args(p, OPS)
-    p.add_argument("--retune", action="store_true", help="tune again even where the cache answers")
-    p.add_argument("--clear-cache", action="store_true", help="delete this device's cache first")
-    p.add_argument("--verbose", action="store_true", help="every candidate's median and check")
-    p.set_defaults(func=cmd_tune)
+    with subcommand(sub, "tune", cmd_tune, common=False, help="pre-tune a suite into the autotuner's cache",
+                    description="Tune every problem of the suites (or one shape) into the autotuner's "
+                    "cache file, so that later runs answer from the cache: in mode tune (each plugin's "
+                    "best candidates by the cost model checked and timed) unless --tune-mode or "
+                    "CONVLAB_TUNE_MODE names exhaustive (every candidate timed) or --tune-mode heuristic "
+                    "(the cost model's picks stored, nothing timed). On the simulator the autotuner "
+                    "picks by declared priority and caches nothing.") as p:
+        _bench_args(p, OPS)
+        add_switches(p, {"--retune": "tune again even where the cache answers",
+                         "--clear-cache": "delete this device's cache first",
+                         "--verbose": "every candidate's median and check"})
 
-    p = sub.add_parser("check", help="run the conformance suite on one plugin",
-                       description="Runs every conformance check (convlab.testing) on every op of one "
-                       "plugin over hypothesis-drawn problems, one line each: 'ok (N examples)', or FAIL with "
-                       "the property, the smallest failing problem (hypothesis shrinks it) and the error; "
-                       "exit status 1 if any fails. The number of examples follows "
-                       "$CONVLAB_HYPOTHESIS_PROFILE (small on the simulator).")
-    p.add_argument("plugin", help="plugin name (see 'convlab list')")
-    p.add_argument("--ops", type=op_list, default=None, metavar="OPS", help="only these ops")
-    p.add_argument("--checks", default=None, metavar="A,B", help="only these checks (check_* names)")
-    p.add_argument("--max-examples", type=int, default=None, help="hypothesis examples per check")
-    p.add_argument("--mutants", action="store_true",
-                   help="instead, run the suite on the plugin's planted bugs (convlab.testing.mutants: the "
-                   "output-level ones, the built-in kernel-level ones and the plugin's own mutants()); exit "
-                   "status 1 if one survives")
-    _common(p)
-    p.set_defaults(func=cmd_check)
+    with subcommand(sub, "check", cmd_check, help="run the conformance suite on one plugin",
+                    description="Runs every conformance check (convlab.testing) on every op of one "
+                    "plugin over hypothesis-drawn problems, one line each: 'ok (N examples)', or FAIL with "
+                    "the property, the smallest failing problem (hypothesis shrinks it) and the error; "
+                    "exit status 1 if any fails. The number of examples follows "
+                    "$CONVLAB_HYPOTHESIS_PROFILE (small on the simulator).") as p:
+        p.add_argument("plugin", help="plugin name (see 'convlab list')")
+        p.add_argument("--ops", type=op_list, default=None, metavar="OPS", help="only these ops")
+        p.add_argument("--checks", default=None, metavar="A,B", help="only these checks (check_* names)")
+        p.add_argument("--max-examples", type=int, default=None, help="hypothesis examples per check")
+        p.add_argument("--mutants", action="store_true",
+                       help="instead, run the suite on the plugin's planted bugs (convlab.testing.mutants: the "
+                       "output-level ones, the built-in kernel-level ones and the plugin's own mutants()); exit "
+                       "status 1 if one survives")
 
     from .compile_cmd import add_parser as add_compile
-
-    add_compile(sub, _common, _add_shape)
-
     from .source_cmd import add_parser as add_source
 
-    add_source(sub, _common)
+    add_compile(sub)
+    add_source(sub)
     return parser
 
 

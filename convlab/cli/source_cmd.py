@@ -14,44 +14,35 @@ from typing import Any
 DEFAULT_TARGET = "sm_90"
 
 
-def add_parser(sub: Any, common: Any) -> None:
+def add_parser(sub: Any) -> None:
     from convlab.runtime.settings import FLOAT32_PRECISIONS
     from convlab.runtime.targets import TARGETS
 
-    from .arg_types import DTYPE_CHOICES, DTYPE_HELP, op_name, pair, padding, shape4
+    from .arg_types import op_name
+    from .options import add_shape, subcommand
 
-    p = sub.add_parser("source", help="print the generated source of a plugin's kernels for one shape",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description=__doc__.split("\n\n")[1].replace("\n", " "),
-                       epilog="examples:\n"
-                              "  convlab source tensor_core --op forward --x 8,64,56,56 --w 64,64,3,3 "
-                              "--padding 1 --dtype float16\n"
-                              "  convlab source implicit_gemm --op wgrad --x 8,64,56,56 --w 64,64,3,3 "
-                              "--padding 1 --target sm_80\n"
-                              "  convlab source tensor_core --op forward --x 2,16,8,8 --w 16,16,3,3 "
-                              "--dtype float16 --target simulator --config BK=16,BM=32,BN=32,STAGES=2,WM=16,WN=32")
-    p.add_argument("plugin", help="plugin name (see 'convlab list')")
-    p.add_argument("--op", type=op_name, default="forward", help="forward (default), dgrad or wgrad")
-    p.add_argument("--target", choices=tuple(TARGETS), default=DEFAULT_TARGET,
-                   help=f"the target the plugin plans for (default {DEFAULT_TARGET})")
-    p.add_argument("--config", default=None, metavar="NAME",
-                   help="this config (its name, as 'convlab explain' lists them) instead of the plugin's first")
-    p.add_argument("--precision", choices=FLOAT32_PRECISIONS, default=None,
-                   help="float32 precision ('high' lets tensor-core plugins run TF32, as --dtype "
-                        "float32+high) (default: highest)")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="a module to import first, e.g. one that registers your plugin")
-    g = p.add_argument_group("one shape (PyTorch conventions)")
-    g.add_argument("--x", type=shape4, required=True, metavar="N,C,H,W", help="input shape")
-    g.add_argument("--w", type=shape4, required=True, metavar="K,C,R,S", help="weight shape K,C/groups,R,S")
-    g.add_argument("--stride", type=pair, default=1, metavar="S|SH,SW")
-    g.add_argument("--padding", type=padding, default=0, metavar="P|PH,PW|same|valid")
-    g.add_argument("--dilation", type=pair, default=1, metavar="D|DH,DW")
-    g.add_argument("--groups", type=int, default=1)
-    g.add_argument("--bias", action="store_true", help="with a bias operand (forward)")
-    g.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32", metavar="DTYPE", help=DTYPE_HELP)
-    common(p)
-    p.set_defaults(func=cmd_source)
+    with subcommand(sub, "source", cmd_source, help="print the generated source of a plugin's kernels for one shape",
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    description=__doc__.split("\n\n")[1].replace("\n", " "),
+                    epilog="examples:\n"
+                           "  convlab source tensor_core --op forward --x 8,64,56,56 --w 64,64,3,3 "
+                           "--padding 1 --dtype float16\n"
+                           "  convlab source implicit_gemm --op wgrad --x 8,64,56,56 --w 64,64,3,3 "
+                           "--padding 1 --target sm_80\n"
+                           "  convlab source tensor_core --op forward --x 2,16,8,8 --w 16,16,3,3 "
+                           "--dtype float16 --target simulator --config BK=16,BM=32,BN=32,STAGES=2,WM=16,WN=32") as p:
+        p.add_argument("plugin", help="plugin name (see 'convlab list')")
+        p.add_argument("--op", type=op_name, default="forward", help="forward (default), dgrad or wgrad")
+        p.add_argument("--target", choices=tuple(TARGETS), default=DEFAULT_TARGET,
+                       help=f"the target the plugin plans for (default {DEFAULT_TARGET})")
+        p.add_argument("--config", default=None, metavar="NAME",
+                       help="this config (its name, as 'convlab explain' lists them) instead of the plugin's first")
+        p.add_argument("--precision", choices=FLOAT32_PRECISIONS, default=None,
+                       help="float32 precision ('high' lets tensor-core plugins run TF32, as --dtype "
+                            "float32+high) (default: highest)")
+        p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                       help="a module to import first, e.g. one that registers your plugin")
+        add_shape(p, required=True, nd=False)
 
 
 def problem_of(args: argparse.Namespace) -> Any:

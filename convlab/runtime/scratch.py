@@ -131,20 +131,29 @@ def _view(pools: Pools, buf: Any, n: int) -> Any:
     return view
 
 
-def held_bytes() -> int:
-    """Bytes held by idle scratch buffers."""
+def _idle_bytes(pool: str) -> int:
+    """Bytes of the idle buffers of one pool ("idle": scratch, "outputs": op outputs)."""
     pools = _pools()
     with pools.lock:
-        return sum(b.size * b.dtype.itemsize for idle in pools.idle.values() for b in idle)
+        return sum(b.size * b.dtype.itemsize for idle in getattr(pools, pool).values() for b in idle)
+
+
+def _clear(*pool_names: str) -> None:
+    """Empty these pools (the memory of the buffers they held is freed by Numba's deallocation queue)."""
+    pools = _pools()
+    with pools.lock:
+        for name in pool_names:
+            getattr(pools, name).clear()
+
+
+def held_bytes() -> int:
+    """Bytes held by idle scratch buffers."""
+    return _idle_bytes("idle")
 
 
 def release() -> None:
     """Drop every idle scratch buffer (their device memory is freed by Numba's deallocation queue)."""
-    pools = _pools()
-    with pools.lock:
-        pools.idle.clear()
-        pools.zeroed.clear()
-        pools.views.clear()
+    _clear("idle", "zeroed", "views")
 
 
 # ---- op outputs ------------------------------------------------------------------------------------
@@ -179,13 +188,9 @@ def output(shape: tuple[int, ...], dtype: Any, stream: int = 0) -> Any:
 
 def output_held_bytes() -> int:
     """Bytes held by idle output buffers."""
-    pools = _pools()
-    with pools.lock:
-        return sum(b.size * b.dtype.itemsize for idle in pools.outputs.values() for b in idle)
+    return _idle_bytes("outputs")
 
 
 def release_outputs() -> None:
     """Drop every idle output buffer."""
-    pools = _pools()
-    with pools.lock:
-        pools.outputs.clear()
+    _clear("outputs")

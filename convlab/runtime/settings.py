@@ -26,8 +26,9 @@ import re
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
+T = TypeVar("T")
 KEY_POLICIES = ("exact", "pow2")
 TUNE_MODES = ("heuristic", "tune", "exhaustive")
 FLOAT32_PRECISIONS = ("highest", "high")
@@ -62,16 +63,18 @@ def _from_env(variable: str, parse: Any, default: Any) -> Any:
         return default
 
 
-def _parse_policy(value: str) -> str:
-    if value not in KEY_POLICIES:
-        raise ValueError(f"key policy must be one of {KEY_POLICIES}, got {value!r}")
+def _one_of(value: Any, choices: tuple[str, ...], name: str) -> str:
+    """``value`` if it is one of ``choices``; ValueError naming ``name`` and the choices otherwise."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
     return value
 
 
-def _parse_precision(value: Any) -> str:
-    if not isinstance(value, str) or value not in FLOAT32_PRECISIONS:
-        raise ValueError(f"float32 precision must be one of {FLOAT32_PRECISIONS}, got {value!r}")
-    return value
+def _a_bool(flag: Any) -> bool:
+    """``flag`` if it is a bool; TypeError otherwise (the setters' argument; the variables parse text)."""
+    if not isinstance(flag, bool):
+        raise TypeError(f"flag must be a bool, got {flag!r}")
+    return flag
 
 
 def _parse_flag(value: Any, name: str = "deterministic") -> bool:
@@ -131,10 +134,10 @@ DEFAULT_TUNE_BUDGET_S = 20.0
 
 _state: dict[str, Any] = {
     "workspace_limit": DEFAULT_WORKSPACE_LIMIT,
-    "key_policy": _from_env("CONVLAB_KEY_POLICY", _parse_policy, "exact"),
+    "key_policy": _from_env("CONVLAB_KEY_POLICY", lambda v: _one_of(v, KEY_POLICIES, "key policy"), "exact"),
     "deterministic": _from_env("CONVLAB_DETERMINISTIC", _parse_flag, False),
-    "float32_precision": _from_env("CONVLAB_FLOAT32_PRECISION", lambda v: _parse_precision(v.lower()),
-                                   "highest"),
+    "float32_precision": _from_env("CONVLAB_FLOAT32_PRECISION",
+                                   lambda v: _one_of(v.lower(), FLOAT32_PRECISIONS, "float32 precision"), "highest"),
     "allow_lossy": _from_env("CONVLAB_ALLOW_LOSSY", lambda v: _parse_flag(v, "CONVLAB_ALLOW_LOSSY"), True),
     "tune_configs": _from_env("CONVLAB_TUNE_CONFIGS", _parse_tune_configs, None),
     "tune_mode": _from_env("CONVLAB_TUNE_MODE", _parse_tune_mode, DEFAULT_TUNE_MODE),
@@ -187,9 +190,7 @@ def get_key_policy() -> str:
 def set_key_policy(policy: str) -> str:
     """How shapes map to tuning keys: ``"exact"``, or ``"pow2"`` (batch and spatial sizes rounded up
     to powers of two so that neighbouring shapes share a tuning). Returns the previous policy."""
-    if not isinstance(policy, str) or policy not in KEY_POLICIES:
-        raise ValueError(f"policy must be one of {KEY_POLICIES}, got {policy!r}")
-    return _swap("key_policy", policy)
+    return _swap("key_policy", _one_of(policy, KEY_POLICIES, "policy"))
 
 
 def get_tune_configs() -> int | None:
@@ -216,9 +217,7 @@ def get_tune_mode() -> str:
 
 def set_tune_mode(mode: str) -> str:
     """Set the tuning mode (one of TUNE_MODES); ValueError listing them otherwise. Returns the previous."""
-    if not isinstance(mode, str) or mode not in TUNE_MODES:
-        raise ValueError(f"mode must be one of {TUNE_MODES}, got {mode!r}")
-    return _swap("tune_mode", mode)
+    return _swap("tune_mode", _one_of(mode, TUNE_MODES, "mode"))
 
 
 def get_tune_budget() -> float | None:
@@ -241,9 +240,7 @@ def get_deterministic() -> bool:
 def set_deterministic(flag: bool) -> bool:
     """Exclude (True) or allow (False) plugins declaring ``deterministic = False``; returns the previous
     setting. Deterministic choices are tuned and cached under their own keys."""
-    if not isinstance(flag, bool):
-        raise TypeError(f"flag must be a bool, got {flag!r}")
-    return _swap("deterministic", flag)
+    return _swap("deterministic", _a_bool(flag))
 
 
 def thin_launch() -> bool:
@@ -267,17 +264,23 @@ def set_float32_precision(precision: str) -> str:
     """Set the float32 math mode (``"highest"`` or ``"high"``, as torch's
     ``set_float32_matmul_precision``); returns the previous mode. Plugins read it in their predicate,
     so tuning keys, plans and ``explain`` follow it."""
-    return _swap("float32_precision", _parse_precision(precision))
+    return _swap("float32_precision", _one_of(precision, FLOAT32_PRECISIONS, "float32 precision"))
 
 
 @contextlib.contextmanager
-def float32_precision(precision: str) -> Iterator[str]:
-    """``with convlab.float32_precision("high"): ...``: the mode inside the block, restored after."""
-    previous = set_float32_precision(precision)
+def set_within(setter: Callable[[T], T], value: T) -> Iterator[T]:
+    """``setter(value)`` for the ``with`` block, the previous value (``setter``'s return) set again after;
+    a ``setter`` that rejects ``value`` raises before the block runs."""
+    previous = setter(value)
     try:
-        yield precision
+        yield value
     finally:
-        set_float32_precision(previous)
+        setter(previous)
+
+
+def float32_precision(precision: str) -> contextlib.AbstractContextManager[str]:
+    """``with convlab.float32_precision("high"): ...``: the mode inside the block, restored after."""
+    return set_within(set_float32_precision, precision)
 
 
 def get_allow_lossy() -> bool:
@@ -290,19 +293,12 @@ def set_allow_lossy(flag: bool) -> bool:
     """Allow (True, the default) or forbid (False) lossy configs, as torch's
     ``torch.backends.cudnn.allow_tf32`` governs TF32: forbidden, they decline with that reason (a forced
     one raises ValueError), so "auto" never picks them. Returns the previous setting."""
-    if not isinstance(flag, bool):
-        raise TypeError(f"flag must be a bool, got {flag!r}")
-    return _swap("allow_lossy", flag)
+    return _swap("allow_lossy", _a_bool(flag))
 
 
-@contextlib.contextmanager
-def allow_lossy(flag: bool) -> Iterator[bool]:
+def allow_lossy(flag: bool) -> contextlib.AbstractContextManager[bool]:
     """``with convlab.allow_lossy(False): ...``: the setting inside the block, restored after."""
-    previous = set_allow_lossy(flag)
-    try:
-        yield flag
-    finally:
-        set_allow_lossy(previous)
+    return set_within(set_allow_lossy, flag)
 
 
 def cache_dir() -> Path:

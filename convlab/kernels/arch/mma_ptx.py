@@ -21,14 +21,20 @@ from convlab.runtime import intrinsic
 _I32, _F32, _I64 = ir.IntType(32), ir.FloatType(), ir.IntType(64)
 
 
+def _as_int(builder, value, ty, to: ir.IntType):
+    """An integer argument of numba type ``ty`` as the LLVM integer type ``to`` (truncated, or extended
+    by its signedness)."""
+    width = value.type.width
+    if width == to.width:
+        return value
+    if width > to.width:
+        return builder.trunc(value, to)
+    return (builder.sext if ty.signed else builder.zext)(value, to)
+
+
 def _as_i32(builder, value, ty):
     """An integer argument as i32 (truncated or extended)."""
-    width = value.type.width
-    if width == 32:
-        return value
-    if width > 32:
-        return builder.trunc(value, _I32)
-    return (builder.sext if ty.signed else builder.zext)(value, _I32)
+    return _as_int(builder, value, ty, _I32)
 
 
 def _as_f32(context, builder, value, ty):
@@ -220,13 +226,21 @@ def cp_async16(typingctx, sarr, soff, garr, goff, src_bytes):
     return types.void(sarr, soff, garr, goff, src_bytes), codegen
 
 
-@intrinsic
-def cp_async_commit(typingctx):
-    def codegen(context, builder, signature, args):
-        _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}", side_effect=True)
-        return context.get_dummy_value()
+def statement(text: str):
+    """The intrinsic ``f()`` that emits the operand-less PTX statement ``text``, with a memory clobber (the
+    compiler moves no memory access across it)."""
+    @intrinsic
+    def emit(typingctx):
+        def codegen(context, builder, signature, args):
+            _asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
+            return context.get_dummy_value()
 
-    return types.void(), codegen
+        return types.void(), codegen
+
+    return emit
+
+
+cp_async_commit = statement("cp.async.commit_group;")
 
 
 @functools.cache
@@ -234,14 +248,4 @@ def cp_async_wait(n: int):
     """The intrinsic ``wait()`` for ``cp.async.wait_group n``: at most n committed groups pending."""
     if not 0 <= int(n) <= 7:
         raise ValueError(f"cp_async_wait n must be in 0..7, got {n!r}")
-
-    @intrinsic
-    def wait(typingctx):
-        def codegen(context, builder, signature, args):
-            _asm(builder, ir.VoidType(), [], f"cp.async.wait_group {int(n)};", "~{memory}",
-                 side_effect=True)
-            return context.get_dummy_value()
-
-        return types.void(), codegen
-
-    return wait
+    return statement(f"cp.async.wait_group {int(n)};")

@@ -178,24 +178,18 @@ def _ldmatrix(arr, off, count, trans):
     return tuple(out)
 
 
-@runtime.jit(device=True)
-def ldmatrix_x4(arr, off):
-    return _ldmatrix(arr, off, 4, False)
+def _make_ldmatrix(count: int, trans: bool):
+    @runtime.jit(device=True)
+    def ldmatrix(arr, off):
+        return _ldmatrix(arr, off, count, trans)
+
+    return ldmatrix
 
 
-@runtime.jit(device=True)
-def ldmatrix_x2(arr, off):
-    return _ldmatrix(arr, off, 2, False)
-
-
-@runtime.jit(device=True)
-def ldmatrix_x4_trans(arr, off):
-    return _ldmatrix(arr, off, 4, True)
-
-
-@runtime.jit(device=True)
-def ldmatrix_x2_trans(arr, off):
-    return _ldmatrix(arr, off, 2, True)
+ldmatrix_x4 = _make_ldmatrix(4, False)
+ldmatrix_x2 = _make_ldmatrix(2, False)
+ldmatrix_x4_trans = _make_ldmatrix(4, True)
+ldmatrix_x2_trans = _make_ldmatrix(2, True)
 
 
 @runtime.jit(device=True)

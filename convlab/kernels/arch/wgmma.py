@@ -112,10 +112,9 @@ def _probe_source(itype: str, n: int, row_bytes: int) -> str:
     w("g = U(U(tid % 32) // 4)")
     w("q = U(tid % 4)")
     w(f"cb = U64(U(U(U(U(wq * 16) + g) * {n}) + U(q * 2)))  # 64-bit: the constant offsets fold into addresses")
-    for j in range(n // 8):
-        for h in range(2):
-            for u in range(2):
-                w(f"d{4 * j + 2 * h + u} = C[U64(cb + U64({8 * h * n + 8 * j + u}))]")
+    fragment = [(4 * j + 2 * h + u, 8 * h * n + 8 * j + u) for j in range(n // 8) for h in range(2) for u in range(2)]
+    for reg, off in fragment:  # thread (g, q)'s d[4j + 2h + u] = D[16 wq + g + 8h, 8j + 2q + u]
+        w(f"d{reg} = C[U64(cb + U64({off}))]")
     w(f"({acc},) = wgmma_fence(({acc},))")
     w(f"da = U64(U64(U(U(U(base + U(a_row0 * {row_bytes})) >> 4) & U(0x3FFF))) | DHI)")
     w(f"db = U64(U64(U(U(U(U(base + U(b_word0 * 4)) + U(b_row0 * {row_bytes})) >> 4) & U(0x3FFF))) | DHI)")
@@ -124,10 +123,8 @@ def _probe_source(itype: str, n: int, row_bytes: int) -> str:
         w(f"({acc},) = mma(U64(da + U64({2 * kk})), U64(db + U64({2 * kk})), {scale}, ({acc},))")
     w("wgmma_commit()")
     w(f"({acc},) = wait0(({acc},))")
-    for j in range(n // 8):
-        for h in range(2):
-            for u in range(2):
-                w(f"D[U64(cb + U64({8 * h * n + 8 * j + u}))] = d{4 * j + 2 * h + u}")
+    for reg, off in fragment:
+        w(f"D[U64(cb + U64({off}))] = d{reg}")
     return w.source
 
 

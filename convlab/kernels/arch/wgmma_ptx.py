@@ -20,7 +20,7 @@ import functools
 from llvmlite import ir
 from numba import types
 
-from convlab.kernels.arch.mma_ptx import _F32, _I64, _as_i32, _asm, _shared_u32
+from convlab.kernels.arch.mma_ptx import _F32, _I64, _as_i32, _as_int, _asm, _shared_u32, statement
 from convlab.runtime import intrinsic
 
 #: (PTX type, k of one instruction) of each input type
@@ -28,12 +28,7 @@ SHAPE_K = {"f16": ("f16", 16), "bf16": ("bf16", 16), "tf32": ("tf32", 8)}
 
 
 def _as_i64(builder, value, ty):
-    width = value.type.width
-    if width == 64:
-        return value
-    if width > 64:
-        return builder.trunc(value, _I64)
-    return (builder.sext if ty.signed else builder.zext)(value, _I64)
+    return _as_int(builder, value, ty, _I64)
 
 
 def _accumulators(acc) -> bool:
@@ -116,13 +111,7 @@ def wgmma_fence(typingctx, acc):
     return acc(acc), codegen
 
 
-@intrinsic
-def wgmma_commit(typingctx):
-    def codegen(context, builder, signature, args):
-        _asm(builder, ir.VoidType(), [], "wgmma.commit_group.sync.aligned;", "~{memory}", side_effect=True)
-        return context.get_dummy_value()
-
-    return types.void(), codegen
+wgmma_commit = statement("wgmma.commit_group.sync.aligned;")
 
 
 @functools.cache
@@ -146,13 +135,7 @@ def wgmma_wait(n: int):
     return wait
 
 
-@intrinsic
-def fence_proxy_async(typingctx):
-    def codegen(context, builder, signature, args):
-        _asm(builder, ir.VoidType(), [], "fence.proxy.async.shared::cta;", "~{memory}", side_effect=True)
-        return context.get_dummy_value()
-
-    return types.void(), codegen
+fence_proxy_async = statement("fence.proxy.async.shared::cta;")
 
 
 @intrinsic

@@ -108,13 +108,19 @@ def note_copy(sarr: np.ndarray, byte_off: int) -> None:
     st.thread(_tid(thread)).cp_open.append(c)
 
 
-def note_commit() -> None:
+def _commit(kind: str) -> None:
+    """This thread's uncommitted ``kind`` entries ("cp": cp.async chunks, "wg": wgmma chunk sets) become
+    its newest group of that kind."""
     kctx, thread = _context()
     st = _state(kctx)
     if st is not None:
         t = st.thread(_tid(thread))
-        t.cp_groups.append(t.cp_open)
-        t.cp_open = []
+        getattr(t, f"{kind}_groups").append(getattr(t, f"{kind}_open"))
+        setattr(t, f"{kind}_open", [])
+
+
+def note_commit() -> None:
+    _commit("cp")
 
 
 def note_wait(n: int) -> None:
@@ -160,12 +166,7 @@ def wgmma_fence(acc):
 
 
 def wgmma_commit():
-    kctx, thread = _context()
-    st = _state(kctx)
-    if st is not None:
-        t = st.thread(_tid(thread))
-        t.wg_groups.append(t.wg_open)
-        t.wg_open = []
+    _commit("wg")
 
 
 @functools.cache

@@ -26,8 +26,8 @@ import numpy as np
 from convlab import runtime
 from convlab.kernels.source import Writer, compile_source
 
-from .spectrum import _namespace, _prologue, block_threads, patches_per_block
-from .stages import emit_bitrev, emit_passes
+from .spectrum import _column_passes, _namespace, _opened, _row_passes, block_threads, patches_per_block
+from .stages import emit_bitrev
 
 
 def _load(w: Writer, inline: bool) -> None:
@@ -51,12 +51,9 @@ def _load(w: Writer, inline: bool) -> None:
 @functools.cache
 def inverse_kernel(nh: int, nw: int, pb: int, threads: int, inline: bool, kind: str | None) -> Callable:
     """The ``inverse`` kernel (module docstring) for one patch size and block."""
-    half = nw // 2 + 1
-    rows = pb * nh // 2 if nh > 1 else pb // 2
-    w = Writer("def inverse(src, spec, dst, bias, n0, total, o_n, t_n, th_n, tw_n, groups, sz, so, im_off, ci_n, "
-               "a_sz, a_so, lh, lw, sh, sw, y_lim, x_lim, d_o, d_n, d_y, d_x, scale, has_bias):")
-    w.indent()
-    _prologue(w, nh, nw, pb)
+    w, half, rows = _opened("def inverse(src, spec, dst, bias, n0, total, o_n, t_n, th_n, tw_n, groups, sz, so, "
+                            "im_off, ci_n, a_sz, a_so, lh, lw, sh, sw, y_lim, x_lim, d_o, d_n, d_y, d_x, scale, "
+                            "has_bias):", nh, nw, pb)
     w("item = cuda.threadIdx.x")
     with w.block(f"while item < {pb * nh * half}:"):  # the bins, rows bit-reversed per patch
         w(f"p = p0 + item // {nh * half}")
@@ -78,12 +75,7 @@ def inverse_kernel(nh: int, nw: int, pb: int, threads: int, inline: bool, kind: 
         w(f"s2r[row * {half} + v] = vr")
         w(f"s2i[row * {half} + v] = vi")
         w(f"item += {threads}")
-    w("cuda.syncthreads()")
-    if nh > 1:
-        w("re = s2r")
-        w("im = s2i")
-        emit_passes(w, nh, f"{pb * half}", f"(l // {half}) * {nh * half} + l % {half}", str(half), threads, True,
-                    "H")
+    _column_passes(w, nh, half, pb, threads, True)
     w("item = cuda.threadIdx.x")
     with w.block(f"while item < {rows * nw}:"):  # Z = Xa + i Xb from the Hermitian halves, bit-reversed
         w(f"j = item // {nw}")
@@ -98,10 +90,7 @@ def inverse_kernel(nh: int, nw: int, pb: int, threads: int, inline: bool, kind: 
         w(f"s1r[j * {nw} + xr] = ar - bi")
         w(f"s1i[j * {nw} + xr] = ai + br")
         w(f"item += {threads}")
-    w("cuda.syncthreads()")
-    w("re = s1r")
-    w("im = s1i")
-    emit_passes(w, nw, str(rows), f"l * {nw}", "1", threads, True, "W")
+    _row_passes(w, nw, rows, threads, True)
     w("item = cuda.threadIdx.x")
     with w.block(f"while item < {rows * nw}:"):  # the kept outputs of each real row
         w(f"j = item // {nw}")

@@ -64,10 +64,13 @@ def _namespace(nh: int, nw: int, kind: str | None) -> dict:
     return ns
 
 
-def _prologue(w: Writer, nh: int, nw: int, pb: int) -> None:
-    """The two shared buffers (S1: complex rows, S2: half spectra), the twiddle tables, the first patch."""
+def _opened(signature: str, nh: int, nw: int, pb: int) -> tuple[Writer, int, int]:
+    """A kernel's source opened: its ``def`` line, the two shared buffers (S1: complex rows, S2: half
+    spectra), the twiddle tables, the first patch; with the half-spectrum width and S1's row count."""
     half = nw // 2 + 1
     rows = pb * nh // 2 if nh > 1 else pb // 2
+    w = Writer(signature)
+    w.indent()
     w(f"s1r = cuda.shared.array({rows * nw}, f32)")
     w(f"s1i = cuda.shared.array({rows * nw}, f32)")
     w(f"s2r = cuda.shared.array({pb * nh * half}, f32)")
@@ -78,6 +81,26 @@ def _prologue(w: Writer, nh: int, nw: int, pb: int) -> None:
         w("twrH = cuda.const.array_like(TWRH)")
         w("twiH = cuda.const.array_like(TWIH)")
     w(f"p0 = cuda.blockIdx.x * {pb}")
+    return w, half, rows
+
+
+def _row_passes(w: Writer, nw: int, rows: int, threads: int, inverse: bool) -> None:
+    """After a barrier, the NW-point transforms of the ``rows`` complex rows in S1 (contiguous)."""
+    w("cuda.syncthreads()")
+    w("re = s1r")
+    w("im = s1i")
+    emit_passes(w, nw, str(rows), f"l * {nw}", "1", threads, inverse, "W")
+
+
+def _column_passes(w: Writer, nh: int, half: int, pb: int, threads: int, inverse: bool) -> None:
+    """After a barrier, the NH-point transforms down the ``half`` (NW/2+1) columns of the PB half spectra
+    in S2 (none for NH = 1)."""
+    w("cuda.syncthreads()")
+    if nh > 1:
+        w("re = s2r")
+        w("im = s2i")
+        emit_passes(w, nh, f"{pb * half}", f"(l // {half}) * {nh * half} + l % {half}", str(half), threads, inverse,
+                    "H")
 
 
 def _patch_index(w: Writer, c_fast: bool) -> None:
@@ -95,12 +118,9 @@ def _patch_index(w: Writer, c_fast: bool) -> None:
 @functools.cache
 def spectrum_kernel(nh: int, nw: int, pb: int, threads: int, role: str, c_fast: bool, kind: str | None) -> Callable:
     """The ``spectrum`` kernel (module docstring) for one patch size, block and output role."""
-    half = nw // 2 + 1
-    rows = pb * nh // 2 if nh > 1 else pb // 2
-    w = Writer("def spectrum(src, dst, n0, total, t_n, c_n, th_n, tw_n, step_h, step_w, oh, ow, y_n, x_n, dh, dw, "
-               "lim_h, lim_w, s_g, s_n, s_c, s_y, s_x, off, groups, sz, st, sc, im_off, row_off):")
-    w.indent()
-    _prologue(w, nh, nw, pb)
+    w, half, rows = _opened("def spectrum(src, dst, n0, total, t_n, c_n, th_n, tw_n, step_h, step_w, oh, ow, y_n, "
+                            "x_n, dh, dw, lim_h, lim_w, s_g, s_n, s_c, s_y, s_x, off, groups, sz, st, sc, im_off, "
+                            "row_off):", nh, nw, pb)
     w("item = cuda.threadIdx.x")
     with w.block(f"while item < {rows * nw}:"):  # load row pairs, bit-reversed
         w(f"j = item // {nw}")
@@ -120,10 +140,7 @@ def spectrum_kernel(nh: int, nw: int, pb: int, threads: int, role: str, c_fast: 
         w(f"s1r[j * {nw} + xr] = v0")
         w(f"s1i[j * {nw} + xr] = v1")
         w(f"item += {threads}")
-    w("cuda.syncthreads()")
-    w("re = s1r")
-    w("im = s1i")
-    emit_passes(w, nw, str(rows), f"l * {nw}", "1", threads, False, "W")
+    _row_passes(w, nw, rows, threads, False)
     w("item = cuda.threadIdx.x")
     with w.block(f"while item < {rows * half}:"):  # separate the pairs
         w(f"j = item // {half}")
@@ -143,12 +160,7 @@ def spectrum_kernel(nh: int, nw: int, pb: int, threads: int, role: str, c_fast: 
         w(f"s2r[row1 * {half} + v] = (zi + mi) * half")
         w(f"s2i[row1 * {half} + v] = (mr - zr) * half")
         w(f"item += {threads}")
-    w("cuda.syncthreads()")
-    if nh > 1:
-        w("re = s2r")
-        w("im = s2i")
-        emit_passes(w, nh, f"{pb * half}", f"(l // {half}) * {nh * half} + l % {half}", str(half), threads, False,
-                    "H")
+    _column_passes(w, nh, half, pb, threads, False)
     w("item = cuda.threadIdx.x")
     with w.block(f"while item < {pb * nh * half}:"):  # store the bins
         w(f"p = p0 + item // {nh * half}")

@@ -69,12 +69,29 @@ def _cmul(w: Writer, ar: str, ai: str, br: str, bi: str, out: str) -> None:
     w(f"{out}i = {ar} * {bi} + {ai} * {br}")
 
 
+def _element(offset: int, stride: str) -> str:
+    """The index of the line's element ``offset`` from element ``i``."""
+    return "i" if offset == 0 else f"i + {offset} * {stride}"
+
+
+def _outputs(w: Writer, lo: int, hi: int, stride: str, a: str, t: str) -> None:
+    """A butterfly's outputs in place: a + t at element ``lo``, a - t at element ``hi`` (complex)."""
+    for offset, op in ((lo, "+"), (hi, "-")):
+        w(f"re[{_element(offset, stride)}] = {a}r {op} {t}r")
+        w(f"im[{_element(offset, stride)}] = {a}i {op} {t}i")
+
+
 def emit_passes(w: Writer, n: int, lines: str, base: str, stride: str, threads: int, inverse: bool,
                 tag: str) -> None:
     """The DIT passes over ``lines`` lines (an expression) of n elements: line l starts at ``base`` (an
     expression of ``l``) with elements ``stride`` apart, in shared arrays ``re``, ``im``; the twiddle
     tables are the kernel's globals ``TWR{n}``, ``TWI{n}`` (inverse: conjugated). Ends at a barrier."""
     sign = "-" if inverse else ""
+
+    def twiddle(k: int, index: str) -> None:
+        w(f"w{k}r = twr{tag}[{index}]")
+        w(f"w{k}i = {sign}twi{tag}[{index}]")
+
     for radix, h in passes(n):
         per = n // radix
         w("item = cuda.threadIdx.x")
@@ -82,18 +99,14 @@ def emit_passes(w: Writer, n: int, lines: str, base: str, stride: str, threads: 
             w(f"l = item // {per}")
             w(f"j = item % {per} % {h}")
             w(f"i = {base} + ((item % {per}) // {h} * {radix * h} + j) * {stride}")
-            w(f"w1r = twr{tag}[j * {n // (2 * h)}]")
-            w(f"w1i = {sign}twi{tag}[j * {n // (2 * h)}]")
+            twiddle(1, f"j * {n // (2 * h)}")
             if radix == 2:
                 w(f"x1r = re[i + {h} * {stride}]")
                 w(f"x1i = im[i + {h} * {stride}]")
                 _cmul(w, "w1r", "w1i", "x1r", "x1i", "t")
                 w("x0r = re[i]")
                 w("x0i = im[i]")
-                w("re[i] = x0r + tr")
-                w("im[i] = x0i + ti")
-                w(f"re[i + {h} * {stride}] = x0r - tr")
-                w(f"im[i + {h} * {stride}] = x0i - ti")
+                _outputs(w, 0, h, stride, "x0", "t")
             else:
                 for q in range(4):
                     w(f"x{q}r = re[i + {q * h} * {stride}]")
@@ -102,19 +115,11 @@ def emit_passes(w: Writer, n: int, lines: str, base: str, stride: str, threads: 
                 _cmul(w, "w1r", "w1i", "x3r", "x3i", "t3")
                 w("a0r, a0i, a1r, a1i = x0r + t1r, x0i + t1i, x0r - t1r, x0i - t1i")
                 w("a2r, a2i, a3r, a3i = x2r + t3r, x2i + t3i, x2r - t3r, x2i - t3i")
-                w(f"w2r = twr{tag}[j * {n // (4 * h)}]")
-                w(f"w2i = {sign}twi{tag}[j * {n // (4 * h)}]")
-                w(f"w3r = twr{tag}[(j + {h}) * {n // (4 * h)}]")
-                w(f"w3i = {sign}twi{tag}[(j + {h}) * {n // (4 * h)}]")
+                twiddle(2, f"j * {n // (4 * h)}")
+                twiddle(3, f"(j + {h}) * {n // (4 * h)}")
                 _cmul(w, "w2r", "w2i", "a2r", "a2i", "t2")
                 _cmul(w, "w3r", "w3i", "a3r", "a3i", "t4")
-                w("re[i] = a0r + t2r")
-                w("im[i] = a0i + t2i")
-                w(f"re[i + {2 * h} * {stride}] = a0r - t2r")
-                w(f"im[i + {2 * h} * {stride}] = a0i - t2i")
-                w(f"re[i + {h} * {stride}] = a1r + t4r")
-                w(f"im[i + {h} * {stride}] = a1i + t4i")
-                w(f"re[i + {3 * h} * {stride}] = a1r - t4r")
-                w(f"im[i + {3 * h} * {stride}] = a1i - t4i")
+                _outputs(w, 0, 2 * h, stride, "a0", "t2")
+                _outputs(w, h, 3 * h, stride, "a1", "t4")
             w(f"item += {threads}")
         w("cuda.syncthreads()")

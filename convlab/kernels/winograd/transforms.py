@@ -53,18 +53,34 @@ def threads_per_block() -> int:
     return 64 if runtime.target().simulator else 128
 
 
+def _kernel_source(signature: str) -> Writer:
+    """The source of a kernel of one thread an index ``idx`` below ``total`` (a parameter named in
+    ``signature``), opened: its ``def`` line and the return of the threads past the end."""
+    w = Writer(signature)
+    w.indent()
+    w("idx = cuda.grid(1)")
+    with w.block("if idx >= total:"):
+        w("return")
+    return w
+
+
+def _compiled(w: Writer, function: str, name: str, consts: Constants, in_kind: str | None,
+              out_kind: str | None) -> Callable:
+    """The kernel ``function`` of the source ``w`` (``name``: its file name in tracebacks), loading
+    ``in_kind`` and storing ``out_kind`` values (convlab.kernels.data.convert)."""
+    namespace = {"cuda": cuda, "zero": np.float32(0), "load": convert.to_f32(in_kind),
+                 "store": convert.from_f32(out_kind), **consts.namespace}
+    return runtime.jit(compile_source(w.source, name, namespace)[function])
+
+
 @functools.cache
 def patch_kernel(mh: Matrix, mw: Matrix, in_kind: str | None, out_kind: str | None, c_fast: bool) -> Callable:
     """The ``patch_transform`` kernel for one pair of matrices (module docstring)."""
     ah, aw = len(mh[0]), len(mw[0])  # patch rows, columns
     nh, nw = len(mh), len(mw)  # transformed rows, columns
     consts = Constants()
-    w = Writer("def patch_transform(src, dst, n0, total, groups, c_real, c_all, t_real, t_all, th_n, tw_n, "
-               "step_h, step_w, oh, ow, y_n, x_n, s_g, s_n, s_c, s_y, s_x, off, sz, st, sc):")
-    w.indent()
-    w("idx = cuda.grid(1)")
-    with w.block("if idx >= total:"):
-        w("return")
+    w = _kernel_source("def patch_transform(src, dst, n0, total, groups, c_real, c_all, t_real, t_all, th_n, "
+                       "tw_n, step_h, step_w, oh, ow, y_n, x_n, s_g, s_n, s_c, s_y, s_x, off, sz, st, sc):")
     inner, outer = ("c", "t") if c_fast else ("t", "c")
     w(f"{inner} = idx % {inner}_all")
     w(f"rest = idx // {inner}_all")
@@ -91,10 +107,8 @@ def patch_kernel(mh: Matrix, mw: Matrix, in_kind: str | None, out_kind: str | No
     for i in range(nh):
         for j in range(nw):
             w(f"dst[at + {i * nw + j} * zs] = store(v_{i}_{j})")
-    namespace = {"cuda": cuda, "zero": np.float32(0), "load": convert.to_f32(in_kind),
-                 "store": convert.from_f32(out_kind), **consts.namespace}
     name = f"<convlab.kernels.winograd.transforms patch {nh}x{nw}<-{ah}x{aw} {in_kind}->{out_kind}>"
-    return runtime.jit(compile_source(w.source, name, namespace)["patch_transform"])
+    return _compiled(w, "patch_transform", name, consts, in_kind, out_kind)
 
 
 @functools.cache
@@ -103,12 +117,8 @@ def inverse_kernel(ah_: Matrix, aw_: Matrix, out_kind: str | None) -> Callable:
     nh, nw = len(ah_[0]), len(aw_[0])  # transform points per axis
     mh, mw = len(ah_), len(aw_)  # outputs per axis
     consts = Constants()
-    w = Writer("def tile_inverse(src, dst, bias, n0, total, groups, o_n, t_n, th_n, tw_n, sz, so, y_lim, x_lim, "
-               "d_o, d_n, d_y, d_x, has_bias):")
-    w.indent()
-    w("idx = cuda.grid(1)")
-    with w.block("if idx >= total:"):
-        w("return")
+    w = _kernel_source("def tile_inverse(src, dst, bias, n0, total, groups, o_n, t_n, th_n, tw_n, sz, so, y_lim, "
+                       "x_lim, d_o, d_n, d_y, d_x, has_bias):")
     w("t = idx % t_n")
     w("rest = idx // t_n")
     w("o = rest % o_n")
@@ -131,10 +141,8 @@ def inverse_kernel(ah_: Matrix, aw_: Matrix, out_kind: str | None) -> Callable:
             for j in range(mw):
                 with w.block(f"if x0 + {j} < x_lim:"):
                     w(f"dst[row + (x0 + {j}) * d_x] = store(y_{i}_{j} + bv)")
-    namespace = {"cuda": cuda, "zero": np.float32(0), "load": convert.to_f32(out_kind),
-                 "store": convert.from_f32(out_kind), **consts.namespace}
     name = f"<convlab.kernels.winograd.transforms inverse {mh}x{mw}<-{nh}x{nw} {out_kind}>"
-    return runtime.jit(compile_source(w.source, name, namespace)["tile_inverse"])
+    return _compiled(w, "tile_inverse", name, consts, out_kind, out_kind)
 
 
 def patch_transform(mh: np.ndarray, mw: np.ndarray, src: Any, dst: Any, *, in_kind: str | None,

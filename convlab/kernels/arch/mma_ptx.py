@@ -226,10 +226,10 @@ def cp_async16(typingctx, sarr, soff, garr, goff, src_bytes):
     return types.void(sarr, soff, garr, goff, src_bytes), codegen
 
 
-def statement(text: str):
+def statement(text: str, name: str, module: str = __name__):
     """The intrinsic ``f()`` that emits the operand-less PTX statement ``text``, with a memory clobber (the
-    compiler moves no memory access across it)."""
-    @intrinsic
+    compiler moves no memory access across it); ``module.name`` is what it is called (the simulator's
+    error and the kernels' listings name it)."""
     def emit(typingctx):
         def codegen(context, builder, signature, args):
             _asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
@@ -237,10 +237,12 @@ def statement(text: str):
 
         return types.void(), codegen
 
-    return emit
+    emit.__name__ = emit.__qualname__ = name
+    emit.__module__ = module
+    return intrinsic(emit)
 
 
-cp_async_commit = statement("cp.async.commit_group;")
+cp_async_commit = statement("cp.async.commit_group;", "cp_async_commit")
 
 
 @functools.cache
@@ -248,4 +250,4 @@ def cp_async_wait(n: int):
     """The intrinsic ``wait()`` for ``cp.async.wait_group n``: at most n committed groups pending."""
     if not 0 <= int(n) <= 7:
         raise ValueError(f"cp_async_wait n must be in 0..7, got {n!r}")
-    return statement(f"cp.async.wait_group {int(n)};")
+    return statement(f"cp.async.wait_group {int(n)};", f"cp_async_wait_{int(n)}")

@@ -111,7 +111,7 @@ def wgmma_fence(typingctx, acc):
     return acc(acc), codegen
 
 
-wgmma_commit = statement("wgmma.commit_group.sync.aligned;")
+wgmma_commit = statement("wgmma.commit_group.sync.aligned;", "wgmma_commit", __name__)
 
 
 @functools.cache
@@ -135,7 +135,7 @@ def wgmma_wait(n: int):
     return wait
 
 
-fence_proxy_async = statement("fence.proxy.async.shared::cta;")
+fence_proxy_async = statement("fence.proxy.async.shared::cta;", "fence_proxy_async", __name__)
 
 
 @intrinsic

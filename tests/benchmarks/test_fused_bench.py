@@ -1,7 +1,8 @@
 """benchmarks/fused_bench.py: refuses the simulator without --smoke; --smoke runs every variant of a
 MobileNetV2 stack (forward and train) and a ResNet-50 one (forward, through --resume), each row checked
-against torch eager, --budget leaves later cases out without marking the run complete, and a case that
-fails while timed keeps a row with the error."""
+against the float64 reference within max(TOL, FACTOR x torch eager's own error); the check's bounds per
+output; --budget leaves later cases out without marking the run complete, and a case that fails while
+timed keeps a row with the error."""
 from __future__ import annotations
 
 import json
@@ -40,7 +41,11 @@ def test_smoke_rows_are_checked_timed_and_resumed(tmp_path):
         ("train", v) for v in fused_bench.VARIANTS if v != "convlab_blocks"}
     for (mode, variant), row in got.items():
         assert "error" not in row, (mode, variant, row.get("traceback"))
-        assert row["passed"] and row["rel_err"] <= row["tol"] and row["last_rel_err"] <= row["tol"]
+        assert row["passed"] and row["reference"] == "torch eager, float64" and row["tol"] == fused_bench.TOL["float32"]
+        assert len(row["rel_errs"]) == len(row["bounds"]) == (2 if mode == "train" else 1)
+        assert row["rel_err"] == max(row["rel_errs"]) and row["last_rel_err"] == max(row["last_rel_errs"])
+        assert all(e <= b for e, b in zip(row["rel_errs"] + row["last_rel_errs"], row["bounds"] * 2))
+        assert row["torch_rel_errs"] == got[(mode, "torch")]["rel_errs"] and 0 < row["rel_err"] < row["tol"]
         assert row["median_ms"] > 0 and row["speedup_vs_torch"] > 0 and row["first_call_s"] > 0
     assert got[("forward", "convlab_fused")]["fusions"] > 0 and got[("forward", "convlab")]["fusions"] == 0
     assert got[("forward", "torch")]["speedup_vs_torch"] == 1.0
@@ -55,6 +60,29 @@ def test_smoke_rows_are_checked_timed_and_resumed(tmp_path):
     resnet = [r for r in rows if r["stack"].startswith("resnet50")]
     assert len(rows) == len(got) + 2 and [r["variant"] for r in resnet] == ["torch", "convlab_fused"]
     assert all(r["passed"] and r["median_ms"] > 0 for r in resnet) and (tmp_path / "complete").exists()
+
+
+def test_the_check_bounds_each_output_by_torch_eagers_own_error():
+    torch = pytest.importorskip("torch")
+    f, tol = fused_bench.FACTOR, fused_bench.TOL["float32"]
+    ref = (torch.ones(100, dtype=torch.float64), torch.ones(100, dtype=torch.float64))
+
+    def off(e0: float, e1: float) -> tuple:  # outputs at relative norm errors e0, e1 from ref
+        return tuple(torch.full((100,), 1 + e, dtype=torch.float64) for e in (e0, e1))
+    eager: dict = {}
+    assert fused_bench._check(eager, off(1e-3, 1e-5), ref, None, "float32") == pytest.approx([1e-3, 1e-5])
+    assert eager["passed"] and eager["bounds"] == pytest.approx([f * 1e-3, tol])  # passes by construction
+    for got, passed in ((off(.97 * f * 1e-3, .95 * tol), True), (off(1.03 * f * 1e-3, 1e-5), False),
+                        (off(1e-3, 1.05 * tol), False)):
+        row: dict = {}
+        fused_bench._check(row, got, ref, eager["rel_errs"], "float32")
+        assert row["passed"] is passed and row["torch_rel_errs"] == eager["rel_errs"]
+        fused_bench._check(row, off(0, 0), ref, eager["rel_errs"], "float32", "last_")
+        assert row["passed"] is passed and row["last_rel_err"] == 0  # a failed first check stays failed
+    row = {}
+    fused_bench._check(row, off(0, 0), ref, eager["rel_errs"], "float32")
+    fused_bench._check(row, off(1.03 * f * 1e-3, 0), ref, eager["rel_errs"], "float32", "last_")
+    assert not row["passed"] and row["rel_err"] == 0  # the last timed call is held to the same bounds
 
 
 def test_budget_starts_no_case_past_it(tmp_path):

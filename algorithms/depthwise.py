@@ -26,6 +26,9 @@ z + pd - t*dd = o*sd); wgrad's units are (n, output depth, tile) and its T*R*S a
 depth tap of a unit. 1D (the 2D embedding, H = 1): windows of one output row (TH = VH = 1) and, for
 short rows, plane windows of PL whole rows.
 
+fp16 / bf16 natively (no widening passes): operands stay half in memory, each read widens to float32;
+tiles, filters, accumulators and wgrad's split partials are float32; the store rounds to the output type.
+
 Applicability: groups == C; at most MAX_TAPS filter taps (the per-thread code is unrolled over them);
 the halo tile of some config fits 48 KiB of shared memory; every tensor within 32-bit indexing; at most
 65535 images and channels (grid y and z).
@@ -37,6 +40,7 @@ import math
 from typing import Any, NamedTuple
 
 from convlab import runtime
+from convlab.dtypes import unit_roundoff
 from convlab.plugin.contract import Algorithm, Config, Verdict
 from convlab.plugin.cost import Features, blocks_per_sm, default_arith
 from convlab.plugin.registry import register
@@ -46,9 +50,11 @@ from convlab.runtime.scratch import scratch
 from convlab.runtime.targets import Target
 
 from convlab.kernels.conv.axes import kernel_ndim
-from convlab.kernels.conv.depthwise_common import MAX_SHARED, axis, shared_bytes
+from convlab.kernels.conv.depthwise_common import MAX_SHARED, axis, compute_itemsize, shared_bytes
 from convlab.kernels.conv.depthwise_conv import conv_kernel
 from convlab.kernels.conv.depthwise_wgrad import wgrad_kernel
+from convlab.kernels.data.convert import half_kind
+from convlab.kernels.epilogue import compute_dtype
 
 MAX_GRID_YZ = 65535  # grid y and z: channel groups and images (wgrad: filter groups)
 MAX_TAPS = 121  # R*S (3D: T*R*S): up to 11x11 (the unrolled per-thread code and wgrad's accumulators grow)
@@ -121,7 +127,7 @@ def _fits(problem: Problem, tile: tuple[int, int, int, int]) -> bool:
     ah, aw, *_ = _geometry(problem)
     wgrad = problem.op == "wgrad"
     taps = _taps(problem) if wgrad else problem.r * problem.s  # the conv kernels stage one depth tap
-    return (shared_bytes(ah, aw, *tile, taps, problem.itemsize, wgrad) <= MAX_SHARED
+    return (shared_bytes(ah, aw, *tile, taps, compute_itemsize(problem.dtype), wgrad) <= MAX_SHARED
             and _blocks(problem, tile)[2] <= MAX_INDEX)
 
 
@@ -137,14 +143,14 @@ def _waste(problem: Problem, tile: tuple[int, int, int, int]) -> float:
 def wgrad_plan(problem: Problem, config: Config, workspace_limit: int, target: Target) -> tuple[int, int]:
     """(splits, chunk) of wgrad's N * tiles units per filter group: about four waves of blocks over the
     target's SMs (shorter serial chains per block), at least 4 units per block, at most the config's
-    SPLIT (0: no cap), the partials within the workspace limit and 32-bit indexing."""
+    SPLIT (0: no cap), the partials (fp16 / bf16: float32) within the workspace limit and 32-bit indexing."""
     tile = _tile(config)
     units = _blocks(problem, tile)[2]
     threads = tile[1] * tile[0] // tile[2] * tile[3]
     wanted = 4 * target.sm_count * max(1, 2048 // threads)
     splits = min(math.ceil(wanted / math.ceil(problem.k / tile[3])), max(1, units // 4))
     out_elems = problem.k * _taps(problem)
-    splits = min(splits, workspace_limit // (out_elems * problem.itemsize), MAX_INDEX // out_elems)
+    splits = min(splits, workspace_limit // (out_elems * compute_itemsize(problem.dtype)), MAX_INDEX // out_elems)
     if int(config.get("SPLIT", 0)):
         splits = min(splits, int(config["SPLIT"]))
     if splits < 2:
@@ -206,7 +212,8 @@ def _launch(problem: Problem, config: Config, workspace_limit: int, target: Targ
         splits, chunk = wgrad_plan(problem, config, workspace_limit, target)
         sizes = (problem.h, problem.w, problem.p, problem.q, problem.c, problem.k, mult, tiles_h, tiles_w,
                  blocks, chunk)
-        kernel = wgrad_kernel(problem.dtype, tile, geometry, sizes, _depth(problem))
+        kernel = wgrad_kernel(problem.dtype, tile, geometry, sizes, _depth(problem),
+                              half_kind(problem.dtype) if splits == 1 else None)  # else float32 partials
         return _Plan(kernel[(splits, math.ceil(problem.k / pl)), threads], None, splits)
     _, _, (out_h, out_w), (in_h, in_w), in_c, out_c = _geometry(problem)
     sizes = (in_h, in_w, out_h, out_w, in_c, out_c, mult, tiles_h, tiles_w)  # N: grid z only
@@ -221,6 +228,7 @@ class Depthwise(Algorithm):
 
     name = "depthwise"
     ops = frozenset({"forward", "dgrad", "wgrad"})
+    dtypes = frozenset({"float32", "float64", "float16", "bfloat16"})
     priority = 30  # above implicit_gemm (20), im2col/col2im (10), direct (0)
     deterministic = True
     compiles_per_shape = True  # layer sizes are literals of its generated kernels
@@ -255,21 +263,25 @@ class Depthwise(Algorithm):
         if problem.op != "wgrad":
             return 0
         splits, _ = wgrad_plan(problem, config, workspace_limit, target)
-        return 0 if splits == 1 else splits * problem.k * _taps(problem) * problem.itemsize
+        return 0 if splits == 1 else splits * problem.k * _taps(problem) * compute_itemsize(problem.dtype)
 
     def cost_features(self, problem: Problem, config: Config, target: Target, workspace_limit: int) -> Features:
         """The tiles' computed outputs (edges, idle phases, empty planes: ``_waste``), the halo re-read
-        from L2, wgrad's split sum."""
-        pr, tile = problem, _tile(config)
+        from L2, wgrad's split sum (float32 partials for halves); operand bytes in their dtype, fp32 FMA."""
+        pr, tile, part_size = problem, _tile(config), compute_itemsize(problem.dtype)
         threads = tile[1] * tile[0] // tile[2] * tile[3]
         splits = wgrad_plan(pr, config, workspace_limit, target)[0] if pr.op == "wgrad" else 1
         blocks = (splits * math.ceil(pr.k / tile[3]) if pr.op == "wgrad"
                   else _blocks(pr, tile)[2] * math.ceil(max(pr.c, pr.k) / tile[3]) * max(pr.n, 1))
         halo = (tile[0] + pr.r - 1) * (tile[1] + pr.s - 1) / (tile[0] * tile[1])
         return Features("depthwise", default_arith(pr), pr.flops * _waste(pr, tile), float(pr.bytes),
-                        2.0 * splits * pr.k * pr.r * pr.s * pr.itemsize if splits > 1 else 0.0, 1 + (splits > 1),
+                        2.0 * splits * pr.k * pr.r * pr.s * part_size if splits > 1 else 0.0, 1 + (splits > 1),
                         blocks, 1, threads, blocks_per_sm(target, threads, 0, 48), float(pr.bytes) * halo,
                         kind="stencil")
+
+    def compute_eps(self, dtype: str, config: Config | None = None) -> float:
+        """fp16 / bf16: float32 products and sums (measure.tolerance adds the output's rounding)."""
+        return unit_roundoff("float32" if half_kind(dtype) else dtype)
 
     def sample_problems(self, op: str) -> list[Problem]:
         bias = op != "wgrad"
@@ -284,10 +296,15 @@ class Depthwise(Algorithm):
                 make_problem_nd(op, 2, 2, (13,), 4, (3,), stride=2, padding=1, groups=2,  # 1D, M = 2
                                 bias=bias).lowered(),
                 make_problem_nd(op, 1, 2, (4, 5, 6), 2, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1),
-                                dilation=(1, 2, 1), groups=2, bias=bias)]  # 3D
+                                dilation=(1, 2, 1), groups=2, bias=bias),  # 3D
+                mk(op, 1, 2, 7, 6, 4, 3, 3, stride=2, padding=1, groups=2, bias=bias,  # fp16, plane tiles
+                   dtype="float16"),  # (wgrad: unsplit, rounded as stored)
+                mk(op, 2, 2, 9, 8, 2, 3, 3, padding=1, groups=2, bias=bias,  # bf16 (wgrad: split on the
+                   dtype="bfloat16")]  # simulator's smaller tiles, unsplit on its 8x8)
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
         plan = _launch(problem, config, workspace_limit, runtime.target())
+        a, b, bias, out = (None if t is None else runtime.kernel_view(t) for t in (a, b, bias, out))  # bf16 bits
         if problem.op != "wgrad":
             if bias is None:
                 plan.launch(a, b, out, out)  # no bias: the kernel never reads its bias argument
@@ -296,6 +313,6 @@ class Depthwise(Algorithm):
         elif plan.splits == 1:
             plan.launch(a, b, out)
         else:
-            with scratch(plan.splits * out.size, problem.dtype) as part:
+            with scratch(plan.splits * out.size, compute_dtype(problem.dtype)) as part:
                 plan.launch(a, b, part)
-                sum_partials(part, out, plan.splits)
+                sum_partials(part, out, plan.splits, out_kind=half_kind(problem.dtype))

@@ -162,9 +162,11 @@ def test_builtin_plugins_count_launches_and_bytes(real):
 
 @pytest.mark.parametrize("problem, unmeasured", [
     # results/auto_bench/h100/cf6fe41: tma_wgmma's wgrad ran 3-4.6 ms here against cuDNN's 0.05-0.09 ms, fused
-    # winograd 4.1 ms on this depthwise layer against 0.06 ms; both had the lowest estimate
+    # winograd 4.1 ms on MobileNetV2's 112x112 depthwise layer against 0.06 ms; both had the lowest estimate.
+    # That layer runs natively on depthwise now (a measured group, estimated lower: the test below); the
+    # same plane with 2 channels a group, which depthwise does not take, still has winograd's estimate lowest
     (make_problem("wgrad", 32, 64, 56, 56, 64, 3, 3, padding=1, dtype="float16"), "tma_wgmma|f16|wgrad"),
-    (make_problem("forward", 32, 32, 112, 112, 32, 3, 3, padding=1, groups=32, dtype="float16"),
+    (make_problem("forward", 32, 32, 112, 112, 32, 3, 3, padding=1, groups=16, dtype="float16"),
      "winograd|f16|forward"),
 ])
 def test_groups_the_fitted_file_never_measured_rank_after_measured_ones(real, problem, unmeasured):
@@ -187,6 +189,20 @@ def test_groups_the_fitted_file_never_measured_rank_after_measured_ones(real, pr
     first_unmeasured = min(r.order.index(c) for c in demoted)
     assert all(r.order.index(c) < first_unmeasured for c in measured)  # the estimates alone would invert this
     assert r.order[0].plugin.name in ("tensor_core", "widen") and r.model.endswith(":measured-first")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_depthwise_layers_rank_the_native_depthwise_first(real, dtype):
+    """fp16 / bf16 depthwise layers: depthwise reads and writes the half operands itself (half the bytes,
+    no widening passes), ahead of every widen candidate."""
+    problem = make_problem("forward", 32, 32, 112, 112, 32, 3, 3, padding=1, groups=32, dtype=dtype)
+    r = _ranked(problem)
+    widen = [r.estimates[c.label] for c in r.order if c.plugin.name == "widen"]
+    assert r.order[0].plugin.name == "depthwise" and widen
+    assert r.estimates[r.order[0].label] < min(widen)
+    half = feat.features(r.order[0].plugin, problem, r.order[0].config, SM90, LIMIT)
+    wide = feat.features(r.order[0].plugin, problem.replace(dtype="float32"), r.order[0].config, SM90, LIMIT)
+    assert half.bytes == wide.bytes / 2 and half.arith == wide.arith == "fp32"
 
 
 def test_without_any_measured_group_the_estimates_alone_rank(real, tmp_path, monkeypatch):

@@ -16,6 +16,11 @@ halo is PL consecutive HALO_H x HALO_W tiles, plane l at l * HALO_H * HALO_W. Wi
 14x14) a tile covers the whole plane and PL > 1 fills the block with work (few large blocks instead of
 many tiny ones). Every size of the problem is a compile-time constant of a kernel (a cached factory per
 layer shape and config): index math divides by literals and a launch passes only the arrays.
+
+fp16 / bf16 (bf16 as its uint16 bits): the operands stay half in memory; every global read widens to
+float32 (``convlab.kernels.data.convert.to_f32``), the shared tiles, filters, accumulators and arithmetic
+are float32 (:func:`compute_itemsize`), and the store rounds to the output's type. float32 and float64
+kernels compute in their own type.
 """
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ from numba import int32, int64, uint32
 
 from convlab import runtime
 from convlab.kernels.arch.intrinsics import u32
+from convlab.kernels.data.convert import half_kind, to_f32
+from convlab.kernels.epilogue import compute_dtype
 from convlab.kernels.source import Writer, compile_source
 
 MAX_SHARED = 48 * 1024  # bytes of static shared memory per block
@@ -83,6 +90,12 @@ def axis(dgrad: bool, k: int, stride: int, pad: int, dil: int) -> Axis:
     return Axis(1, stride, phases)
 
 
+def compute_itemsize(dtype: str) -> int:
+    """Bytes of one element of the kernels' shared tiles and of wgrad's split partials: float32 for fp16 /
+    bf16 (the compute type), the dtype's own otherwise."""
+    return compute_dtype(dtype).itemsize
+
+
 def reduce_group(taps: int, threads: int, itemsize: int) -> int:
     """Filter taps that wgrad's block reduction sums at once (a taps x threads buffer of <= 16 KiB)."""
     return max(1, min(taps, REDUCE_BYTES // (threads * itemsize)))
@@ -91,7 +104,7 @@ def reduce_group(taps: int, threads: int, itemsize: int) -> int:
 def shared_bytes(ah: Axis, aw: Axis, th: int, tw: int, vh: int, pl: int, taps: int, itemsize: int,
                  wgrad: bool) -> int:
     """Static shared memory of a kernel: PL halo tiles and filters (conv) or PL halo tiles and the
-    reduction buffer (wgrad)."""
+    reduction buffer (wgrad), of ``itemsize`` bytes an element (:func:`compute_itemsize`)."""
     threads = tw * (th // vh) * pl
     extra = reduce_group(taps, threads, itemsize) * threads if wgrad else pl * taps
     return (pl * ah.halo(th) * aw.halo(tw) + extra) * itemsize
@@ -137,12 +150,12 @@ def halo_loader(dtype: str, halo_h: int, halo_w: int, threads: int, planes: int,
     (ih, iw) = (org_h + i, org_w + jj), 0 outside the plane (the padding) or for c >= n_ch; consecutive
     threads take consecutive elements (coalesced along rows, and across planes: NCHW planes abut).
     ``in_d`` > 0 (3D): the plane at depth iz of each of those volumes of ``in_d`` planes (iz unused in
-    2D)."""
+    2D). ``a`` holds ``dtype`` (bfloat16: uint16 bits); ``tile`` its compute type, each value widened."""
     HALO, HW, T, TOTAL = (np.uint32(v) for v in (halo_h * halo_w, halo_w, threads, planes * halo_h * halo_w))
     IN_H, IN_W, IN_HW, NCH = (np.uint32(v) for v in (in_h, in_w, in_h * in_w, n_ch))
     DIV, MUL, ONE = np.uint32(div), np.uint32(mul), planes == 1
     DEEP, IN_D = in_d > 0, np.uint32(in_d)
-    zero = np.dtype(dtype).type(0)
+    zero, read, WIDEN = compute_dtype(dtype).type(0), to_f32(half_kind(dtype)), bool(half_kind(dtype))
 
     @runtime.jit(device=True, forceinline=True)
     def load(a, nbase, c0, j, org_h, org_w, tile, tid, iz):
@@ -159,7 +172,8 @@ def halo_loader(dtype: str, halo_h: int, halo_w: int, threads: int, planes: int,
                 plane = uint32(uint32(nbase + uint32(uint32(c // DIV) * MUL)) + j)
                 if DEEP:
                     plane = uint32(uint32(plane * IN_D) + iz)
-                val = a[int64(uint32(uint32(plane * IN_HW) + uint32(uint32(ih) * IN_W) + uint32(iw)))]
+                at = int64(uint32(uint32(plane * IN_HW) + uint32(uint32(ih) * IN_W) + uint32(iw)))
+                val = read(a[at]) if WIDEN else a[at]  # float32 / float64: read as is, no device call
             tile[e] = val
             e = uint32(e + T)
 

@@ -14,6 +14,7 @@ z = image n. Thread (l, ty, tx) owns output channel co = co0 + l, rows ty*VH + v
     out[n, co, (t0h + ty*VH + v)*OSTEP_H + o0h, (t0w + tx)*OSTEP_W + o0w] = acc[v] (+ bias[co])
 
 Each tile value a thread needs is read from shared memory once (literal offsets in the generated code).
+fp16 / bf16: the tiles, filters and accumulators are float32, the store rounds (``_depthwise_common``).
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from convlab import runtime
 from convlab.runtime import cuda
 
 from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads, tile_products
+from convlab.kernels.data.convert import from_f32, half_kind, to_f32
+from convlab.kernels.epilogue import compute_dtype
 from convlab.kernels.source import Writer
 
 
@@ -52,17 +55,19 @@ def conv_compute(ah, aw, vh: int, hw: int, s_: int):
 
 
 @functools.cache
-def row_store(vh: int, ostep: int, out_h: int, out_w: int):
+def row_store(vh: int, ostep: int, out_h: int, out_w: int, kind: str | None = None):
     """``store(out, plane, oh0, ow, acc, b)``: out[plane + (oh0 + v*ostep)*out_w + ow] = acc[v] + b for
-    the rows and column inside the out_h x out_w output plane."""
+    the rows and column inside the out_h x out_w output plane; ``kind`` "float16" / "bfloat16": out holds
+    that half type (bf16: uint16 bits), each float32 sum rounded to nearest even as it is stored."""
+    value = "write(acc[{}] + b)" if kind else "acc[{}] + b"
     w = Writer("def store(out, plane, oh0, ow, acc, b):")
     w.indent()
     with w.block(f"if u32(ow) < u32({out_w}):"):
         for v in range(vh):
             w(f"oh = u32(oh0 + i32({v * ostep}))")
             with w.block(f"if oh < u32({out_h}):"):
-                w(f"out[i64(u32(plane + u32(oh * u32({out_w})) + u32(ow)))] = acc[{v}] + b")
-    return device(w, "store", {"i32": np.int32})
+                w(f"out[i64(u32(plane + u32(oh * u32({out_w})) + u32(ow)))] = {value.format(v)}")
+    return device(w, "store", {"i32": np.int32, "write": from_f32(kind)})
 
 
 def _consts(values) -> tuple:
@@ -76,18 +81,20 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
     (TH, TW, VH, PL), filter geometry (R, S, sh, sw, ph, pw, dh, dw) and layer ``sizes`` (in_h, in_w,
     out_h, out_w, in_c, out_c, M, tiles_h, tiles_w); ``bias`` is read only when ``has_bias``; ``depth``
     (3D: T, sd, pd, dd, in_d, out_d; 2D: empty) adds the depth taps. Grid: x = (phase, output depth,
-    tile row, tile column), y = channel group of PL, z = image; TP * PL threads."""
+    tile row, tile column), y = channel group of PL, z = image; TP * PL threads. ``dtype`` is the arrays'
+    (bfloat16: uint16 bits); fp16 / bf16 compute in float32."""
     th, tw, vh, pl = tile
     r_, s_, sh, sw, ph, pw, dh, dw = geometry
     in_h, in_w, out_h, out_w, in_c, out_c, mult, tiles_h, tiles_w = sizes
     ah, aw = axis(dgrad, r_, sh, ph, dh), axis(dgrad, s_, sw, pw, dw)
     HH, HW, TP, RS = ah.halo(th), aw.halo(tw), tw * (th // vh), r_ * s_
-    T, HALO, NT, zero = TP * pl, HH * HW, from_dtype(np.dtype(dtype)), np.dtype(dtype).type(0)
+    T, HALO, NT, zero = TP * pl, HH * HW, from_dtype(compute_dtype(dtype)), compute_dtype(dtype).type(0)
+    read, WIDEN = to_f32(half_kind(dtype)), bool(half_kind(dtype))  # fp16 / bf16 values widen as read
     # dgrad: plane l of group co0 reads dy channel (co0 + l) * M + j; forward: x channel (co0 + l) // M
     load = halo_loader(dtype, HH, HW, T, pl, in_h, in_w, out_c, 1 if dgrad else mult,
                        mult if dgrad else 1, depth[4] if depth else 0)
     compute = conv_compute(ah, aw, vh, HW, s_)
-    store = row_store(vh, ah.ostep, out_h, out_w)
+    store = row_store(vh, ah.ostep, out_h, out_w, half_kind(dtype))
     TLO_H, TLO_W = _consts(p.t_lo for p in ah.phases), _consts(p.t_lo for p in aw.phases)
     ORG_H, ORG_W = _consts(p.min_off for p in ah.phases), _consts(p.min_off for p in aw.phases)
     O0_H, O0_W = _consts(p.o0 for p in ah.phases), _consts(p.o0 for p in aw.phases)
@@ -154,7 +161,8 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
                             fk = uint32(uint32(c * uM) + j) if DGRAD else c
                             if DEEP:
                                 fk = uint32(uint32(fk * uDT) + dt)
-                            ws[e] = wt[int64(uint32(uint32(fk * uRS) + uint32(e - uint32(le * uRS))))]
+                            at = int64(uint32(uint32(fk * uRS) + uint32(e - uint32(le * uRS))))
+                            ws[e] = read(wt[at]) if WIDEN else wt[at]  # float32 / float64: read as is
                         e = uint32(e + uT)
                     load(a, uint32(n * uCA), co0, j, org_h, org_w, tile, tid, uint32(iz))
                     cuda.syncthreads()
@@ -166,7 +174,7 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
         if co < uCO:
             b = zero
             if HAS_BIAS:
-                b = bias[co]
+                b = read(bias[co]) if WIDEN else bias[co]
             plane = uint32(uint32(n * uCO) + co)
             if DEEP:
                 plane = uint32(uint32(plane * uOUT_D) + oz)

@@ -14,6 +14,9 @@ k = k0 + l; units u = (n, bh, bw) in [z*chunk, z*chunk + chunk), the same for ev
 
 With small planes one unit is a whole image plane and PL filters share the block: few blocks, each with
 a long serial chain, and usually no split (no workspace, no second launch).
+
+fp16 / bf16: x and dy widen to float32 as they are read, the tiles, accumulators and tree are float32;
+the partials are float32 (sum_partials rounds their sum into dw), an unsplit kernel rounds as it stores.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ from convlab.runtime import cuda
 
 from convlab.kernels.conv.depthwise_common import (axis, device, halo_loader, names, reads, reduce_group,
                                                    tile_products)
+from convlab.kernels.data.convert import from_f32, half_kind, to_f32
+from convlab.kernels.epilogue import compute_dtype
 from convlab.kernels.source import Writer
 
 
@@ -66,25 +71,30 @@ def depth_taps(taps: int, stride: int, pad: int, dil: int, in_d: int, load, comp
 
 
 @functools.cache
-def dy_loader(vh: int, out_h: int, out_w: int):
+def dy_loader(vh: int, out_h: int, out_w: int, kind: str | None = None):
     """``g = load(dy, at, p0, ok, zero)``: g[v] = dy[at + v*out_w] if ``ok`` (column and filter inside)
-    and row p0 + v < out_h, else 0."""
+    and row p0 + v < out_h, else 0; ``kind`` "float16" / "bfloat16": dy holds that half type (bf16:
+    uint16 bits), each value widened to float32."""
+    value = "read(dy[{}])" if kind else "dy[{}]"
     w = Writer("def load(dy, at, p0, ok, zero):")
     w.indent()
     for v in range(vh):
         w(f"g{v} = zero")
         with w.block(f"if ok and u32(p0 + u32({v})) < u32({out_h}):"):
-            w(f"g{v} = dy[i64(u32(at + u32({v * out_w})))]")
+            w(f"g{v} = {value.format(f'i64(u32(at + u32({v * out_w})))')}")
     w(f"return ({names('g', vh)})")
-    return device(w, "load", {})
+    return device(w, "load", {"read": to_f32(kind)})
 
 
 @functools.cache
-def block_reduce(taps: int, tp: int, pl: int, group: int):
+def block_reduce(taps: int, tp: int, pl: int, group: int, out_kind: str | None = None):
     """``reduce(acc, red, tid, lane, ok, out, at)``: out[at + i] = sum of acc[i] over the TP threads
     of the caller's plane (threads tid - lane .. tid - lane + TP - 1, lane = tid % TP), written when
     ``ok``. ``group`` taps at a time go to red[g * T + tid], then one tree per plane for all of them
-    (fixed pairing: deterministic; log2(TP) + 2 barriers per group); lane g of each plane writes tap g."""
+    (fixed pairing: deterministic; log2(TP) + 2 barriers per group); lane g of each plane writes tap g.
+    ``out_kind`` "float16" / "bfloat16": out holds that half type (bf16: uint16 bits), each float32 sum
+    rounded to nearest even as it is stored."""
+    value = "write({})" if out_kind else "{}"
     t = tp * pl
     w = Writer("def reduce(acc, red, tid, lane, ok, out, at):")
     w.indent()
@@ -103,26 +113,29 @@ def block_reduce(taps: int, tp: int, pl: int, group: int):
             w("h >>= u32(1)")
         w("g = lane")
         with w.block(f"while ok and g < u32({size}):"):
-            w(f"out[i64(u32(at + u32({i0}) + g))] = red[u32(u32(g * u32({t})) + tid) - lane]")
+            w(f"out[i64(u32(at + u32({i0}) + g))] = "
+              f"{value.format(f'red[u32(u32(g * u32({t})) + tid) - lane]')}")
             w(f"g += u32({tp})")
         w("cuda.syncthreads()")
-    return device(w, "reduce", {"cuda": cuda})
+    return device(w, "reduce", {"cuda": cuda, "write": from_f32(out_kind)})
 
 
 @functools.cache
 def wgrad_kernel(dtype: str, tile: tuple[int, int, int, int], geometry: tuple[int, ...],
-                 sizes: tuple[int, ...], depth: tuple[int, ...] = ()):
+                 sizes: tuple[int, ...], depth: tuple[int, ...] = (), out_kind: str | None = None):
     """The backward-weight kernel ``kernel(x, dy, part)`` of one tile (TH, TW, VH, PL; TP = TW*TH/VH a
     power of two), filter geometry (R, S, sh, sw, ph, pw, dh, dw) and layer ``sizes`` (in_h, in_w, out_h,
     out_w, C, K, M, tiles_h, tiles_w, units, chunk); ``depth`` (3D: T, sd, pd, dd, in_d, out_d; 2D:
     empty) adds the depth taps: units (n, od, bh, bw), T*R*S accumulators. Grid: x = split, y = filter
-    group of PL."""
+    group of PL. x and dy hold ``dtype`` (bfloat16: uint16 bits; fp16 / bf16 compute in float32);
+    ``part`` holds the compute type (the split partials, or dw of a float32 / float64 problem) or, with
+    ``out_kind`` "float16" / "bfloat16", dw's half type (an unsplit half problem)."""
     th, tw, vh, pl = tile
     r_, s_, sh, sw, ph, pw, dh, dw = geometry
     in_h, in_w, out_h, out_w, c_n, k_n, mult, tiles_h, tiles_w, units, chunk = sizes
     ah, aw = axis(False, r_, sh, ph, dh), axis(False, s_, sw, pw, dw)
     HH, HW, TP, RS = ah.halo(th), aw.halo(tw), tw * (th // vh), r_ * s_
-    T, HALO, NT, zero = TP * pl, HH * HW, from_dtype(np.dtype(dtype)), np.dtype(dtype).type(0)
+    T, HALO, NT, zero = TP * pl, HH * HW, from_dtype(compute_dtype(dtype)), compute_dtype(dtype).type(0)
     DEEP = bool(depth)
     DT, SD, PD, DD, IN_D, OUT_D = depth or (1, 1, 0, 1, 0, 1)
     TAPS = DT * RS
@@ -130,9 +143,9 @@ def wgrad_kernel(dtype: str, tile: tuple[int, int, int, int], geometry: tuple[in
     compute = wgrad_compute(ah, aw, vh, HW, s_, r_)
     step = depth_taps(DT, SD, PD, DD, IN_D, load, tuple(wgrad_compute(ah, aw, vh, HW, s_, r_, dt * RS, TAPS)
                                                         for dt in range(DT))) if DEEP else None
-    load_dy = dy_loader(vh, out_h, out_w)
-    GROUP = reduce_group(TAPS, T, np.dtype(dtype).itemsize)
-    reduce = block_reduce(TAPS, TP, pl, GROUP)
+    load_dy = dy_loader(vh, out_h, out_w, half_kind(dtype))
+    GROUP = reduce_group(TAPS, T, compute_dtype(dtype).itemsize)
+    reduce = block_reduce(TAPS, TP, pl, GROUP, out_kind)
     RED = GROUP * T
     u0, u1, uTAPS, uTH, uTW, uVH, uTP, uPL = (np.uint32(v) for v in (0, 1, TAPS, th, tw, vh, TP, pl))
     uC, uK, uOUT_W, uOUT_HW, uHALO = (np.uint32(v) for v in (c_n, k_n, out_w, out_h * out_w, HALO))

@@ -10,8 +10,8 @@ two more passes over the operands and one over the output (scratch: float32 copi
 out), which matters on memory-bound layers and hardly on compute-bound ones.
 
 What it is for: every op, stride, group count and layout in fp16 / bf16, whether or not a native half
-plugin covers it. The native ``tensor_core`` plugin runs forward, stride-1 dgrad and wgrad with groups 1
-(2D and 3D); the others (strided dgrad, grouped and depthwise layers) run here on the float32 plugins, tuned
+plugin covers it. The native ``tensor_core`` plugin runs forward, dgrad (strided too) and wgrad with
+groups 1 (2D and 3D); the others (grouped and depthwise layers) run here on the float32 plugins, tuned
 like any other candidate: each config names the float32 plugin (``via``) and that plugin's config.
 Priority -10: without tuning (the simulator) a native half plugin goes first when it applies.
 """

@@ -6,7 +6,7 @@ under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in 
     dgrad     dy NCHW -> NHWC, w -> flipped CRSK       N*H*W       C    R*S*K           tc_conv (stride 1)
               (1x1 stride 1 unpadded, H*W and C in whole chunks: x or dy read as NCHW, no copy: tc_conv.NchwA)
     dgrad     dy NCHW -> NHWC, w -> [CRS, K]           N*P*Q       CRS  K               tc_gemm + fold
-              (stride > 1: the column route of strided.py, fp32 columns; 3D: per image CTRS x DoPQ + the channel-major fold)
+              (stride > 1: strided.py's column route, fp32 columns; 3D: per image CTRS x DoPQ + the channel-major fold)
     wgrad     dy, x unfolded split-major (wgrad.py)    K           CRS  N*P*Q           tc_gemm + split-K
     wgrad 3D  x -> NDHWC, dy split-major (taps.py)     T*R*S*Cp    K    N*Do*P*Q        tc_wgrad (tap gather)
 

@@ -10,11 +10,11 @@ two more passes over the operands and one over the output (scratch: float32 copi
 out), which matters on memory-bound layers and hardly on compute-bound ones.
 
 What it is for: every op, stride, group count and layout in fp16 / bf16, whether or not a native half
-plugin covers it. The native ``tensor_core`` plugin runs forward, stride-1 dgrad and wgrad with groups 1
-(2D and 3D), ``depthwise`` the depthwise layers (groups == C); the others (strided dgrad, grouped layers
-with 1 < groups < C) run here on the float32 plugins, tuned like any other candidate: each config names
-the float32 plugin (``via``) and that plugin's config. A layer a native plugin runs is a candidate here
-too, via the other float32 plugins (never via one that runs its dtype natively); the tuner compares them.
+plugin covers it. The native ``tensor_core`` plugin runs forward, dgrad (strided too) and wgrad with
+groups 1 (2D and 3D), ``depthwise`` the depthwise layers (groups == C); the others (grouped layers with
+1 < groups < C) run here on the float32 plugins, tuned like any other candidate: each config names the
+float32 plugin (``via``) and that plugin's config. A layer a native plugin runs is a candidate here too,
+via the other float32 plugins (never via one that runs its dtype natively); the tuner compares them.
 Priority -10: without tuning (the simulator) a native half plugin goes first when it applies.
 """
 from __future__ import annotations

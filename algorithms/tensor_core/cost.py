@@ -5,7 +5,7 @@ from the plan their ``run`` follows on each route:
     forward, dgrad s=1    N*P*Q x K x R*S*Cpad of the       NHWC copy of x (dy) and KRSC filter, channels
                           gathered forward (plugin.py)      padded (none read as they are), split-K sum
     dgrad, stride > 1     N*P*Q x C*R*S x Kpad              dy / filter copies, a GEMM and a fold per pass
-                          (strided.py), passes of images    of images (fp32)
+                          (strided.py), passes of images    of images (fp32 columns)
     wgrad                 K x C*R*S x N*PQp (wgrad.py)      the unfolds of dy and x (none read as they
                                                             are), the split and part partials' sum
 
@@ -52,7 +52,7 @@ def features(plugin: Algorithm, problem: Problem, cfg: TcConfig, target: Target,
     elif gathered is None:  # the column route of a strided dgrad
         m, n, k = strided.gemm_shape(pr)
         passes = math.ceil(pr.n / strided.images_per_pass(pr, workspace_limit))
-        aux = 2.0 * 4 * (strided.operand_elements(pr) + m * n)
+        aux = 2.0 * (size * strided.operand_elements(pr) + 4 * m * n)  # operands in dtype, fp32 columns
         launches = 2 + 2 * passes  # the two copies, then a GEMM and a fold per pass
         blocks = gemm_tiles(math.ceil(m / passes), n, cfg.BM, cfg.BN)[0]
     else:

@@ -6,7 +6,7 @@ under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in 
     dgrad     dy NCHW -> NHWC, w -> flipped CRSK       N*H*W       C    R*S*K           tc_conv (stride 1)
               (1x1 stride 1 unpadded, H*W and C in whole chunks: x or dy read as NCHW, no copy: tc_conv.NchwA)
     dgrad     dy NCHW -> NHWC, w -> [CRS, K]           N*P*Q       CRS  K               tc_gemm + fold
-              (stride > 1, float32: the column route of strided.py; 3D: per image CTRS x DoPQ + the channel-major fold)
+              (stride > 1: strided.py's column route, fp32 columns; 3D: per image CTRS x DoPQ + the channel-major fold)
     wgrad     dy, x unfolded split-major (wgrad.py)    K           CRS  N*P*Q           tc_gemm + split-K
     wgrad 3D  x -> NDHWC, dy split-major (taps.py)     T*R*S*Cp    K    N*Do*P*Q        tc_wgrad (tap gather)
 
@@ -22,8 +22,7 @@ NHWC gather of :mod:`convlab.kernels.tensor_core.conv`: 16-byte ``cp.async`` chu
 channels, so the NHWC / KRSC copies pad the gathered channel count with zeros up to a multiple of 8 (4)
 (C = 3 becomes 8: more reduction work, still on tensor cores); zero-fill for padding and remainders.
 wgrad (:mod:`.wgrad`) unfolds dy and x into dense split-major operands and runs the tensor-core GEMM
-per image group (one launch, grid z), the fp32 partials summed in order. Not done here: groups > 1, and
-fp16 / bf16 strided dgrad (the ``widen`` plugin runs those in fp32).
+per image group (one launch, grid z), the fp32 partials summed in order. Not done here: groups > 1.
 
 Configs (the tuner times them all; the first wastes the least): 128x128 / 128x64 / 64x64 tiles, plus
 16- and 32-wide ones when the GEMM's N is at most 32 (the seed's 16-channel layers) and a 16-row one for
@@ -43,8 +42,7 @@ channel count, dgrad's filter, every wgrad operand) are copied to NCHW scratch f
 
 Applicability: a target with ``mma.sync`` and ``cp.async`` (compute capability 8.0 or newer, and the
 simulator's stand-ins), groups == 1, float32 only under
-precision "high" (TF32; the ``tf32x3`` plugin's 3xTF32 under either), dgrad with stride > 1 in float32
-only, every tensor below 2**31 elements.
+precision "high" (TF32; the ``tf32x3`` plugin's 3xTF32 under either), every tensor below 2**31 elements.
 """
 from __future__ import annotations
 
@@ -72,7 +70,7 @@ _padded, _gathered, _split_f32 = gather.padded, gather.gathered, gather.split_f3
 
 
 def _strided_dgrad(problem: Problem) -> bool:
-    """Backward-data with stride > 1: the column GEMM and fold of :mod:`.strided` (float32)."""
+    """Backward-data with stride > 1: the column GEMM and fold of :mod:`.strided`."""
     return problem.op == "dgrad" and set(problem.strides) != {1}
 
 
@@ -94,7 +92,7 @@ class TensorCore(Algorithm):
     layouts = frozenset({"nchw", "nhwc"})
     description = ("tensor-core implicit GEMM (fp16/bf16; TF32 for float32 under precision 'high'): "
                    "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
-                   "strided dgrad (float32) as a column GEMM + fold; split-K (fp32 partials summed in order) "
+                   "strided dgrad as a column GEMM (fp32 columns) + fold; split-K (fp32 partials summed in order) "
                    "where tiles are few; wgrad on unfolded operands with split-K (3D: a tap gather)")
 
     def itype(self, dtype: str) -> str:
@@ -121,10 +119,6 @@ class TensorCore(Algorithm):
             if math.prod(shape) > MAX_INDEX:
                 return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
         if _strided_dgrad(problem):
-            stride = problem.stride if problem.ndim == 2 else problem.strides
-            if problem.dtype != "float32":
-                return Verdict.no(f"backward-data with stride {stride} runs here in float32 only (the "
-                                  "column route, strided.py); fp16 / bf16 take it through widen")
             if not strided.fits(problem):
                 return Verdict.no("the column route's operands or one image's column buffer have 2**31 "
                                   "elements or more (32-bit indexing)")
@@ -166,7 +160,7 @@ class TensorCore(Algorithm):
             n_store, n_f32 = wgrad.workspace_elements(problem, tc_config(config), ALIGN[problem.dtype], target)
             return n_store * problem.itemsize + 4 * n_f32
         if _strided_dgrad(problem):
-            return 4 * strided.workspace_elements(problem, workspace_limit)
+            return strided.workspace_bytes(problem, workspace_limit)
         n_store, n_f32 = gather.workspace_elements(problem, tc_config(config), target)
         return n_store * problem.itemsize + 4 * n_f32
 
@@ -197,8 +191,11 @@ class TensorCore(Algorithm):
             return [make_problem("dgrad", 2, 16, 5, 5, 8, 3, 3, padding=1, dtype="float16"),
                     make_problem("dgrad", 1, 8, 6, 5, 16, 2, 3, dilation=(2, 1), padding=(2, 0),
                                  dtype="bfloat16", bias=True),
-                    make_problem("dgrad", 2, 8, 8, 8, 8, 3, 3, padding=1, dtype="float16", bias=True)] + \
-                self._samples_3d(op)
+                    make_problem("dgrad", 2, 8, 8, 8, 8, 3, 3, padding=1, dtype="float16", bias=True),
+                    # strided: the column route (K = 12 padded to 16), 3D strided on two axes
+                    make_problem("dgrad", 2, 5, 9, 8, 12, 3, 3, stride=2, padding=1, dtype="bfloat16", bias=True),
+                    make_problem_nd("dgrad", 1, 3, (5, 4, 5), 4, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1),
+                                    dtype="float16")] + self._samples_3d(op)
         if op == "wgrad":
             return [make_problem("wgrad", 3, 8, 6, 5, 16, 3, 3, padding=1, dtype="float16"),
                     make_problem("wgrad", 2, 5, 7, 6, 12, 2, 3, stride=2, dilation=(2, 1), padding=(1, 0),

@@ -1,14 +1,18 @@
-"""Backward-data with stride > 1 on tensor cores (float32: TF32 or 3xTF32): a column GEMM, then a fold.
+"""Backward-data with stride > 1 on tensor cores (fp16 / bf16, or float32 as TF32 or 3xTF32): a column
+GEMM, then a fold.
 
     cols[(n, p, q), (c, r, s)] = sum_k dy[n, k, p, q] * w[k, c, r, s]     GEMM M = N*P*Q, N = C*R*S, K = K
     dx[n, c, h, w] = bias[c] + sum over the taps (r, s) with h + ph - r*dh = p*sh, w + pw - s*dw = q*sw
                      of cols[(n, p, q), (c, r, s)]                         (col2im's fold, pixel-major)
 
-The GEMM is :func:`convlab.kernels.tensor_core.gemm.launcher` on dense k-contiguous operands: A = dy in NHWC
-([N*P*Q, Kp], K zero-padded to whole 16-byte chunks) and Bt = w as [C*R*S, Kp], both written by
-:func:`convlab.kernels.data.transpose.to_channels_last` into scratch. The fold (one thread per dx element,
-its taps in a fixed order: deterministic, no atomics) is :func:`convlab.kernels.conv.fold.fold`. The
-column buffer holds ``images_per_pass`` images at a time, so that it fits the workspace limit.
+The GEMM is :func:`convlab.kernels.tensor_core.gemm.launcher` on dense k-contiguous operands in the
+problem's dtype (bf16 as uint16 bits): A = dy in NHWC ([N*P*Q, Kp], K zero-padded to whole 16-byte
+chunks: 8 halves, 4 floats) and Bt = w as [C*R*S, Kp], both written by
+:func:`convlab.kernels.data.transpose.to_channels_last` into scratch. The columns are float32 (the
+accumulators as they are, nothing rounded before the fold); the fold (one thread per dx element, its
+taps in a fixed order: deterministic, no atomics) is :func:`convlab.kernels.conv.fold.fold`, which sums
+in float32 and rounds a half dx once, at its store. The column buffer holds ``images_per_pass`` images
+at a time, so that it fits the workspace limit.
 
 3D (NCDHW) takes the same GEMM per image the other way round, in the channel-major layout of the fold
 :func:`convlab.kernels.conv.fold.fold` channel-major: one batched launch over a pass's images,
@@ -28,7 +32,7 @@ import math
 import numpy as np
 
 from convlab import runtime
-from convlab.problem import Problem
+from convlab.problem import Problem, np_dtype
 from convlab.kernels.tensor_core import gemm as tc_gemm
 from convlab.kernels.data import transpose
 from convlab.kernels.data.splitk import MAX_INDEX
@@ -37,33 +41,38 @@ from convlab.runtime.scratch import scratch
 
 from convlab.kernels.conv.fold import fold
 
-ALIGN = 4  # float32 elements per 16-byte chunk
+from .gather import padded
 
 
 def _sizes(pr: Problem) -> tuple[int, int, int]:
-    """(padded K, C*R*S, P*Q) (3D: C*T*R*S, Do*P*Q)."""
-    return -(-pr.k // ALIGN) * ALIGN, pr.c * math.prod(pr.kernel_size), math.prod(pr.spatial_out)
+    """(padded K, C*R*S, P*Q) (3D: C*T*R*S, Do*P*Q); K in whole 16-byte chunks of the problem's dtype."""
+    return padded(pr.k, pr.dtype), pr.c * math.prod(pr.kernel_size), math.prod(pr.spatial_out)
 
 
 def operand_elements(pr: Problem) -> int:
-    """float32 elements of dy's NHWC copy and the [C*R*S, Kp] filter."""
+    """Elements (in the problem's dtype) of dy's NHWC copy and the [C*R*S, Kp] filter."""
     kp, crs, pq = _sizes(pr)
     return pr.n * pq * kp + crs * kp
 
 
 def images_per_pass(pr: Problem, workspace_limit: int) -> int:
-    """Images whose column buffer fits beside the operands within ``workspace_limit`` bytes (at least 1,
-    at most N (3D: and 65535), the buffer within 32-bit indexing)."""
+    """Images whose float32 column buffer fits beside the operands within ``workspace_limit`` bytes (at
+    least 1, at most N (3D: and 65535), the buffer within 32-bit indexing)."""
     _, crs, pq = _sizes(pr)
-    room = workspace_limit // 4 - operand_elements(pr)
+    room = (workspace_limit - pr.itemsize * operand_elements(pr)) // 4
     most = pr.n if pr.ndim == 2 else min(pr.n, 65535)  # 3D: the images of a pass along grid z
     return max(1, min(most, room // (pq * crs), MAX_INDEX // (pq * crs)))
 
 
-def workspace_elements(pr: Problem, workspace_limit: int) -> int:
-    """float32 elements of scratch: the operands and one pass's column buffer."""
+def column_elements(pr: Problem, workspace_limit: int) -> int:
+    """float32 elements of one pass's column buffer."""
     _, crs, pq = _sizes(pr)
-    return operand_elements(pr) + images_per_pass(pr, workspace_limit) * pq * crs
+    return images_per_pass(pr, workspace_limit) * pq * crs
+
+
+def workspace_bytes(pr: Problem, workspace_limit: int) -> int:
+    """Bytes of scratch: the operands in the problem's dtype and one pass's float32 column buffer."""
+    return pr.itemsize * operand_elements(pr) + 4 * column_elements(pr, workspace_limit)
 
 
 def fits(pr: Problem) -> bool:
@@ -74,12 +83,15 @@ def fits(pr: Problem) -> bool:
 
 def run_strided_dgrad(pr: Problem, cfg: TcConfig, itype: str, dy, w, bias, dx, workspace_limit: int) -> None:
     """dx [N, C, H, W] (+ bias) from dy [N, K, P, Q] and w [K, C, R, S] (3D: [N, C, D, H, W], [N, K, Do,
-    P, Q], [K, C, T, R, S]): float32 device arrays, C-contiguous (flat views taken here)."""
+    P, Q], [K, C, T, R, S]): device arrays of the problem's dtype, C-contiguous (flat views taken here),
+    bias [C] or None."""
     kp, crs, pq = _sizes(pr)
     nb = images_per_pass(pr, workspace_limit)
     flat = lambda t: runtime.kernel_view(runtime.flat_view(t))  # noqa: E731
+    dx, bias = runtime.kernel_view(dx), None if bias is None else runtime.kernel_view(bias)
     n_dy = pr.n * pq * kp
-    with scratch(operand_elements(pr), np.float32) as ops, scratch(nb * pq * crs, np.float32) as cols:
+    store = runtime.kernel_dtype(np_dtype(pr.dtype))
+    with scratch(operand_elements(pr), store) as ops, scratch(nb * pq * crs, np.float32) as cols:
         dyh, wt = ops[:n_dy], ops[n_dy:]
         transpose.to_channels_last(flat(dy), dyh, pr.n, pr.k, pq, kp)  # [n, pq, k]
         transpose.to_channels_last(flat(w), wt, 1, pr.k, crs, kp)  # [crs, k]

@@ -75,7 +75,6 @@ def test_narrow_tile_for_few_output_channels(op, dtype):
 
 @pytest.mark.parametrize("change,reason", [
     (dict(groups=2), "groups == 1"),
-    (dict(op="dgrad", stride=2), "float32 only"),
     (dict(dtype="float64"), "supports dtypes"),
 ])
 def test_declines_with_reason(change, reason):
@@ -85,12 +84,14 @@ def test_declines_with_reason(change, reason):
     assert not verdict and reason in verdict.reason
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("limit", [2**28, 1], ids=["one pass", "one image a pass"])
-def test_strided_dgrad_column_route_in_tf32(limit, monkeypatch):
-    """Strided float32 dgrad under "high": dy NHWC x w [CRS, K] on tc_gemm, then the fold; with a
+def test_strided_dgrad_column_route(limit, dtype, monkeypatch):
+    """Strided dgrad (float32 as TF32 under "high"): dy NHWC x w [CRS, K] on tc_gemm into float32
+    columns, then the fold (a half dx rounded once, at its store, the bias added in float32); with a
     workspace limit below one image's columns, one image a pass (n0 > 0 reaches the fold)."""
     from convlab.algorithms.tensor_core import strided
-    problem = make_problem("dgrad", 3, 5, 9, 8, 6, 3, 2, stride=(2, 3), padding=1, dtype="float32", bias=True)
+    problem = make_problem("dgrad", 3, 5, 9, 8, 6, 3, 2, stride=(2, 3), padding=1, dtype=dtype, bias=True)
     with convlab.float32_precision("high"):
         assert TC.applicable(problem)
         assert strided.images_per_pass(problem, limit) == (1 if limit == 1 else 3)
@@ -100,6 +101,19 @@ def test_strided_dgrad_column_route_in_tf32(limit, monkeypatch):
         err, tol = _run(problem)
     assert err <= tol, (err, tol)
     assert [call[4] for call in folds] == ([0, 1, 2] if limit == 1 else [0])  # n0 of each pass
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_strided_dgrad_workspace_counts_half_operands(dtype):
+    """The column route's operands in 2-byte elements (K = 12 padded to 16, a whole 16-byte chunk), its
+    columns in float32: P, Q = 5, 3 -> operands (3*15 + 30) * 16 * 2 = 2400 bytes, 450 * 4 = 1800 a
+    pass's image; 6000 bytes hold two images a pass, one byte less one."""
+    from convlab.algorithms.tensor_core import strided
+    problem = make_problem("dgrad", 3, 5, 9, 8, 12, 3, 2, stride=(2, 3), padding=1, dtype=dtype)
+    assert TC.applicable(problem)
+    assert strided.operand_elements(problem) == (3 * 15 + 30) * 16
+    assert [strided.images_per_pass(problem, limit) for limit in (6000, 5999)] == [2, 1]
+    assert TC.workspace_bytes(problem, TC.configs(problem)[0], 6000, runtime.target()) == 6000
 
 
 def test_strided_dgrad_declines_a_dx_beyond_32_bit_indexing():

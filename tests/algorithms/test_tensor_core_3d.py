@@ -51,13 +51,14 @@ def test_dgrad_as_a_forward_of_the_flipped_filter(dtype):
     assert err <= tol
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("limit", [2**28, 1], ids=["one pass", "one image a pass"])
-def test_strided_dgrad_column_route_on_the_fold(limit, monkeypatch):
-    """A float32 (TF32) dgrad strided on two axes: per image the [CTRS, DoPQ] columns on the batched
-    tensor-core GEMM (one filter for every image), folded by fold_volume (the channel-major fold); pass by pass under a
-    small limit."""
+def test_strided_dgrad_column_route_on_the_fold(limit, dtype, monkeypatch):
+    """A dgrad (float32 as TF32, or bf16) strided on two axes: per image the float32 [CTRS, DoPQ] columns
+    on the batched tensor-core GEMM (one filter for every image), folded by fold_volume (the channel-major
+    fold); pass by pass under a small limit."""
     problem = make_problem_nd("dgrad", 2, 3, (5, 4, 5), 4, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1),
-                              dtype="float32", bias=True)
+                              dtype=dtype, bias=True)
     monkeypatch.setattr(strided, "images_per_pass", lambda pr, _limit, real=strided.images_per_pass:
                         real(pr, limit))
     folds = spy(monkeypatch, strided, "fold_volume")

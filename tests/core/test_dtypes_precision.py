@@ -122,12 +122,14 @@ def test_the_trusted_direct_output_of_a_half_problem_is_direct_on_widened_copies
     assert err <= measure.tolerance(problem, cand.plugin.compute_eps(dtype))
 
 
-def test_widen_skips_the_float32_variant_of_a_native_half_plugin_only_where_the_native_one_runs():
+def test_widen_skips_the_float32_variant_of_a_native_half_plugin_only_where_the_native_one_runs(monkeypatch):
     """tf32x3 (tensor_core's float32 variant) is no widen route for a problem tensor_core takes in fp16
-    itself; for a strided fp16 dgrad, which tensor_core declines, it is one."""
-    widen = registry.get("widen")
+    itself (a forward, a strided dgrad: the column route); where tensor_core declines (here made to),
+    it is one."""
+    widen, native = registry.get("widen"), registry.get("tensor_core")
     forward = make_problem("forward", 1, 8, 6, 6, 8, 3, 3, padding=1, dtype="float16")
     strided = make_problem("dgrad", 1, 8, 6, 6, 8, 3, 3, stride=2, padding=1, dtype="float16")
-    assert registry.get("tensor_core").check(forward) and not registry.get("tensor_core").check(strided)
-    assert "tf32x3" not in {c["via"] for c in widen.configs(forward)}
+    assert native.check(forward) and native.check(strided)
+    assert not {"tf32x3"} & {c["via"] for p in (forward, strided) for c in widen.configs(p)}
+    monkeypatch.setattr(native, "check", lambda problem, target=None: convlab.Verdict.no("declines (this test)"))
     assert "tf32x3" in {c["via"] for c in widen.configs(strided)}

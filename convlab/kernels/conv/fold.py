@@ -14,6 +14,10 @@
 One thread per (row, pixel) of dx in grid-stride launches (convlab.kernels.conv.columns.flat_launches),
 summing its taps in a fixed order (no atomics: deterministic). ``pixel_major`` columns are [(p, q),
 (c, r, s)] per image (the tensor-core plugin's strided dgrad: dy's NHWC rows times the filter).
+
+A float16 / bfloat16 dx (the tensor-core plugin's, bf16 as uint16 bits) folds float32 columns: the sum and
+the bias (read as float32) in float32, one rounding at the store (:mod:`convlab.kernels.data.convert`).
+float32 and float64 fold columns of their own type, with no conversion in the source.
 """
 from __future__ import annotations
 
@@ -26,16 +30,19 @@ from convlab import runtime
 from convlab.kernels.arch.intrinsics import u32 as U
 from convlab.kernels.conv.axes import geometry, names, u32_product
 from convlab.kernels.conv.columns import flat_launches, geometry_params
+from convlab.kernels.data import convert
 from convlab.kernels.source import Writer, compile_source
 from convlab.problem import Problem
 from convlab.runtime import cuda
 
 
-def fold_source(nd: int = 2) -> str:
+def fold_source(nd: int = 2, half: bool = False) -> str:
     """Source of ``fold(cols, dx, bias, dx_off, cols_off, pairs, C, <geometry>, has_bias, cst, tst,
     pst)`` for ``nd`` axes: for pairs i = row*pixels + pixel < ``pairs`` (row = n*C + c counted from
     dx_off and cols_off), dx[dx_off + i] = (bias[c]) + the sum of its taps in cols, the tap (c, taps)
-    of output pixel ``out`` of image n at cols_off + n*C*taps*outs + c*cst + tap*tst + out*pst."""
+    of output pixel ``out`` of image n at cols_off + n*C*taps*outs + c*cst + tap*tst + out*pst.
+    ``half``: dx and bias of a half kind, read through ``load`` and written through ``store`` (names the
+    namespace binds: convert.to_f32 / from_f32), the columns and the sum float32."""
     outs, taps = names(nd, "out"), names(nd, "tap")
     sizes, kernel, extents = names(nd, "size"), names(nd, "kernel"), names(nd, "extent")
     st, pd, dl = names(nd, "stride"), names(nd, "pad"), names(nd, "dil")
@@ -79,8 +86,8 @@ def fold_source(nd: int = 2) -> str:
             w(f"{taps[a]} = U({taps[a]} + 1)")
             w.indent(-1)
         with w.block("if has_bias:"):
-            w("acc += bias[U(row % C)]")
-        w("dx[U(dx_off + pair)] = acc")
+            w("acc += load(bias[U(row % C)])" if half else "acc += bias[U(row % C)]")
+        w("dx[U(dx_off + pair)] = store(acc)" if half else "dx[U(dx_off + pair)] = acc")
         with w.block("if U(pairs - pair) <= step:  # this thread's last pair (pair + step could pass 2**32)"):
             w("break")
         w("pair = U(pair + step)")
@@ -97,15 +104,21 @@ def _flat(index: tuple[str, ...], extents: tuple[str, ...]) -> str:
 
 @functools.cache
 def _fold_kernel(dtype: str, nd: int = 2):
-    namespace = {"cuda": cuda, "U": U, "zero": np.dtype(dtype).type(0)}
-    return runtime.jit(compile_source(fold_source(nd), f"<fold {dtype} {nd}d>", namespace)["fold"])
+    """The fold of a ``dtype`` dx (float16 / bfloat16: from float32 columns) over ``nd`` axes."""
+    kind = convert.half_kind(dtype)
+    namespace = {"cuda": cuda, "U": U, "zero": np.dtype("float32" if kind else dtype).type(0)}
+    if kind:
+        namespace.update(load=convert.to_f32(kind), store=convert.from_f32(kind))
+    source = fold_source(nd, half=kind is not None)
+    return runtime.jit(compile_source(source, f"<fold {dtype} {nd}d>", namespace)["fold"])
 
 
 def fold(problem: Problem, cols, dx, bias, n0: int, nb: int, pixel_major: bool = False) -> None:
     """Gather the column buffer of images n0 .. n0+nb-1 into ``dx`` (N, C, H, W) or (N, C, D, H, W),
     adding ``bias``. ``cols`` per image: [(c, taps), pixels] (the explicit-GEMM plugins' GEMM), or
     ``pixel_major`` [pixels, (c, taps)] (the tensor-core plugin's strided dgrad: dy's channels-last rows
-    times the filter)."""
+    times the filter). ``cols`` in dx's dtype, or float32 for a float16 / bfloat16 dx (dx and bias as
+    kernels hold them: bfloat16 as uint16 bits)."""
     pr, geo = problem, geometry(problem)
     has_bias = bias is not None
     flat_dx = dx.reshape((dx.size,))

@@ -82,12 +82,10 @@ def freeze(value: Any) -> Any:
 def call_key(op: str, signatures: tuple, options: tuple, algorithm: Any,
              workspace_limit: Any, epilogue: Any = None) -> tuple | None:
     """The plan key of a call, or None when it cannot be planned (host or unknown operands,
-    unhashable options, an ``epilogue`` whose ``plan_key()`` is None)."""
+    unhashable options); an ``epilogue`` adds its ``plan_key()``."""
     if False in signatures:
         return None
     extra = () if epilogue is None else (epilogue.plan_key(),)
-    if None in extra:
-        return None
     try:
         return (op, signatures, freeze(options), freeze(algorithm), freeze(workspace_limit), *extra)
     except TypeError:

@@ -121,13 +121,12 @@ class DeviceEpilogue:
         self.out_cl = False
         # the plan's operand slots 4-6 (convlab.call.plan): absent ones None (the placeholder is no slot)
         self.slots = (residual, scale, shift)
-        self._key = (call.epilogue, r_cl) if residual is None or not _is_host(call.residual) else None
 
-    def plan_key(self) -> tuple | None:
+    def plan_key(self) -> tuple:
         """What a launch plan of the call depends on beyond the op's own key: the epilogue (its
         activation and which terms it has) and the residual's layout; the residual's shape and dtype are
-        the output's (checked first). None for a host residual: such calls are not planned."""
-        return self._key
+        the output's (checked first). Host calls are not planned (their key is None before this)."""
+        return self.operands.epilogue, self.operands.residual_channels_last
 
     def spans(self) -> list[tuple[int, int] | None]:
         """(device pointer, bytes) of the residual, scale and shift (None where absent): the plan's

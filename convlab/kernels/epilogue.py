@@ -1,13 +1,18 @@
 """The epilogue pass: one elementwise kernel that applies a :class:`convlab.epilogue.Epilogue` to a
 convolution's output in place, after any plugin wrote it (so every epilogue works with every plugin).
 
-Loop nest (grid-stride over the logical (N, K, S) index, S the product of the spatial sizes, 1D-3D):
+Loop nest (over y's memory order, S the product of the spatial sizes, 1D-3D; P the channel period of
+y's layout: K * S for NCHW, K for channels-last; ``step`` a multiple of P chosen at launch):
 
-    for i in range(N * K * S):                          # one element per thread per stride
-        k = (i // S) % K
-        t = float(y[at(i)]) * scale[k] + shift[k]       # at(): NCHW (i itself) or channels-last memory
-        t = act(t + r[at_r(i)])  or  act(t) + r[at_r(i)]  # the residual before or after act
-        y[at(i)] = t                                     # rounded to y's dtype
+    for g in range(step):                               # one thread each, consecutive on consecutive i
+        k = (g // S) % K  (NCHW)  or  g % K  (channels-last)   # once: i = g + j * step keeps the channel
+        for i in range(g, N * K * S, step):
+            t = float(y[i]) * scale[k] + shift[k]
+            t = act(t + r[ri])  or  act(t) + r[ri]      # the residual before or after act; ri = i in y's
+            y[i] = t                                    # layout, else the other layout's offset; rounded
+
+Index math is uint32 (int64 for tensors of 2**31 elements or more), with no division per element unless
+the residual's layout differs from y's: the pass stays bound by memory, not by 64-bit divisions.
 
 ``y`` and the residual are flat views of dense memory, each C-contiguous or channels-last (its own);
 they share the output dtype. The arithmetic is float32 for float16, bfloat16 (uint16 bits) and float32,
@@ -21,11 +26,17 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+from numba import int64
 
 from convlab import runtime
 from convlab.epilogue import Epilogue
+from convlab.kernels.arch.intrinsics import u32 as U
 from convlab.kernels.data.convert import from_f32, half_kind, to_f32
 from convlab.runtime import context, cuda
+
+#: threads a pass launches at most (each then walks its channel's elements ``step`` apart): 2**20, a few
+#: waves of 256-thread blocks on a 132-SM H200, enough to keep the memory system busy
+WAVE = 1 << 20
 
 
 def compute_dtype(dtype: str) -> np.dtype:
@@ -149,23 +160,38 @@ def fused_store(dtype: str, epi: Epilogue | None) -> Callable:
 
 
 @epilogue_cache
-def _kernel(dtype: str, epi: Epilogue, y_channels_last: bool, r_channels_last: bool) -> Callable:
-    """The pass for one output dtype, epilogue and pair of layouts (each a compile-time constant)."""
+def _kernel(dtype: str, epi: Epilogue, y_channels_last: bool, r_channels_last: bool, wide: bool) -> Callable:
+    """The pass for one output dtype, epilogue, pair of layouts and index width (each a compile-time
+    constant; ``wide``: int64 indices, else uint32)."""
     ct = compute_dtype(dtype).type
     kind = half_kind(dtype)
     read, write = to_f32(kind), from_f32(kind)
     finish = device_epilogue(dtype, epi)
     has_residual, zero = epi.residual is not None, ct(0.0)
+    moved = has_residual and r_channels_last != y_channels_last
+    I = int64 if wide else U
 
-    def apply(y, r, scale, shift, total, channels, inner):
-        i = cuda.grid(1)
-        while i < total:
-            k = (i // inner) % channels
-            cl = (i // (inner * channels)) * channels * inner + (i % inner) * channels + k  # channels-last
-            at = cl if y_channels_last else i
-            rv = ct(read(r[cl if r_channels_last else i])) if has_residual else zero
-            y[at] = write(finish(ct(read(y[at])), k, rv, scale, shift))
-            i += cuda.gridsize(1)
+    def apply(y, r, scale, shift, total, channels, inner, step):
+        g = I(cuda.grid(1))
+        end, kk, s, st = I(total), I(channels), I(inner), I(step)
+        if g >= st:
+            return
+        k = I(g % kk) if y_channels_last else I(I(g // s) % kk)
+        plane = I(kk * s)
+        i = g
+        while i < end:
+            rv = zero
+            if has_residual:
+                ri = i
+                if moved:
+                    n = I(i // plane)
+                    if y_channels_last:  # y (n, s, k), r (n, k, s)
+                        ri = I(I(I(n * kk) + k) * s + I(I(i // kk) % s))
+                    else:  # y (n, k, s), r (n, s, k)
+                        ri = I(I(I(n * s) + I(i % s)) * kk + k)
+                rv = ct(read(r[ri]))
+            y[i] = write(finish(ct(read(y[i])), k, rv, scale, shift))
+            i = I(i + st)
     return runtime.jit(apply)
 
 
@@ -211,13 +237,15 @@ def run_pass(y: Any, ops: EpilogueOperands, y_channels_last: bool = False) -> No
     if ops.epilogue.is_identity or total == 0:
         return
     channels, inner = shape[1], int(np.prod(shape[2:], dtype=np.int64))
+    period = channels if y_channels_last else channels * inner  # the channel repeats every period elements
+    sim = runtime.target().simulator  # the simulator: few threads (each thread is Python)
+    threads, target = (64, 128) if sim else (256, WAVE)
+    step = period * max(1, min(total // period, target // period))
     flat_y = runtime.kernel_view(runtime.flat_view(y))
-    kernel = _kernel(ops.dtype, ops.epilogue, y_channels_last, ops.residual_channels_last)
-    sim = runtime.target().simulator  # the simulator: few threads and blocks (each thread is Python)
-    threads = 64 if sim else 256
-    blocks = max(1, min((total + threads - 1) // threads, 2 if sim else 8192))
-    kernel[blocks, threads](flat_y, flat_y if ops.residual is None else ops.residual, ops.scale, ops.shift,
-                            total, channels, inner)
+    kernel = _kernel(ops.dtype, ops.epilogue, y_channels_last, ops.residual_channels_last,
+                     total + step >= 2 ** 31)
+    kernel[-(-step // threads), threads](flat_y, flat_y if ops.residual is None else ops.residual, ops.scale,
+                                         ops.shift, total, channels, inner, step)
 
 
 def apply_epilogue(y: Any, epi: Epilogue, dtype: str, *, y_channels_last: bool = False, residual: Any = None,

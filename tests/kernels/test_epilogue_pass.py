@@ -65,6 +65,17 @@ def test_layouts_and_ranks(shape, y_cl, r_cl):
     assert rel_error(got, want) <= _bound("float32")
 
 
+@pytest.mark.parametrize("shape", [(3, 5, 4, 4), (2, 3, 9, 9)], ids=["several_steps", "period_over_wave"])
+@pytest.mark.parametrize("y_cl, r_cl", [(False, False), (False, True), (True, False), (True, True)])
+def test_each_thread_walks_its_channel_over_several_steps(shape, y_cl, r_cl):
+    """More elements than the simulator's wave of 128 threads: a thread keeps its channel over several
+    steps (NCHW: one per image; channels-last: every step of a multiple of K), and a channel period
+    longer than the wave takes one step of the period."""
+    epi = Epilogue("relu6", scale=True, shift=True, residual="before")
+    got, want = _run(shape, "float32", epi, y_cl, r_cl, seed=7)
+    assert rel_error(got, want) <= _bound("float32")
+
+
 @pytest.mark.parametrize("epi", [Epilogue("relu"), Epilogue(shift=True), Epilogue("hardswish", residual="before")])
 def test_partial_epilogues(epi):
     got, want = _run((1, 5, 2, 3), "float64", epi)

@@ -1,15 +1,16 @@
-"""Where a fused stack's time goes: benchmarks/fused_bench.py's block stacks, forward in eval mode, the
-``convlab`` and ``convlab_fused`` variants (convlab.torch.convert without and with ``fuse=True``) side by
+"""Where a fused stack's time goes: benchmarks/fused_bench.py's block stacks, the eval forward or the train
+step (forward and backward), the ``convlab`` and ``convlab_fused`` variants (convlab.torch.convert without and with ``fuse=True``) side by
 side, each
 
-    gpu ms / forward   CUDA events around ``--repeat`` forwards (what fused_bench's medians measure)
-    host ms / forward  the forwards' Python time before the final synchronise (the launch path's cost)
-    kernels            torch.profiler's CUDA kernels of a few forwards, summed by name (what ran and how long)
-    host profile       cProfile of ``--repeat`` forwards: the functions with the most cumulative time
+    gpu ms / step   CUDA events around ``--repeat`` steps (what fused_bench's medians measure)
+    host ms / step  the steps' Python time before the final synchronise (the launch path's cost)
+    kernels         torch.profiler's CUDA kernels of a few steps, summed by name (what ran and how long)
+    host profile    cProfile of ``--repeat`` steps: the functions with the most cumulative time
 
 so a fused variant slower than the unfused one says whether its kernels or its host path are slower.
 
     python benchmarks/fused_profile.py --out profile.txt [--stacks mobilenetv2/112x112x16-24] [--dtypes float16]
+        [--modes forward,train]
 """
 from __future__ import annotations
 
@@ -26,67 +27,82 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fused_stacks import STACKS, stack_model  # noqa: E402  (the benchmarks folder is no package)
 
 
-def _forwards(torch, model, x, repeat: int) -> tuple[float, float]:
-    """(GPU ms, host ms) per forward of ``repeat`` forwards."""
+def _stepper(torch, model, x, gy):
+    """One step: the forward under no_grad (eval), else forward and backward from ``gy`` (train)."""
+    def step() -> None:
+        if not model.training:
+            with torch.no_grad():
+                model(x)
+            return
+        for p in model.parameters():
+            p.grad = None
+        x.grad = None
+        model(x).backward(gy)
+    return step
+
+
+def _steps(torch, step, repeat: int) -> tuple[float, float]:
+    """(GPU ms, host ms) per step of ``repeat`` steps."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
     t0 = time.perf_counter()
-    with torch.no_grad():
-        for _ in range(repeat):
-            model(x)
+    for _ in range(repeat):
+        step()
     host = time.perf_counter() - t0
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / repeat, 1e3 * host / repeat
 
 
-def _kernels(torch, model, x, calls: int = 3) -> str:
-    """torch.profiler's CUDA kernels of ``calls`` forwards, by total time."""
+def _kernels(torch, step, calls: int = 3) -> str:
+    """torch.profiler's CUDA kernels of ``calls`` steps, by total time."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, torch.no_grad():
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
-            model(x)
+            step()
         torch.cuda.synchronize()
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70)
 
 
-def _host_profile(torch, model, x, repeat: int) -> str:
-    """cProfile of ``repeat`` forwards: the 30 functions with the most cumulative time."""
+def _host_profile(torch, step, repeat: int) -> str:
+    """cProfile of ``repeat`` steps: the 30 functions with the most cumulative time."""
     prof = cProfile.Profile()
-    with torch.no_grad():
-        prof.enable()
-        for _ in range(repeat):
-            model(x)
-        prof.disable()
+    prof.enable()
+    for _ in range(repeat):
+        step()
+    prof.disable()
     torch.cuda.synchronize()
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(30)
     return text.getvalue()
 
 
-def profile_case(torch, stack: tuple, dtype: str, layout: str, repeat: int) -> str:
-    """The report of one stack, dtype and layout (module docstring)."""
+def profile_case(torch, stack: tuple, dtype: str, layout: str, mode: str, repeat: int) -> str:
+    """The report of one stack, dtype, layout and mode (module docstring)."""
     import convlab.torch as ct
 
     name, batch, size, channels, blocks = stack
     fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
-    base = stack_model(torch, blocks).to(device="cuda", dtype=getattr(torch, dtype), memory_format=fmt).eval()
-    x = torch.randn(batch, channels, size, size, device="cuda", dtype=getattr(torch, dtype)).to(memory_format=fmt)
-    lines = [f"## {name} {dtype} {layout} (batch {batch})"]
+    dt = getattr(torch, dtype)
+    base = stack_model(torch, blocks).to(device="cuda", dtype=dt, memory_format=fmt).train(mode == "train")
+    x = torch.randn(batch, channels, size, size, device="cuda", dtype=dt).to(memory_format=fmt)
     with torch.no_grad():
         want = base(x).float()
-    for variant, fuse in (("convlab", False), ("convlab_fused", True)):
-        model = ct.convert(copy.deepcopy(base), fuse=fuse)
-        with torch.no_grad():
-            for _ in range(3):
-                got = model(x)
-        err = float((got.float() - want).norm() / want.norm())
-        gpu, host = _forwards(torch, model, x, repeat)
-        lines += [f"### {variant}: gpu {gpu:.4f} ms / forward, host {host:.4f} ms / forward, "
-                  f"rel err vs torch {err:.2e}, fusions {len(ct.fusions(model)) if fuse else 0}",
-                  "```", _kernels(torch, model, x), "```", "```", _host_profile(torch, model, x, repeat), "```"]
+    gy = torch.randn(want.shape, device="cuda", dtype=dt).to(memory_format=fmt)
+    x.requires_grad_(mode == "train")
+    lines = [f"## {name} {dtype} {layout} {mode} (batch {batch})"]
+    for variant, fuse in (("torch", None), ("convlab", False), ("convlab_fused", True)):
+        model = base if fuse is None else ct.convert(copy.deepcopy(base), fuse=fuse)
+        step = _stepper(torch, model, x, gy)
+        for _ in range(3):
+            step()
+        gpu, host = _steps(torch, step, repeat)
+        lines += [f"### {variant}: gpu {gpu:.4f} ms / step, host {host:.4f} ms / step, "
+                  f"fusions {len(ct.fusions(model)) if fuse else 0}"]
+        if fuse is not None:
+            lines += ["```", _kernels(torch, step), "```", "```", _host_profile(torch, step, repeat), "```"]
     return "\n".join(lines)
 
 
@@ -96,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stacks", default="mobilenetv2/112x112x16-24,resnet50/56x56x256")
     parser.add_argument("--dtypes", default="float16")
     parser.add_argument("--layouts", default="channels_last,nchw")
+    parser.add_argument("--modes", default="forward")
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args(argv)
     import torch
@@ -105,9 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.stacks.split(","):
         for dtype in args.dtypes.split(","):
             for layout in args.layouts.split(","):
-                parts.append(profile_case(torch, stacks[name], dtype, layout, args.repeat))
-                Path(args.out).write_text("\n\n".join(parts) + "\n")
-                print(parts[-1].splitlines()[0], flush=True)
+                for mode in args.modes.split(","):
+                    parts.append(profile_case(torch, stacks[name], dtype, layout, mode, args.repeat))
+                    Path(args.out).write_text("\n\n".join(parts) + "\n")
+                    print(parts[-1].splitlines()[0], flush=True)
     return 0
 
 

@@ -25,8 +25,11 @@ buffers the plan owns, and a new output is allocated channels-last when the firs
 whose ``run`` does host work each call sets ``replayable = False``; its calls are never planned. Plans
 with aliased operands are not made.
 
-Bounds: at most ``MAX_PLANS`` plans and ``MAX_HELD_BYTES`` bytes of device memory held by their
-recorded workspaces (least recently stored dropped first); :func:`clear` drops all.
+Bounds: at most ``MAX_PLANS`` plans and :func:`held_limit` bytes of device memory held by their
+recorded workspaces (least recently stored dropped first; ``stats()["dropped"]`` counts them); :func:`clear`
+drops all. Each plan holds its own workspaces (a layout copy of a plugin that takes only NCHW included), so a
+training step's plans hold the sum of its calls' workspaces, and a step over the bound records every call
+again each step: the bound grows with the device (:func:`held_bound`).
 """
 from __future__ import annotations
 
@@ -38,11 +41,18 @@ from typing import Any, Callable, Sequence
 from convlab.call import operands as _operands
 from convlab.call.candidate import run_candidate
 from convlab.call.replay import Plan, extents_of, held_by, host_state  # noqa: F401  (re-exported)
+from convlab import runtime
 from convlab.runtime import context, launch, settings
 
 log = logging.getLogger(__name__)
 MAX_PLANS = 256
+#: the floor of the bytes plans may hold (the simulator's and the compile-only runtime's bound)
 MAX_HELD_BYTES = 512 * 2**20
+#: a device's plans may hold 1/HELD_FRACTION of its memory when that is more than the floor: 5 GB on an
+#: 80 GB H100. MobileNetV2's 112x112 blocks (benchmarks/fused_stacks.py) train in float16 channels-last on
+#: plans that hold ~640 MB, computed from their picks' layout copies and workspaces: over the 512 MiB floor,
+#: every call recorded again each step (results/fused/h200/1f62cd9: 45.9 ms a step against torch's 2.3)
+HELD_FRACTION = 16
 
 
 class Table:
@@ -51,7 +61,8 @@ class Table:
     def __init__(self) -> None:
         self.plans: "collections.OrderedDict[tuple, Plan]" = collections.OrderedDict()
         self.lock = threading.Lock()
-        self.stats = {"built": 0, "replayed": 0}
+        self.stats = {"built": 0, "replayed": 0, "dropped": 0}
+        self.limit: int | None = None  # held_limit(), read once per device
 
     def clear(self) -> None:
         with self.lock:
@@ -63,6 +74,22 @@ def _table() -> Table:
 
 
 _PLAIN = frozenset({int, str})
+
+
+def held_bound(total_memory: int | None) -> int:
+    """The bytes plans may hold on a device of ``total_memory`` bytes (None: no device): the larger of
+    :data:`MAX_HELD_BYTES` and 1/:data:`HELD_FRACTION` of its memory."""
+    return max(MAX_HELD_BYTES, (total_memory or 0) // HELD_FRACTION)
+
+
+def held_limit() -> int:
+    """The current device's bound on the bytes its plans hold (:func:`held_bound` of its memory)."""
+    if not runtime.HAS_DEVICE:
+        return held_bound(None)
+    table = _table()
+    if table.limit is None:
+        table.limit = held_bound(runtime.total_memory())
+    return table.limit
 
 
 def freeze(value: Any) -> Any:
@@ -119,7 +146,8 @@ def store(key: tuple, plan: Plan) -> None:
     log.info("convlab plan for %s: %s %s, %d launch(es) recorded, thin path: %s, %d workspace bytes",
              key[0], plan.candidate.plugin.name, plan.candidate.config.name, len(plan.launches), plan.thin,
              plan.held_bytes)
-    if plan.held_bytes > MAX_HELD_BYTES:
+    limit = held_limit()
+    if plan.held_bytes > limit:
         return
     table = _table()
     plan.counts = table.stats
@@ -127,8 +155,9 @@ def store(key: tuple, plan: Plan) -> None:
         table.plans[key] = plan
         table.plans.move_to_end(key)  # least recently stored dropped first
         table.stats["built"] += 1
-        while len(table.plans) > MAX_PLANS or _held(table) > MAX_HELD_BYTES:
+        while len(table.plans) > MAX_PLANS or _held(table) > limit:
             table.plans.popitem(last=False)
+            table.stats["dropped"] += 1
 
 
 def _held(table: Table) -> int:
@@ -156,11 +185,11 @@ def record(candidate: Any, problem: Any, arrays: Sequence[Any], *, workspace_lim
 
 
 def keepable(candidate: Any, problem: Any, limit: int) -> bool:
-    """False when the candidate's workspace alone is over ``MAX_HELD_BYTES``: its plan would not be
+    """False when the candidate's workspace alone is over :func:`held_limit`: its plan would not be
     kept, and recording it would take its buffers out of the scratch pool for nothing (each call
     would then allocate them anew); such calls run unplanned on pooled buffers."""
     try:
-        return candidate.plugin.workspace_bytes(problem, candidate.config, limit) <= MAX_HELD_BYTES
+        return candidate.plugin.workspace_bytes(problem, candidate.config, limit) <= held_limit()
     except Exception:  # noqa: BLE001  (a plugin that cannot say is recorded as before)
         return True
 
@@ -183,7 +212,9 @@ def clear() -> None:
 
 
 def stats() -> dict[str, int]:
-    """Plans built and replayed on the current device, and the current count and held bytes."""
+    """Plans built, replayed and dropped for the bounds on the current device, and the current count,
+    held bytes and bound."""
     table = _table()
     with table.lock:
-        return dict(table.stats, plans=len(table.plans), held_bytes=_held(table))
+        held = _held(table)
+    return dict(table.stats, plans=len(table.plans), held_bytes=held, held_limit=held_limit())

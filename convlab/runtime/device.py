@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = ["driver_gpu_count", "MODES", "MODE", "SIMULATOR", "COMPILE_ONLY", "HAS_DEVICE",
            "SIM_UNSUPPORTED_JIT_KWARGS", "target", "lower_kernel", "RuntimeFault", "is_out_of_memory",
-           "OfflineArray", "device_name", "compute_capability", "versions", "is_device_array",
+           "OfflineArray", "device_name", "compute_capability", "total_memory", "versions", "is_device_array",
            "is_cuda_array_like", "as_device_array", "device_pointer", "is_aligned", "strides_of", "view_at",
            "flat_view", "is_stream", "kernel_dtype", "kernel_view", "to_device", "to_host", "copy_into", "empty",
            "full", "synchronize", "event", "time_ms"]
@@ -27,7 +27,8 @@ from convlab.runtime import state
 from convlab.runtime.state import (COMPILE_ONLY, HAS_DEVICE, MODE, MODES, SIM_UNSUPPORTED_JIT_KWARGS,  # noqa: F401
                                    SIMULATOR, OfflineArray, RuntimeFault, _driver_has_gpu, compute_capability,
                                    device_name, driver_gpu_count, is_out_of_memory, load_numba_cuda,
-                                   lower_kernel, simulator_kernel_context, target, versions)
+                                   lower_kernel, simulator_kernel_context, target, total_memory,
+                                   versions)
 from convlab.runtime.arrays import (as_device_array, copy_into, device_pointer, empty, event,  # noqa: F401
                                     flat_view, full, is_aligned, is_cuda_array_like, is_device_array, is_stream,
                                     kernel_dtype, kernel_view, strides_of, synchronize, time_ms, to_device,

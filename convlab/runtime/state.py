@@ -290,6 +290,13 @@ def compute_capability() -> tuple[int, int]:
     return tuple(load_numba_cuda().get_current_device().compute_capability)  # type: ignore[return-value]
 
 
+def total_memory() -> int | None:
+    """Bytes of the current device's memory; None on the simulator and when compiling only."""
+    if SIMULATOR or COMPILE_ONLY:
+        return None
+    return int(load_numba_cuda().current_context().get_memory_info()[1])
+
+
 def versions() -> dict[str, str]:
     """Versions of the software stack, for results files."""
     cuda = load_numba_cuda()

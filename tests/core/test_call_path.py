@@ -187,3 +187,29 @@ def test_a_call_whose_workspace_is_over_the_plan_bound_runs_unplanned_on_pooled_
     prob = convlab.problem_for("conv2d", xh, wh, padding=1)
     want = reference.solve(prob, xh.astype(np.float64), wh.astype(np.float64))
     assert rel_error(got, want) <= tolerance(prob, np.finfo(np.float32).eps)
+
+
+def test_plans_over_the_bound_are_dropped_oldest_first_and_counted(monkeypatch):
+    """Two signatures whose plans each hold a column buffer of one size (two filters' K), under a bound
+    that keeps one: the second plan drops the first (counted in stats()["dropped"]), and the first
+    signature records again, dropping the second."""
+    x, w1, w2 = dev(1, 2, 4, 4), dev(2, 2, 3, 3), dev(3, 2, 3, 3)
+    kwargs = {"padding": 1, "algorithm": "im2col"}
+    plan.clear()
+    convlab.conv2d(x, w1, **kwargs)
+    (first,) = plan._table().plans.values()
+    monkeypatch.setattr(plan, "MAX_HELD_BYTES", first.held_bytes + 8)
+    start = plan.stats()
+    convlab.conv2d(x, w2, **kwargs)
+    convlab.conv2d(x, w1, **kwargs)
+    end = plan.stats()
+    assert end["plans"] == 1 and end["held_limit"] == first.held_bytes + 8
+    assert end["dropped"] - start["dropped"] == 2 and end["built"] - start["built"] == 2
+
+
+def test_the_plan_bound_grows_with_the_device():
+    """1/16 of a device's memory, never under the 512 MiB floor (the floor without a device)."""
+    assert plan.held_bound(None) == plan.MAX_HELD_BYTES == 512 * 2**20
+    assert plan.held_bound(4 * 2**30) == plan.MAX_HELD_BYTES
+    assert plan.held_bound(80 * 10**9) == 5 * 10**9
+    assert plan.held_limit() == plan.MAX_HELD_BYTES  # the simulator has no device memory to read

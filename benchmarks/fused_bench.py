@@ -100,6 +100,8 @@ def case_rows(torch: Any, stack: tuple, dtype: str, layout: str, mode: str, args
             row["first_call_s"] = time.perf_counter() - t0
             for _ in range(args.warmup):
                 fn()
+            if variant.startswith("convlab"):
+                row["records_per_step"] = _records_per_step(fn, sync)
             errs = _check(row, out, ref, eager, dtype)
             eager = errs if variant == "torch" else eager
             if row["passed"]:
@@ -121,6 +123,18 @@ def case_rows(torch: Any, stack: tuple, dtype: str, layout: str, mode: str, args
             if row.get("median_ms") and rows.get(over, {}).get("median_ms"):
                 row[key] = rows[over]["median_ms"] / row["median_ms"]
     return list(rows.values())
+
+
+def _records_per_step(fn: Callable[[], tuple], sync: Callable[[], None], steps: int = 2) -> float:
+    """Launch plans recorded per step after the warm-up (convlab.call.plan): 0 when every call replays
+    its plan, as the timed steps should."""
+    from convlab.call import plan
+
+    before = plan.stats()["built"]
+    for _ in range(steps):
+        fn()
+    sync()
+    return (plan.stats()["built"] - before) / steps
 
 
 def _call(torch: Any, model: Any, x: Any, gy: Any) -> Callable[[], tuple]:

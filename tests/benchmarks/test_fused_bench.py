@@ -43,6 +43,7 @@ def test_smoke_rows_are_checked_timed_and_resumed(tmp_path):
         assert "error" not in row, (mode, variant, row.get("traceback"))
         assert row["passed"] and row["reference"] == "torch eager, float64" and row["tol"] == fused_bench.TOL["float32"]
         assert len(row["rel_errs"]) == len(row["bounds"]) == (2 if mode == "train" else 1)
+        assert ("records_per_step" in row) == variant.startswith("convlab")
         assert row["rel_err"] == max(row["rel_errs"]) and row["last_rel_err"] == max(row["last_rel_errs"])
         assert all(e <= b for e, b in zip(row["rel_errs"] + row["last_rel_errs"], row["bounds"] * 2))
         assert row["torch_rel_errs"] == got[(mode, "torch")]["rel_errs"] and 0 < row["rel_err"] < row["tol"]

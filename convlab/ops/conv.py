@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from convlab.call import operands, plan
 from convlab.call.operands import HOST_TENSOR, NUMPY
 from convlab.ops import epilogue
+from convlab.ops.epilogue import PendingEpilogue
 from convlab.ops.arguments import (check_fits, dgrad_problem, forward_problem, problem_for, transpose_problem,
                                    wgrad_problem)
 from convlab.ops.full_path import execute
@@ -50,6 +51,8 @@ def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, opti
         if result is not None:
             return result
     prob = build()
+    if isinstance(epilogue, PendingEpilogue):  # a plan miss: the epilogue's checks now
+        epilogue = epilogue.checked(prob, a)
     check_fits(op, prob)  # before anything is allocated
     return execute(prob, tuple(inputs), recs, algorithm, workspace_limit, stream, key, epilogue)
 

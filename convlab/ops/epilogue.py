@@ -7,8 +7,12 @@ Operand kinds follow the op's: a host call (numpy, CPU tensors) takes a host res
 device with the inputs); a device call takes a device residual (C-contiguous or channels-last, its own).
 Scale and shift may be host or device arrays, or sequences of floats, of shape (K,) for the output's
 K channels. A device call with an epilogue records and replays a launch plan like any other
-(convlab.call.plan): its key adds :meth:`DeviceEpilogue.plan_key` and the residual, scale and shift are
-operand slots of the plan (:meth:`DeviceEpilogue.spans`), read anew at each replay.
+(convlab.call.plan): its key adds :meth:`DeviceEpilogue.plan_key` (the epilogue and the residual's
+signature) and the residual, scale and shift are operand slots of the plan (:meth:`DeviceEpilogue.spans`),
+read anew at each replay. A device call with only an activation and a device residual (no scale, shift or
+``out=``) looks its plan up before any check (:class:`PendingEpilogue`): like the op's own operands, the
+residual's checks read only what the key holds, so a replay checks nothing again (a fused call's host
+cost is an unfused call's), and a miss runs every check in the order of an unplanned call.
 """
 from __future__ import annotations
 
@@ -121,12 +125,14 @@ class DeviceEpilogue:
         self.out_cl = False
         # the plan's operand slots 4-6 (convlab.call.plan): absent ones None (the placeholder is no slot)
         self.slots = (residual, scale, shift)
+        self._key = key_of(call.epilogue, call.residual)
 
     def plan_key(self) -> tuple:
         """What a launch plan of the call depends on beyond the op's own key: the epilogue (its
-        activation and which terms it has) and the residual's layout; the residual's shape and dtype are
-        the output's (checked first). Host calls are not planned (their key is None before this)."""
-        return self.operands.epilogue, self.operands.residual_channels_last
+        activation and which terms it has) and the residual's signature as given (kind, shape, strides,
+        dtype, device, alignment: :func:`convlab.call.operands.signature`), which its checks read. Host
+        calls are not planned (their key is None before this)."""
+        return self._key
 
     def spans(self) -> list[tuple[int, int] | None]:
         """(device pointer, bytes) of the residual, scale and shift (None where absent): the plan's
@@ -152,9 +158,52 @@ class DeviceEpilogue:
         run_pass(out, self.operands, self.out_cl)
 
 
-def run_with(run: Callable[[DeviceEpilogue | None], Any], build: Callable[[], Problem], first: Any, out: Any,
+def key_of(epi: Epilogue, residual: Any) -> tuple:
+    """The plan key of an epilogue with ``residual`` as the call gave it (DeviceEpilogue.plan_key)."""
+    return epi, operands.signature(residual)
+
+
+class PendingEpilogue:
+    """A device call's epilogue of an activation and a device residual (no scale, shift or ``out=``)
+    before any check: what a plan lookup needs (:meth:`plan_key`, :attr:`slots`), and on a miss
+    :meth:`checked`, the :class:`DeviceEpilogue` of every check (module docstring)."""
+
+    def __init__(self, epi: Epilogue, residual: Any, args: tuple) -> None:
+        self.epilogue, self.args = epi, args
+        self.slots = (residual, None, None)
+        self._key = key_of(epi, residual)
+
+    def plan_key(self) -> tuple:
+        return self._key
+
+    def checked(self, prob: Problem, first: Any) -> DeviceEpilogue | None:
+        """Every check of the epilogue against ``prob`` (ValueError / TypeError as an unplanned call)."""
+        call = check(prob, first, None, *self.args)
+        return None if call is None else DeviceEpilogue(call)
+
+
+def _pending(first: Any, out: Any, activation: Any, residual: Any, residual_at: Any, scale: Any,
+             shift: Any) -> PendingEpilogue | None:
+    """The :class:`PendingEpilogue` of a call that may look its plan up first, else None (the full
+    checks run first, in their order: a bad activation still raises after a bad input)."""
+    if scale is not None or shift is not None or out is not None or _is_host(first) or _is_host(residual):
+        return None
+    try:
+        epi = describe(activation, residual is not None, residual_at)
+    except (TypeError, ValueError):
+        return None
+    return PendingEpilogue(epi, residual, (activation, residual, residual_at, None, None))
+
+
+def run_with(run: Callable[[Any], Any], build: Callable[[], Problem], first: Any, out: Any,
              activation: Any, residual: Any, residual_at: Any, scale: Any, shift: Any) -> Any:
-    """``run(epilogue)``: the op, with its epilogue checked first (None when none is asked for)."""
+    """``run(epilogue)``: the op with its epilogue (None when none is asked for), checked first, or a
+    :class:`PendingEpilogue` that the op checks on a plan miss (``PendingEpilogue.checked``)."""
     asked = any(v is not None for v in (activation, residual, scale, shift)) or residual_at != "before"
-    call = check(build(), first, out, activation, residual, residual_at, scale, shift) if asked else None
+    if not asked:
+        return run(None)
+    pending = _pending(first, out, activation, residual, residual_at, scale, shift)
+    if pending is not None:
+        return run(None if pending.epilogue.is_identity else pending)
+    call = check(build(), first, out, activation, residual, residual_at, scale, shift)
     return run(None if call is None else DeviceEpilogue(call))

@@ -104,3 +104,39 @@ def test_device_calls_replay_a_plan_with_each_calls_residual_scale_and_shift(alg
     assert plan.stats()["plans"] == 1 and plan.stats()["replayed"] - replayed == 2
     convlab.conv2d(dx, dw, db, padding=1, activation="relu", algorithm=algorithm)
     assert plan.stats()["plans"] == 2
+
+
+def test_a_replayed_activation_and_residual_call_checks_nothing_again(monkeypatch):
+    """A device call with an activation and a residual looks its plan up before any check: the first
+    call checks (the problem built, the epilogue checked), a replay with a fresh residual of the same
+    signature checks nothing and reads that residual, and a residual of another shape, dtype or alignment
+    misses the plan: the checks then raise as for an unplanned call, or a new plan is recorded."""
+    from convlab.call import plan
+    from convlab.ops import epilogue as epilogue_args
+
+    prob, x, w, b, *_ = _operands(2, seed=5)
+    dx, dw, db = (runtime.to_device(v) for v in (x, w, b))
+    checks = []
+    real = epilogue_args.check
+    monkeypatch.setattr(epilogue_args, "check", lambda *a, **k: checks.append(1) or real(*a, **k))
+    plan.clear()
+    for seed in range(3):
+        *_, r, _, _ = _operands(2, seed=20 + seed)
+        y = convlab.conv2d(dx, dw, db, padding=1, activation="relu6", residual=runtime.to_device(r),
+                           algorithm="implicit_gemm")
+        want = reference.epilogue(reference.forward(prob, x, w, b), Epilogue("relu6", residual="before"), None,
+                                  None, r)
+        assert rel_error(runtime.to_host(y), want) <= TOL
+    assert len(checks) == 1 and plan.stats()["plans"] == 1
+    out_shape = prob.operand_shapes[2]
+    for bad, match in ((np.zeros((1,) + out_shape[1:], np.float32), "residual must have the output's shape"),
+                       (np.zeros(out_shape, np.float64), "residual must have the output's shape")):
+        with pytest.raises(ValueError, match=match):
+            convlab.conv2d(dx, dw, db, padding=1, activation="relu6", residual=runtime.to_device(bad),
+                           algorithm="implicit_gemm")
+    *_, r, _, _ = _operands(2, seed=30)
+    backing = runtime.to_device(np.concatenate([np.zeros(1, np.float32), r.ravel()]))
+    shifted = runtime.flat_view(backing)[1:].reshape(r.shape)  # 4 bytes past a 16-byte boundary
+    y = convlab.conv2d(dx, dw, db, padding=1, activation="relu6", residual=shifted, algorithm="implicit_gemm")
+    want = reference.epilogue(reference.forward(prob, x, w, b), Epilogue("relu6", residual="before"), None, None, r)
+    assert rel_error(runtime.to_host(y), want) <= TOL and plan.stats()["plans"] == 2

@@ -11,11 +11,11 @@ filters in shared memory, and each thread keeps VH output rows in registers.
                                          x[n, k // M, p*sh - ph + r*dh, q*sw - pw + s*dw] * dy[n, k, p, q]
 
 Configs and launch plans: plan.py (plain tiles of any plane, and plane tiles of PL whole small planes
-per block). dgrad runs one
-stride-1 correlation per output residue class (h + ph) mod sh, (w + pw) mod sw, with only the filter taps
-that reach it. wgrad reduces in a fixed order: each block sums its chunk of units in sequence, then a
-shared-memory tree per filter; with splits > 1 the partials go to a workspace and are summed in split
-order by ``convlab.kernels.data.splitk.sum_partials`` (plane tiles offer SPLIT=1: never split, one launch).
+per block). dgrad runs one stride-1 correlation per output residue class (h + ph) mod sh, (w + pw) mod sw,
+with only the filter taps that reach it. wgrad reduces in a fixed order: each block sums its chunk of
+units in sequence, then a shared-memory tree per filter; with splits > 1 the partials go to a workspace
+and are summed in split order by ``convlab.kernels.data.splitk.sum_partials`` (plane tiles offer
+SPLIT=1: never split, one launch).
 No atomics: every result is deterministic. Every layer size is a compile-time constant of its kernels,
 so a launch passes the arrays only (host time per call counts on small layers).
 

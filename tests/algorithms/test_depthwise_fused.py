@@ -138,3 +138,28 @@ def test_transpose_takes_the_pass(monkeypatch):
     plain = convlab.conv_transpose2d(x, w, stride=2, padding=1, groups=2, algorithm="depthwise")
     want = reference.epilogue(plain.astype(np.float64), Epilogue("relu6", scale=True), scale)
     assert np.abs(got - want).max() <= 1e-5
+
+
+def test_device_calls_replay_the_fused_plan_with_each_calls_operands(monkeypatch):
+    """A repeated device call replays its launch plan (the fused launch), reading that call's residual,
+    scale and shift."""
+    from convlab import runtime
+    from convlab.call import plan
+
+    xs, ws, kw, dtype, epi = CASES["bn_relu6"]
+    epi = Epilogue("relu6", scale=True, shift=True, residual="after")
+    x, w, b, prob, _ = _operands(xs, ws, kw, dtype, epi, seed=4)
+    dx, dw, db = (runtime.to_device(v) for v in (x, w, b))
+    calls, answers = _spy(monkeypatch)
+    plan.clear()
+    replayed = plan.stats()["replayed"]
+    for seed in range(3):
+        *_, operands = _operands(xs, ws, kw, dtype, epi, seed=10 + seed)
+        y = convlab.conv2d(dx, dw, db, **kw, activation="relu6", residual=runtime.to_device(operands["residual"]),
+                           residual_at="after", scale=operands["scale"], shift=runtime.to_device(operands["shift"]),
+                           algorithm="depthwise")
+        want = reference.epilogue(reference.forward(prob, x, w, b), epi, operands["scale"], operands["shift"],
+                                  operands["residual"])
+        assert np.abs(runtime.to_host(y) - want).max() <= 1e-5
+    assert plan.stats()["plans"] == 1 and plan.stats()["replayed"] - replayed == 2
+    assert answers == [True] and len(calls) == 1  # recorded once, fused; the replays relaunch it

@@ -5,7 +5,7 @@
     implicit_gemm/   the SIMT implicit GEMM: operand tiles gathered into shared memory, any shape
     tensor_core/     the tensor-core implicit GEMM (mma.sync, wgmma) and its 3xTF32 variant tf32x3
     tma_wgmma/       Hopper: TMA im2col copies feeding warp-specialized, persistent wgmma (sm_90a)
-    depthwise.py     depthwise convolutions (groups == C), generated per layer shape
+    depthwise/       depthwise convolutions (groups == C), generated per layer shape; forward fuses epilogues
     widen.py         fp16 / bf16 problems on the float32 plugins
     winograd/        Winograd F(m x m, 3 x 3) and F(m, r): generated transforms, fused and non-fused (lossy)
     fft/             FFT convolution: overlap-save tiles, real-to-complex transforms in shared memory (lossy)

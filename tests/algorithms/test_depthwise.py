@@ -6,7 +6,7 @@ import pytest
 import convlab
 from convlab import measure, reference, runtime
 from convlab.ops import strategy
-from convlab.algorithms import depthwise as dw
+from convlab.algorithms.depthwise import plan as dw
 from convlab.kernels.conv.depthwise_common import axis
 from convlab.testing.checks import check_matches_reference
 
@@ -47,12 +47,12 @@ def test_configs():
         assert per_plane & (per_plane - 1) == 0 and config["TH"] % config["VH"] == 0
         assert per_plane * config["PL"] <= (32 if runtime.SIMULATOR else 256)
     for config in planes:  # a plane tile covers the whole 7x7 plane: one tile, PL planes per block
-        assert dw._blocks(problem, dw._tile(config))[:2] == (1, 1)
+        assert dw.blocks(problem, dw.tile_of(config))[:2] == (1, 1)
     # a wide dilated filter keeps only the tiles whose halo (and wgrad's reduction buffer) fit 48 KiB of
     # shared memory, or declines
     wide = convlab.make_problem("wgrad", 1, 2, 90, 90, 2, 7, 7, dilation=11, groups=2, dtype="float64")
     kept = [(c["TH"], c["TW"], c["VH"]) for c in PLUGIN.configs(wide)]
-    assert sorted(kept) == sorted(t for t in tiles if dw._fits(wide, t + (1,))) and len(kept) < len(tiles)
+    assert sorted(kept) == sorted(t for t in tiles if dw.fits(wide, t + (1,))) and len(kept) < len(tiles)
     assert bool(kept) == bool(PLUGIN.applicable(wide))
     if runtime.SIMULATOR:
         assert kept == [(4, 4, 2)]
@@ -125,7 +125,7 @@ def test_wgrad_split_is_deterministic_and_fits_the_limit():
     config = min((c for c in PLUGIN.configs(problem) if c["PL"] == 1), key=lambda c: c["TH"] * c["TW"])
     limit = 1 << 20
     splits, chunk = dw.wgrad_plan(problem, config, limit, runtime.target())
-    assert splits > 1 and (splits - 1) * chunk < dw._blocks(problem, dw._tile(config))[2]
+    assert splits > 1 and (splits - 1) * chunk < dw.blocks(problem, dw.tile_of(config))[2]
     assert PLUGIN.workspace_bytes(problem, config, limit) == splits * 4 * 9 * 4
     host = measure.random_operands(problem, np.random.default_rng(3))
     first, second = _wgrad(problem, config, limit, host), _wgrad(problem, config, limit, host)
@@ -166,7 +166,7 @@ def test_ptx_keeps_registers_and_32_bit_indices(op, r, stride):
     configs = PLUGIN.configs(problem)
     assert configs[0]["PL"] > 1
     for config in (configs[0], next(c for c in configs if c["PL"] == 1)):
-        kernel = dw._launch(problem, config, 1 << 30, runtime.target()).launch.dispatcher
+        kernel = dw.launch_plan(problem, config, 1 << 30, runtime.target()).launch.dispatcher
         host = measure.random_operands(problem, np.random.default_rng(1))
         a, b, _ = measure.to_device(*host)
         out = runtime.empty(problem.operand_shapes[2], problem.dtype)

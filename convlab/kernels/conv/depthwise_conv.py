@@ -12,6 +12,7 @@ z = image n. Thread (l, ty, tx) owns output channel co = co0 + l, rows ty*VH + v
         for v < VH, taps (r, s) of phase f: acc[v] += tile[l][row(v, r)][col(tx, s)] * ws[l][r, s]
         syncthreads
     out[n, co, (t0h + ty*VH + v)*OSTEP_H + o0h, (t0w + tx)*OSTEP_W + o0w] = acc[v] (+ bias[co])
+        (fused: epilogue(acc[v] + bias[co], co, residual at the same index), convlab.kernels.epilogue)
 
 Each tile value a thread needs is read from shared memory once (literal offsets in the generated code).
 fp16 / bf16: the tiles, filters and accumulators are float32, the store rounds (``_depthwise_common``).
@@ -24,11 +25,12 @@ import numpy as np
 from numba import from_dtype, int32, int64, uint32
 
 from convlab import runtime
+from convlab.epilogue import Epilogue
 from convlab.runtime import cuda
 
 from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads, tile_products
 from convlab.kernels.data.convert import from_f32, half_kind, to_f32
-from convlab.kernels.epilogue import compute_dtype
+from convlab.kernels.epilogue import compute_dtype, fused_store, register_cache
 from convlab.kernels.source import Writer
 
 
@@ -55,19 +57,23 @@ def conv_compute(ah, aw, vh: int, hw: int, s_: int):
 
 
 @functools.cache
-def row_store(vh: int, ostep: int, out_h: int, out_w: int, kind: str | None = None):
-    """``store(out, plane, oh0, ow, acc, b)``: out[plane + (oh0 + v*ostep)*out_w + ow] = acc[v] + b for
-    the rows and column inside the out_h x out_w output plane; ``kind`` "float16" / "bfloat16": out holds
-    that half type (bf16: uint16 bits), each float32 sum rounded to nearest even as it is stored."""
+def row_store(vh: int, ostep: int, out_h: int, out_w: int, kind: str | None = None, put=None):
+    """``store(out, plane, oh0, ow, acc, b, k, ep)``: out[plane + (oh0 + v*ostep)*out_w + ow] = acc[v] + b
+    for the rows and column inside the out_h x out_w output plane; ``kind`` "float16" / "bfloat16": out
+    holds that half type (bf16: uint16 bits), each float32 sum rounded to nearest even as it is stored.
+    ``put`` (a fused epilogue's element store, convlab.kernels.epilogue.fused_store): each value goes
+    through ``put(out, at, value, k, ep)`` instead, with its output channel ``k`` and the epilogue's
+    operands ``ep`` (``k`` and ``ep`` unused without it)."""
     value = "write(acc[{}] + b)" if kind else "acc[{}] + b"
-    w = Writer("def store(out, plane, oh0, ow, acc, b):")
+    w = Writer("def store(out, plane, oh0, ow, acc, b, k, ep):")
     w.indent()
     with w.block(f"if u32(ow) < u32({out_w}):"):
         for v in range(vh):
             w(f"oh = u32(oh0 + i32({v * ostep}))")
             with w.block(f"if oh < u32({out_h}):"):
-                w(f"out[i64(u32(plane + u32(oh * u32({out_w})) + u32(ow)))] = {value.format(v)}")
-    return device(w, "store", {"i32": np.int32, "write": from_f32(kind)})
+                at = f"i64(u32(plane + u32(oh * u32({out_w})) + u32(ow)))"
+                w(f"put(out, {at}, acc[{v}] + b, k, ep)" if put else f"out[{at}] = {value.format(v)}")
+    return device(w, "store", {"i32": np.int32, "write": from_f32(kind), "put": put})
 
 
 def _consts(values) -> tuple:
@@ -76,13 +82,17 @@ def _consts(values) -> tuple:
 
 @functools.cache
 def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geometry: tuple[int, ...],
-                sizes: tuple[int, ...], has_bias: bool, depth: tuple[int, ...] = ()):
+                sizes: tuple[int, ...], has_bias: bool, depth: tuple[int, ...] = (), epi: Epilogue | None = None):
     """The forward (``dgrad`` False) or backward-data kernel ``kernel(a, w, bias, out)`` of one tile
     (TH, TW, VH, PL), filter geometry (R, S, sh, sw, ph, pw, dh, dw) and layer ``sizes`` (in_h, in_w,
     out_h, out_w, in_c, out_c, M, tiles_h, tiles_w); ``bias`` is read only when ``has_bias``; ``depth``
     (3D: T, sd, pd, dd, in_d, out_d; 2D: empty) adds the depth taps. Grid: x = (phase, output depth,
     tile row, tile column), y = channel group of PL, z = image; TP * PL threads. ``dtype`` is the arrays'
-    (bfloat16: uint16 bits); fp16 / bf16 compute in float32."""
+    (bfloat16: uint16 bits); fp16 / bf16 compute in float32. ``epi`` (an Epilogue): the kernel fused with
+    it, ``kernel(a, w, bias, out, r, scale, shift)`` (convlab.kernels.epilogue.EpilogueOperands' arrays; r
+    flat, C-contiguous like out), the same body with each output stored through the epilogue's element
+    store (convlab.kernels.epilogue.fused_store), output channel co: one store per output, after its
+    whole sum (every phase, depth tap and multiplier slice of it is in the thread's registers)."""
     th, tw, vh, pl = tile
     r_, s_, sh, sw, ph, pw, dh, dw = geometry
     in_h, in_w, out_h, out_w, in_c, out_c, mult, tiles_h, tiles_w = sizes
@@ -94,7 +104,7 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
     load = halo_loader(dtype, HH, HW, T, pl, in_h, in_w, out_c, 1 if dgrad else mult,
                        mult if dgrad else 1, depth[4] if depth else 0)
     compute = conv_compute(ah, aw, vh, HW, s_)
-    store = row_store(vh, ah.ostep, out_h, out_w, half_kind(dtype))
+    store = row_store(vh, ah.ostep, out_h, out_w, half_kind(dtype), None if epi is None else fused_store(dtype, epi))
     TLO_H, TLO_W = _consts(p.t_lo for p in ah.phases), _consts(p.t_lo for p in aw.phases)
     ORG_H, ORG_W = _consts(p.min_off for p in ah.phases), _consts(p.min_off for p in aw.phases)
     O0_H, O0_W = _consts(p.o0 for p in ah.phases), _consts(p.o0 for p in aw.phases)
@@ -111,8 +121,10 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
     SD, PD, DD, IN_D = (np.int32(v) for v in (SD, PD, DD, IN_D))
     uDT, uOUT_D, uPHASE = (np.uint32(v) for v in (DT, OUT_D, tiles_h * tiles_w * OUT_D))  # PHASE: blocks
 
-    @runtime.jit
-    def kernel(a4, wt4, bias, out4):
+    # inlined in Numba's IR, not forceinline's NVVM inlining (which keeps the callee's environment global):
+    # the kernel without an epilogue lowers to the same PTX as a kernel holding this body itself
+    @runtime.jit(device=True, inline="always")
+    def body(a4, wt4, bias, out4, ep):
         a, wt, out = a4.flat, wt4.flat, out4.flat  # C-contiguous: flat indexing
         tile = cuda.shared.array(TILE_N, NT)
         ws = cuda.shared.array(WS_N, NT)
@@ -180,6 +192,18 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
                 plane = uint32(uint32(plane * uOUT_D) + oz)
             store(out, uint32(plane * uOUT_HW),
                   int32(int32(int32(t0h + int32(ty * uVH)) * OST_H) + O0_H[fh]),
-                  int32(int32(int32(t0w + int32(tx)) * OST_W) + O0_W[fw]), acc, b)
+                  int32(int32(int32(t0w + int32(tx)) * OST_W) + O0_W[fw]), acc, b, co, ep)
 
+    if epi is None:
+        @runtime.jit
+        def kernel(a4, wt4, bias, out4):
+            body(a4, wt4, bias, out4, out4)  # no epilogue operands: the store ignores its ep
+    else:
+        @runtime.jit
+        def kernel(a4, wt4, bias, out4, r, scale, shift):
+            body(a4, wt4, bias, out4, (r, scale, shift))
     return kernel
+
+
+register_cache(conv_kernel.cache_clear)  # its fused kernels are built from the epilogue's code
+register_cache(row_store.cache_clear)

@@ -245,9 +245,22 @@ def statement(text: str, name: str, module: str = __name__):
 cp_async_commit = statement("cp.async.commit_group;", "cp_async_commit")
 
 
+def pending_groups(name: str, n: int) -> int:
+    """``n`` as the operand of a ``wait_group`` (the committed groups left pending: 0..7, known at compile
+    time); ValueError naming the intrinsic ``name`` otherwise."""
+    if not 0 <= int(n) <= 7:
+        raise ValueError(f"{name} n must be in 0..7, got {n!r}")
+    return int(n)
+
+
+def wait_statement(instruction: str, name: str, n: int, module: str = __name__):
+    """The intrinsic ``wait()`` for ``instruction n`` (a ``wait_group``: at most n committed groups
+    pending), called ``name_n`` (:func:`statement`)."""
+    n = pending_groups(name, n)
+    return statement(f"{instruction} {n};", f"{name}_{n}", module)
+
+
 @functools.cache
 def cp_async_wait(n: int):
     """The intrinsic ``wait()`` for ``cp.async.wait_group n``: at most n committed groups pending."""
-    if not 0 <= int(n) <= 7:
-        raise ValueError(f"cp_async_wait n must be in 0..7, got {n!r}")
-    return statement(f"cp.async.wait_group {int(n)};", f"cp_async_wait_{int(n)}")
+    return wait_statement("cp.async.wait_group", "cp_async_wait", n)

@@ -20,7 +20,8 @@ import functools
 from llvmlite import ir
 from numba import types
 
-from convlab.kernels.arch.mma_ptx import _F32, _I64, _as_i32, _as_int, _asm, _shared_u32, statement
+from convlab.kernels.arch.mma_ptx import (_F32, _I64, _as_i32, _as_int, _asm, _shared_u32, pending_groups,
+                                          statement)
 from convlab.runtime import intrinsic
 
 #: (PTX type, k of one instruction) of each input type
@@ -118,9 +119,7 @@ wgmma_commit = statement("wgmma.commit_group.sync.aligned;", "wgmma_commit", __n
 def wgmma_wait(n: int):
     """The intrinsic ``wait(acc) -> acc`` for ``wgmma.wait_group.sync.aligned n`` (n = 0..7, compile
     time), the accumulators tied through it."""
-    if not 0 <= int(n) <= 7:
-        raise ValueError(f"wgmma_wait n must be in 0..7, got {n!r}")
-    text = f"wgmma.wait_group.sync.aligned {int(n)};"
+    text = f"wgmma.wait_group.sync.aligned {pending_groups('wgmma_wait', n)};"
 
     @intrinsic
     def wait(typingctx, acc):

@@ -20,8 +20,8 @@ import functools
 from llvmlite import ir
 from numba import types
 
-from convlab.kernels.arch.mma_ptx import (_F32, _I64, _as_i32, _as_int, _asm, _shared_u32, pending_groups,
-                                          statement)
+from convlab.kernels.arch.mma_ptx import (_F32, _I64, _as_i32, _as_int, _asm, _shared_address, _shared_operand,
+                                          pending_groups, statement)
 from convlab.runtime import intrinsic
 
 #: (PTX type, k of one instruction) of each input type
@@ -140,12 +140,11 @@ fence_proxy_async = statement("fence.proxy.async.shared::cta;", "fence_proxy_asy
 @intrinsic
 def shared_addr(typingctx, arr, off):
     """uint32 shared-window byte address of element ``off`` of a shared array (cvta.to.shared)."""
-    if not isinstance(arr, types.Array) or not isinstance(off, types.Integer):
+    if not _shared_operand(arr, off):
         return None
 
     def codegen(context, builder, signature, args):
-        aryty, offty = signature.args
-        return _shared_u32(context, builder, aryty, args[0], args[1], offty)
+        return _shared_address(context, builder, signature, args)
 
     return types.uint32(arr, off), codegen
 

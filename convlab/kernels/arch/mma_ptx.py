@@ -68,6 +68,23 @@ def _asm(builder, ret, args, text, constraints, side_effect=False):
     return builder.call(ir.InlineAsm(fnty, text, constraints, side_effect=side_effect), args)
 
 
+def _unpacked(context, builder, signature, out, count: int):
+    """The ``count`` outputs of an asm block returning a struct, as the intrinsic's UniTuple."""
+    items = [builder.extract_value(out, i) for i in range(count)]
+    return context.make_tuple(builder, signature.return_type, items)
+
+
+def _shared_operand(arr, off) -> bool:
+    """Whether (arr, off) types as a shared array and an integer element offset into it."""
+    return isinstance(arr, types.Array) and isinstance(off, types.Integer)
+
+
+def _shared_address(context, builder, signature, args):
+    """The 32-bit shared-window address (:func:`_shared_u32`) of element args[1] of array args[0]."""
+    aryty, offty = signature.args[:2]
+    return _shared_u32(context, builder, aryty, args[0], args[1], offty)
+
+
 def _make_mma(shape: str, itype: str):
     text = (f"mma.sync.aligned.{shape}.row.col.f32.{itype}.{itype}.f32 "
             "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};")
@@ -87,8 +104,7 @@ def _make_mma(shape: str, itype: str):
             ops += [context.cast(builder, v, t, types.float32) for v, t in zip(args[6:], tys[6:])]
             out = _asm(builder, ir.LiteralStructType([_F32] * 4), ops, text,
                        "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3")
-            items = [builder.extract_value(out, i) for i in range(4)]
-            return context.make_tuple(builder, signature.return_type, items)
+            return _unpacked(context, builder, signature, out, 4)
 
         return sig, codegen
 
@@ -114,8 +130,7 @@ def mma_tf32x3(typingctx, s0, s1, s2, s3, a0, a1, a2, a3, t0, t1, b0, b1, c0, c1
         ops += [context.cast(builder, v, t, types.float32) for v, t in zip(args[12:], tys[12:])]
         out = _asm(builder, ir.LiteralStructType([_F32] * 4), ops, text,
                    "=f,=f,=f,=f," + ",".join(["r"] * 12) + ",0,1,2,3")
-        items = [builder.extract_value(out, i) for i in range(4)]
-        return context.make_tuple(builder, signature.return_type, items)
+        return _unpacked(context, builder, signature, out, 4)
 
     return sig, codegen
 
@@ -125,33 +140,33 @@ mma_bf16 = _make_mma("m16n8k16", "bf16")
 mma_tf32 = _make_mma("m16n8k8", "tf32")
 
 
-@intrinsic
-def to_tf32(typingctx, x):
-    if not isinstance(x, (types.Float, types.Integer)):
-        return None
+def _tf32_words(name: str, text: str, count: int):
+    """The intrinsic ``name(x)``: x (a float, or fp32 bits in an integer: :func:`_as_f32`) the f32 operand
+    ${count} of ``text``, whose ``count`` 32-bit outputs $0.. it returns (a uint32, or a UniTuple of them)."""
+    constraints = "=r," * count + "f"
+    rtype = types.uint32 if count == 1 else types.UniTuple(types.uint32, count)
 
-    def codegen(context, builder, signature, args):
-        value = _as_f32(context, builder, args[0], signature.args[0])
-        return _asm(builder, _I32, [value], "cvt.rna.tf32.f32 $0, $1;", "=r,f")
+    def emit(typingctx, x):
+        if not isinstance(x, (types.Float, types.Integer)):
+            return None
 
-    return types.uint32(x), codegen
+        def codegen(context, builder, signature, args):
+            value = _as_f32(context, builder, args[0], signature.args[0])
+            if count == 1:
+                return _asm(builder, _I32, [value], text, constraints)
+            out = _asm(builder, ir.LiteralStructType([_I32] * count), [value], text, constraints)
+            return _unpacked(context, builder, signature, out, count)
+
+        return rtype(x), codegen
+
+    emit.__name__ = emit.__qualname__ = name
+    return intrinsic(emit)
 
 
-@intrinsic
-def split_tf32(typingctx, x):
-    """(big, small): big = cvt.rna.tf32(x), small = cvt.rna.tf32(x - big) (the difference is exact)."""
-    if not isinstance(x, (types.Float, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        value = _as_f32(context, builder, args[0], signature.args[0])
-        out = _asm(builder, ir.LiteralStructType([_I32] * 2), [value],
-                   "{ .reg .f32 big, rest; cvt.rna.tf32.f32 $0, $2; mov.b32 big, $0; "
-                   "sub.f32 rest, $2, big; cvt.rna.tf32.f32 $1, rest; }", "=r,=r,f")
-        items = [builder.extract_value(out, i) for i in range(2)]
-        return context.make_tuple(builder, signature.return_type, items)
-
-    return types.UniTuple(types.uint32, 2)(x), codegen
+to_tf32 = _tf32_words("to_tf32", "cvt.rna.tf32.f32 $0, $1;", 1)
+#: (big, small): big = cvt.rna.tf32(x), small = cvt.rna.tf32(x - big) (the difference is exact)
+split_tf32 = _tf32_words("split_tf32", "{ .reg .f32 big, rest; cvt.rna.tf32.f32 $0, $2; mov.b32 big, $0; "
+                         "sub.f32 rest, $2, big; cvt.rna.tf32.f32 $1, rest; }", 2)
 
 
 @intrinsic
@@ -186,16 +201,14 @@ def _make_ldmatrix(count: int, trans: bool):
 
     @intrinsic
     def ldmatrix(typingctx, arr, off):
-        if not isinstance(arr, types.Array) or not isinstance(off, types.Integer):
+        if not _shared_operand(arr, off):
             return None
 
         def codegen(context, builder, signature, args):
-            aryty, offty = signature.args
-            addr = _shared_u32(context, builder, aryty, args[0], args[1], offty)
+            addr = _shared_address(context, builder, signature, args)
             out = _asm(builder, ir.LiteralStructType([_I32] * count), [addr], text, constraints,
                        side_effect=True)
-            items = [builder.extract_value(out, i) for i in range(count)]
-            return context.make_tuple(builder, signature.return_type, items)
+            return _unpacked(context, builder, signature, out, count)
 
         return types.UniTuple(types.uint32, count)(arr, off), codegen
 
@@ -245,9 +258,22 @@ def statement(text: str, name: str, module: str = __name__):
 cp_async_commit = statement("cp.async.commit_group;", "cp_async_commit")
 
 
+def pending_groups(name: str, n: int) -> int:
+    """``n`` as the operand of a ``wait_group`` (the committed groups left pending: 0..7, known at compile
+    time); ValueError naming the intrinsic ``name`` otherwise."""
+    if not 0 <= int(n) <= 7:
+        raise ValueError(f"{name} n must be in 0..7, got {n!r}")
+    return int(n)
+
+
+def wait_statement(instruction: str, name: str, n: int, module: str = __name__):
+    """The intrinsic ``wait()`` for ``instruction n`` (a ``wait_group``: at most n committed groups
+    pending), called ``name_n`` (:func:`statement`)."""
+    n = pending_groups(name, n)
+    return statement(f"{instruction} {n};", f"{name}_{n}", module)
+
+
 @functools.cache
 def cp_async_wait(n: int):
     """The intrinsic ``wait()`` for ``cp.async.wait_group n``: at most n committed groups pending."""
-    if not 0 <= int(n) <= 7:
-        raise ValueError(f"cp_async_wait n must be in 0..7, got {n!r}")
-    return statement(f"cp.async.wait_group {int(n)};", f"cp_async_wait_{int(n)}")
+    return wait_statement("cp.async.wait_group", "cp_async_wait", n)

@@ -18,7 +18,7 @@ from typing import Callable
 from llvmlite import ir
 from numba import types
 
-from convlab.kernels.arch.mma_ptx import _I32, _I64, _as_i32, _asm
+from convlab.kernels.arch.mma_ptx import _I32, _I64, _as_i32, _asm, statement, wait_statement
 from convlab.runtime import cuda
 
 _I16 = ir.IntType(16)
@@ -111,26 +111,17 @@ def tma_store(rank: int):
     return _intrinsic(f"tma_store_{rank}d", 3 + rank, _maps_typer(1 + rank), lower)
 
 
-def _fixed(name: str, text: str) -> Callable:
-    """An intrinsic of no arguments emitting ``text``."""
-    return _intrinsic(name, 0, lambda args: types.void(), lambda c, b, t, v: _asm_void(b, [], text, ""))
-
-
-bulk_commit = _fixed("bulk_commit", "cp.async.bulk.commit_group;")
+bulk_commit = statement("cp.async.bulk.commit_group;", "bulk_commit", __name__)
 
 
 @functools.cache
 def bulk_wait_read(n: int):
-    if not 0 <= int(n) <= 7:
-        raise ValueError(f"cp.async.bulk.wait_group takes 0..7, got {n}")
-    return _fixed(f"bulk_wait_read_{n}", f"cp.async.bulk.wait_group.read {int(n)};")
+    return wait_statement("cp.async.bulk.wait_group.read", "bulk_wait_read", n, __name__)
 
 
 @functools.cache
 def bulk_wait(n: int):
-    if not 0 <= int(n) <= 7:
-        raise ValueError(f"cp.async.bulk.wait_group takes 0..7, got {n}")
-    return _fixed(f"bulk_wait_{n}", f"cp.async.bulk.wait_group {int(n)};")
+    return wait_statement("cp.async.bulk.wait_group", "bulk_wait", n, __name__)
 
 
 tensormap_acquire = _intrinsic(
@@ -151,7 +142,7 @@ mbar_arrive = _on_bar("mbar_arrive", "mbarrier.arrive.shared::cta.b64 _, [$0];",
 mbar_arrive_tx = _on_bar("mbar_arrive_tx", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", 2)
 mbar_wait = _on_bar("mbar_wait", "{ .reg .pred p; LAB_WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1; "
                     "@!p bra LAB_WAIT; }", 2)
-fence_mbarrier_init = _fixed("fence_mbarrier_init", "fence.mbarrier_init.release.cluster;")
+fence_mbarrier_init = statement("fence.mbarrier_init.release.cluster;", "fence_mbarrier_init", __name__)
 
 
 def _try_wait_lower(context, builder, tys, vals):
@@ -167,7 +158,7 @@ mbar_try_wait = _intrinsic("mbar_try_wait", 2, lambda args: types.uint32(*args) 
 def _setmaxnreg(kind: str, n: int) -> Callable:
     if not 24 <= int(n) <= 256 or int(n) % 8:
         raise ValueError(f"setmaxnreg takes 24..256 registers in multiples of 8, got {n}")
-    return _fixed(f"setmaxnreg_{kind}_{n}", f"setmaxnreg.{kind}.sync.aligned.u32 {int(n)};")
+    return statement(f"setmaxnreg.{kind}.sync.aligned.u32 {int(n)};", f"setmaxnreg_{kind}_{n}", __name__)
 
 
 @functools.cache
@@ -185,4 +176,4 @@ def named_sync(barrier: int, threads: int) -> Callable:
     if not 1 <= int(barrier) <= 15 or int(threads) % 32 or not 32 <= int(threads) <= 1024:
         raise ValueError(f"named barriers 1..15 (0 is __syncthreads) of a multiple of 32 threads, got "
                          f"{barrier}, {threads}")
-    return _fixed(f"named_sync_{barrier}_{threads}", f"bar.sync {int(barrier)}, {int(threads)};")
+    return statement(f"bar.sync {int(barrier)}, {int(threads)};", f"named_sync_{barrier}_{threads}", __name__)

@@ -50,10 +50,14 @@ OFFSET_LIMIT = {1: 2**16 - 1, 2: 2**8 - 1, 3: 2**5 - 1}
 MAP_WORDS = 16  # a map is 128 bytes: 16 uint64
 
 
-class _Elements:
-    """A map's element size, from its ``dtype`` field."""
+@dataclass(frozen=True)
+class _Map:
+    """The fields both kinds of map start with (``dtype``, ``dims``, the byte ``strides`` of dims 1..: module
+    docstring) and the element size of ``dtype``."""
 
     dtype: str
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
 
     @property
     def itemsize(self) -> int:
@@ -61,12 +65,9 @@ class _Elements:
 
 
 @dataclass(frozen=True)
-class TiledMap(_Elements):
+class TiledMap(_Map):
     """cuTensorMapEncodeTiled's parameters (element strides 1, no interleave, L2 promotion 128 B, zero fill)."""
 
-    dtype: str
-    dims: tuple[int, ...]
-    strides: tuple[int, ...]
     box: tuple[int, ...]
     swizzle: int = 0
     address: int = 0
@@ -78,12 +79,9 @@ class TiledMap(_Elements):
 
 
 @dataclass(frozen=True)
-class Im2colMap(_Elements):
+class Im2colMap(_Map):
     """cuTensorMapEncodeIm2col's parameters (no interleave, L2 promotion 128 B, zero fill)."""
 
-    dtype: str
-    dims: tuple[int, ...]
-    strides: tuple[int, ...]
     lower: tuple[int, ...]
     upper: tuple[int, ...]
     channels: int

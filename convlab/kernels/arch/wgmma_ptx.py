@@ -20,7 +20,8 @@ import functools
 from llvmlite import ir
 from numba import types
 
-from convlab.kernels.arch.mma_ptx import _F32, _I64, _as_i32, _as_int, _asm, _shared_u32, statement
+from convlab.kernels.arch.mma_ptx import (_F32, _I64, _as_i32, _as_int, _asm, _shared_address, _shared_operand,
+                                          pending_groups, statement)
 from convlab.runtime import intrinsic
 
 #: (PTX type, k of one instruction) of each input type
@@ -118,9 +119,7 @@ wgmma_commit = statement("wgmma.commit_group.sync.aligned;", "wgmma_commit", __n
 def wgmma_wait(n: int):
     """The intrinsic ``wait(acc) -> acc`` for ``wgmma.wait_group.sync.aligned n`` (n = 0..7, compile
     time), the accumulators tied through it."""
-    if not 0 <= int(n) <= 7:
-        raise ValueError(f"wgmma_wait n must be in 0..7, got {n!r}")
-    text = f"wgmma.wait_group.sync.aligned {int(n)};"
+    text = f"wgmma.wait_group.sync.aligned {pending_groups('wgmma_wait', n)};"
 
     @intrinsic
     def wait(typingctx, acc):
@@ -141,12 +140,11 @@ fence_proxy_async = statement("fence.proxy.async.shared::cta;", "fence_proxy_asy
 @intrinsic
 def shared_addr(typingctx, arr, off):
     """uint32 shared-window byte address of element ``off`` of a shared array (cvta.to.shared)."""
-    if not isinstance(arr, types.Array) or not isinstance(off, types.Integer):
+    if not _shared_operand(arr, off):
         return None
 
     def codegen(context, builder, signature, args):
-        aryty, offty = signature.args
-        return _shared_u32(context, builder, aryty, args[0], args[1], offty)
+        return _shared_address(context, builder, signature, args)
 
     return types.uint32(arr, off), codegen
 

@@ -6,7 +6,8 @@ one dynamic shared array holds A's stages, then B's (:func:`shared_arrays`).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+import contextlib
+from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -223,6 +224,26 @@ def issue_next(w: Writer, cfg: TcConfig, loader: ALoader, cp: Copies) -> None:
     w("cp_async_commit()")
     w("kl = U(kl + 1)")
     w(f"ls = U(ls + 1) if ls < {cfg.STAGES - 1} else U(0)")
+
+
+@contextlib.contextmanager
+def k_loop(w: Writer, cfg: TcConfig, loader: ALoader, cp: Copies, k_first: str,
+           landed: Sequence[str] = ()) -> Iterator[None]:
+    """The pipelined loop over k tiles kt = k_first .. ktiles - 1, tile kt in stage ``cs``: the
+    :func:`prologue`, then in each iteration the wait for tile kt's group, the ``landed`` lines, the
+    barrier and :func:`issue_next`; the with-block's lines compute on stage cs, then cs and kt advance."""
+    prologue(w, cfg, loader, cp, k_first)
+    w("cs = U(0)")
+    w(f"kt = {k_first}")
+    with w.block("while kt < ktiles:"):
+        w("wait()")
+        for line in landed:
+            w(line)
+        w("cuda.syncthreads()")
+        issue_next(w, cfg, loader, cp)
+        yield
+        w(f"cs = U(cs + 1) if cs < {cfg.STAGES - 1} else U(0)")
+        w("kt = U(kt + 1)")
 
 
 def shared_arrays(w: Writer, store: Store) -> None:

@@ -77,12 +77,17 @@ class BatchedA(DenseA):
     params = "A, Bt, C, M, N, K, sA, sB, sC"
     batched = True
 
+    def matrix_offset(self, batch: str, stride: str) -> str:
+        """The offset of block ``batch``'s operand in A or Bt (``stride``: sA, sB, elements a matrix)."""
+        return f"U({batch} * {stride})"
+
     def b_offset(self, batch: str) -> str:
-        return f"U({batch} * sB)"
+        return self.matrix_offset(batch, "sB")
 
     def rows(self, w: Writer, e: int, m: str, batch: str | None) -> None:
+        """A's rows are Bt's length (``b_stride``)."""
         w(f"aok{e} = {m} < M")
-        w(f"ag{e} = U(U({batch} * sA) + U({m} * K)) if aok{e} else U(0)")
+        w(f"ag{e} = U({self.matrix_offset(batch, 'sA')} + U({m} * {self.b_stride})) if aok{e} else U(0)")
 
 
 class PartedA(BatchedA):
@@ -93,12 +98,8 @@ class PartedA(BatchedA):
     params = "A, Bt, C, M, N, K, sA, sB, sC, ld, parts"
     b_stride = "ld"
 
-    def b_offset(self, batch: str) -> str:
-        return f"U(U(U({batch} // parts) * sB) + U(U({batch} % parts) * K))"
-
-    def rows(self, w: Writer, e: int, m: str, batch: str | None) -> None:
-        w(f"aok{e} = {m} < M")
-        w(f"ag{e} = U(U(U(U({batch} // parts) * sA) + U(U({batch} % parts) * K)) + U({m} * ld)) if aok{e} else U(0)")
+    def matrix_offset(self, batch: str, stride: str) -> str:
+        return f"U(U(U({batch} // parts) * {stride}) + U(U({batch} % parts) * K))"
 
 
 class DenseStore(Store):

@@ -51,8 +51,7 @@ from convlab import runtime
 from convlab.kernels.source import Writer
 from convlab.kernels.tensor_core.config import ITYPES, TcConfig
 from convlab.kernels.tensor_core.epilogue import Store, staged_epilogue
-from convlab.kernels.tensor_core.copy import (ALoader, block_tiles, copy_setup, issue_next, km_tile_ok,
-                                              prologue, shared_arrays)
+from convlab.kernels.tensor_core.copy import ALoader, block_tiles, copy_setup, k_loop, km_tile_ok, shared_arrays
 
 OUT_CONVERT = {"f32": "{}", "in": "{}", "bf16": "f32_to_bf16({})"}  # output kind -> store conversion
 #: how fp32 fragment registers become TF32 (tests/kernels/test_tc_gemm.py): "cvt" is ``cvt.rna.tf32.f32``
@@ -86,7 +85,7 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
         from convlab.kernels.tensor_core.warpgroup import wgmma_source
         return wgmma_source(cfg, itype, loader, store, name, tf32_round)
     rnd = TF32_ROUND[tf32_round or DEFAULT_TF32_ROUND].format
-    BM, BN, BK, WM, WN, S = cfg[:6]
+    BM, BN, BK, WM, WN = cfg[:5]
     size, kstep = ITYPES[itype][1], ITYPES[itype][2]
     EPC, CH = 16 // size, BK * size // 16  # elements per chunk, chunks per row
     per = 8 // CH  # rows sharing one swizzle value
@@ -133,19 +132,11 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     for i in range(MI):
         for j in range(NI):
             w(" = ".join(f"c{i}_{j}_{r}" for r in range(4)) + " = zero")
-    prologue(w, cfg, loader, cp, k_first)
-    w("cs = U(0)")
-    w(f"kt = {k_first}")
-    with w.block("while kt < ktiles:"):
-        w("wait()")
-        w("cuda.syncthreads()")
-        issue_next(w, cfg, loader, cp)
+    with k_loop(w, cfg, loader, cp, k_first):
         w(f"a_st = U(U(cs * {BM * BK}) + a_ld)")
         w(f"b_st = U(U(cs * {BN * BK}) + b_ld)")
         for kk in range(BK // kstep):
             _mma_step(w, cfg, itype, kk, lds_a, a_km, rnd)
-        w(f"cs = U(cs + 1) if cs < {S - 1} else U(0)")
-        w("kt = U(kt + 1)")
     staged_epilogue(w, cfg, itype, store, loader.batched)
     return w.source
 

@@ -45,8 +45,7 @@ from convlab.kernels.arch.mma import cp_async_wait
 from convlab.kernels.source import Writer
 from convlab.kernels.tensor_core.config import ITYPES, TcConfig
 from convlab.kernels.tensor_core.epilogue import Store, staged_epilogue
-from convlab.kernels.tensor_core.copy import (ALoader, block_tiles, copy_setup, issue_next, prologue,
-                                              shared_arrays)
+from convlab.kernels.tensor_core.copy import ALoader, block_tiles, copy_setup, k_loop, shared_arrays
 from convlab.kernels.arch.wgmma_desc import desc_hi
 
 
@@ -74,7 +73,7 @@ def wgmma_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name:
                  tf32_round: str | None = None) -> str:
     """Source of the kernel ``name(<loader.params>, vec)`` (as warp.pipeline_source) on wgmma."""
     check(cfg, itype, loader, tf32_round)
-    BM, BN, BK, WM, WN, S = cfg[:6]
+    BM, BN, BK, WM, WN = cfg[:5]
     size = ITYPES[itype][1]
     R = BK * size  # bytes per shared row (the swizzle width)
     steps, slices = R // 32, WM // 64
@@ -100,14 +99,8 @@ def wgmma_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name:
     every = "(" + ", ".join(f"a{s}" for s in range(slices)) + ",)" if slices > 1 else "a0"
     for s in range(slices):
         w(f"a{s} = ZEROS")
-    prologue(w, cfg, loader, cp, k_first)
-    w("cs = U(0)")
-    w(f"kt = {k_first}")
-    with w.block("while kt < ktiles:"):
-        w("wait()")
-        w("fence_proxy_async()  # this thread's landed copies, visible to the async proxy (wgmma)")
-        w("cuda.syncthreads()")
-        issue_next(w, cfg, loader, cp)
+    with k_loop(w, cfg, loader, cp, k_first,
+                landed=["fence_proxy_async()  # this thread's landed copies, visible to the async proxy (wgmma)"]):
         w(f"{every} = wgmma_fence({every})")
         w(f"da = U64(da0 + U64(U(cs * {BM * R // 16})))")
         w(f"db = U64(db0 + U64(U(cs * {BN * R // 16})))")
@@ -116,8 +109,6 @@ def wgmma_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name:
                 w(f"a{s} = mma(U64(da + U64({(s * 64 * R + 32 * kk) // 16})), U64(db + U64({2 * kk})), 1, a{s})")
         w("wgmma_commit()")
         w(f"{every} = wgmma_wait({every})")
-        w(f"cs = U(cs + 1) if cs < {S - 1} else U(0)")
-        w("kt = U(kt + 1)")
     w(f"{every} = wgmma_wait_all({every})")
     for s in range(slices):
         w(", ".join(f"c{s}_{j}_{r}" for j in range(WN // 8) for r in range(4)) + f", = a{s}")

@@ -73,6 +73,15 @@ def _compiled(w: Writer, function: str, name: str, consts: Constants, in_kind: s
     return runtime.jit(compile_source(w.source, name, namespace)[function])
 
 
+def _point_offsets(w: Writer, at: str, nh: int, nw: int) -> dict[tuple[int, int], str]:
+    """The transform domain's addressing (module docstring: point xi = (i, j) of group g at (xi*G + g)*sz):
+    lines setting ``at`` (this thread's element for point 0, an expression of g) and ``zs`` (G*sz); the
+    offset expression of each of the nh x nw points, rows first."""
+    w(f"at = {at}")
+    w("zs = groups * sz")
+    return {(i, j): f"at + {i * nw + j} * zs" for i in range(nh) for j in range(nw)}
+
+
 @functools.cache
 def patch_kernel(mh: Matrix, mw: Matrix, in_kind: str | None, out_kind: str | None, c_fast: bool) -> Callable:
     """The ``patch_transform`` kernel for one pair of matrices (module docstring)."""
@@ -102,11 +111,8 @@ def patch_kernel(mh: Matrix, mw: Matrix, in_kind: str | None, out_kind: str | No
         for b in range(aw):
             w(f"d_{a}_{b} = load(src[row + (x0 + {b}) * s_x]) if ry and cx{b} else zero")
     apply_2d(w, consts, np.array(mh), np.array(mw), "d", "v")
-    w("at = g * sz + t * st + c * sc")
-    w("zs = groups * sz")
-    for i in range(nh):
-        for j in range(nw):
-            w(f"dst[at + {i * nw + j} * zs] = store(v_{i}_{j})")
+    for (i, j), at in _point_offsets(w, "g * sz + t * st + c * sc", nh, nw).items():
+        w(f"dst[{at}] = store(v_{i}_{j})")
     name = f"<convlab.kernels.winograd.transforms patch {nh}x{nw}<-{ah}x{aw} {in_kind}->{out_kind}>"
     return _compiled(w, "patch_transform", name, consts, in_kind, out_kind)
 
@@ -127,11 +133,8 @@ def inverse_kernel(ah_: Matrix, aw_: Matrix, out_kind: str | None) -> Callable:
     w("n = n0 + t // per")
     w("y0 = ((t % per) // tw_n) * " + str(mh))
     w("x0 = (t % tw_n) * " + str(mw))
-    w("at = g * sz + o * so + t")
-    w("zs = groups * sz")
-    for i in range(nh):
-        for j in range(nw):
-            w(f"m_{i}_{j} = src[at + {i * nw + j} * zs]")
+    for (i, j), at in _point_offsets(w, "g * sz + o * so + t", nh, nw).items():
+        w(f"m_{i}_{j} = src[{at}]")
     apply_2d(w, consts, np.array(ah_), np.array(aw_), "m", "y")
     w("bv = load(bias[g * o_n + o]) if has_bias else zero")
     w("base = (g * o_n + o) * d_o + n * d_n")

@@ -78,7 +78,7 @@ if DEFAULT_TF32_ROUND not in TF32_ROUND:
 
 def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name: str,
                     tf32_round: str | None = None) -> str:
-    """Source of the kernel ``name(<loader.params>, vec)`` for one config (M, N, K among the params;
+    """Source of the kernel ``name(<loader.params><store.params>, vec)`` for one config (M, N, K among the params;
     ``vec``: ``tc_epilogue.vector_ok`` of the output);
     ``tf32_round``: a key of TF32_ROUND (None: DEFAULT_TF32_ROUND). A wgmma config (``cfg.wgmma``) gets
     :func:`convlab.kernels.tensor_core.warpgroup.wgmma_source`'s warpgroup loop on the same loaders and epilogue."""
@@ -91,7 +91,7 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     EPC, CH = 16 // size, BK * size // 16  # elements per chunk, chunks per row
     per = 8 // CH  # rows sharing one swizzle value
     MI, NI = WM // 16, WN // 8
-    w = Writer(f"def {name}({loader.params}, vec):")  # vec: the staged epilogue's 16-byte stores allowed
+    w = Writer(f"def {name}({loader.params}{store.params}, vec):")  # vec: the staged epilogue's 16-byte stores allowed
     w.indent()
     shared_arrays(w, store)
     w("tid = U(cuda.threadIdx.x)")

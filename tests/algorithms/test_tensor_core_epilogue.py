@@ -43,7 +43,7 @@ def _simulator_splits(split_like_the_simulator):
     """Split-K plans as on the simulator (tc_helpers)."""
 
 
-def _run(problem, epi, out_last, residual_last, seed=0):
+def _run(problem, epi, out_last, residual_last, seed=0, plugin=TC):
     """(got, want, allowed error norm, DeviceEpilogue) of one fused call through run_candidate into a
     NaN-poisoned output (channels-last when ``out_last``; the residual when ``residual_last``)."""
     rng = np.random.default_rng(seed)
@@ -60,12 +60,12 @@ def _run(problem, epi, out_last, residual_last, seed=0):
     cast = compute_dtype(problem.dtype)
     scale, shift = (None if v is None else v.astype(cast) for v in (ops["scale"], ops["shift"]))
     epilogue = DeviceEpilogue(EpilogueCall(epi, problem.dtype, residual, scale, shift))
-    config = TC.configs(problem)[0]
-    run_candidate(Candidate(TC, config), problem, *to_device(*host), out, 2**28, epilogue=epilogue)
+    config = plugin.configs(problem)[0]
+    run_candidate(Candidate(plugin, config), problem, *to_device(*host), out, 2**28, epilogue=epilogue)
     got = np.asarray(runtime.to_host(out), np.float64)
     conv = reference.solve(problem, *host)
     want = reference.epilogue(conv, epi, ops["scale"], ops["shift"], ops["residual"])
-    return got, want, epilogue_allowed(TC, problem, config, conv, want, epi, ops), epilogue
+    return got, want, epilogue_allowed(plugin, problem, config, conv, want, epi, ops), epilogue
 
 
 @pytest.mark.parametrize("split", [True, False], ids=["split", "one"])
@@ -85,6 +85,15 @@ def test_fused_matches_the_reference(case, epi, out_last, split, monkeypatch):
     assert [call[-1] for call in launches] == [None if split else EPILOGUES[epi]]
     err = float(np.linalg.norm(got - want))
     assert np.all(np.isfinite(got)) and err <= allowed, (err, allowed)
+
+
+@pytest.mark.parametrize("out_last", [False, True], ids=["nchw", "nhwc"])
+def test_tf32x3_fuses_in_float32(out_last):
+    """tf32x3 (tensor_core's kernels on 3xTF32) fuses the same way: float32 Cs, float32 output."""
+    problem = PROBLEMS["fwd_f16"].replace(dtype="float32")
+    got, want, allowed, epilogue = _run(problem, EPILOGUES["relu6_before"], out_last, out_last,
+                                        plugin=registry.get("tf32x3"))
+    assert epilogue.fused is True and float(np.linalg.norm(got - want)) <= allowed
 
 
 def test_a_residual_in_another_layout_takes_the_pass():

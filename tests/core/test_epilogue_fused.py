@@ -40,8 +40,9 @@ def _spy(monkeypatch, fuses: bool) -> list:
     return calls
 
 
-#: the plugins that fuse an epilogue into their forward kernels (their own tests: test_epilogue_fused*)
-FUSING = {"direct", "implicit_gemm"}
+#: the plugins that fuse an epilogue into their forward kernels (their own tests: test_epilogue_fused*,
+#: tests/algorithms/test_tensor_core_epilogue.py)
+FUSING = {"direct", "implicit_gemm", "tensor_core", "tf32x3"}
 
 
 def test_default_plugins_declare_why_they_do_not_fuse():

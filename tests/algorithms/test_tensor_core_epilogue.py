@@ -139,3 +139,24 @@ def test_conv_transpose2d_fuses_on_tensor_cores(monkeypatch):
     assert len(fused) == 1
     want = np.maximum(plain.astype(np.float32) + r.astype(np.float32), 0)
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=4e-3, atol=4e-3)
+
+
+def test_conv2d_on_channels_last_device_arrays_fuses(monkeypatch):
+    """The public op on a channels-last input and residual: the output is written channels-last, fused."""
+    ran, run_fused = [], DeviceEpilogue.run_fused
+    monkeypatch.setattr(DeviceEpilogue, "run_fused", lambda *a: ran.append(run_fused(*a)) or ran[-1])
+    problem, epi = PROBLEMS["fwd_bf16"], EPILOGUES["relu6_before"]
+    rng = np.random.default_rng(7)
+    x, w, b = random_operands(problem, rng)
+    r = rng.standard_normal(problem.y_shape).astype(np_dtype(problem.dtype))
+    scale, shift = rng.uniform(-2, 2, problem.k), rng.standard_normal(problem.k)
+    y = convlab.conv2d(layouts.channels_last_copy(x), runtime.to_device(w), runtime.to_device(b), stride=2,
+                       padding=1, algorithm="tensor_core", activation="relu6", residual=layouts.channels_last_copy(r),
+                       scale=scale, shift=shift)
+    assert ran == [True] and layouts.is_channels_last(y)
+    conv = reference.solve(problem, x, w, b)
+    want = reference.epilogue(conv, epi, scale, shift, r)
+    ops = {"scale": scale, "shift": shift, "residual": r}
+    got = np.asarray(runtime.to_host(y), np.float64)
+    assert float(np.linalg.norm(got - want)) <= epilogue_allowed(TC, problem, TC.configs(problem)[0], conv, want,
+                                                                 epi, ops)

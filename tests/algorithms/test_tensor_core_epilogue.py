@@ -11,9 +11,10 @@ from convlab.call.candidate import run_candidate
 from convlab.epilogue import Epilogue
 from convlab.algorithms.tensor_core import gather as tc_gather
 from convlab.kernels.data import layouts
-from convlab.kernels.epilogue import compute_dtype
+from convlab.kernels.epilogue import compute_dtype, operands as epilogue_operands
 from convlab.kernels.tensor_core import conv as tc_conv
 from convlab.kernels.tensor_core.config import TcConfig
+from convlab.kernels.tensor_core.gemm import SIM_WGMMA
 from convlab.measure import random_operands, to_device
 from convlab.ops.epilogue import DeviceEpilogue, EpilogueCall
 from convlab.plugin import registry
@@ -160,3 +161,30 @@ def test_conv2d_on_channels_last_device_arrays_fuses(monkeypatch):
     got = np.asarray(runtime.to_host(y), np.float64)
     assert float(np.linalg.norm(got - want)) <= epilogue_allowed(TC, problem, TC.configs(problem)[0], conv, want,
                                                                  epi, ops)
+
+
+@pytest.mark.parametrize("nhwc_out", [False, True], ids=["nchw", "nhwc"])
+def test_a_wgmma_config_fuses_in_its_store(nhwc_out):
+    """The warpgroup loop ends in the same staged store: its fused write-out, either layout."""
+    cfg = SIM_WGMMA["f16"]
+    n, c, h, w, k, r = 1, 8, 5, 6, 24, 3
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((n, h, w, c)).astype(np.float16)
+    wt = (rng.standard_normal((k, r, r, c)) / 4).astype(np.float16)
+    res = rng.standard_normal((n, k, h, w)).astype(np.float16)
+    scale = rng.uniform(-2, 2, k).astype(np.float32)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    conv = np.einsum("nhwrsc,krsc->nkhw", np.lib.stride_tricks.sliding_window_view(xp, (r, r), (1, 2))
+                     .transpose(0, 1, 2, 4, 5, 3), wt.astype(np.float64))
+    epi = Epilogue("relu", scale=True, residual="before")
+    want = reference.epilogue(conv, epi, scale, None, res)
+    dev_res = layouts.channels_last_copy(res) if nhwc_out else runtime.to_device(res)
+    ops = epilogue_operands(epi, "float16", residual=dev_res, residual_channels_last=nhwc_out,
+                            scale=runtime.to_device(scale))
+    y = runtime.to_device(np.full(want.size, np.nan, np.float16))
+    tc_conv.conv_launcher("f16", cfg, runtime.to_device(x.reshape(-1)), runtime.to_device(wt.reshape(-1)), y, None,
+                          n=n, c=c, k=k, spatial=(h, w), kernel=(r, r), out=(h, w), stride=(1, 1), padding=(1, 1),
+                          dilation=(1, 1), nhwc_out=nhwc_out, epilogue=ops)()
+    got = runtime.to_host(y).astype(np.float64)
+    got = got.reshape(n, h, w, k).transpose(0, 3, 1, 2) if nhwc_out else got.reshape(want.shape)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)

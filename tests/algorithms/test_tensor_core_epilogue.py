@@ -19,7 +19,7 @@ from convlab.measure import random_operands, to_device
 from convlab.ops.epilogue import DeviceEpilogue, EpilogueCall
 from convlab.plugin import registry
 from convlab.plugin.registry import Candidate
-from convlab.problem import make_problem, np_dtype
+from convlab.problem import make_problem, make_problem_nd, np_dtype
 from convlab.testing.checks import epilogue_allowed
 from tc_helpers import TC, split_like_the_simulator, spy  # noqa: F401  (a fixture)
 
@@ -97,6 +97,17 @@ def test_tf32x3_fuses_in_float32(out_last):
     assert epilogue.fused is True and float(np.linalg.norm(got - want)) <= allowed
 
 
+@pytest.mark.parametrize("split", [True, False], ids=["split", "one"])
+@pytest.mark.parametrize("out_last", [False, True], ids=["ncdhw", "ndhwc"])
+def test_a_3d_forward_fuses(out_last, split, monkeypatch):
+    if not split:
+        monkeypatch.setattr(tc_gather, "MIN_SPLIT_K_SIM" if runtime.target().simulator else "MIN_SPLIT_K_GPU",
+                            10**9)
+    problem = make_problem_nd("forward", 1, 8, (3, 4, 5), 16, (2, 3, 3), padding=1, dtype="bfloat16", bias=True)
+    got, want, allowed, epilogue = _run(problem, EPILOGUES["silu_after"], out_last, out_last, seed=5)
+    assert epilogue.fused is True and np.all(np.isfinite(got)) and float(np.linalg.norm(got - want)) <= allowed
+
+
 def test_a_residual_in_another_layout_takes_the_pass():
     """An NCHW output with a channels-last residual (and the reverse) is not fused: run, then the pass."""
     problem, epi = PROBLEMS["fwd_f16"], EPILOGUES["silu_after"]
@@ -123,7 +134,7 @@ def test_the_fused_source_is_a_specialisation():
     fused = tc_conv.kernel_source("f16", cfg, bias=True, nhwc_out=True, epi=EPILOGUES["silu_after"])
     assert "fput" not in plain and "c_float16, alignment" in plain and "copy16(Y" in plain
     assert "fput(Y, U(yb + col), Cs[" in fused and "c_float32, alignment" in fused and "copy16" not in fused
-    assert fused.splitlines()[0].endswith(", R, scale, shift, vec):")
+    assert fused.splitlines()[0].endswith(", ep_r, ep_scale, ep_shift, vec):")
     with pytest.raises(ValueError, match="split-K"):
         tc_conv.kernel_source("f16", cfg, split=True, epi=EPILOGUES["silu_after"])
 

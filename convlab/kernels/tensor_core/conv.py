@@ -187,7 +187,7 @@ def _source(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool, split: bool, 
 @functools.cache
 def make_tc_conv(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool = False,
                  split: bool = False, nchw_in: bool = False, nd: int = 2, epi: Epilogue | None = None) -> Callable:
-    """The kernel (X, Bt, Y, bias, M, N, K, geometry... [, tps][, R, scale, shift], vec) of one input
+    """The kernel (X, Bt, Y, bias, M, N, K, geometry... [, tps][, ep_r, ep_scale, ep_shift], vec) of one input
     type, config, bias flag, output layout, split-K flag, input read, number of spatial dimensions ``nd``
     (2 or 3) and fused epilogue ``epi`` (None: none; not with ``split``; :mod:`.stores`).
 

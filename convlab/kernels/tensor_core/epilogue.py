@@ -49,7 +49,7 @@ class Store:
         ``value(col, v)``      the stored expression for the float32 accumulator ``v`` of column
                                ``col`` (< N; bias, conversion)
     Fused epilogue (optional):
-        ``params``  what the kernel's parameters add after the loader's (", R, scale, shift"; "" none)
+        ``params``  what the kernel's parameters add after the loader's (", ep_r, ep_scale, ep_shift"; "" none)
         ``put``     None, or the write-out statement of one element: its ``{}`` the global offset, then
                     the staged one, the column in the local ``col`` (then ``dtype`` is float32)"""
 

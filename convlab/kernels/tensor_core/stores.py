@@ -8,8 +8,8 @@ epilogue (convlab.epilogue) fused into the write-out.
 A fused store (``epi``) stages acc + bias in float32 and writes each element through ``fput``
 (:func:`convlab.kernels.epilogue.fused_store` of the output dtype and epilogue, the one definition of its
 arithmetic): channel ``col`` (the GEMM column is the output channel, forward and stride-1 dgrad alike),
-the residual ``R`` read at the element's own offset (so it has the output's layout), ``scale`` and
-``shift`` per channel; the kernel takes ``R, scale, shift`` after the loader's parameters.
+the residual read at the element's own offset (so it has the output's layout), ``scale`` and
+``shift`` per channel; the kernel takes them (``ep_r, ep_scale, ep_shift``) after the loader's parameters.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ BIAS_OF = {"f16": "f32(bias[{}])", "bf16": "bf16_to_f32(bias[{}])", "tf32": "bia
 #: itype -> the dtype name of its outputs (the epilogue's: convlab.kernels.epilogue)
 DTYPE_OF = {"f16": "float16", "bf16": "bfloat16", "tf32": "float32", "tf32x3": "float32"}
 #: the kernel parameters a fused epilogue adds (EpilogueOperands' residual, scale and shift)
-FUSED_PARAMS = ", R, scale, shift"
+FUSED_PARAMS = ", ep_r, ep_scale, ep_shift"
 
 
 class NchwStore(Store):
@@ -53,7 +53,7 @@ class NchwStore(Store):
         self.dtype = np.float32 if staged_f32 else ITYPES[itype][0]  # Cs: the input's storage type, or fp32
         if epi is not None:
             self.params = FUSED_PARAMS
-            self.put = f"fput({self.array}, {{}}, Cs[{{}}], col, (R, scale, shift))"
+            self.put = f"fput({self.array}, {{}}, Cs[{{}}], col, (ep_r, ep_scale, ep_shift))"
 
     def row(self, w: Writer, row: str, batch: str | None) -> None:
         w(self.base.format(row))

@@ -7,7 +7,9 @@ channels-last input, 2D or 3D (:mod:`convlab.kernels.tensor_core.conv`).
 :func:`geometry` gives the forward convolution the kernel runs (dgrad's: of dy with the spatially flipped,
 K<->C transposed filter), one entry per spatial axis; :func:`split_k` its split of the reduction;
 :func:`run_gather` the layout copies (none for a channels-last input whose channels need no padding, a
-channels-last or 1x1 forward filter, an NCHW input of a 1x1 stride-1 unpadded layer) and the launches.
+channels-last or 1x1 forward filter, an NCHW input of a 1x1 stride-1 unpadded layer) and the launches;
+with an epilogue, the kernel's store applies it (:mod:`convlab.kernels.tensor_core.stores`), or with
+split-K the ordered sum of the partials (:mod:`convlab.kernels.splitk_epilogue`).
 """
 from __future__ import annotations
 

@@ -18,7 +18,8 @@ WM x WN tile of (WM/16) x (WN/8) mma tiles; S = STAGES shared buffers of A (BM x
         acc (+ bias, converted to the output type) -> Cs, the C tile in shared memory, laid out along the
             output's contiguous dimension (rows padded by 16 bytes); __syncthreads()
         Cs -> C: 16-byte vectors (``vec``: aligned, whole runs), else element by element, consecutive
-            threads on consecutive addresses either way (bounds-checked)
+            threads on consecutive addresses either way (bounds-checked); a store's fused epilogue: Cs
+            float32, element by element through it (:mod:`convlab.kernels.tensor_core.epilogue`)
 
 A wgmma config (``TcConfig.MMA``) gets :mod:`convlab.kernels.tensor_core.warpgroup`'s warpgroup loop instead, on the
 same loads (:mod:`convlab.kernels.tensor_core.copy`: tile placement, copies, prologue, prefetch) and epilogue.

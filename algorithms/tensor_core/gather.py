@@ -7,7 +7,9 @@ channels-last input, 2D or 3D (:mod:`convlab.kernels.tensor_core.conv`).
 :func:`geometry` gives the forward convolution the kernel runs (dgrad's: of dy with the spatially flipped,
 K<->C transposed filter), one entry per spatial axis; :func:`split_k` its split of the reduction;
 :func:`run_gather` the layout copies (none for a channels-last input whose channels need no padding, a
-channels-last or 1x1 forward filter, an NCHW input of a 1x1 stride-1 unpadded layer) and the launches.
+channels-last or 1x1 forward filter, an NCHW input of a 1x1 stride-1 unpadded layer) and the launches;
+with an epilogue, the kernel's store applies it (:mod:`convlab.kernels.tensor_core.stores`), or with
+split-K the ordered sum of the partials (:mod:`convlab.kernels.splitk_epilogue`).
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import numpy as np
 from convlab import runtime
 from convlab.kernels.data import convert, layouts, transpose
 from convlab.kernels.data.splitk import MAX_INDEX, sum_partials
+from convlab.kernels.epilogue import EpilogueOperands
+from convlab.kernels.splitk_epilogue import sum_partials_fused
 from convlab.kernels.tensor_core import conv as tc_conv
 from convlab.kernels.tensor_core.config import TcConfig
 from convlab.problem import Problem, np_dtype
@@ -126,9 +130,11 @@ def workspace_elements(problem: Problem, cfg: TcConfig, target: Target) -> tuple
     return (geo.pixels + geo.k * geo.taps) * cp, split_f32(problem, split_k(problem, cfg, target)[0])
 
 
-def run_gather(problem: Problem, itype: str, cfg: TcConfig, config_wgmma: bool, a, b, bias, out) -> None:
+def run_gather(problem: Problem, itype: str, cfg: TcConfig, config_wgmma: bool, a, b, bias, out,
+               epilogue: EpilogueOperands | None = None) -> None:
     """Forward or stride-1 dgrad: a, b, out device arrays (4-D or 5-D, C-contiguous or channels-last),
-    bias 1-D or None; ``config_wgmma``: a warpgroup config (it reads A K-major: no NCHW read)."""
+    bias 1-D or None; ``config_wgmma``: a warpgroup config (it reads A K-major: no NCHW read);
+    ``epilogue``: fused (its residual in out's layout), into the store or the split-K sum."""
     geo = geometry(problem)
     c, k, taps = geo.c, geo.k, geo.taps
     vox = math.prod(geo.spatial)
@@ -165,22 +171,27 @@ def run_gather(problem: Problem, itype: str, cfg: TcConfig, config_wgmma: bool, 
         else:  # wt[c', r, s, k'] = w[k', c', R-1-r, S-1-s] (c' = output channel, k' = gathered)
             transpose.to_channels_last(flat(src_w), wt, 1, c, k * taps, cp, flip=taps)
         _conv(problem, itype, cfg, xh, wt, flat(out), None if bias is None else runtime.kernel_view(bias),
-              nhwc_out, geo._replace(c=cp), nchw_in)
+              nhwc_out, geo._replace(c=cp), nchw_in, epilogue)
 
 
 def _conv(problem: Problem, itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any, nhwc_out: bool,
-          geo: Geometry, nchw_in: bool = False) -> None:
+          geo: Geometry, nchw_in: bool = False, epilogue: EpilogueOperands | None = None) -> None:
     """The convolution kernel on the channels-last (``nchw_in``: NCHW, a 1x1 layer's) / KRSC operands
     into y (flat, NCHW or NHWC memory order): one launch, or with split-K the partials' launch, their sum
-    (+ bias) and the rounding. ``geo``: the channel-padded geometry."""
+    (+ bias) and the rounding. ``geo``: the channel-padded geometry; ``epilogue``: applied by the store
+    of the one launch, or by the sum of the partials."""
     splits, tps = split_k(problem, cfg, runtime.target())
     shape = dict(n=geo.n, c=geo.c, k=geo.k, spatial=geo.spatial, kernel=geo.kernel, out=geo.out,
                  stride=geo.stride, padding=geo.padding, dilation=geo.dilation)
     if splits == 1:
-        tc_conv.conv_launcher(itype, cfg, xh, wt, y, bias, nhwc_out=nhwc_out, nchw_in=nchw_in, **shape)()
+        tc_conv.conv_launcher(itype, cfg, xh, wt, y, bias, nhwc_out=nhwc_out, nchw_in=nchw_in, epilogue=epilogue,
+                              **shape)()
         return
+    inner = 1 if nhwc_out else math.prod(geo.out)
     with scratch(split_f32(problem, splits), np.float32) as part:
         tc_conv.conv_launcher(itype, cfg, xh, wt, part, None, nhwc_out=nhwc_out, tps=tps, nchw_in=nchw_in,
                               **shape)()
-        sum_partials(part, y, splits, bias=bias, inner=1 if nhwc_out else math.prod(geo.out),
-                     out_kind=convert.half_kind(problem.dtype))
+        if epilogue is not None:
+            sum_partials_fused(part, y, splits, epilogue, channels=geo.k, inner=inner, bias=bias)
+            return
+        sum_partials(part, y, splits, bias=bias, inner=inner, out_kind=convert.half_kind(problem.dtype))

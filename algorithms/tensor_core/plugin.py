@@ -40,6 +40,12 @@ is a channels-last forward filter (KRSC memory) and a 1x1 forward filter in eith
 a channels-last output is written NHWC by the epilogue. Other channels-last operands (an unaligned
 channel count, dgrad's filter, every wgrad operand) are copied to NCHW scratch first.
 
+Epilogues (convlab.epilogue; ``fuses``, ``run_fused``): the gather route (forward, stride-1 dgrad: the
+transpose ops) applies one in its staged store, Cs in float32 so that the value is rounded once
+(:mod:`convlab.kernels.tensor_core.stores`), or with split-K in the ordered sum of the partials
+(:mod:`convlab.kernels.splitk_epilogue`); either output layout (``fused_layouts``), the residual in the
+output's. wgrad and the strided dgrad's column route leave it to the op's separate pass.
+
 Applicability: a target with ``mma.sync`` and ``cp.async`` (compute capability 8.0 or newer, and the
 simulator's stand-ins), groups == 1, float32 only under
 precision "high" (TF32; the ``tf32x3`` plugin's 3xTF32 under either), every tensor below 2**31 elements.
@@ -49,8 +55,10 @@ from __future__ import annotations
 import math
 
 from convlab import runtime
+from convlab.epilogue import Epilogue
 from convlab.kernels.data import layouts
 from convlab.kernels.data.splitk import MAX_INDEX
+from convlab.kernels.epilogue import EpilogueOperands
 from convlab.kernels.tensor_core.copy import km_tile_ok
 from convlab.kernels.tensor_core.config import ITYPES
 from convlab.kernels.tensor_core.warp import DEFAULT_TF32_ROUND
@@ -90,6 +98,7 @@ class TensorCore(Algorithm):
     priority = 30
     deterministic = True
     layouts = frozenset({"nchw", "nhwc"})
+    fused_layouts = frozenset({"nchw", "nhwc"})  # the staged store writes either layout with the epilogue
     description = ("tensor-core implicit GEMM (fp16/bf16; TF32 for float32 under precision 'high'): "
                    "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
                    "strided dgrad as a column GEMM (fp32 columns) + fold; split-K (fp32 partials summed in order) "
@@ -211,6 +220,21 @@ class TensorCore(Algorithm):
         return [make_problem_nd(op, 2, 8, (3, 4, 5), 16, (2, 3, 3), padding=1, dilation=(2, 1, 1),
                                 dtype="float16", bias=True),
                 make_problem_nd(op, 1, 5, (4, 5, 4), 8, (3, 1, 2), padding=(1, 0, 1), dtype="bfloat16")]
+
+    def fuses(self, problem: Problem, epilogue: Epilogue) -> str:
+        """The gather route (forward, and the stride-1 dgrad of the transpose ops) applies any epilogue in
+        its staged store, or in the ordered sum of its split-K partials; the other routes do not."""
+        if problem.op == "wgrad":
+            return "fuses epilogues into its gather route (forward, stride-1 dgrad) only, not wgrad"
+        if _strided_dgrad(problem):
+            return "fuses epilogues into its gather route only: a strided dgrad's column route ends in a fold"
+        return ""
+
+    def run_fused(self, problem: Problem, config: Config, a, b, bias, out, epilogue: EpilogueOperands, *,
+                  workspace_limit: int) -> None:
+        """``run``'s gather route with ``epilogue`` fused (its residual in out's layout: ``fused_layouts``)."""
+        gather.run_gather(problem, self.itype(problem.dtype), tc_config(config), "MMA" in config, a, b, bias, out,
+                          epilogue)
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
         """a, b, out: 4-D (5-D) device arrays, C-contiguous or channels-last (``layouts``), bias 1-D or None."""

@@ -84,7 +84,8 @@ def launches(case: Case, target: Target, known: dict[str, tuple[Any, tuple]] | N
 
 
 def _epilogue(case: Case, shape: tuple[int, ...], dtype: Any) -> Any:
-    """The case's epilogue with offline operands: a C-contiguous residual, scale and shift (K,)."""
+    """The case's epilogue with offline operands: a residual in the output's layout where the plugin
+    fuses into that layout (``fused_layouts``), else C-contiguous; scale and shift (K,)."""
     import numpy as np
 
     from convlab.kernels.epilogue import compute_dtype
@@ -92,6 +93,7 @@ def _epilogue(case: Case, shape: tuple[int, ...], dtype: Any) -> Any:
 
     epi, pr = case.epilogue, case.problem
     channel = np.ones(shape[1], compute_dtype(pr.dtype))
-    residual = runtime.empty(shape, dtype) if epi.residual is not None else None
+    layout = case.layouts[2] if case.layouts[2] in registry.get(case.plugin).fused_layouts else "nchw"
+    residual = _operand(shape, dtype, layout) if epi.residual is not None else None
     return DeviceEpilogue(EpilogueCall(epi, pr.dtype, residual, channel if epi.scale else None,
                                        channel if epi.shift else None))

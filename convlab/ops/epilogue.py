@@ -105,8 +105,9 @@ def _channels_last(dev: Any, name: str) -> bool:
 
 class DeviceEpilogue:
     """A checked epilogue with its operands on the device, run with a candidate by the op's call path:
-    fused into the plugin's store where ``plugin.fuses`` answers '' (the output and the residual
-    C-contiguous), else the plugin's ``run`` and then the epilogue pass over its output."""
+    fused into the plugin's store where ``plugin.fuses`` answers '' and the output as taken has a layout
+    of ``plugin.fused_layouts``, the residual (if any) the output's (:meth:`fusable`), else the plugin's
+    ``run`` and then the epilogue pass over its output."""
 
     def __init__(self, call: EpilogueCall):
         residual, r_cl = call.residual, False
@@ -145,11 +146,16 @@ class DeviceEpilogue:
         then :meth:`after`). convlab.call.candidate.run_candidate calls both."""
         plugin, (a, b, bias, out) = candidate.plugin, taken
         self.out_cl = _channels_last(out, "out")
-        self.fused = (not self.out_cl and not self.operands.residual_channels_last
-                      and plugin.fuses(prob, self.operands.epilogue) == "")
+        self.fused = self.fusable(plugin.fused_layouts) and plugin.fuses(prob, self.operands.epilogue) == ""
         if self.fused:
             plugin.run_fused(prob, candidate.config, a, b, bias, out, self.operands, workspace_limit=limit)
         return self.fused
+
+    def fusable(self, fused_layouts: frozenset[str]) -> bool:
+        """Whether the output as taken (``out_cl``) is of a layout the plugin fuses into
+        (``Algorithm.fused_layouts``) and the residual, if any, has that layout too."""
+        residual_ok = self.operands.residual is None or self.operands.residual_channels_last == self.out_cl
+        return ("nhwc" if self.out_cl else "nchw") in fused_layouts and residual_ok
 
     def after(self, out: Any) -> None:
         """The epilogue pass over the output the candidate wrote (not fused)."""

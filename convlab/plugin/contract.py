@@ -21,6 +21,7 @@ answers these questions about a :class:`~convlab.problem.Problem`:
                                                                  Features (the simple form; default {})
     fuses(problem, epilogue)                        -> str       optional: '' when run_fused applies the
                                                                  epilogue in its stores, else why not
+                                                                 (into an out of ``fused_layouts``)
     run_fused(problem, config, a, b, bias, out, epilogue, workspace_limit)   ``run`` with the epilogue fused
 
 ``target`` (a :class:`convlab.runtime.targets.Target`) is the machine the kernels are meant for: its compute
@@ -54,8 +55,12 @@ plugin runs every conv1d; a plugin claims 3 only when its ``run`` takes 5-D oper
 Epilogues (convlab.epilogue) are optional: a plugin that fuses none (the default ``fuses`` answers why)
 has the op apply the epilogue in a separate pass over ``out`` after ``run``, so every epilogue works
 with every plugin; one whose ``fuses`` answers '' gets ``run_fused`` with the epilogue's device operands
-(:class:`convlab.kernels.epilogue.EpilogueOperands`, its residual C-contiguous) and applies it before
-its store, with :func:`convlab.kernels.epilogue.device_epilogue`'s arithmetic.
+(:class:`convlab.kernels.epilogue.EpilogueOperands`) and applies it before its store, with
+:func:`convlab.kernels.epilogue.device_epilogue`'s arithmetic. ``fused_layouts`` (default ``{"nchw"}``)
+names the layouts of ``out`` (as ``run_fused`` takes it, after the ``layouts`` copies) it fuses into:
+``"nchw"`` C-contiguous, ``"nhwc"`` channels-last; the op fuses only where ``out``'s layout is one of
+them and the residual (if any) has ``out``'s layout, else it runs ``run`` and the pass. So a residual
+reaches ``run_fused`` in ``out``'s layout: read it at the offset the output element is stored at.
 
 The cost questions are optional: a plugin that declares neither is ranked on the generic view of
 :mod:`convlab.plugin.cost`, which holds the :class:`~convlab.plugin.cost.Features` record and the tile,
@@ -131,6 +136,7 @@ class Algorithm:
     compiles_per_shape: ClassVar[bool] = False
     layouts: ClassVar[frozenset[str]] = frozenset({"nchw"})
     ndims: ClassVar[tuple[int, ...]] = (2,)
+    fused_layouts: ClassVar[frozenset[str]] = frozenset({"nchw"})
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

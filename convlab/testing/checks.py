@@ -221,7 +221,8 @@ def check_epilogue_matches_reference(plugin: Algorithm, problem: Problem, rng: n
     """The first accepted config with a drawn epilogue (:func:`draw_epilogue`), fused into the plugin's
     store where it fuses it, else the separate pass (run_candidate's ``epilogue=``), agrees with the
     float64 reference's epilogue of the convolution within :func:`epilogue_allowed`. The output is
-    NaN-poisoned; a 4-D output and residual are each channels-last one time in 4 (either takes the pass)."""
+    NaN-poisoned; a 4-D output and residual are each channels-last one time in 4 (fused where the plugin
+    fuses into that output layout and the residual has it: ``fused_layouts``, else the pass)."""
     from ..kernels.data.layouts import channels_last_copy
 
     config = _accepted(plugin, problem)

@@ -41,8 +41,8 @@ def _spy(monkeypatch, fuses: bool) -> list:
 
 
 #: the plugins that fuse an epilogue into their forward kernels (their own tests: test_epilogue_fused*,
-#: tests/algorithms/test_depthwise_fused.py)
-FUSING = {"direct", "implicit_gemm", "depthwise"}
+#: tests/algorithms/test_depthwise_fused.py, tests/algorithms/test_tensor_core_epilogue.py)
+FUSING = {"direct", "implicit_gemm", "depthwise", "tensor_core", "tf32x3"}
 
 
 def test_default_plugins_declare_why_they_do_not_fuse():

@@ -36,13 +36,13 @@ from convlab.kernels.arch.intrinsics import u32 as U
 from convlab.kernels.source import Writer
 from convlab.kernels.tensor_core.config import ITYPES, TcConfig
 from convlab.kernels.tensor_core.copy import ALoader
-from convlab.kernels.tensor_core.epilogue import Store, vector_ok
+from convlab.epilogue import Epilogue
+from convlab.kernels.epilogue import EpilogueOperands, register_cache
+from convlab.kernels.tensor_core.epilogue import vector_ok
 from convlab.kernels.tensor_core.launch import compile_kernel, configure
-from convlab.kernels.tensor_core.warp import OUT_CONVERT, km_tile_ok, pipeline_source
+from convlab.kernels.tensor_core.stores import fused_namespace, store_for
+from convlab.kernels.tensor_core.warp import km_tile_ok, pipeline_source
 
-#: itype -> the output kind of the pipeline (outputs in the input type) and the bias load
-OUT_OF = {"f16": "in", "bf16": "bf16", "tf32": "f32", "tf32x3": "f32"}
-BIAS_OF = {"f16": "f32(bias[{}])", "bf16": "bf16_to_f32(bias[{}])", "tf32": "bias[{}]", "tf32x3": "bias[{}]"}
 PARAMS = "X, Bt, Y, bias, M, N, K, Cin, H, W, S, Q, PQ, HWC, sh, sw, ph, pw, phn, pwn, dh, dw"
 #: what a 3D gather adds after PARAMS: the depth D, the filter's R, an output slice's P*Q, and the depth
 #: stride, padding (both signs) and dilation (PQ and HWC count the whole volume there: Do*P*Q, D*H*W*C)
@@ -175,56 +175,21 @@ class NchwA(ALoader):
         return f"amok and U({k0} + {k_row}) < K", f"U(ax + U(U({k0} + {k_row}) * PQ))"
 
 
-class NchwStore(Store):
-    """y[n, col, pq] (flat NCHW) = value (+ bias[col]), converted to the output type; with ``partial``
-    (split-K) the fp32 value unchanged at part[z] (z = blockIdx.z, each part M*N elements, no bias).
-    Contiguous along the GEMM's rows (pixels of one image)."""
-
-    contig, array = "m", "Y"
-    #: the flat offset of (row, col) from the row's ``yb``; the row's ``yb`` (``{0}``: the row)
-    step = "U(yb + U({} * PQ))"
-    base = "yb = U(U(U({0} // PQ) * U(N * PQ)) + U({0} % PQ))"
-
-    def __init__(self, itype: str, bias: bool, partial: bool = False) -> None:
-        self.convert = "{}" if partial else OUT_CONVERT[OUT_OF[itype]]
-        self.bias, self.partial = None if partial or not bias else BIAS_OF[itype], partial
-        self.dtype = np.float32 if partial else ITYPES[itype][0]  # the input's storage type
-
-    def row(self, w: Writer, row: str, batch: str | None) -> None:
-        w(self.base.format(row))
-        if self.partial:  # split z = grid z
-            w("yb = U(yb + U(U(cuda.blockIdx.z) * U(M * N)))")
-
-    def addr(self, col: str) -> str:
-        return self.step.format(col)
-
-    def value(self, col: str, v: str) -> str:
-        if self.bias:
-            v = f"{v} + {self.bias.format(col)}"
-        return self.convert.format(v)
-
-
-class NhwcStore(NchwStore):
-    """y[row, col] (flat NHWC: row = (n, p, q), col = output channel) = value (+ bias[col])."""
-
-    contig = "n"
-    step = "U(yb + {})"
-    base = "yb = U({0} * N)"
-
-
-def _source(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool, split: bool, nchw_in: bool, nd: int) -> str:
+def _source(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool, split: bool, nchw_in: bool, nd: int,
+            epi: Epilogue | None = None) -> str:
     if split and bias:
         raise ValueError("split-K kernels write fp32 partials without bias (added after the sum)")
-    store = (NhwcStore if nhwc_out else NchwStore)(itype, bias, split)
+    store = store_for(itype, bias, nhwc_out, split, epi)
     loader = NchwA(split) if nchw_in else GatherA(split, nd)
     return pipeline_source(TcConfig(*cfg).validate(itype), itype, loader, store, "conv")
 
 
 @functools.cache
 def make_tc_conv(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool = False,
-                 split: bool = False, nchw_in: bool = False, nd: int = 2) -> Callable:
-    """The kernel (X, Bt, Y, bias, M, N, K, geometry... [, tps], vec) of one input type, config, bias
-    flag, output layout, split-K flag, input read and number of spatial dimensions ``nd`` (2 or 3).
+                 split: bool = False, nchw_in: bool = False, nd: int = 2, epi: Epilogue | None = None) -> Callable:
+    """The kernel (X, Bt, Y, bias, M, N, K, geometry... [, tps][, ep_r, ep_scale, ep_shift], vec) of one input
+    type, config, bias flag, output layout, split-K flag, input read, number of spatial dimensions ``nd``
+    (2 or 3) and fused epilogue ``epi`` (None: none; not with ``split``; :mod:`.stores`).
 
     X: NHWC (NDHWC) input, flat (``nchw_in``: the NCHW input of a 1x1 stride-1 unpadded layer, any
     N, :class:`NchwA`); Bt: [K_out, R*S*C] weights, flat; Y: NCHW output (NHWC with ``nhwc_out``),
@@ -235,14 +200,19 @@ def make_tc_conv(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool = False,
     cfg = TcConfig(*cfg).validate(itype)
     nd = 2 if nchw_in else nd  # the NCHW read of a 1x1 layer sees only pixels
     filename = f"<convlab.kernels.tensor_core.conv {itype} {cfg.name} bias={bias} nhwc_out={nhwc_out}" + \
-        (" split" if split else "") + (" nchw_in" if nchw_in else "") + (" 3d>" if nd == 3 else ">")
-    return compile_kernel(_source(itype, cfg, bias, nhwc_out, split, nchw_in, nd), "conv", filename, cfg, itype)
+        (" split" if split else "") + (" nchw_in" if nchw_in else "") + (" 3d" if nd == 3 else "") + \
+        ("" if epi is None else f" {epi}") + ">"
+    return compile_kernel(_source(itype, cfg, bias, nhwc_out, split, nchw_in, nd, epi), "conv", filename, cfg,
+                          itype, fused_namespace(itype, epi))
+
+
+register_cache(make_tc_conv.cache_clear)  # its fused kernels are built from the epilogue's code
 
 
 def kernel_source(itype: str, cfg: TcConfig, bias: bool = False, nhwc_out: bool = False,
-                  split: bool = False, nchw_in: bool = False, nd: int = 2) -> str:
+                  split: bool = False, nchw_in: bool = False, nd: int = 2, epi: Epilogue | None = None) -> str:
     """The generated source of one kernel (for reading and debugging)."""
-    return _source(itype, cfg, bias, nhwc_out, split, nchw_in, nd)
+    return _source(itype, cfg, bias, nhwc_out, split, nchw_in, nd, epi)
 
 
 def reads_nchw(itype: str, x: Any, *, c: int, spatial: tuple, kernel: tuple, stride: tuple, padding: tuple,
@@ -259,20 +229,23 @@ def reads_nchw(itype: str, x: Any, *, c: int, spatial: tuple, kernel: tuple, str
 
 def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any, *, n: int, c: int, k: int,
                   spatial: tuple, kernel: tuple, out: tuple, stride: tuple, padding: tuple, dilation: tuple,
-                  nhwc_out: bool = False, tps: int = 0, nchw_in: bool = False) -> Callable[[], None]:
+                  nhwc_out: bool = False, tps: int = 0, nchw_in: bool = False,
+                  epilogue: EpilogueOperands | None = None) -> Callable[[], None]:
     """A no-argument launch of the forward kernel on flat device arrays, 2 or 3 spatial dimensions
     (``spatial`` (H, W) or (D, H, W), ``kernel`` and ``out`` alike, one stride / padding / dilation per
     axis): xh [n*h*w*c] NHWC (NDHWC; ``nchw_in``: [n*c*h*w] NCHW, :func:`reads_nchw`), wt [k*r*s*c]
     KRSC (KTRSC), y [n*k*p*q] NCHW (NHWC with ``nhwc_out``), bias [k] or None (all in the storage type
     of ``itype``); ``padding`` entries may be negative. ``tps`` > 0: split-K, tps k tiles (of BK) per
     split, y float32 [splits * n*k*p*q] (split-major partials in y's layout, for
-    :func:`convlab.kernels.data.splitk.sum_partials`), bias None."""
+    :func:`convlab.kernels.data.splitk.sum_partials`), bias None. ``epilogue``: fused into the store (not
+    with ``tps``), its residual in y's layout."""
     cfg = TcConfig(*cfg)
     nd = len(spatial)
     if not (nd in (2, 3) and len(kernel) == len(out) == len(stride) == len(padding) == len(dilation) == nd):
         raise ValueError(f"spatial {spatial}, kernel {kernel}, out {out}, stride {stride}, padding {padding} and "
                          f"dilation {dilation} must have 2 or 3 entries each, one per axis")
-    kern = make_tc_conv(itype, cfg, bias is not None, nhwc_out, tps > 0, nchw_in, nd)
+    epi = None if epilogue is None else epilogue.epilogue
+    kern = make_tc_conv(itype, cfg, bias is not None, nhwc_out, tps > 0, nchw_in, nd, epi)
     px = math.prod(out)
     m, kk = n * px, math.prod(kernel) * c
     splits = split_count(kk, cfg.BK, tps) if tps > 0 else 1
@@ -288,9 +261,11 @@ def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any
             args += (U(spatial[0]), U(kernel[1]), U(out[1] * out[2]), U(stride[0]), U(max(padding[0], 0)),
                      U(max(-padding[0], 0)), U(dilation[0]))
     args += (U(tps),) if tps > 0 else ()
+    if epilogue is not None:  # no residual: y stands in (never read)
+        args += (y if epilogue.residual is None else epilogue.residual, epilogue.scale, epilogue.shift)
     vec = vector_ok(y, k) if nhwc_out else vector_ok(y, px)
-    configured = configure(kern, cfg, itype, args + (vec,), m, k, splits, out_dtype=y.dtype,
-                           contig="n" if nhwc_out else "m")
+    configured = configure(kern, cfg, itype, args + (vec,), m, k, splits,
+                           out_dtype=y.dtype if epi is None else np.float32, contig="n" if nhwc_out else "m")
     return lambda: configured(*args, vec)
 
 

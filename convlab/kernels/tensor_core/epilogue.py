@@ -12,6 +12,12 @@
 A :class:`Store` says where C goes: a row-major C (the GEMM, an NHWC output: columns contiguous) or an
 NCHW output (its pixels, the GEMM's rows, contiguous). Staged through shared memory because the
 fragments' own stores write 2-byte elements at best in 16-byte runs (results/tc_conv/h200/0654894).
+
+A store with a fused epilogue (``put``, a compile-time specialisation: a store without one generates
+none of its lines) stages Cs in float32 (acc + bias, not rounded) and writes out
+element by element, consecutive threads on consecutive addresses, each element through ``put``
+(convlab.kernels.epilogue.fused_store: the epilogue of its channel, the GEMM column, and the residual
+read at its own offset, rounded once to the output type); ``vec`` is unused there.
 """
 from __future__ import annotations
 
@@ -41,11 +47,17 @@ class Store:
                                the batch index of a batched kernel, else None)
         ``addr(col)``          the flat offset of (row, col) after them
         ``value(col, v)``      the stored expression for the float32 accumulator ``v`` of column
-                               ``col`` (< N; bias, conversion)"""
+                               ``col`` (< N; bias, conversion)
+    Fused epilogue (optional):
+        ``params``  what the kernel's parameters add after the loader's (", ep_r, ep_scale, ep_shift"; "" none)
+        ``put``     None, or the write-out statement of one element: its ``{}`` the global offset, then
+                    the staged one, the column in the local ``col`` (then ``dtype`` is float32)"""
 
     contig: str
     dtype: Any
     array: str
+    params: str = ""
+    put: str | None = None
 
     def row(self, w: Writer, row: str, batch: str | None) -> None:
         raise NotImplementedError(f"{type(self).__name__} must define row")
@@ -88,7 +100,8 @@ CTYPE = {"float32": "c_float32", "float16": "c_float16", "uint16": "c_uint16", "
 def staged_epilogue(w: Writer, cfg: Any, itype: str, store: Store, batched: bool = False) -> None:
     """acc -> Cs (shared, the output type, bias added) -> the output in 16-byte vectors along the
     contiguous dimension (``vec``, a kernel parameter: the launcher's alignment verdict), or element by
-    element with consecutive threads on consecutive addresses.
+    element with consecutive threads on consecutive addresses (a store's fused epilogue, ``put``: Cs
+    float32, element by element always).
 
     The kernel defines ``wm0`` / ``wn0`` (this warp's first row and column in the tile) and the
     accumulators ``c{i}_{j}_{r}``: mma.sync's m16n8 C fragment (r = 0..3) of the warp's row block i
@@ -122,6 +135,11 @@ def staged_epilogue(w: Writer, cfg: Any, itype: str, store: Store, batched: bool
                             at = f"U(U(U(cl + {u}) * {LD}) + {rl})" if m_major else f"U(U({rl} * {LD}) + U(cl + {u}))"
                             w(f"Cs[{at}] = {store.value(f'c{u}', f'c{i}_{j}_{2 * h + u}')}")
         w("cuda.syncthreads()")
+        if store.put is not None:  # the fused epilogue: element by element from the float32 Cs
+            _write_out(w, cfg, p * RP, RP, LD, store, batch, 1, store.put)
+            if p < passes - 1:
+                w("cuda.syncthreads()")
+            continue
         with w.block("if vec:"):
             _write_out(w, cfg, p * RP, RP, LD, store, batch, EPV, f"copy16({store.array}, {{}}, Cs, {{}})")
         with w.block("else:"):

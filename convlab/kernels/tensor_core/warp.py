@@ -18,7 +18,8 @@ WM x WN tile of (WM/16) x (WN/8) mma tiles; S = STAGES shared buffers of A (BM x
         acc (+ bias, converted to the output type) -> Cs, the C tile in shared memory, laid out along the
             output's contiguous dimension (rows padded by 16 bytes); __syncthreads()
         Cs -> C: 16-byte vectors (``vec``: aligned, whole runs), else element by element, consecutive
-            threads on consecutive addresses either way (bounds-checked)
+            threads on consecutive addresses either way (bounds-checked); a store's fused epilogue: Cs
+            float32, element by element through it (:mod:`convlab.kernels.tensor_core.epilogue`)
 
 A wgmma config (``TcConfig.MMA``) gets :mod:`convlab.kernels.tensor_core.warpgroup`'s warpgroup loop instead, on the
 same loads (:mod:`convlab.kernels.tensor_core.copy`: tile placement, copies, prologue, prefetch) and epilogue.
@@ -77,7 +78,7 @@ if DEFAULT_TF32_ROUND not in TF32_ROUND:
 
 def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name: str,
                     tf32_round: str | None = None) -> str:
-    """Source of the kernel ``name(<loader.params>, vec)`` for one config (M, N, K among the params;
+    """Source of the kernel ``name(<loader.params><store.params>, vec)`` for one config (M, N, K among the params;
     ``vec``: ``tc_epilogue.vector_ok`` of the output);
     ``tf32_round``: a key of TF32_ROUND (None: DEFAULT_TF32_ROUND). A wgmma config (``cfg.wgmma``) gets
     :func:`convlab.kernels.tensor_core.warpgroup.wgmma_source`'s warpgroup loop on the same loaders and epilogue."""
@@ -90,7 +91,7 @@ def pipeline_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, na
     EPC, CH = 16 // size, BK * size // 16  # elements per chunk, chunks per row
     per = 8 // CH  # rows sharing one swizzle value
     MI, NI = WM // 16, WN // 8
-    w = Writer(f"def {name}({loader.params}, vec):")  # vec: the staged epilogue's 16-byte stores allowed
+    w = Writer(f"def {name}({loader.params}{store.params}, vec):")  # vec: the staged epilogue's 16-byte stores allowed
     w.indent()
     shared_arrays(w, store)
     w("tid = U(cuda.threadIdx.x)")

@@ -71,13 +71,13 @@ def namespace(cfg: TcConfig, itype: str) -> dict:
 
 def wgmma_source(cfg: TcConfig, itype: str, loader: ALoader, store: Store, name: str,
                  tf32_round: str | None = None) -> str:
-    """Source of the kernel ``name(<loader.params>, vec)`` (as warp.pipeline_source) on wgmma."""
+    """Source of the kernel ``name(<loader.params><store.params>, vec)`` (as warp.pipeline_source) on wgmma."""
     check(cfg, itype, loader, tf32_round)
     BM, BN, BK, WM, WN = cfg[:5]
     size = ITYPES[itype][1]
     R = BK * size  # bytes per shared row (the swizzle width)
     steps, slices = R // 32, WM // 64
-    w = Writer(f"def {name}({loader.params}, vec):")
+    w = Writer(f"def {name}({loader.params}{store.params}, vec):")
     w.indent()
     shared_arrays(w, store)
     w("tid = U(cuda.threadIdx.x)")

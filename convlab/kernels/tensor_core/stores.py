@@ -1,0 +1,87 @@
+"""The tensor-core convolution's stores (:class:`convlab.kernels.tensor_core.epilogue.Store`): its NCHW or
+NHWC output in the input type with the bias, or split-K's float32 partials, and either output with an
+epilogue (convlab.epilogue) fused into the write-out.
+
+    NchwStore   y[n, col, pq] at (n*K + col)*P*Q + pq     rows (pixels) contiguous: contig "m"
+    NhwcStore   y[row, col]   at row*K + col              columns (channels) contiguous: contig "n"
+
+A fused store (``epi``) stages acc + bias in float32 and writes each element through ``fput``
+(:func:`convlab.kernels.epilogue.fused_store` of the output dtype and epilogue, the one definition of its
+arithmetic): channel ``col`` (the GEMM column is the output channel, forward and stride-1 dgrad alike),
+the residual read at the element's own offset (so it has the output's layout), ``scale`` and
+``shift`` per channel; the kernel takes them (``ep_r, ep_scale, ep_shift``) after the loader's parameters.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from convlab.epilogue import Epilogue
+from convlab.kernels.epilogue import fused_store
+from convlab.kernels.source import Writer
+from convlab.kernels.tensor_core.config import ITYPES
+from convlab.kernels.tensor_core.epilogue import Store
+from convlab.kernels.tensor_core.warp import OUT_CONVERT
+
+#: itype -> the output kind of the pipeline (outputs in the input type) and the bias load
+OUT_OF = {"f16": "in", "bf16": "bf16", "tf32": "f32", "tf32x3": "f32"}
+BIAS_OF = {"f16": "f32(bias[{}])", "bf16": "bf16_to_f32(bias[{}])", "tf32": "bias[{}]", "tf32x3": "bias[{}]"}
+#: itype -> the dtype name of its outputs (the epilogue's: convlab.kernels.epilogue)
+DTYPE_OF = {"f16": "float16", "bf16": "bfloat16", "tf32": "float32", "tf32x3": "float32"}
+#: the kernel parameters a fused epilogue adds (EpilogueOperands' residual, scale and shift)
+FUSED_PARAMS = ", ep_r, ep_scale, ep_shift"
+
+
+class NchwStore(Store):
+    """y[n, col, pq] (flat NCHW) = value (+ bias[col]), converted to the output type; with ``partial``
+    (split-K) the fp32 value unchanged at part[z] (z = blockIdx.z, each part M*N elements, no bias);
+    with ``epi`` (not with ``partial``) the epilogue applied as it is stored (module doc).
+    Contiguous along the GEMM's rows (pixels of one image)."""
+
+    contig, array = "m", "Y"
+    #: the flat offset of (row, col) from the row's ``yb``; the row's ``yb`` (``{0}``: the row)
+    step = "U(yb + U({} * PQ))"
+    base = "yb = U(U(U({0} // PQ) * U(N * PQ)) + U({0} % PQ))"
+
+    def __init__(self, itype: str, bias: bool, partial: bool = False, epi: Epilogue | None = None) -> None:
+        if partial and epi is not None:
+            raise ValueError("split-K partials take no epilogue (the sum of the partials applies it)")
+        staged_f32 = partial or epi is not None
+        self.convert = "{}" if staged_f32 else OUT_CONVERT[OUT_OF[itype]]
+        self.bias, self.partial = None if partial or not bias else BIAS_OF[itype], partial
+        self.dtype = np.float32 if staged_f32 else ITYPES[itype][0]  # Cs: the input's storage type, or fp32
+        if epi is not None:
+            self.params = FUSED_PARAMS
+            self.put = f"fput({self.array}, {{}}, Cs[{{}}], col, (ep_r, ep_scale, ep_shift))"
+
+    def row(self, w: Writer, row: str, batch: str | None) -> None:
+        w(self.base.format(row))
+        if self.partial:  # split z = grid z
+            w("yb = U(yb + U(U(cuda.blockIdx.z) * U(M * N)))")
+
+    def addr(self, col: str) -> str:
+        return self.step.format(col)
+
+    def value(self, col: str, v: str) -> str:
+        if self.bias:
+            v = f"{v} + {self.bias.format(col)}"
+        return self.convert.format(v)
+
+
+class NhwcStore(NchwStore):
+    """y[row, col] (flat NHWC: row = (n, p, q), col = output channel) = value (+ bias[col])."""
+
+    contig = "n"
+    step = "U(yb + {})"
+    base = "yb = U({0} * N)"
+
+
+def store_for(itype: str, bias: bool, nhwc_out: bool, split: bool, epi: Epilogue | None) -> Store:
+    """The store of a convolution kernel: NHWC or NCHW, split-K partials, a fused epilogue."""
+    return (NhwcStore if nhwc_out else NchwStore)(itype, bias, split, epi)
+
+
+def fused_namespace(itype: str, epi: Epilogue | None) -> dict[str, Any]:
+    """The names a fused store's lines use (``fput``); none without an epilogue."""
+    return {} if epi is None else {"fput": fused_store(DTYPE_OF[itype], epi)}

@@ -41,7 +41,7 @@ def real():
     import importlib
 
     for name in ("direct", "implicit_gemm.plugin", "explicit_gemm.im2col", "explicit_gemm.col2im",
-                 "tensor_core.plugin", "tensor_core.tf32x3", "depthwise", "widen"):
+                 "tensor_core.plugin", "tensor_core.tf32x3", "depthwise.plugin", "widen"):
         module = importlib.import_module(f"convlab.algorithms.{name}")
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, convlab.Algorithm) and value.name \

@@ -19,6 +19,7 @@ from convlab import runtime
 from convlab.epilogue import Epilogue
 from convlab.kernels.arch.intrinsics import u32
 from convlab.kernels.data.convert import half_kind, to_f32
+from convlab.kernels.data.splitk import ordered_sum
 from convlab.kernels.epilogue import EpilogueOperands, epilogue_cache, fused_store
 from convlab.runtime import cuda
 
@@ -33,11 +34,7 @@ def _sum_kernel(dtype: str, epi: Epilogue) -> Callable:
     def sum_splits(part, out, splits, size, bias, inner, channels, has_bias, r, scale, shift):
         i = u32(cuda.grid(1))
         if i < size:
-            acc = part[i]
-            s = u32(1)
-            while s < splits:
-                acc += part[u32(u32(s * size) + i)]
-                s = u32(s + 1)
+            acc = ordered_sum(part, i, splits, size)
             k = u32(u32(i // inner) % channels)
             if has_bias:
                 acc += load(bias[k])

@@ -72,6 +72,17 @@ def flat(arr: Any, name: str) -> Any:
     return arr
 
 
+@runtime.jit(device=True, inline="always")  # inlined in Numba's IR: the kernels' PTX as if written in place
+def ordered_sum(part, i, splits, size):
+    """part[i] + part[size + i] + ... + part[(splits - 1) * size + i], in split order (deterministic)."""
+    acc = part[i]
+    s = u32(1)
+    while s < splits:
+        acc += part[u32(u32(s * size) + i)]
+        s = u32(s + 1)
+    return acc
+
+
 @functools.cache
 def _sum_kernel(out_kind: str | None) -> Any:
     """``sum_splits(part, out, splits, size, accumulate, bias, inner, channels)``: out[i] (+)= sum_{s <
@@ -86,11 +97,7 @@ def _sum_kernel(out_kind: str | None) -> Any:
     def sum_splits(part, out, splits, size, accumulate, bias, inner, channels):
         i = u32(cuda.grid(1))
         if i < size:
-            acc = part[i]
-            s = u32(1)
-            while s < splits:
-                acc += part[u32(u32(s * size) + i)]
-                s = u32(s + 1)
+            acc = ordered_sum(part, i, splits, size)
             if channels > 0:
                 acc += load(bias[u32(u32(i // inner) % channels)])
             if accumulate:

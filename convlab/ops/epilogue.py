@@ -16,6 +16,7 @@ cost is an unfused call's), and a miss runs every check in the order of an unpla
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -32,23 +33,49 @@ from convlab.problem import Problem
 
 @dataclass(frozen=True)
 class EpilogueCall:
-    """A checked epilogue with its operands: ``scale`` / ``shift`` host arrays of the compute dtype."""
+    """A checked epilogue with its operands: ``scale`` / ``shift`` (K,) of the compute dtype, host arrays,
+    or device arrays where they were given on the device (:func:`_channel_vector`)."""
 
     epilogue: Epilogue
     dtype: str
     residual: Any
-    scale: np.ndarray | None
-    shift: np.ndarray | None
+    scale: Any
+    shift: Any
 
 
 def _is_host(obj: Any) -> bool:
     return isinstance(obj, np.ndarray) or operands.is_host_tensor(obj)
 
 
-def _channel_vector(value: Any, name: str, channels: int, dtype: str) -> np.ndarray | None:
-    """``scale`` / ``shift`` as a host array (K,) of the pass's compute dtype."""
+def _on_device(value: Any, channels: int, dtype: str) -> Any:
+    """A device ``scale`` / ``shift`` as a device array (K,) of the compute dtype without a copy to the
+    host (which would wait for the device on every call): a torch tensor of another float dtype is cast
+    on its device; None where the value is not on the device, or not a dense float vector (K,) a cast
+    alone makes right (the host path then converts it, or raises naming the argument)."""
+    from convlab.kernels.epilogue import compute_dtype  # the kernels import numba.cuda: on first use
+
+    want = compute_dtype(dtype)
+    if operands.is_torch(value):
+        torch = sys.modules["torch"]
+        if not value.is_cuda or not value.is_floating_point() or tuple(value.shape) != (channels,):
+            return None
+        value = value.detach().to(getattr(torch, want.name)).contiguous()
+        return operands.as_device(value)
+    if runtime.is_device_array(value) or runtime.is_cuda_array_like(value):
+        dev = runtime.as_device_array(value)
+        if np.dtype(dev.dtype) == want and tuple(dev.shape) == (channels,) and dev.is_c_contiguous():
+            return dev
+    return None
+
+
+def _channel_vector(value: Any, name: str, channels: int, dtype: str) -> Any:
+    """``scale`` / ``shift`` as an array (K,) of the pass's compute dtype: on the device where it was
+    given there (:func:`_on_device`), else on the host."""
     if value is None:
         return None
+    on_device = _on_device(value, channels, dtype)
+    if on_device is not None:
+        return on_device
     if operands.is_torch(value):
         value = operands.host_view(value.cpu()) if value.is_cuda else operands.host_view(value)
     elif runtime.is_device_array(value) or runtime.is_cuda_array_like(value):
@@ -117,7 +144,7 @@ class DeviceEpilogue:
         elif residual is not None:
             residual = operands.as_device(residual)
             r_cl = _channels_last(residual, "residual")
-        scale, shift = (None if v is None else runtime.to_device(v) for v in (call.scale, call.shift))
+        scale, shift = (runtime.to_device(v) if isinstance(v, np.ndarray) else v for v in (call.scale, call.shift))
         from convlab.kernels.epilogue import operands as epilogue_operands  # the kernels: on first use
 
         self.operands = epilogue_operands(call.epilogue, call.dtype, residual=residual,

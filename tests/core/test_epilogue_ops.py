@@ -140,3 +140,29 @@ def test_a_replayed_activation_and_residual_call_checks_nothing_again(monkeypatc
     y = convlab.conv2d(dx, dw, db, padding=1, activation="relu6", residual=shifted, algorithm="implicit_gemm")
     want = reference.epilogue(reference.forward(prob, x, w, b), Epilogue("relu6", residual="before"), None, None, r)
     assert rel_error(runtime.to_host(y), want) <= TOL and plan.stats()["plans"] == 2
+
+
+def test_device_scale_and_shift_of_the_compute_dtype_are_not_copied_to_the_host(monkeypatch):
+    """A scale and shift given on the device as float32 vectors (K,) (the compute dtype of a float32
+    output) are the kernels' operands as they are: the call copies nothing to the host (a copy would wait
+    for the device on every call); another dtype still goes through the host and gives the same result."""
+    from convlab.ops import epilogue as epilogue_args
+
+    prob, x, w, b, r, scale, shift = _operands(2, seed=41)
+    dx, dw, db, dr = (runtime.to_device(v) for v in (x, w, b, r))
+    want = reference.epilogue(reference.forward(prob, x, w, b), Epilogue("relu", scale=True, shift=True,
+                                                                         residual="before"), scale, shift, r)
+    ds, dsh = (runtime.to_device(v.astype(np.float32)) for v in (scale, shift))
+    copies = []
+    monkeypatch.setattr(epilogue_args.runtime, "to_host", lambda *a, **k: copies.append(1))
+    for algorithm in ("implicit_gemm", "direct"):  # fused, and the pass
+        y = convlab.conv2d(dx, dw, db, padding=1, activation="relu", residual=dr, scale=ds, shift=dsh,
+                           algorithm=algorithm)
+        assert not copies
+        monkeypatch.undo()
+        assert rel_error(runtime.to_host(y), want) <= TOL
+        monkeypatch.setattr(epilogue_args.runtime, "to_host", lambda *a, **k: copies.append(1))
+    monkeypatch.undo()
+    y = convlab.conv2d(dx, dw, db, padding=1, activation="relu", residual=dr, scale=runtime.to_device(scale),
+                       shift=dsh, algorithm="implicit_gemm")  # float64 scale: converted through the host
+    assert rel_error(runtime.to_host(y), want) <= TOL

@@ -8,6 +8,7 @@ side, each
     host profile    cProfile of ``--repeat`` steps: the functions with the most cumulative time
 
 so a fused variant slower than the unfused one says whether its kernels or its host path are slower.
+``OUT`` with the suffix ``.complete`` is written once every case is in ``OUT``.
 
     python benchmarks/fused_profile.py --out profile.txt [--stacks mobilenetv2/112x112x16-24] [--dtypes float16]
         [--modes forward,train]
@@ -117,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU (torch.cuda): it profiles CUDA kernels")
     stacks = {s[0]: s for s in STACKS["gpu"]}
     parts = [f"# fused_profile: {torch.cuda.get_device_name()}, torch {torch.__version__}"]
     for name in args.stacks.split(","):
@@ -126,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                     parts.append(profile_case(torch, stacks[name], dtype, layout, mode, args.repeat))
                     Path(args.out).write_text("\n\n".join(parts) + "\n")
                     print(parts[-1].splitlines()[0], flush=True)
+    Path(args.out).with_suffix(".complete").write_text("every case profiled\n")  # tools/gpu_check.py's mark
     return 0
 
 

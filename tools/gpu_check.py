@@ -134,7 +134,11 @@ def steps(workers: int) -> list[Step]:
             Step("fused", "fused", "benchmarks/fused_bench.py: ResNet-50 and MobileNetV2 block stacks forward and "
                  "train, convlab fused epilogues and blocks against convlab unfused, torch eager and torch.compile",
                  [Job("fused_bench", [PY, "benchmarks/fused_bench.py", "--resume", "--budget", "380", "--out",
-                                      "{dir}"], 500)], "complete", 240)]
+                                      "{dir}"], 500)], "complete", 240),
+            Step("fused/profile", "fused_profile", "benchmarks/fused_profile.py: where the fused stacks' time "
+                 "goes, fused beside unfused: GPU and host ms per step, torch.profiler's kernels, cProfile",
+                 [Job("fused_profile", [PY, "benchmarks/fused_profile.py", "--modes", "forward,train", "--layouts",
+                                        "channels_last", "--out", "{dir}/profile.md"], 420)], "profile.complete", 180)]
     out += [auto_step(s, t, workers) for s in SUITES_THEN for t in DTYPES_FIRST]
     out += transform_steps(workers)
     out += [auto_step(s, "float32+high", workers) for s in SUITES_FIRST + SUITES_THEN]

@@ -19,10 +19,16 @@ SCRIPT = REPO / "tools" / "gpu_check.py"
 
 
 def _load(path: Path):
+    """The script at ``path`` as a module, its folder first on sys.path as when it runs (its siblings
+    import)."""
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
     return module
 
 
@@ -52,7 +58,7 @@ def test_every_job_names_a_script_here_with_arguments_it_takes(gpu_check):
                 continue
             assert (REPO / script).is_file(), f"{job.name}: {script} is not in the repository"
     benchmarks = {"benchmarks/cold_start.py", "benchmarks/overhead_bench.py", "benchmarks/gemm_bench.py",
-                  "benchmarks/fused_bench.py"}
+                  "benchmarks/fused_bench.py", "benchmarks/fused_profile.py"}
     used = {a for s in gpu_check.steps(workers=1) for j in s.jobs for a in j.argv if a.startswith("benchmarks/")}
     assert used == benchmarks
     gemm = next(j.argv for s in gpu_check.steps(workers=1) for j in s.jobs if "benchmarks/gemm_bench.py" in j.argv)
@@ -103,3 +109,25 @@ def test_fused_step_follows_hopper_and_runs_the_fused_bench_with_arguments_it_ta
     rows = [{"passed": True}, {"passed": False, "error": "RuntimeError: x"}, {"passed": False}]
     (tmp_path / "fused.json").write_text(json.dumps({"rows": rows}))
     assert gpu_check.summarize(step, tmp_path) == "fused_bench: 3 rows, 1 checked, 1 errors"
+
+
+def test_fused_profile_step_follows_fused_with_arguments_its_script_takes(gpu_check):
+    """Right after ``fused``; its job parses in benchmarks/fused_profile.py (``--help`` after them), which
+    refuses a machine without CUDA; the step is done once the script marks every case profiled."""
+    order = [s.name for s in gpu_check.steps(workers=1)]
+    assert order.index("fused/profile") == order.index("fused") + 1
+    step = next(s for s in gpu_check.steps(workers=1) if s.name == "fused/profile")
+    (job,) = step.jobs
+    argv = [a.replace("{dir}", "/tmp/x") for a in job.argv]
+    assert argv[1] == "benchmarks/fused_profile.py" and step.done == "profile.complete"
+    module = _load(REPO / "benchmarks" / "fused_profile.py")
+    with pytest.raises(SystemExit) as help_exit:
+        module.main(argv[2:] + ["--help"])
+    assert help_exit.value.code == 0
+    pytest.importorskip("torch")
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit) as refused:
+            module.main(argv[2:])
+        assert refused.value.code == 2

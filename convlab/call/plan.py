@@ -38,10 +38,10 @@ import logging
 import threading
 from typing import Any, Callable, Sequence
 
+from convlab import runtime
 from convlab.call import operands as _operands
 from convlab.call.candidate import run_candidate
 from convlab.call.replay import Plan, extents_of, held_by, host_state  # noqa: F401  (re-exported)
-from convlab import runtime
 from convlab.runtime import context, launch, settings
 
 log = logging.getLogger(__name__)

@@ -223,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS), type=_names(VARIANTS), help="torch eager always runs")
     ap.add_argument("--compile-backend", default="inductor", help="torch.compile's backend")
     ap.add_argument("--smoke", action="store_true", help="tiny stacks, one round, also on the simulator")
+    ap.add_argument("--without", default=[], type=_names(None),
+                    help="comma-separated plugins unregistered before convlab's variants run (e.g. tf32x3: "
+                         "float32 on the fp32 FMA plugins, to tell an accuracy class from a bug)")
     args = ap.parse_args(argv)
     t_end = time.time() + args.budget if args.budget is not None else float("inf")
     if runtime.SIMULATOR and not args.smoke:
@@ -244,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     from convlab.runtime import settings
 
     torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32 = True, False
+    known_plugins = {p.name for p in convlab.plugins()}
+    for name in args.without:
+        if name not in known_plugins:
+            ap.error(f"--without: no plugin named {name!r} (registered: {sorted(known_plugins)})")
+        convlab.unregister(name)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cudnn = torch.backends.cudnn.version() if torch.cuda.is_available() else None
@@ -252,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/fused_bench.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "versions": {**runtime.versions(), "torch": torch.__version__, "convlab": convlab.__version__, "cudnn": cudnn},
         "tune_mode": settings.get_tune_mode(), "repeat": args.repeat, "warmup": args.warmup, "tol": TOL,
-        "factor": FACTOR, "reference": "torch eager, float64",
+        "factor": FACTOR, "reference": "torch eager, float64", "without": args.without,
         "stacks": {s[0]: {"batch": s[1], "input": [s[1], s[3], s[2], s[2]], "blocks": s[4]} for s in stacks},
         "rows": [], "skipped": []}
     if args.resume and (out / "fused.json").exists():

@@ -1,7 +1,7 @@
 """benchmarks/fused_bench.py: refuses the simulator without --smoke; --smoke runs every variant of a
 MobileNetV2 stack (forward and train) and a ResNet-50 one (forward, through --resume), each row checked
 against the float64 reference within max(TOL, FACTOR x torch eager's own error); the check's bounds per
-output; --budget leaves later cases out without marking the run complete, and a case that fails while
+output; --budget leaves later cases out without marking the run complete, --without unregisters plugins, and a case that fails while
 timed keeps a row with the error."""
 from __future__ import annotations
 
@@ -90,6 +90,18 @@ def test_budget_starts_no_case_past_it(tmp_path):
     assert fused_bench.main([*SMOKE, "--budget", "0", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "fused.json").read_text())
     assert data["rows"] == [] and len(data["skipped"]) == 4 and not (tmp_path / "complete").exists()
+
+
+def test_without_unregisters_the_named_plugins_and_rejects_unknown_ones(tmp_path, monkeypatch):
+    import convlab
+
+    dropped: list[str] = []
+    monkeypatch.setattr(convlab, "unregister", dropped.append)  # the other tests keep every plugin
+    assert fused_bench.main([*SMOKE, "--budget", "0", "--without", "tf32x3", "--out", str(tmp_path)]) == 0
+    assert dropped == ["tf32x3"] and json.loads((tmp_path / "fused.json").read_text())["without"] == ["tf32x3"]
+    with pytest.raises(SystemExit):
+        fused_bench.main([*SMOKE, "--without", "no_such_plugin", "--out", str(tmp_path)])
+    assert dropped == ["tf32x3"]
 
 
 def test_a_case_failing_while_timed_keeps_its_error_row(tmp_path, monkeypatch):

@@ -2,7 +2,8 @@
 roles, the workspace and the images per pass (host arithmetic only).
 
 Stride 1; a dilated filter is its zero-inserted form, Rd = d*(R - 1) + 1 taps. Forward and dgrad are one
-correlation (dgrad: dy with the filter rotated and its channel axes swapped, as in winograd's plan):
+correlation (dgrad: dy with the filter rotated and its channel axes swapped: convlab.kernels.transform.
+correlation, shared with winograd's plan):
 
     out[n, g*Ko + o, i, j] = bias + sum_{ci, a < Rd, b < Sd} inp[n, g*Ci + ci, i + oh + a, j + ow + b] * wd(o, ci, a, b)
 
@@ -17,9 +18,9 @@ product's value at a*d, summed over tiles and images in the frequency domain by 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
+from convlab.kernels.transform.correlation import Tiling, tiling_fields
 from convlab.plugin.contract import Config
 from convlab.problem import Problem
 
@@ -59,20 +60,12 @@ def sizes(problem: Problem, n: int) -> tuple[int, int] | None:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """One FFT run (module docstring): ``nf`` (NH, NW), ``tile`` outputs a tile per axis, ``tiles`` per
-    image, ``z`` = bins x groups GEMMs, ``nb`` images per pass, ``inline`` products in the inverse."""
+class Plan(Tiling):
+    """One FFT run (module docstring): the correlation and its tiles (Tiling's fields), ``nf`` (NH, NW),
+    ``tile`` outputs a tile per axis, ``inline`` products in the inverse; ``z`` = bins x groups GEMMs."""
 
     nf: tuple[int, int]
     tile: tuple[int, int]
-    tiles: tuple[int, int]
-    origin: tuple[int, int]
-    plane_in: tuple[int, int]
-    plane_out: tuple[int, int]
-    groups: int
-    c_in: int
-    k_out: int
-    nb: int
     inline: bool
 
     @property
@@ -82,10 +75,6 @@ class Plan:
     @property
     def z(self) -> int:
         return self.bins * self.groups
-
-    @property
-    def t_img(self) -> int:
-        return self.tiles[0] * self.tiles[1]
 
     def buffers(self, problem: Problem) -> int:
         """float32 elements of the workspace: the two spectra and the GEMM's output (module docstring)."""
@@ -105,18 +94,10 @@ def make_plan(problem: Problem, config: Config, workspace_limit: int) -> Plan:
         raise ValueError(f"FFT size {config['n']} cannot hold the {dilated(pr)} filter")
     rd, sd = dilated(pr)
     tile = (nf[0] - rd + 1 if pr.r > 1 else 1, nf[1] - sd + 1)
-    plane_in, plane_out = extents(pr)
-    tiles = (math.ceil(plane_out[0] / tile[0]), math.ceil(plane_out[1] / tile[1]))
-    if pr.op == "dgrad":
-        c_in, k_out = pr.k_per_group, pr.c_per_group
-        origin = (pr.padding[0] - (rd - 1), pr.padding[1] - (sd - 1))
-    else:
-        c_in, k_out = pr.c_per_group, pr.k_per_group
-        origin = (-pr.padding[0], -pr.padding[1])
     inline = config.get("product", "gemm") == "inline"
-    base = Plan(nf, tile, tiles, origin, plane_in, plane_out, pr.groups, c_in, k_out, 1, inline)
+    base = Plan(**tiling_fields(pr, (rd, sd), tile), nb=1, nf=nf, tile=tile, inline=inline)
     one, two = base.buffers(pr), dataclasses.replace(base, nb=2).buffers(pr)
     per_image, fixed = two - one, 2 * one - two
     room = (workspace_limit // 4 - fixed) // max(1, per_image)
     nb = int(max(1, min(max(pr.n, 1), room, _INDEX_LIMIT // max(1, per_image))))
-    return Plan(nf, tile, tiles, origin, plane_in, plane_out, pr.groups, c_in, k_out, nb, inline)
+    return dataclasses.replace(base, nb=nb)

@@ -27,8 +27,10 @@ more. The tensor maps hold the operands' addresses, so a recorded call is not re
 """
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
-from typing import Any
+from typing import Any, Iterator
 
 from convlab import runtime
 from convlab.kernels.arch.wgmma import ITEMSIZE
@@ -49,6 +51,11 @@ from . import configs, cost
 ITYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
 NCHW = frozenset({"nchw"})
 FEATURES = ("wgmma", "tma", "setmaxnreg")
+
+
+def _flat(t: Any) -> Any:
+    """The elements of device array ``t`` in memory order, as the kernels take them."""
+    return runtime.kernel_view(runtime.flat_view(t))
 
 
 def _padded(channels: int, itype: str) -> int:
@@ -171,60 +178,55 @@ class TmaWgmma(Algorithm):
         cfg, itype = configs.hopper_config(config), ITYPE[problem.dtype]
         geo = Geometry.of(problem)
         cs = _padded(geo.c, itype)
-        flat = lambda t: runtime.kernel_view(runtime.flat_view(t))  # noqa: E731  (memory order)
         last = [t is not None and layouts.is_channels_last(t) for t in (a, b, out)]
         x_as_is = last[0] and cs == geo.c and runtime.is_aligned(a)
         w_as_is = problem.op == "forward" and cs == geo.c and (last[1] or geo.taps == 1) and runtime.is_aligned(b)
         y_as_is = last[2] and runtime.is_aligned(out)
-        nx, nw, ny = (0 if as_is else n for as_is, n in zip((x_as_is, w_as_is, y_as_is), self._copies(problem, geo)))
-        store = runtime.kernel_dtype(np_dtype(problem.dtype))
-        spatial = math.prod(geo.size)
-        with layouts.operands_for(NCHW, (a,) if last[0] and not x_as_is else (), out_index=None) as nchw_x, \
-                layouts.operands_for(NCHW, (b,) if last[1] and not w_as_is else (), out_index=None) as nchw_w, \
-                layouts.operands_for(NCHW, (out,) if last[2] and not y_as_is else (), out_index=0) as nchw_y, \
-                scratch(max(nx + nw + ny, 1), store) as buf:
-            src_x, src_w, dst_y = (nchw_x or (a,))[0], (nchw_w or (b,))[0], (nchw_y or (out,))[0]
-            xh = flat(a) if x_as_is else buf[:nx]
-            wt = flat(b) if w_as_is else buf[nx:nx + nw]
-            yh = flat(out) if y_as_is else buf[nx + nw:nx + nw + ny]
+        with self._staged(problem, geo, (a, b, out), (x_as_is, w_as_is, y_as_is)) as ((src_x, src_w, dst_y),
+                                                                                      (xh, wt, yh)):
             if not x_as_is:  # NCHW -> NHWC, channels zero-padded to cs
-                transpose.to_channels_last(flat(src_x), xh, geo.n, geo.c, spatial, cs)
+                transpose.to_channels_last(_flat(src_x), xh, geo.n, geo.c, math.prod(geo.size), cs)
             if problem.op == "dgrad":  # wt[c', taps, k'] = w[k', c', flipped taps]
-                transpose.to_channels_last(flat(src_w), wt, 1, geo.c, geo.k * geo.taps, cs, flip=geo.taps)
+                transpose.to_channels_last(_flat(src_w), wt, 1, geo.c, geo.k * geo.taps, cs, flip=geo.taps)
             elif not w_as_is:  # KCRS -> KRSC
-                transpose.to_channels_last(flat(src_w), wt, geo.k, geo.c, geo.taps, cs)
+                transpose.to_channels_last(_flat(src_w), wt, geo.k, geo.c, geo.taps, cs)
             hopper_conv.forward(geo, cfg, itype, xh, wt, yh, None if bias is None else runtime.kernel_view(bias),
                                 xs=cs, ws=cs)
             if not y_as_is:  # [N, P*Q, K] -> [N, K, P*Q]
-                transpose.to_channels_last(yh, flat(dst_y), geo.n, geo.pixels, geo.k, geo.pixels)
+                transpose.to_channels_last(yh, _flat(dst_y), geo.n, geo.pixels, geo.k, geo.pixels)
 
     def _run_wgrad(self, problem: Problem, config: Config, a: Any, b: Any, out: Any) -> None:
         """dw (out, [K, C, *kernel]) from x (a) and dy (b): every operand channels-last for the kernel."""
         cfg, itype = configs.hopper_config(config), ITYPE[problem.dtype]
         geo = Geometry.of(problem)
         cs = _padded(geo.c, itype)
-        flat = lambda t: runtime.kernel_view(runtime.flat_view(t))  # noqa: E731
-        last = [layouts.is_channels_last(t) for t in (a, b, out)]
-        x_as_is = last[0] and cs == geo.c and runtime.is_aligned(a)
-        dy_as_is, dw_as_is = (last[i] and runtime.is_aligned(t) for i, t in ((1, b), (2, out)))
-        nx, ndy, ndw = (0 if as_is else n for as_is, n in zip((x_as_is, dy_as_is, dw_as_is), self._copies(problem, geo)))
-        store = runtime.kernel_dtype(np_dtype(problem.dtype))
-        with layouts.operands_for(NCHW, (a,) if last[0] and not x_as_is else (), out_index=None) as nchw_x, \
-                layouts.operands_for(NCHW, (b,) if last[1] and not dy_as_is else (), out_index=None) as nchw_dy, \
-                layouts.operands_for(NCHW, (out,) if last[2] and not dw_as_is else (), out_index=0) as nchw_dw, \
-                scratch(max(nx + ndy + ndw, 1), store) as buf:
-            src_x, src_dy, dst_dw = (nchw_x or (a,))[0], (nchw_dy or (b,))[0], (nchw_dw or (out,))[0]
-            xh = flat(a) if x_as_is else buf[:nx]
-            dyh = flat(b) if dy_as_is else buf[nx:nx + ndy]
-            dwh = flat(out) if dw_as_is else buf[nx + ndy:nx + ndy + ndw]
+        x_as_is = layouts.is_channels_last(a) and cs == geo.c and runtime.is_aligned(a)
+        dy_as_is, dw_as_is = (layouts.is_channels_last(t) and runtime.is_aligned(t) for t in (b, out))
+        with self._staged(problem, geo, (a, b, out), (x_as_is, dy_as_is, dw_as_is)) as ((src_x, src_dy, dst_dw),
+                                                                                        (xh, dyh, dwh)):
             if not x_as_is:
-                transpose.to_channels_last(flat(src_x), xh, geo.n, geo.c, math.prod(geo.size), cs)
+                transpose.to_channels_last(_flat(src_x), xh, geo.n, geo.c, math.prod(geo.size), cs)
             if not dy_as_is:
-                transpose.to_channels_last(flat(src_dy), dyh, geo.n, geo.k, geo.pixels, geo.k)
+                transpose.to_channels_last(_flat(src_dy), dyh, geo.n, geo.k, geo.pixels, geo.k)
             hopper_conv.wgrad(geo, cfg, itype, xh, dyh, dwh, xs=cs)
             if not dw_as_is:  # [K, taps, C] -> [K, C, taps]
-                transpose.to_channels_last(dwh, flat(dst_dw), geo.k, geo.taps, geo.c, geo.taps)
+                transpose.to_channels_last(dwh, _flat(dst_dw), geo.k, geo.taps, geo.c, geo.taps)
 
+    @contextlib.contextmanager
+    def _staged(self, problem: Problem, geo: Geometry, operands: tuple[Any, Any, Any],
+                as_is: tuple[bool, bool, bool]) -> Iterator[tuple[tuple, tuple]]:
+        """((sources), (buffers)) of the two inputs and the output (``operands``): a buffer is the operand
+        itself, flat, where ``as_is`` (the kernel reads it channels-last as it is), else its part of one
+        scratch allocation (``_copies``) that the caller fills from the source (the output: copies to
+        it). The source of a channels-last operand not read as it is is a C-contiguous copy
+        (layouts.operands_for; the output's is copied back when the block ends), else the operand."""
+        counts = [0 if ok else n for ok, n in zip(as_is, self._copies(problem, geo))]
+        copied = tuple(None if ok else t for t, ok in zip(operands, as_is))
+        store = runtime.kernel_dtype(np_dtype(problem.dtype))
+        with layouts.operands_for(NCHW, copied, out_index=2) as nchw, scratch(max(sum(counts), 1), store) as buf:
+            ends = list(itertools.accumulate(counts))
+            yield (tuple(t if c is None else c for t, c in zip(operands, nchw)),
+                   tuple(_flat(t) if ok else buf[end - n:end] for t, ok, n, end in zip(operands, as_is, counts, ends)))
 
 def _kind(problem: Problem) -> str:
     return "wgrad" if problem.op == "wgrad" else "fprop"

@@ -18,12 +18,13 @@ images, the sum is one GEMM per transform point with the tiles as its reduction.
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from convlab.kernels.transform import gemm as tgemm
+from convlab.kernels.transform.correlation import Tiling, tiling_fields
 from convlab.kernels.winograd.toomcook import Transforms, winograd
 from convlab.plugin.contract import Config
 from convlab.problem import Problem
@@ -55,30 +56,20 @@ def storage(problem: Problem, config: Config) -> str:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """One Winograd run: the transforms, the tiles and the sizes of its GEMMs (see the module docstring).
+class Plan(Tiling):
+    """One Winograd run: the correlation and its tiles (Tiling's fields), the transforms and the sizes of its
+    GEMMs (see the module docstring).
 
-    ``z``: GEMMs (transform points x groups); ``t_img``: tiles per image; ``k_pad``: the reduction length
-    the GEMM reads (channels, or wgrad's tiles, padded for the tensor cores); ``nb``: images per pass.
+    ``th`` / ``tw``: the height / width F's; ``kind``: the GEMM engine (``storage``); ``z``: GEMMs
+    (transform points x groups); ``k_pad``: the reduction length the GEMM reads (channels, or wgrad's
+    tiles, padded for the tensor cores).
     """
 
     th: Transforms
     tw: Transforms
     kind: str
     z: int
-    groups: int
-    c_in: int
-    k_out: int
-    tiles: tuple[int, int]
-    origin: tuple[int, int]
-    plane_in: tuple[int, int]
-    plane_out: tuple[int, int]
-    nb: int
     k_pad: int
-
-    @property
-    def t_img(self) -> int:
-        return self.tiles[0] * self.tiles[1]
 
     @property
     def points(self) -> int:
@@ -104,30 +95,23 @@ def make_plan(problem: Problem, config: Config, workspace_limit: int) -> Plan:
     pr, m = problem, int(config["m"])
     th, tw = axis_transforms(pr, m)
     kind = storage(pr, config)
-    g, z = pr.groups, th.n * tw.n * pr.groups
+    z = th.n * tw.n * pr.groups
     if pr.op == "wgrad":  # the tiles are the GEMM's reduction: a pass's tiles, accumulated over passes
-        tiles = (math.ceil(pr.p / th.r), math.ceil(pr.q / tw.r))
-        c_in, k_out = pr.c_per_group, pr.k_per_group
+        fields = tiling_fields(pr, (pr.r, pr.s), (th.r, tw.r))
+        tiles, c_in, k_out = fields["tiles"], fields["c_in"], fields["k_out"]
         per_image = tiles[0] * tiles[1] * z * (c_in + k_out) * 4
         room = max(1, (workspace_limit - z * k_out * c_in * 4) // per_image)
         nb = int(max(1, min(max(pr.n, 1), room, _INDEX_LIMIT // max(1, per_image // 4))))
-        return Plan(th, tw, "simt", z, g, c_in, k_out, tiles, (-pr.padding[0], -pr.padding[1]), (pr.h, pr.w),
-                    (pr.p, pr.q), nb, nb * tiles[0] * tiles[1])
-    if pr.op == "forward":
-        c_in, k_out, plane_in, plane_out = pr.c_per_group, pr.k_per_group, (pr.h, pr.w), (pr.p, pr.q)
-        origin = (-pr.padding[0], -pr.padding[1])
-    else:
-        c_in, k_out, plane_in, plane_out = pr.k_per_group, pr.c_per_group, (pr.p, pr.q), (pr.h, pr.w)
-        origin = (pr.padding[0] - (pr.r - 1), pr.padding[1] - (pr.s - 1))
-    tiles = (math.ceil(plane_out[0] / th.m), math.ceil(plane_out[1] / tw.m))
-    k_pad = tgemm.padded(c_in, kind)
-    base = Plan(th, tw, kind, z, g, c_in, k_out, tiles, origin, plane_in, plane_out, 1, k_pad)
-    per_image = base.t_img * z * (k_pad * (4 if kind in ("simt", "tf32x3") else 2) + 4 * k_out)
+        return Plan(**fields, nb=nb, th=th, tw=tw, kind="simt", z=z, k_pad=nb * tiles[0] * tiles[1])
+    fields = tiling_fields(pr, (pr.r, pr.s), (th.m, tw.m))
+    k_pad = tgemm.padded(fields["c_in"], kind)
+    base = Plan(**fields, nb=1, th=th, tw=tw, kind=kind, z=z, k_pad=k_pad)
+    per_image = base.t_img * z * (k_pad * (4 if kind in ("simt", "tf32x3") else 2) + 4 * base.k_out)
     fixed = base.workspace_bytes(pr) - per_image
     room = max(1, (workspace_limit - fixed) // max(per_image, 1))
-    cap = _INDEX_LIMIT // max(1, base.t_img * z * max(k_pad, k_out))
+    cap = _INDEX_LIMIT // max(1, base.t_img * z * max(k_pad, base.k_out))
     nb = int(max(1, min(max(pr.n, 1), room, cap)))
-    return Plan(th, tw, kind, z, g, c_in, k_out, tiles, origin, plane_in, plane_out, nb, k_pad)
+    return dataclasses.replace(base, nb=nb)
 
 
 def transform_flops(mh: np.ndarray, mw: np.ndarray) -> int:

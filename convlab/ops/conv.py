@@ -11,7 +11,7 @@ channels-last output; such calls are planned too).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from convlab.call import operands, plan
 from convlab.call.operands import HOST_TENSOR, NUMPY
@@ -76,6 +76,22 @@ def _call_host_tensors(op: str, build: Any, names: tuple[str, str], recs: tuple,
     return out if out is not None else operands.from_host(result)
 
 
+def _with_epilogue(op: str, make: Callable[..., Problem], x: Any, weight: Any, bias: Any, options: tuple,
+                   launch: tuple, epilogue_args: tuple, run: Callable[..., Any] = _call, nd: int = 2) -> Any:
+    """A forward or transpose op named ``op`` (any N): its problem ``make(x, weight, bias, *options, nd=nd)``
+    (forward_problem, transpose_problem), run by ``run`` (:func:`_call`; conv_nd's for a lowered 1D op)
+    with ``launch`` = (out, algorithm, workspace_limit, stream) and the epilogue of ``epilogue_args`` =
+    (activation, residual, residual_at, scale, shift) (convlab.ops.epilogue.run_with)."""
+    out, algorithm, workspace_limit, stream = launch
+
+    def build() -> Problem:
+        return make(x, weight, bias, *options, nd=nd)
+    return epilogue.run_with(
+        lambda ep: run(op, build, {"x": x, "weight": weight}, bias, out, options, algorithm, workspace_limit,
+                       stream, ep),
+        build, x, out, *epilogue_args)
+
+
 def conv2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=1, groups: int = 1, *,
            algorithm: Any = "auto", out: Any = None, workspace_limit: int | None = None,
            stream: Any = None, activation: Any = None, residual: Any = None, residual_at: str = "before",
@@ -85,12 +101,8 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=
     ``stream``: where the kernels run (default: the operands' stream; see convlab.call.operands).
     ``activation``, ``residual`` (N, K, P, Q), ``residual_at``, ``scale`` (K,), ``shift`` (K,): an
     epilogue, act((y * scale + shift) + residual) (convlab.epilogue; convlab.ops.epilogue)."""
-    def build() -> Problem:
-        return forward_problem(x, weight, bias, stride, padding, dilation, groups)
-    return epilogue.run_with(
-        lambda ep: _call("conv2d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
-                         algorithm, workspace_limit, stream, ep),
-        build, x, out, activation, residual, residual_at, scale, shift)
+    return _with_epilogue("conv2d", forward_problem, x, weight, bias, (stride, padding, dilation, groups),
+                          (out, algorithm, workspace_limit, stream), (activation, residual, residual_at, scale, shift))
 
 
 def conv2d_backward_data(grad_out: Any, weight: Any, input_shape: Sequence[int], stride=1, padding=0,
@@ -123,12 +135,9 @@ def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0,
     Computed as the backward-data problem of the forward convolution that maps y's shape to x's. The
     epilogue arguments (scale, shift: (C_out,)) are conv2d's.
     """
-    def build() -> Problem:
-        return transpose_problem(x, weight, bias, stride, padding, output_padding, groups, dilation)
-    return epilogue.run_with(
-        lambda ep: _call("conv_transpose2d", build, {"x": x, "weight": weight}, bias, out,
-                         (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream, ep),
-        build, x, out, activation, residual, residual_at, scale, shift)
+    return _with_epilogue("conv_transpose2d", transpose_problem, x, weight, bias,
+                          (stride, padding, output_padding, groups, dilation),
+                          (out, algorithm, workspace_limit, stream), (activation, residual, residual_at, scale, shift))
 
 
 def explain(*args: Any, op: str = "conv2d", algorithm: Any = "auto",

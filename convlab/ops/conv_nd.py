@@ -19,8 +19,8 @@ from convlab import runtime
 from convlab.call import operands
 from convlab.ops.arguments import (array_spec, dgrad_problem, forward_problem, transpose_problem,
                                    wgrad_problem)
-from convlab.ops import conv, epilogue
-from convlab.ops.conv import _call
+from convlab.ops import conv
+from convlab.ops.conv import _call, _with_epilogue
 from convlab.problem import ND_OP_NAMES, Problem
 
 
@@ -77,12 +77,9 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=
            scale: Any = None, shift: Any = None) -> Any:
     """y (N, K, Lo) = conv1d(x (N, C, L), weight (K, C/groups, S)) + bias (K,); the epilogue arguments
     are conv2d's (residual (N, K, Lo))."""
-    def build() -> Problem:
-        return forward_problem(x, weight, bias, stride, padding, dilation, groups, nd=1)
-    return epilogue.run_with(
-        lambda ep: _lowered("conv1d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
-                         algorithm, workspace_limit, stream, ep),
-        build, x, out, activation, residual, residual_at, scale, shift)
+    return _with_epilogue("conv1d", forward_problem, x, weight, bias, (stride, padding, dilation, groups),
+                          (out, algorithm, workspace_limit, stream), (activation, residual, residual_at, scale, shift),
+                          run=_lowered, nd=1)
 
 
 def conv1d_backward_data(grad_out: Any, weight: Any, input_shape: Sequence[int], stride=1, padding=0,
@@ -114,12 +111,9 @@ def conv_transpose1d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0,
     """y (N, C_out, L_out) from x (N, C_in, L), weight (C_in, C_out/groups, S), bias (C_out,). The
     epilogue arguments are conv2d's (scale, shift: (C_out,)).
     """
-    def build() -> Problem:
-        return transpose_problem(x, weight, bias, stride, padding, output_padding, groups, dilation, nd=1)
-    return epilogue.run_with(
-        lambda ep: _lowered("conv_transpose1d", build, {"x": x, "weight": weight}, bias, out,
-                         (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream, ep),
-        build, x, out, activation, residual, residual_at, scale, shift)
+    return _with_epilogue("conv_transpose1d", transpose_problem, x, weight, bias,
+                          (stride, padding, output_padding, groups, dilation),
+                          (out, algorithm, workspace_limit, stream), (activation, residual, residual_at, scale, shift), run=_lowered, nd=1)
 
 
 # ---- 3D -------------------------------------------------------------------------------------------
@@ -129,12 +123,9 @@ def conv3d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0, dilation=
            scale: Any = None, shift: Any = None) -> Any:
     """y (N, K, Do, P, Q) = conv3d(x (N, C, D, H, W), weight (K, C/groups, T, R, S)) + bias (K,); the
     epilogue arguments are conv2d's (residual (N, K, Do, P, Q))."""
-    def build() -> Problem:
-        return forward_problem(x, weight, bias, stride, padding, dilation, groups, nd=3)
-    return epilogue.run_with(
-        lambda ep: _call("conv3d", build, {"x": x, "weight": weight}, bias, out, (stride, padding, dilation, groups),
-                      algorithm, workspace_limit, stream, ep),
-        build, x, out, activation, residual, residual_at, scale, shift)
+    return _with_epilogue("conv3d", forward_problem, x, weight, bias, (stride, padding, dilation, groups),
+                          (out, algorithm, workspace_limit, stream), (activation, residual, residual_at, scale, shift),
+                          nd=3)
 
 
 def conv3d_backward_data(grad_out: Any, weight: Any, input_shape: Sequence[int], stride=1, padding=0,
@@ -165,12 +156,9 @@ def conv_transpose3d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0,
     """y (N, C_out, D_out, H_out, W_out) from x (N, C_in, D, H, W), weight (C_in, C_out/groups, T, R, S).
     The epilogue arguments are conv2d's (scale, shift: (C_out,)).
     """
-    def build() -> Problem:
-        return transpose_problem(x, weight, bias, stride, padding, output_padding, groups, dilation, nd=3)
-    return epilogue.run_with(
-        lambda ep: _call("conv_transpose3d", build, {"x": x, "weight": weight}, bias, out,
-                      (stride, padding, output_padding, groups, dilation), algorithm, workspace_limit, stream, ep),
-        build, x, out, activation, residual, residual_at, scale, shift)
+    return _with_epilogue("conv_transpose3d", transpose_problem, x, weight, bias,
+                          (stride, padding, output_padding, groups, dilation),
+                          (out, algorithm, workspace_limit, stream), (activation, residual, residual_at, scale, shift), nd=3)
 
 
 # ---- a Problem through the public op of its N -----------------------------------------------------

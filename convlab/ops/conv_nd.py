@@ -113,7 +113,8 @@ def conv_transpose1d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0,
     """
     return _with_epilogue("conv_transpose1d", transpose_problem, x, weight, bias,
                           (stride, padding, output_padding, groups, dilation),
-                          (out, algorithm, workspace_limit, stream), (activation, residual, residual_at, scale, shift), run=_lowered, nd=1)
+                          (out, algorithm, workspace_limit, stream), (activation, residual, residual_at, scale, shift),
+                          run=_lowered, nd=1)
 
 
 # ---- 3D -------------------------------------------------------------------------------------------
@@ -158,7 +159,8 @@ def conv_transpose3d(x: Any, weight: Any, bias: Any = None, stride=1, padding=0,
     """
     return _with_epilogue("conv_transpose3d", transpose_problem, x, weight, bias,
                           (stride, padding, output_padding, groups, dilation),
-                          (out, algorithm, workspace_limit, stream), (activation, residual, residual_at, scale, shift), nd=3)
+                          (out, algorithm, workspace_limit, stream), (activation, residual, residual_at, scale, shift),
+                          nd=3)
 
 
 # ---- a Problem through the public op of its N -----------------------------------------------------

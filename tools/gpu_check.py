@@ -278,7 +278,8 @@ def ensure_installed() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", default="*", help="comma-separated step names or globs (default: all, in order)")
+    ap.add_argument("--steps", default="*", help="comma-separated step names or globs, run in that order (a glob's steps in --list order; "
+                         "default: all)")
     ap.add_argument("--resume", action="store_true", help="skip the steps whose folder says they finished")
     ap.add_argument("--budget", type=int, default=560, help="seconds this call may take (start no step after)")
     ap.add_argument("--workers", type=int, default=8, help="processes that fill the kernel cache of an auto step")
@@ -291,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         collect(Path(args.collect))
         return 0
     wanted = [s.strip() for s in args.steps.split(",") if s.strip()]
-    plan = [s for s in steps(args.workers) if any(fnmatch.fnmatch(s.name, w) for w in wanted)]
+    known = steps(args.workers)  # run in the order --steps names them (a glob's matches in --list order)
+    plan = list({s.name: s for w in wanted for s in known if fnmatch.fnmatch(s.name, w)}.values())
     if args.list:
         print("\n".join(f"{s.name:28s} results/{s.what}/  ({s.about})" for s in plan))
         return 0

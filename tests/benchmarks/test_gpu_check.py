@@ -91,6 +91,14 @@ def test_hopper_step_runs_the_hopper_check_with_arguments_it_takes(gpu_check, tm
     assert (tmp_path / step.done).exists()
 
 
+def test_steps_run_in_the_order_named_and_a_glob_in_list_order(gpu_check, capsys):
+    assert gpu_check.main(["--steps", "fused,auto/mobilenetv2/float16,fused,auto/*/bfloat16", "--list"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    order = [s.name for s in gpu_check.steps(workers=1)]
+    globbed = [n for n in order if n.startswith("auto/") and n.endswith("/bfloat16")]
+    assert names == ["fused", "auto/mobilenetv2/float16", *globbed] and len(globbed) > 1
+
+
 def test_fused_step_follows_hopper_and_runs_the_fused_bench_with_arguments_it_takes(gpu_check, tmp_path):
     """Right after ``hopper``; its job parses in benchmarks/fused_bench.py, whose own budget ends before the
     job's limit; finished once the bench marks every case done; its summary counts the rows."""

@@ -2,7 +2,10 @@
 
     rank(problem, candidates, workspace_limit, target)
         model = costmodel.model_for(target)
-        model found:   candidates sorted by estimated ms (ties: registry order), estimates kept
+        model found:   candidates sorted by estimated ms, estimates kept; estimates within RESOLUTION of
+                       the best remaining one, among the configs of a plugin that declares
+                       ``ordered_configs`` (its configs listed best first, as measured), are ties taken
+                       in that plugin's order
                        (features on ``target``, estimates on its ceilings: costmodel.ceilings_for);
                        measured first: when some candidate's group (family, arith, op) is in the fitted
                        file, the candidates of groups it never measured rank after them, whatever their
@@ -47,7 +50,34 @@ class Ranking:
 
 
 #: the ranking rule's name, part of a model's identity, so a cache entry made under another rule is stale
-RULE = "measured-first"
+RULE = "measured-first+ties"
+#: estimates of one ``ordered_configs`` plugin's configs closer than this (relative) are ties: the model
+#: cannot tell them apart (a fitted group's held-out regret is 1.3 %, results/autotune_model), while the
+#: plugin's measured order can. On an H200
+#: the depthwise configs of MobileNetV2's 32@112 layer were estimated within 0.4 % of each other and the
+#: model's pick (8x8, VH 2) ran 1.87x the time of the plugin's first config (16x32, VH 4):
+#: results/depthwise/h200/0fec88e (float32) and results/auto_bench/h200/1f62cd9 (float16)
+RESOLUTION = 0.02
+
+
+def _tolerant_order(cands: list[Candidate], key: dict[str, tuple]) -> list[Candidate]:
+    """``cands`` by ``key`` = (rank-after flag, estimate); a candidate of a plugin that declares
+    ``ordered_configs`` is preceded by the configs that plugin lists before it whose keys are within
+    RESOLUTION of its own (same flag): the model's near-ties keep the plugin's measured order."""
+    pending = sorted(range(len(cands)), key=lambda i: (key[cands[i].label], i))
+    order: list[Candidate] = []
+    while pending:
+        head = cands[pending[0]]
+        at = 0
+        if getattr(head.plugin, "ordered_configs", False):
+            flag, est = key[head.label]
+            bound, near = (flag, est * (1 + RESOLUTION)), 1
+            while near < len(pending) and key[cands[pending[near]].label] <= bound:
+                near += 1
+            ties = [j for j in range(near) if cands[pending[j]].plugin is head.plugin]
+            at = min(ties, key=lambda j: pending[j])  # the plugin's earliest listed of its ties
+        order.append(cands[pending.pop(at)])
+    return order
 
 
 def model_identity(model: costmodel.Model) -> str:
@@ -86,8 +116,7 @@ def rank(problem: Problem, cands: list[Candidate], workspace_limit: int,
         return Ranking(list(cands), {}, "declared priority (no candidate could be estimated)")
     if all(label in group for label in finite):  # nothing measured: the estimates alone
         group = {}
-    position = {c.label: i for i, c in enumerate(cands)}
-    order = sorted(cands, key=lambda c: (c.label in group, estimates[c.label], position[c.label]))
+    order = _tolerant_order(cands, {c.label: (c.label in group, estimates[c.label]) for c in cands})
     return Ranking(order, finite, f"cost model ({model.source})", model_identity(model),
                    sorted({group[c.label] for c in cands if c.label in group and c.label in finite}))
 

@@ -62,6 +62,10 @@ names the layouts of ``out`` (as ``run_fused`` takes it, after the ``layouts`` c
 them and the residual (if any) has ``out``'s layout, else it runs ``run`` and the pass. So a residual
 reaches ``run_fused`` in ``out``'s layout: read it at the offset the output element is stored at.
 
+``ordered_configs`` (default False): ``configs`` lists a problem's configs best first, as measured on a
+GPU, so where the cost model's estimates of two of them are within
+:data:`convlab.autotune.ranking.RESOLUTION` the ranking keeps the plugin's order instead of the model's.
+
 The cost questions are optional: a plugin that declares neither is ranked on the generic view of
 :mod:`convlab.plugin.cost`, which holds the :class:`~convlab.plugin.cost.Features` record and the tile,
 wave and occupancy arithmetic the built-in plugins' declarations share.
@@ -137,6 +141,7 @@ class Algorithm:
     layouts: ClassVar[frozenset[str]] = frozenset({"nchw"})
     ndims: ClassVar[tuple[int, ...]] = (2,)
     fused_layouts: ClassVar[frozenset[str]] = frozenset({"nchw"})
+    ordered_configs: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

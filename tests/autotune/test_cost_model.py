@@ -16,6 +16,7 @@ import convlab
 from convlab import Algorithm, Config, make_problem
 from convlab.autotune import costmodel, features as feat
 from convlab.autotune.costmodel import Model
+from convlab.autotune import ranking
 from convlab.autotune.ranking import rank
 from convlab.plugin import registry
 from convlab.runtime.targets import get as get_target
@@ -188,7 +189,7 @@ def test_groups_the_fitted_file_never_measured_rank_after_measured_ones(real, pr
     assert min(r.estimates[c.label] for c in demoted) < min(r.estimates[c.label] for c in measured)
     first_unmeasured = min(r.order.index(c) for c in demoted)
     assert all(r.order.index(c) < first_unmeasured for c in measured)  # the estimates alone would invert this
-    assert r.order[0].plugin.name in ("tensor_core", "widen") and r.model.endswith(":measured-first")
+    assert r.order[0].plugin.name in ("tensor_core", "widen") and r.model.endswith(":" + ranking.RULE)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -212,3 +213,32 @@ def test_without_any_measured_group_the_estimates_alone_rank(real, tmp_path, mon
     assert r.by_model and r.unmeasured == []
     est = [r.estimates[c.label] for c in r.order]
     assert est == sorted(est)
+
+
+def test_an_ordered_plugins_near_ties_keep_its_order_and_nothing_else_does():
+    """Within RESOLUTION of the best remaining estimate, an ``ordered_configs`` plugin's configs come in
+    its listed order; beyond it, or for a plugin without the declaration, the estimates order."""
+    from types import SimpleNamespace as NS
+
+    ordered, plain = NS(ordered_configs=True), NS(ordered_configs=False)
+    res = ranking.RESOLUTION
+    cands = [NS(label=f"{name}{i}", plugin=pl) for name, pl in (("o", ordered), ("p", plain)) for i in range(3)]
+    est = {"o0": 1.0 + res / 2, "o1": 1.0, "o2": 1.0 - res * 3, "p0": 1.0 + res / 4, "p1": 1.0 + res / 8, "p2": 9.0}
+    key = {label: (False, e) for label, e in est.items()}
+    order = [c.label for c in ranking._tolerant_order(cands, key)]
+    assert order == ["o2", "o0", "o1", "p1", "p0", "p2"]
+    key["o2"] = (True, 0.5)  # ranked after (an unmeasured group): never a tie with the measured ones
+    assert [c.label for c in ranking._tolerant_order(cands, key)][:3] == ["o0", "o1", "p1"]
+
+
+def test_depthwise_layers_pick_the_plugins_first_config_where_the_model_cannot_tell(real):
+    """MobileNetV2's 32@112 depthwise forward (fp16): the model estimates the tiles within RESOLUTION, so
+    the pick is the plugin's first (measured best) config; every candidate ranked before a cheaper
+    estimate of its plugin is within RESOLUTION of it."""
+    problem = make_problem("forward", 32, 32, 112, 112, 32, 3, 3, padding=1, groups=32, dtype="float16")
+    r = _ranked(problem)
+    dw = registry.get("depthwise")
+    assert dw.ordered_configs and r.order[0].plugin is dw
+    assert r.order[0].config == registry.safe_configs(dw, problem, SM90)[0]
+    mine = [r.estimates[c.label] for c in r.order if c.plugin is dw]
+    assert all(a <= min(mine[i:]) * (1 + ranking.RESOLUTION) for i, a in enumerate(mine))

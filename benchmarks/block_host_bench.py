@@ -1,7 +1,7 @@
 """Host cost of a depthwise_pointwise call on device operands, measurable without a GPU: the full path
 (check, choice, operand conversions, output, launch) against the replay of convlab.blocks.dw_pw_plan.
 
-    python benchmarks/block_host_bench.py [--n 300] [--profile]
+    NUMBA_ENABLE_CUDASIM=1 python benchmarks/block_host_bench.py [--n 300] [--profile]
 
 Numba device arrays, float16, 1x8x6x6 input, 8 outputs, a residual; each way ("fused", "separate") once
 with every kernel run (the plans recorded), then nothing is launched: ``convlab.runtime.launch.launch``
@@ -10,8 +10,9 @@ is marked thin and its ``replay`` stubbed for the replayed one, so the replay is
 (no simulator views). The full path is the call with no plan key (every call checked and converted).
 Prints us per call (the best batch of ``n`` calls: a loaded machine's noise is large) and the Python
 function calls per call that cProfile counts (steady, machine-independent); ``--profile`` adds the
-replayed fused call's top functions. On a GPU the full path also pays Numba's kernel launch and a
-one-element placeholder's copy to the device per call, which the stubs leave out (the replay's thin launch is one driver call).
+replayed fused call's top functions. On a GPU the full path also pays Numba's launch of the kernel
+and its ``__cuda_array_interface__`` view of each torch operand, which the stubs and Numba operands
+leave out; the replay's thin launch is one driver call.
 """
 from __future__ import annotations
 

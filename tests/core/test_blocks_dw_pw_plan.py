@@ -136,8 +136,10 @@ def test_a_failing_thin_launch_falls_back_to_the_full_path(monkeypatch, checks):
     assert checks[0] == 2 and runtime.context.current().store("launch").get("thin_off")
 
 
-def test_auto_times_both_ways_through_their_replayed_calls(monkeypatch, checks):
-    """Each way is timed as a caller runs it: its first call checks and records, the timed ones replay."""
+@pytest.mark.parametrize("cl", [False, True])
+def test_auto_times_both_ways_through_their_replayed_calls(cl, monkeypatch, checks):
+    """Each way is timed as a caller runs it: its first call checks and records, the timed ones replay
+    (host operands copied once, a channels-last x and residual viewed in their layout)."""
     gpu = dataclasses.replace(runtime.target(), simulator=False)
     monkeypatch.setattr(runtime, "target", lambda: gpu)
     timed = []
@@ -152,6 +154,8 @@ def test_auto_times_both_ways_through_their_replayed_calls(monkeypatch, checks):
         return [1.0] if len(timed) == 2 else [2.0]  # fused 1 ms, separate 2 ms
     monkeypatch.setattr(runtime, "time_ms", time_ms)
     (x, wd, wp, bd, bp, res), _, _ = _host(5)
+    if cl:
+        x, res = (np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2) for a in (x, res))
     text = blocks.explain_depthwise_pointwise(x, wd, wp, bd, bp, padding=1, residual=res)
     assert "runs fused" in text and "fused 1.0000 ms, separate 2.0000 ms" in text
     assert timed == [1, 0, 1, 0]  # each way checked once, then replayed

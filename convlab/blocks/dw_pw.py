@@ -1,13 +1,18 @@
 """The fused depthwise -> pointwise block (convlab.kernels.block.dw_pw) as a public op, beside the same
 block run as two layers through the public :func:`convlab.conv2d` (``algorithm="separate"``).
 
-``algorithm="auto"`` on a GPU times both (CUDA events, the median of 10 calls each) on the call's shape,
+``algorithm="auto"`` on a GPU times both (CUDA events, the median of 10 calls each, each way through its
+public call: the launch and the host's work, replayed as a repeated call is) on the call's shape,
 dtype, layout and epilogues and keeps the faster, once per key in the device's context (reset by
 :func:`convlab.reset`). On the simulator and when compiling only, where times mean nothing, it picks
 by a rule: fused when the depthwise tile's recomputation, ceil(K / KT) (KT output channels per block),
 is at most :data:`MAX_RECOMPUTE` -- each recomputation costs R*S multiply-adds per intermediate
 element, against the 2 * itemsize bytes per element of global traffic that fusing saves. The rule is
 a choice, not a measurement; the GPU's timing replaces it.
+
+A call on device operands replays what the first call of its signature prepared (convlab.blocks.dw_pw_plan:
+no argument check, choice or operand conversion again; the fused kernel's launch recorded, as conv2d's
+launch plans are); other calls check, choose and run every time.
 """
 from __future__ import annotations
 
@@ -18,13 +23,15 @@ from typing import Any
 import numpy as np
 
 from convlab import runtime
+from convlab.blocks import dw_pw_plan
 from convlab.blocks.dw_pw_args import BlockArgs, check, host_array, is_device, reference
+from convlab.blocks.dw_pw_plan import SeparatePlan, activation_argument, device_vector
 from convlab.kernels.block.dw_pw import GPU_TILE, SIM_TILE, launch
 from convlab.call.operands import from_host, is_host_tensor
 from convlab.dtypes import np_dtype
 from convlab.kernels.data.layouts import channels_last_view, is_torch
 from convlab.kernels.epilogue import compute_dtype
-from convlab.ops import conv2d
+from convlab.runtime import launch as launching
 from convlab.runtime.context import current
 
 ALGORITHMS = ("auto", "fused", "separate")
@@ -60,17 +67,10 @@ def _device_operands(args: BlockArgs) -> BlockArgs:
         host = host_array(obj)
         return runtime.to_device(host.transpose(0, 2, 3, 1) if activation and args.channels_last else host)
 
-    def vector(obj: Any) -> Any:
-        if obj is None:
-            return None
-        if is_device(obj):
-            dev = runtime.as_device_array(obj)
-            return dev if dev.dtype == ct else runtime.to_device(runtime.to_host(dev).astype(ct))
-        return runtime.to_device(np.asarray(obj, ct))
     return replace(args, x=tensor(args.x, True), w_dw=tensor(args.w_dw), w_pw=tensor(args.w_pw),
                    b_dw=tensor(args.b_dw), b_pw=tensor(args.b_pw), residual=tensor(args.residual, True),
-                   dw_scale=vector(args.dw_scale),
-                   dw_shift=vector(args.dw_shift), scale=vector(args.scale), shift=vector(args.shift), device=True)
+                   dw_scale=device_vector(args.dw_scale, ct), dw_shift=device_vector(args.dw_shift, ct),
+                   scale=device_vector(args.scale, ct), shift=device_vector(args.shift, ct), device=True)
 
 
 def _output(args: BlockArgs) -> tuple[Any, Any]:
@@ -95,22 +95,26 @@ def run_fused(dev: BlockArgs, y: Any) -> None:
            dev.b_pw, y, dev.residual, dev.dw_scale, dev.dw_shift, dev.scale, dev.shift)
 
 
+def _operands(args: BlockArgs) -> tuple:
+    """``args``' operands in convlab.blocks.dw_pw_plan.OPERANDS order."""
+    return (args.x, args.w_dw, args.w_pw, args.b_dw, args.b_pw, args.residual, args.dw_scale, args.dw_shift,
+            args.scale, args.shift)
+
+
 def run_separate(args: BlockArgs) -> Any:
     """The block as two public conv2d calls (the depthwise, groups = C, then the 1x1), each with its
     epilogue; operands of any kind conv2d takes, its output kind returned."""
-    sh, dw, pw = args.shape, args.dw_epi, args.pw_epi
-    act_dw = (dw.activation, dw.negative_slope) if dw.activation == "leaky_relu" else dw.activation
-    act_pw = (pw.activation, pw.negative_slope) if pw.activation == "leaky_relu" else pw.activation
-    t = conv2d(args.x, args.w_dw, args.b_dw, sh.stride, sh.padding, sh.dilation, sh.c, activation=act_dw,
-               scale=args.dw_scale, shift=args.dw_shift)
-    return conv2d(t, args.w_pw, args.b_pw, activation=act_pw, scale=args.scale, shift=args.shift,
-                  residual=args.residual, residual_at=pw.residual or "before")
+    return SeparatePlan(args).run(_operands(args))
 
 
-def _fused(args: BlockArgs) -> Any:
+def _fused(args: BlockArgs, plan_key: tuple | None = None) -> Any:
+    """The fused kernel on ``args``; with a ``plan_key``, its launch recorded and the plan stored."""
     dev = _device_operands(args)
     out, y = _output(args)
-    run_fused(dev, y)
+    if plan_key is None:
+        run_fused(dev, y)
+    else:
+        dw_pw_plan.record_fused(plan_key, args, dev, y, run_fused)
     if args.device:
         return out
     host = runtime.to_host(y if not args.channels_last else runtime.flat_view(y)
@@ -125,11 +129,38 @@ def _key(args: BlockArgs) -> tuple:
     return (args.dtype, args.shape, args.dw_epi, args.pw_epi, args.channels_last)
 
 
+def _timing_operands(args: BlockArgs) -> tuple:
+    """The call's operands for timing it both ways on the device (OPERANDS order): device ones as the
+    call gave them, host ones copied once (x and the residual viewed in x's layout), host scales and
+    shifts as device vectors of the compute type."""
+    ct, sh = compute_dtype(args.dtype), args.shape
+    vectors = [v if v is None or is_device(v) else device_vector(v, ct)
+               for v in (args.dw_scale, args.dw_shift, args.scale, args.shift)]
+    if args.device:
+        return (*_operands(args)[:6], *vectors)
+    dev, dtype = _device_operands(args), np_dtype(args.dtype)
+
+    def layout(a: Any, shape: tuple) -> Any:
+        return None if a is None else channels_last_view(a, shape, dtype) if args.channels_last else a
+    return (layout(dev.x, (sh.n, sh.c, sh.h, sh.w)), dev.w_dw, dev.w_pw, dev.b_dw, dev.b_pw,
+            layout(dev.residual, (sh.n, sh.k, sh.p, sh.q)), *vectors)
+
+
 def _timed(args: BlockArgs) -> Choice:
-    dev = _device_operands(args)
-    _, y = _output(dev)
-    fused = statistics.median(runtime.time_ms(lambda: run_fused(dev, y), repeat=10))
-    separate = statistics.median(runtime.time_ms(lambda: run_separate(dev), repeat=10))
+    """Both ways timed end to end, each through its public call on the device (replayed after the
+    first: host work included), so that "auto" keeps the one faster for the caller."""
+    x, w_dw, w_pw, b_dw, b_pw, residual, dw_scale, dw_shift, scale, shift = _timing_operands(args)
+    sh = args.shape
+    options = dict(stride=sh.stride, padding=sh.padding, dilation=sh.dilation, residual=residual,
+                   dw_activation=activation_argument(args.dw_epi), activation=activation_argument(args.pw_epi),
+                   residual_at=args.pw_epi.residual or "before", dw_scale=dw_scale, dw_shift=dw_shift,
+                   scale=scale, shift=shift)
+
+    def way(algorithm: str) -> float:
+        def call() -> Any:
+            return depthwise_pointwise(x, w_dw, w_pw, b_dw, b_pw, algorithm=algorithm, **options)
+        return statistics.median(runtime.time_ms(call, repeat=10))
+    fused, separate = way("fused"), way("separate")
     pick = "fused" if fused <= separate else "separate"
     return Choice(pick, f"timed on this GPU: fused {fused:.4f} ms, separate {separate:.4f} ms", (fused, separate))
 
@@ -163,10 +194,27 @@ def depthwise_pointwise(x: Any, w_dw: Any, w_pw: Any, b_dw: Any = None, b_pw: An
     docstring; :func:`explain_depthwise_pointwise` says which and why). Host operands give a host
     result (numpy, or a CPU tensor for CPU tensors); device operands a device result, in x's layout.
     Device calls launch on the default stream."""
+    operands = (x, w_dw, w_pw, b_dw, b_pw, residual, dw_scale, dw_shift, scale, shift)
+    plan_key = dw_pw_plan.key(operands, (stride, padding, dilation, dw_activation, activation, residual_at),
+                              algorithm)
+    found = dw_pw_plan.lookup(plan_key) if plan_key is not None else None
+    if found is not None:
+        try:
+            return found.run(operands)
+        except Exception as exc:
+            if not getattr(found, "thin", False):
+                raise
+            launching.disable_thin(exc)  # the full path below runs the call
+            dw_pw_plan.clear()
     args = check(x, w_dw, w_pw, b_dw, b_pw, stride, padding, dilation, dw_activation=dw_activation,
                  dw_scale=dw_scale, dw_shift=dw_shift, activation=activation, scale=scale, shift=shift,
                  residual=residual, residual_at=residual_at)
-    return _fused(args) if choose(args, algorithm).algorithm == "fused" else run_separate(args)
+    if choose(args, algorithm).algorithm == "fused":
+        return _fused(args, plan_key)
+    result = run_separate(args)
+    if plan_key is not None:
+        dw_pw_plan.store(plan_key, SeparatePlan(args))
+    return result
 
 
 def explain_depthwise_pointwise(*args: Any, algorithm: str = "auto", **kwargs: Any) -> str:

@@ -40,7 +40,7 @@ from convlab import runtime
 from convlab.epilogue import Epilogue
 from convlab.kernels.data.convert import from_f32, half_kind, to_f32
 from convlab.kernels.epilogue import compute_dtype, device_epilogue
-from convlab.runtime import cuda
+from convlab.runtime import context, cuda
 
 KV = 4  # output channels per thread, the registers a0..a3 of the loop nest
 
@@ -201,7 +201,8 @@ def launch(dtype: str, dw_epi: Epilogue, pw_epi: Epilogue, channels_last: bool, 
     kernel = fused_kernel(dtype, dw_epi, pw_epi, channels_last, shape, tile)
     flat = [None if a is None else runtime.kernel_view(runtime.flat_view(a))
             for a in (x, w_dw, b_dw, w_pw, b_pw, y, residual)]
-    placeholder = runtime.to_device(np.zeros(1, compute_dtype(dtype)))
+    ct = compute_dtype(dtype)  # one placeholder per device and compute dtype: no copy to the device per call
+    placeholder = context.current().cached("dw_pw placeholders", ct.str, lambda: runtime.to_device(np.zeros(1, ct)))
     fx, fwd, fbd, fwp, fbp, fy, fr = flat
     kernel[grid(shape, tile), tile.threads](
         fx, fwd, fwd if fbd is None else fbd, fwp, fwp if fbp is None else fbp, fy, fy if fr is None else fr,

@@ -52,12 +52,15 @@ from convlab.runtime.scratch import scratch
 from convlab.runtime.targets import Target
 
 from convlab.kernels.conv.depthwise_common import MAX_SHARED, compute_itemsize
+from convlab.kernels.data import layouts
 from convlab.kernels.data.convert import half_kind
 from convlab.kernels.data.splitk import MAX_INDEX, sum_partials  # the ordered split sum
 from convlab.kernels.epilogue import EpilogueOperands, compute_dtype
 
+from .channels_last import run_channels_last, takes_channels_last
 from .plan import Plan, blocks, configs_for, launch_plan, taps, tile_of, waste, wgrad_plan
 
+NCHW = frozenset({"nchw"})  # what operands_for copies channels-last operands into
 MAX_GRID_YZ = 65535  # grid y and z: channel groups and images (wgrad: filter groups)
 MAX_TAPS = 121  # R*S (3D: T*R*S): up to 11x11 (the unrolled per-thread code and wgrad's accumulators grow)
 
@@ -73,6 +76,8 @@ class Depthwise(Algorithm):
     deterministic = True
     compiles_per_shape = True  # layer sizes are literals of its generated kernels
     ndims = (2, 3)
+    layouts = frozenset({"nchw", "nhwc"})  # channels_last.py: the forward reads and writes NHWC as it is
+    fused_layouts = frozenset({"nchw", "nhwc"})
     description = ("depthwise (groups == C, any K/C): halo tile + filter in shared memory, rows per "
                    "thread in registers; dgrad by stride phases; wgrad ordered tree + split sum; 1D "
                    "row windows, 3D by depth taps")
@@ -151,12 +156,24 @@ class Depthwise(Algorithm):
 
     def run_fused(self, problem: Problem, config: Config, a, b, bias, out, epilogue: EpilogueOperands, *,
                   workspace_limit: int) -> None:
+        if takes_channels_last(problem, out):  # out channels-last (fused_layouts): the residual is too
+            run_channels_last(problem, a, b, bias, out, epilogue)
+            return
         plan = launch_plan(problem, config, workspace_limit, runtime.target(), epilogue.epilogue)
-        a, b, bias, out = (None if t is None else runtime.kernel_view(t) for t in (a, b, bias, out))  # bf16 bits
-        r = runtime.flat_view(out) if epilogue.residual is None else epilogue.residual  # out: never read
-        _conv(plan, a, b, bias, out, r, epilogue.scale, epilogue.shift)
+        with layouts.operands_for(NCHW, (a,), out_index=None) as (a,):  # out NCHW, x maybe not
+            a, b, bias, out = (None if t is None else runtime.kernel_view(t) for t in (a, b, bias, out))
+            r = runtime.flat_view(out) if epilogue.residual is None else epilogue.residual  # never read
+            _conv(plan, a, b, bias, out, r, epilogue.scale, epilogue.shift)
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
+        """a, b, out: device arrays, C-contiguous or channels-last (``layouts``; channels_last.py routes)."""
+        if takes_channels_last(problem, out):
+            run_channels_last(problem, a, b, bias, out)
+            return
+        with layouts.operands_for(NCHW, (a, b, bias, out)) as taken:
+            self._run_nchw(problem, config, *taken, workspace_limit)
+
+    def _run_nchw(self, problem: Problem, config: Config, a, b, bias, out, workspace_limit: int) -> None:
         plan = launch_plan(problem, config, workspace_limit, runtime.target())
         a, b, bias, out = (None if t is None else runtime.kernel_view(t) for t in (a, b, bias, out))  # bf16 bits
         if problem.op != "wgrad":

@@ -33,6 +33,14 @@ kernels' store, 1D-3D and every dtype (``run_fused``): each output is summed who
 registers (forward has one stride phase and no split), then stored once through
 convlab.kernels.epilogue.fused_store with its output channel k. dgrad and wgrad take the separate pass.
 
+Layouts (``layouts = fused_layouts = {"nchw", "nhwc"}``, channels_last.py): a forward into a channels-last
+output (NHWC, NDHWC) runs convlab.kernels.conv.depthwise_nhwc, reading x as it is (a C-contiguous x is copied
+to channels-last scratch first) and storing through the same fused store: one thread sums a strip of VQ
+outputs x V channels in registers, loads coalesced along C, no shared memory. Every other call (dgrad,
+wgrad, a forward into an NCHW output) runs the kernels above on NCHW copies of its channels-last operands.
+A Problem carries no layout, so the configs are the NCHW tiles'; the channels-last tile is planned from
+the problem and the target (not tuned).
+
 Applicability: groups == C; at most MAX_TAPS filter taps (the per-thread code is unrolled over them);
 the halo tile of some config fits 48 KiB of shared memory; every tensor within 32-bit indexing; at most
 65535 images and channels (grid y and z).
@@ -80,7 +88,7 @@ class Depthwise(Algorithm):
     fused_layouts = frozenset({"nchw", "nhwc"})
     description = ("depthwise (groups == C, any K/C): halo tile + filter in shared memory, rows per "
                    "thread in registers; dgrad by stride phases; wgrad ordered tree + split sum; 1D "
-                   "row windows, 3D by depth taps")
+                   "row windows, 3D by depth taps; channels-last forward: register strips, no copies")
 
     def check(self, problem: Problem, target: Target) -> Verdict:
         if problem.groups != problem.c:
@@ -148,8 +156,8 @@ class Depthwise(Algorithm):
                    dtype="bfloat16")]  # simulator's smaller tiles, unsplit on its 8x8)
 
     def fuses(self, problem: Problem, epilogue: Epilogue) -> str:
-        """The forward kernels (1D-3D, every dtype) apply any epilogue in their store; dgrad and wgrad do
-        not (the op runs them, then the epilogue pass)."""
+        """The forward kernels (1D-3D, every dtype, NCHW or channels-last output) apply any epilogue in
+        their store; dgrad and wgrad do not (the op runs them, then the epilogue pass)."""
         if problem.op != "forward":
             return f"fuses epilogues into its forward kernels only, not {problem.op}"
         return ""

@@ -33,11 +33,13 @@ kernels' store, 1D-3D and every dtype (``run_fused``): each output is summed who
 registers (forward has one stride phase and no split), then stored once through
 convlab.kernels.epilogue.fused_store with its output channel k. dgrad and wgrad take the separate pass.
 
-Layouts (``layouts = fused_layouts = {"nchw", "nhwc"}``, channels_last.py): a forward into a channels-last
-output (NHWC, NDHWC) runs convlab.kernels.conv.depthwise_nhwc, reading x as it is (a C-contiguous x is copied
-to channels-last scratch first) and storing through the same fused store: one thread sums a strip of VQ
-outputs x V channels in registers, loads coalesced along C, no shared memory. Every other call (dgrad,
-wgrad, a forward into an NCHW output) runs the kernels above on NCHW copies of its channels-last operands.
+Layouts (``layouts = fused_layouts = {"nchw", "nhwc"}``, channels_last.py): a forward, or a stride-1 dgrad
+with M = 1 (dy correlated with the flipped filter), into a channels-last output (NHWC, NDHWC) runs
+convlab.kernels.conv.depthwise_nhwc, reading its input as it is (a C-contiguous one is copied to
+channels-last scratch first) and storing through the same fused store: one thread sums a strip of VQ
+outputs x V channels in registers, loads coalesced along C, no shared memory. Every other call (wgrad,
+a strided or M > 1 dgrad, an NCHW output) runs the kernels above on NCHW copies of its channels-last
+operands.
 A Problem carries no layout, so the configs are the NCHW tiles'; the channels-last tile is planned from
 the problem and the target (not tuned).
 

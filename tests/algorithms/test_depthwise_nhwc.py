@@ -3,7 +3,8 @@ channels_last.py): channels-last x and out read and written as they are, against
 within the plugin's tolerance, the output NaN-poisoned: float32 / float64 / float16 / bfloat16, stride 1
 and 2, padding, dilation, M = 2 and 3, odd K (a tail thread with V = 2), bias or none, 1D and 3D, other
 tiles; fused epilogues (scale, shift, activation, residual before / after) in its store; mixed layouts
-(the kernel follows out's); dgrad and wgrad on channels-last operands through NCHW copies."""
+(the kernel follows out's); the stride-1 M = 1 dgrad on the same kernel (filter flipped); strided dgrad
+and wgrad on channels-last operands through NCHW copies."""
 from __future__ import annotations
 
 import numpy as np
@@ -155,8 +156,31 @@ def test_fused_epilogue_in_the_channels_last_store(monkeypatch, name):
         np.testing.assert_array_equal(got, separate)
 
 
+#: stride-1 dgrad with M = 1: dy correlated with the flipped filter, padding dil*(taps-1) - pad
+DGRAD = {
+    "f32_bias": mk("dgrad", 2, 3, 7, 6, 3, 3, 3, padding=1, groups=3, bias=True),
+    "bf16_dil2_3x5": mk("dgrad", 1, 2, 8, 9, 2, 3, 5, padding=(2, 3), dilation=2, groups=2, dtype="bfloat16"),
+    "f16_short_dy": mk("dgrad", 1, 2, 7, 7, 2, 3, 3, p=4, padding=1, dilation=2, groups=2, bias=True,
+                       dtype="float16"),  # conv_transpose2d's output_padding
+    "f64_pad_past_the_filter": mk("dgrad", 1, 3, 6, 7, 3, 3, 3, padding=3, groups=3, dtype="float64"),
+    "1d": make_problem_nd("dgrad", 2, 2, (13,), 2, (3,), padding=1, groups=2, bias=True).lowered(),
+    "3d": make_problem_nd("dgrad", 1, 2, (4, 5, 6), 2, (3, 2, 3), padding=(1, 0, 1), dilation=(1, 2, 1),
+                          groups=2, bias=True),
+}
+
+
+@pytest.mark.parametrize("case", list(DGRAD))
+def test_stride_1_dgrad_runs_the_channels_last_kernel(monkeypatch, case):
+    problem = DGRAD[case]
+    host = random_operands(problem, np.random.default_rng(len(case)))
+    calls = _spy(monkeypatch)
+    got = _run(problem, host)
+    assert calls == [None]
+    _check(problem, got, reference.solve(problem, *host))
+
+
 @pytest.mark.parametrize("op", ["dgrad", "wgrad"])
-def test_dgrad_and_wgrad_take_nchw_copies(monkeypatch, op):
+def test_strided_dgrad_and_wgrad_take_nchw_copies(monkeypatch, op):
     problem = mk(op, 1, 2, 9, 8, 4, 3, 3, stride=2, padding=1, groups=2, bias=op == "dgrad", dtype="float16")
     host = random_operands(problem, np.random.default_rng(5))
     calls = _spy(monkeypatch)

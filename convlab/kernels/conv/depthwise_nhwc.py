@@ -60,13 +60,15 @@ def _channels(w: Writer, v_: int, out_c: int, mult: int, taps: int) -> None:
         w(f"wb{v} = u32(kl{v} * u32({taps}))")
 
 
-def _filter_row(w: Writer, tile: tuple, filt: tuple, in_w: int, in_c: int, r: int, tap0: str, rd: str) -> None:
-    """One filter row r: its S*V taps, the strip's input columns of row ``rowb`` and the products."""
+def _filter_row(w: Writer, tile: tuple, filt: tuple, in_c: int, r: int, tap0: str, rd: str, flip: bool) -> None:
+    """One filter row r: its S*V taps (``flip``: tap (R-1-r, S-1-s)), the strip's input columns of row
+    ``rowb`` and the products."""
     _, vq, _, v_ = tile
-    s_, sw, dw = filt[1], filt[3], filt[7]
+    r_, s_, sw, dw = filt[0], filt[1], filt[3], filt[7]
     for s in range(s_):
+        tap = (r_ - 1 - r) * s_ + s_ - 1 - s if flip else r * s_ + s
         for v in range(v_):
-            w(f"w{s}_{v} = {rd}(wt[i64(u32(wb{v} + {tap0}u32({r * s_ + s})))])")
+            w(f"w{s}_{v} = {rd}(wt[i64(u32(wb{v} + {tap0}u32({tap})))])")
     for j in columns(vq, s_, sw, dw):
         for v in range(v_):
             w(f"x{j}_{v} = zero")
@@ -82,7 +84,7 @@ def _filter_row(w: Writer, tile: tuple, filt: tuple, in_w: int, in_c: int, r: in
 
 @functools.cache
 def strip_function(dtype: str, tile: tuple[int, int, int, int], filt: tuple[int, ...], sizes: tuple[int, ...],
-                   depth: tuple[int, ...], has_bias: bool, epi: Epilogue | None):
+                   depth: tuple[int, ...], has_bias: bool, epi: Epilogue | None, flip: bool = False):
     """``strip(x, wt, bias, out, ep, n, oz, oh, ow0, k0)``: one thread's strip (module docstring), stored
     (through the epilogue's ``put`` when ``epi``); arguments as :func:`nhwc_kernel`'s."""
     _, vq, _, v_ = tile
@@ -108,14 +110,14 @@ def strip_function(dtype: str, tile: tuple[int, int, int, int], filt: tuple[int,
         w(f"if u32(iz) < u32({in_d}):")
         w.indent()
         w(f"plane = u32(u32(n * u32({in_d})) + u32(iz))")
-        w(f"tap0 = u32(dt * u32({r_ * s_}))")
+        w(f"tap0 = u32(u32(u32({dt_ - 1}) - dt) * u32({r_ * s_}))" if flip else f"tap0 = u32(dt * u32({r_ * s_}))")
     else:
         w("plane = n")
     for r in range(r_):
         w(f"ih = i32(ih0 + i32({r * dh}))")
         with w.block(f"if u32(ih) < u32({in_h}):"):
             w(f"rowb = u32(u32(u32(plane * u32({in_h})) + u32(ih)) * u32({in_w}))")
-            _filter_row(w, tile, filt, in_w, in_c, r, "tap0 + " if depth else "", rd)
+            _filter_row(w, tile, filt, in_c, r, "tap0 + " if depth else "", rd, flip)
     if depth:
         w.indent(-1)
         w("dt = u32(dt + u32(1))")
@@ -151,16 +153,18 @@ def _store(w: Writer, tile: tuple, out_h: int, out_w: int, out_c: int, out_d: in
 
 @functools.cache
 def nhwc_kernel(dtype: str, tile: tuple[int, int, int, int], filt: tuple[int, ...], sizes: tuple[int, ...],
-                has_bias: bool, depth: tuple[int, ...] = (), epi: Epilogue | None = None):
+                has_bias: bool, depth: tuple[int, ...] = (), epi: Epilogue | None = None, flip: bool = False):
     """The channels-last forward kernel ``kernel(x, w, bias, out)`` of one tile (CB, VQ, ROWS, V), filter
     (R, S, sh, sw, ph, pw, dh, dw) and layer ``sizes`` (in_h, in_w, out_h, out_w, C, K, M); ``depth`` (3D:
     T, sd, pd, dd, in_d, out_d; 2D: empty). Arguments: flat 1-D views of x (NHWC / NDHWC memory), w,
     bias ((K,); read only when ``has_bias``, else any array) and out (NHWC / NDHWC memory), of ``dtype``
     (bfloat16: uint16 bits). ``epi``: fused, ``kernel(x, w, bias, out, r, scale, shift)`` (r: the flat
-    residual in out's memory order). Launch: :func:`grid` blocks of CB * ROWS threads."""
+    residual in out's memory order). ``flip``: the filter read flipped in every spatial axis, w[k, 0,
+    T-1-dt, R-1-r, S-1-s] (the stride-1, M = 1 dgrad: dx is dy correlated with the flipped filter, padding
+    dil*(taps-1) - pad). Launch: :func:`grid` blocks of CB * ROWS threads."""
     cb, vq, rows, v_ = tile
     out_h, out_w, out_c = sizes[2], sizes[3], sizes[5]
-    strip = strip_function(dtype, tile, filt, sizes, depth, has_bias, epi)
+    strip = strip_function(dtype, tile, filt, sizes, depth, has_bias, epi, flip)
     q_blocks = -(-out_w // vq)
     uCB, uROWS, uV, uVQ, uK = (np.uint32(v) for v in (cb, rows, v_, vq, out_c))
     uQB, uPQB = np.uint32(q_blocks), np.uint32(out_h * q_blocks)

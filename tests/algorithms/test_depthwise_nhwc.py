@@ -44,6 +44,21 @@ CASES = {
                           dilation=(1, 2, 1), groups=2, bias=True),
 }
 
+#: stride-1 dgrad with M = 1: dy correlated with the flipped filter, padding dil*(taps-1) - pad
+DGRAD = {
+    "f32_bias": mk("dgrad", 2, 3, 7, 6, 3, 3, 3, padding=1, groups=3, bias=True),
+    "bf16_dil2_3x5": mk("dgrad", 1, 2, 8, 9, 2, 3, 5, padding=(2, 3), dilation=2, groups=2, dtype="bfloat16"),
+    "f16_short_dy": mk("dgrad", 1, 2, 7, 7, 2, 3, 3, p=4, padding=1, dilation=2, groups=2, bias=True,
+                       dtype="float16"),  # conv_transpose2d's output_padding
+    "f64_pad_past_the_filter": mk("dgrad", 1, 3, 6, 7, 3, 3, 3, padding=3, groups=3, dtype="float64"),
+    "1d": make_problem_nd("dgrad", 2, 2, (13,), 2, (3,), padding=1, groups=2, bias=True).lowered(),
+    "3d": make_problem_nd("dgrad", 1, 2, (4, 5, 6), 2, (3, 2, 3), padding=(1, 0, 1), dilation=(1, 2, 1),
+                          groups=2, bias=True),
+}
+
+#: every problem the channels-last kernel takes here
+KERNEL_CASES = {**CASES, **{f"dgrad_{name}": problem for name, problem in DGRAD.items()}}
+
 
 def _spy(monkeypatch) -> list:
     """The epilogue (or None) of each channels-last launch."""
@@ -72,9 +87,9 @@ def _check(problem, got, want):
     assert rel_error(got, want) <= plugin_tolerance(PLUGIN, problem, config, want), problem.describe()
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_channels_last_forward_matches_the_reference(monkeypatch, case):
-    problem = CASES[case]
+@pytest.mark.parametrize("case", list(KERNEL_CASES))
+def test_channels_last_kernel_matches_the_reference(monkeypatch, case):
+    problem = KERNEL_CASES[case]
     host = random_operands(problem, np.random.default_rng(len(case)))
     calls = _spy(monkeypatch)
     got = _run(problem, host)
@@ -154,29 +169,6 @@ def test_fused_epilogue_in_the_channels_last_store(monkeypatch, name):
         separate = _run(problem, host, epilogue=epilogue)
         assert not epilogue.fused and calls[-1] is None  # the plain channels-last kernel, then the pass
         np.testing.assert_array_equal(got, separate)
-
-
-#: stride-1 dgrad with M = 1: dy correlated with the flipped filter, padding dil*(taps-1) - pad
-DGRAD = {
-    "f32_bias": mk("dgrad", 2, 3, 7, 6, 3, 3, 3, padding=1, groups=3, bias=True),
-    "bf16_dil2_3x5": mk("dgrad", 1, 2, 8, 9, 2, 3, 5, padding=(2, 3), dilation=2, groups=2, dtype="bfloat16"),
-    "f16_short_dy": mk("dgrad", 1, 2, 7, 7, 2, 3, 3, p=4, padding=1, dilation=2, groups=2, bias=True,
-                       dtype="float16"),  # conv_transpose2d's output_padding
-    "f64_pad_past_the_filter": mk("dgrad", 1, 3, 6, 7, 3, 3, 3, padding=3, groups=3, dtype="float64"),
-    "1d": make_problem_nd("dgrad", 2, 2, (13,), 2, (3,), padding=1, groups=2, bias=True).lowered(),
-    "3d": make_problem_nd("dgrad", 1, 2, (4, 5, 6), 2, (3, 2, 3), padding=(1, 0, 1), dilation=(1, 2, 1),
-                          groups=2, bias=True),
-}
-
-
-@pytest.mark.parametrize("case", list(DGRAD))
-def test_stride_1_dgrad_runs_the_channels_last_kernel(monkeypatch, case):
-    problem = DGRAD[case]
-    host = random_operands(problem, np.random.default_rng(len(case)))
-    calls = _spy(monkeypatch)
-    got = _run(problem, host)
-    assert calls == [None]
-    _check(problem, got, reference.solve(problem, *host))
 
 
 @pytest.mark.parametrize("op", ["dgrad", "wgrad"])

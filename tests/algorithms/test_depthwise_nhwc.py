@@ -186,3 +186,15 @@ def test_strided_dgrad_and_wgrad_take_nchw_copies(monkeypatch, op):
     run_candidate(Candidate(PLUGIN, PLUGIN.configs(problem)[0]), problem, a, b, bias, out, 2**28)
     assert not calls
     _check(problem, runtime.to_host(out), reference.solve(problem, *host))
+
+
+@pytest.mark.skipif(runtime.SIMULATOR, reason="PTX needs the GPU compiler")
+@pytest.mark.parametrize("op,dtype,size", [("forward", "float16", 112), ("forward", "bfloat16", 28),
+                                           ("dgrad", "float32", 56)])
+def test_ptx_keeps_registers_and_32_bit_indices(op, dtype, size):
+    """Accumulators, inputs and taps stay in registers (no local memory); index math stays 32-bit."""
+    problem = mk(op, 2, 32, size, size, 32, 3, 3, padding=1, groups=32, dtype=dtype)
+    host = random_operands(problem, np.random.default_rng(1))
+    _run(problem, host)  # compiles the kernel
+    (ptx,) = channels_last.nhwc_launch(problem, runtime.target(), False).dispatcher.inspect_asm().values()
+    assert ".local" not in ptx and "mul.lo.s64" not in ptx and "mul.lo.u64" not in ptx

@@ -39,8 +39,7 @@ convlab.kernels.conv.depthwise_nhwc, reading its input as it is (a C-contiguous 
 channels-last scratch first) and storing through the same fused store: one thread sums a strip of VQ
 outputs x V channels in registers, loads coalesced along C, no shared memory. Every other call (wgrad,
 a strided or M > 1 dgrad, an NCHW output) runs the kernels above on NCHW copies of its channels-last
-operands.
-A Problem carries no layout, so the configs are the NCHW tiles'; the channels-last tile is planned from
+operands. A Problem carries no layout, so the configs are the NCHW tiles'; the channels-last tile is planned from
 the problem and the target (not tuned).
 
 Applicability: groups == C; at most MAX_TAPS filter taps (the per-thread code is unrolled over them);
@@ -86,11 +85,11 @@ class Depthwise(Algorithm):
     deterministic = True
     compiles_per_shape = True  # layer sizes are literals of its generated kernels
     ndims = (2, 3)
-    layouts = frozenset({"nchw", "nhwc"})  # channels_last.py: the forward reads and writes NHWC as it is
+    layouts = frozenset({"nchw", "nhwc"})  # channels_last.py: forward, stride-1 dgrad read / write NHWC as is
     fused_layouts = frozenset({"nchw", "nhwc"})
     description = ("depthwise (groups == C, any K/C): halo tile + filter in shared memory, rows per "
                    "thread in registers; dgrad by stride phases; wgrad ordered tree + split sum; 1D "
-                   "row windows, 3D by depth taps; channels-last forward: register strips, no copies")
+                   "row windows, 3D by depth taps; channels-last forward / stride-1 dgrad: register strips")
 
     def check(self, problem: Problem, target: Target) -> Verdict:
         if problem.groups != problem.c:

@@ -55,7 +55,8 @@ def _channels(w: Writer, v_: int, out_c: int, mult: int, taps: int) -> None:
     channel of a tail thread read channel K - 1 (kl{v}), in bounds."""
     for v in range(v_):
         w(f"k{v} = u32(k0 + u32({v}))")
-        w(f"kl{v} = k{v}" if out_c % v_ == 0 or v == 0 else f"kl{v} = k{v} if k{v} < u32({out_c}) else u32({out_c - 1})")
+        tail = out_c % v_ != 0 and v > 0
+        w(f"kl{v} = k{v} if k{v} < u32({out_c}) else u32({out_c - 1})" if tail else f"kl{v} = k{v}")
         w(f"c{v} = kl{v}" if mult == 1 else f"c{v} = u32(kl{v} // u32({mult}))")
         w(f"wb{v} = u32(kl{v} * u32({taps}))")
 

@@ -33,6 +33,15 @@ kernels' store, 1D-3D and every dtype (``run_fused``): each output is summed who
 registers (forward has one stride phase and no split), then stored once through
 convlab.kernels.epilogue.fused_store with its output channel k. dgrad and wgrad take the separate pass.
 
+Layouts (``layouts = fused_layouts = {"nchw", "nhwc"}``, channels_last.py): a forward, or a stride-1 dgrad
+with M = 1 (dy correlated with the flipped filter), into a channels-last output (NHWC, NDHWC) runs
+convlab.kernels.conv.depthwise_nhwc, reading its input as it is (a C-contiguous one is copied to
+channels-last scratch first) and storing through the same fused store: one thread sums a strip of VQ
+outputs x V channels in registers, loads coalesced along C, no shared memory. Every other call (wgrad,
+a strided or M > 1 dgrad, an NCHW output) runs the kernels above on NCHW copies of its channels-last
+operands. A Problem carries no layout, so the configs are the NCHW tiles'; the channels-last tile is planned from
+the problem and the target (not tuned).
+
 Applicability: groups == C; at most MAX_TAPS filter taps (the per-thread code is unrolled over them);
 the halo tile of some config fits 48 KiB of shared memory; every tensor within 32-bit indexing; at most
 65535 images and channels (grid y and z).
@@ -52,12 +61,15 @@ from convlab.runtime.scratch import scratch
 from convlab.runtime.targets import Target
 
 from convlab.kernels.conv.depthwise_common import MAX_SHARED, compute_itemsize
+from convlab.kernels.data import layouts
 from convlab.kernels.data.convert import half_kind
 from convlab.kernels.data.splitk import MAX_INDEX, sum_partials  # the ordered split sum
 from convlab.kernels.epilogue import EpilogueOperands, compute_dtype
 
+from .channels_last import run_channels_last, takes_channels_last
 from .plan import Plan, blocks, configs_for, launch_plan, taps, tile_of, waste, wgrad_plan
 
+NCHW = frozenset({"nchw"})  # what operands_for copies channels-last operands into
 MAX_GRID_YZ = 65535  # grid y and z: channel groups and images (wgrad: filter groups)
 MAX_TAPS = 121  # R*S (3D: T*R*S): up to 11x11 (the unrolled per-thread code and wgrad's accumulators grow)
 
@@ -76,9 +88,11 @@ class Depthwise(Algorithm):
     #: plan.py's tile tables list the H200's best first (results/depthwise/h200/0fec88e: on MobileNetV2's
     #: large planes the first tile ran 1.5-2.2x faster than the last, which the model estimated within 0.4 %)
     ordered_configs = True
+    layouts = frozenset({"nchw", "nhwc"})  # channels_last.py: forward, stride-1 dgrad read / write NHWC as is
+    fused_layouts = frozenset({"nchw", "nhwc"})
     description = ("depthwise (groups == C, any K/C): halo tile + filter in shared memory, rows per "
                    "thread in registers; dgrad by stride phases; wgrad ordered tree + split sum; 1D "
-                   "row windows, 3D by depth taps")
+                   "row windows, 3D by depth taps; channels-last forward / stride-1 dgrad: register strips")
 
     def check(self, problem: Problem, target: Target) -> Verdict:
         if problem.groups != problem.c:
@@ -146,20 +160,32 @@ class Depthwise(Algorithm):
                    dtype="bfloat16")]  # simulator's smaller tiles, unsplit on its 8x8)
 
     def fuses(self, problem: Problem, epilogue: Epilogue) -> str:
-        """The forward kernels (1D-3D, every dtype) apply any epilogue in their store; dgrad and wgrad do
-        not (the op runs them, then the epilogue pass)."""
+        """The forward kernels (1D-3D, every dtype, NCHW or channels-last output) apply any epilogue in
+        their store; dgrad and wgrad do not (the op runs them, then the epilogue pass)."""
         if problem.op != "forward":
             return f"fuses epilogues into its forward kernels only, not {problem.op}"
         return ""
 
     def run_fused(self, problem: Problem, config: Config, a, b, bias, out, epilogue: EpilogueOperands, *,
                   workspace_limit: int) -> None:
+        if takes_channels_last(problem, out):  # out channels-last (fused_layouts): the residual is too
+            run_channels_last(problem, a, b, bias, out, epilogue)
+            return
         plan = launch_plan(problem, config, workspace_limit, runtime.target(), epilogue.epilogue)
-        a, b, bias, out = (None if t is None else runtime.kernel_view(t) for t in (a, b, bias, out))  # bf16 bits
-        r = runtime.flat_view(out) if epilogue.residual is None else epilogue.residual  # out: never read
-        _conv(plan, a, b, bias, out, r, epilogue.scale, epilogue.shift)
+        with layouts.operands_for(NCHW, (a,), out_index=None) as (a,):  # out NCHW, x maybe not
+            a, b, bias, out = (None if t is None else runtime.kernel_view(t) for t in (a, b, bias, out))
+            r = runtime.flat_view(out) if epilogue.residual is None else epilogue.residual  # never read
+            _conv(plan, a, b, bias, out, r, epilogue.scale, epilogue.shift)
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
+        """a, b, out: device arrays, C-contiguous or channels-last (``layouts``; channels_last.py routes)."""
+        if takes_channels_last(problem, out):
+            run_channels_last(problem, a, b, bias, out)
+            return
+        with layouts.operands_for(NCHW, (a, b, bias, out)) as taken:
+            self._run_nchw(problem, config, *taken, workspace_limit)
+
+    def _run_nchw(self, problem: Problem, config: Config, a, b, bias, out, workspace_limit: int) -> None:
         plan = launch_plan(problem, config, workspace_limit, runtime.target())
         a, b, bias, out = (None if t is None else runtime.kernel_view(t) for t in (a, b, bias, out))  # bf16 bits
         if problem.op != "wgrad":

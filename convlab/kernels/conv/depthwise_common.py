@@ -138,6 +138,21 @@ def device(w: Writer, name: str, extra: dict):
     return runtime.jit(device=True, forceinline=True)(namespace[name])
 
 
+def entry_kernel(body, fused: bool):
+    """The kernel of a depthwise ``body(a, w, bias, out, ep)``: ``kernel(a, w, bias, out)`` (``ep`` is out,
+    which the plain store ignores) or, ``fused``, ``kernel(a, w, bias, out, r, scale, shift)`` (the
+    epilogue's residual, scale and shift as ``ep``)."""
+    if not fused:
+        @runtime.jit
+        def kernel(a, wt, bias, out):
+            body(a, wt, bias, out, out)
+    else:
+        @runtime.jit
+        def kernel(a, wt, bias, out, r, scale, shift):
+            body(a, wt, bias, out, (r, scale, shift))
+    return kernel
+
+
 def names(prefix: str, count: int) -> str:
     return "".join(f"{prefix}{i}, " for i in range(count))
 

@@ -28,7 +28,8 @@ from convlab import runtime
 from convlab.epilogue import Epilogue
 from convlab.runtime import cuda
 
-from convlab.kernels.conv.depthwise_common import axis, device, halo_loader, names, reads, tile_products
+from convlab.kernels.conv.depthwise_common import (axis, device, entry_kernel, halo_loader, names, reads,
+                                                   tile_products)
 from convlab.kernels.data.convert import from_f32, half_kind, to_f32
 from convlab.kernels.epilogue import compute_dtype, fused_store, register_cache
 from convlab.kernels.source import Writer
@@ -194,15 +195,7 @@ def conv_kernel(dtype: str, dgrad: bool, tile: tuple[int, int, int, int], geomet
                   int32(int32(int32(t0h + int32(ty * uVH)) * OST_H) + O0_H[fh]),
                   int32(int32(int32(t0w + int32(tx)) * OST_W) + O0_W[fw]), acc, b, co, ep)
 
-    if epi is None:
-        @runtime.jit
-        def kernel(a4, wt4, bias, out4):
-            body(a4, wt4, bias, out4, out4)  # no epilogue operands: the store ignores its ep
-    else:
-        @runtime.jit
-        def kernel(a4, wt4, bias, out4, r, scale, shift):
-            body(a4, wt4, bias, out4, (r, scale, shift))
-    return kernel
+    return entry_kernel(body, epi is not None)
 
 
 register_cache(conv_kernel.cache_clear)  # its fused kernels are built from the epilogue's code

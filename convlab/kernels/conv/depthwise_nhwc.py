@@ -39,7 +39,7 @@ from convlab import runtime
 from convlab.epilogue import Epilogue
 from convlab.runtime import cuda
 
-from convlab.kernels.conv.depthwise_common import device
+from convlab.kernels.conv.depthwise_common import device, entry_kernel
 from convlab.kernels.data.convert import from_f32, half_kind, to_f32
 from convlab.kernels.epilogue import compute_dtype, fused_store, register_cache
 from convlab.kernels.source import Writer
@@ -185,15 +185,7 @@ def nhwc_kernel(dtype: str, tile: tuple[int, int, int, int], filt: tuple[int, ..
             strip(x, wt, bias, out, ep, uint32(cuda.blockIdx.z), oz, oh,
                   uint32(uint32(rem - uint32(oh * uQB)) * uVQ), k0)
 
-    if epi is None:
-        @runtime.jit
-        def kernel(x, wt, bias, out):
-            body(x, wt, bias, out, out)  # no epilogue operands: the store ignores its ep
-    else:
-        @runtime.jit
-        def kernel(x, wt, bias, out, r, scale, shift):
-            body(x, wt, bias, out, (r, scale, shift))
-    return kernel
+    return entry_kernel(body, epi is not None)
 
 
 def grid(tile: tuple[int, int, int, int], out_h: int, out_w: int, out_c: int, out_d: int, n: int) -> tuple:

@@ -13,6 +13,7 @@ one tiny tile: 64 rows of one consumer warpgroup, 32-byte rows, 2 stages.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from convlab.kernels.arch.wgmma import ITEMSIZE
@@ -45,6 +46,13 @@ def _stages(bm: int, bn: int, bk: int, consumers: int, itype: str, out_size: int
 
 def tiles(geo: Geometry, itype: str, out_size: int, target: Target) -> list[HopperConfig]:
     """The configs of the module doc that fit ``geo``'s maps and ``target``."""
+    return list(_tiles(geo, itype, out_size, target))
+
+
+#: one planning per (geometry, type, target): the verdict of each config asks for the problem's tiles
+#: again (convlab compile's corpus collection: 2/3 of its time in these before)
+@functools.lru_cache(maxsize=4096)
+def _tiles(geo: Geometry, itype: str, out_size: int, target: Target) -> tuple[HopperConfig, ...]:
     size = ITEMSIZE[itype]
     if target.simulator:
         bn = 16 if geo.k <= 16 else 32
@@ -68,7 +76,7 @@ def tiles(geo: Geometry, itype: str, out_size: int, target: Target) -> list[Hopp
         tiles_ = math.ceil(geo.m / c.BM) * math.ceil(geo.k / c.BN)
         tail = math.ceil(tiles_ / target.sm_count) * target.sm_count - tiles_
         return (work, tail / max(1, tiles_) > 0.5, -c.BM * c.BN)
-    return sorted(found, key=order)
+    return tuple(sorted(found, key=order))
 
 
 def map_dtype(itype: str) -> str:
@@ -78,6 +86,11 @@ def map_dtype(itype: str) -> str:
 def wgrad_tiles(geo: Geometry, itype: str, target: Target) -> list[HopperConfig]:
     """wgrad's configs (kinds.py): rows K, columns (tap, C block), k rows BK pixels; on the simulator one
     tiny tile; on a GPU BM 128 / 64, BN up to C's 64-column atoms, BK 64 pixels; the least padded first."""
+    return list(_wgrad_tiles(geo, itype, target))
+
+
+@functools.lru_cache(maxsize=4096)
+def _wgrad_tiles(geo: Geometry, itype: str, target: Target) -> tuple[HopperConfig, ...]:
     size = ITEMSIZE[itype]
     if target.simulator:
         found = [HopperConfig(64, 16 if geo.c <= 16 else 32, 16, 2, 1)]
@@ -101,4 +114,4 @@ def wgrad_tiles(geo: Geometry, itype: str, target: Target) -> list[HopperConfig]
     def order(c: HopperConfig) -> tuple:
         work = math.ceil(geo.k / c.BM) * c.BM * math.ceil(geo.c / c.BN) * c.BN
         return (work, -c.BM * c.BN)
-    return sorted(found, key=order)
+    return tuple(sorted(found, key=order))

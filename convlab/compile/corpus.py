@@ -177,14 +177,17 @@ def cover(found: Iterable[Case]) -> list[Case]:
     dtype and precision not seen before (see the module docstring)."""
     samples = {p.key() for p in sample_problems()}
     seen: set[tuple] = set()
+    unbiased: dict[Problem, tuple] = {}  # a problem's key without bias, once per problem (not per case)
     out = []
     for case in found:
         pr = case.problem
         if _per_shape(case) and pr.key() not in samples:
             continue
+        if pr not in unbiased:
+            unbiased[pr] = pr.replace(bias=False).key()
         klass = (case.plugin, pr.op, pr.dtype, case.precision)
         keys = {klass + ("config", case.config.name), klass + ("layouts", case.layouts),
-                klass + ("bias", pr.bias), klass + ("problem", pr.replace(bias=False).key())}
+                klass + ("bias", pr.bias), klass + ("problem", unbiased[pr])}
         if case.epilogue is not None:  # an epilogue's kernels: each epilogue, and each config fused
             klass += ("epilogue",)
             keys = {klass + ("config", case.config.name), klass + (case.epilogue,)}

@@ -118,7 +118,7 @@ def test_every_config_matches_the_reference(kwargs):
 
 
 def test_wgrad_split_k_second_pass_is_exact_deterministic_and_bounded():
-    prob = make_problem("wgrad", 2, 16, 8, 8, 16, 3, 3, padding=1)  # N*P*Q = 128: room to split
+    prob = make_problem("wgrad", 2, 4, 8, 8, 16, 3, 3, padding=1)  # N*P*Q = 128: room to split
     config = PLUGIN.configs(prob)[0]
     tile = implicit_gemm.tile_of(config)
     splits, chunk, n_tiles = common.plan(prob, tile, LIMIT)
@@ -219,7 +219,7 @@ def test_conv_transpose2d_with_bias_through_the_public_op():
 
 @pytest.mark.parametrize("op, big, small", [
     ("forward", dict(n=1, c=16, h=8, w=8, k=32), dict(n=1, c=16, h=4, w=4, k=16)),   # 8 tiles, then 1
-    ("wgrad", dict(n=2, c=16, h=8, w=8, k=16, r=3, s=3, padding=1), dict(n=1, c=16, h=4, w=4, k=16)),
+    ("wgrad", dict(n=2, c=4, h=8, w=8, k=16, r=3, s=3, padding=1), dict(n=1, c=16, h=4, w=4, k=16)),
 ], ids=["forward", "wgrad"])
 def test_cached_launch_keeps_its_own_grid(op, big, small):
     """A problem launched again after another of the same tile uses its own grid. (The simulator's

@@ -15,12 +15,18 @@ between them (CUTLASS's ``sm90_implicit_gemm_gmma_ss_warpspecialized`` and its `
             wait_group 0; release the last stage; the epilogue (epilogue.py)
 
 Both roles walk the same units and k tiles in the same order, so the ring's stages and parities agree
-without any other exchange. On the simulator every consumer thread arrives on the empty barriers (its
-count is the consumer threads): its lanes are Python threads that are not converged, so lane 0 having
-passed its wait would not mean that the warp's other lanes have read the stage, as it does on a GPU. The stage a consumer releases is never the one it reads next, and the
-producer refills a stage only after every consumer warp released it (the simulator checks both: a
-copy into bytes a pending wgmma reads raises). Descriptors: wgmma_desc's K-major swizzled layout, the
-copy engine's swizzle of BK * size-byte rows being the same (tensormap.swizzled).
+without any other exchange. On a GPU lane 0 releasing for its warp is enough: it arrives after the
+warp's ``.sync.aligned`` wgmma and wait_group, which every lane executes converged, so every lane has
+passed the stage's full wait (CUTLASS's ``PipelineTmaAsync`` counts one arrival per consumer warpgroup).
+Running on the simulator, whatever target the tiles are planned for (convlab.testing.gpu_tiles runs
+sm_90's), every consumer thread arrives (the count is the consumer threads): its lanes are Python
+threads that never converge, and with lane 0 releasing, a lagging lane's stage could be refilled before
+it waits on it; its parity wait then takes the refill's phase for the one before and blocks for good
+(tests/kernels/test_hopper_release.py forces it). The stage a consumer releases is never the one it
+reads next, and the producer refills a stage only after every consumer warp released it (the
+simulator checks both: a copy into bytes a pending wgmma reads raises). Descriptors: wgmma_desc's
+K-major swizzled layout, the copy engine's swizzle of BK * size-byte rows being the same
+(tensormap.swizzled).
 
 The copies per operand are a :class:`Loads`: the lines that compute a unit's coordinates and a k
 tile's, and the copy calls; :func:`producer` and :func:`consumer` take it.
@@ -34,8 +40,9 @@ from convlab.kernels.hopper.config import HopperConfig
 
 def releasers(cfg: HopperConfig) -> tuple[int, str]:
     """(arrivals an empty barrier counts, the condition of a consumer thread that arrives): lane 0 of each
-    consumer warp on a GPU, every consumer thread on the simulator (module doc)."""
-    if runtime.target().simulator:
+    consumer warp on a GPU, every consumer thread when running on the simulator, for any target (module
+    doc)."""
+    if runtime.SIMULATOR:
         return 128 * cfg.CONSUMERS, "held != 0"
     return 4 * cfg.CONSUMERS, "held != 0 and lane == 0"
 

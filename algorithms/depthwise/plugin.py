@@ -66,7 +66,7 @@ from convlab.kernels.data.convert import half_kind
 from convlab.kernels.data.splitk import MAX_INDEX, sum_partials  # the ordered split sum
 from convlab.kernels.epilogue import EpilogueOperands, compute_dtype
 
-from .channels_last import run_channels_last, takes_channels_last
+from .channels_last import run_channels_last, run_wgrad_channels_last, takes_channels_last, wgrad_workspace_bytes
 from .plan import Plan, blocks, configs_for, launch_plan, taps, tile_of, waste, wgrad_plan
 
 NCHW = frozenset({"nchw"})  # what operands_for copies channels-last operands into
@@ -119,8 +119,9 @@ class Depthwise(Algorithm):
                         target: Target) -> int:
         if problem.op != "wgrad":
             return 0
-        splits, _ = wgrad_plan(problem, config, workspace_limit, target)
-        return 0 if splits == 1 else splits * problem.k * taps(problem) * compute_itemsize(problem.dtype)
+        splits, _ = wgrad_plan(problem, config, workspace_limit, target)  # NCHW operands; channels-last:
+        nchw = 0 if splits == 1 else splits * problem.k * taps(problem) * compute_itemsize(problem.dtype)
+        return max(nchw, wgrad_workspace_bytes(problem, target, workspace_limit))  # (no layout in a problem)
 
     def cost_features(self, problem: Problem, config: Config, target: Target, workspace_limit: int) -> Features:
         """The tiles' computed outputs (edges, idle phases, empty planes: ``waste``), the halo re-read
@@ -168,7 +169,7 @@ class Depthwise(Algorithm):
 
     def run_fused(self, problem: Problem, config: Config, a, b, bias, out, epilogue: EpilogueOperands, *,
                   workspace_limit: int) -> None:
-        if takes_channels_last(problem, out):  # out channels-last (fused_layouts): the residual is too
+        if takes_channels_last(problem, a, b, out):  # out channels-last (fused_layouts): the residual is too
             run_channels_last(problem, a, b, bias, out, epilogue)
             return
         plan = launch_plan(problem, config, workspace_limit, runtime.target(), epilogue.epilogue)
@@ -179,7 +180,10 @@ class Depthwise(Algorithm):
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
         """a, b, out: device arrays, C-contiguous or channels-last (``layouts``; channels_last.py routes)."""
-        if takes_channels_last(problem, out):
+        if takes_channels_last(problem, a, b, out) and problem.op == "wgrad":
+            run_wgrad_channels_last(problem, a, b, out, workspace_limit)
+            return
+        if takes_channels_last(problem, a, b, out):
             run_channels_last(problem, a, b, bias, out)
             return
         with layouts.operands_for(NCHW, (a, b, bias, out)) as taken:

@@ -50,7 +50,7 @@ def columns(vq: int, s_: int, sw: int, dw: int) -> list[int]:
     return sorted({q * sw + s * dw for q in range(vq) for s in range(s_)})
 
 
-def _channels(w: Writer, v_: int, out_c: int, mult: int, taps: int) -> None:
+def channel_lines(w: Writer, v_: int, out_c: int, mult: int, taps: int) -> None:
     """k{v} (stored channel), c{v} (input channel), wb{v} (its filter's first tap): loads of a missing
     channel of a tail thread read channel K - 1 (kl{v}), in bounds."""
     for v in range(v_):
@@ -96,7 +96,7 @@ def strip_function(dtype: str, tile: tuple[int, int, int, int], filt: tuple[int,
     rd = "rd" if kind else ""
     w = Writer("def strip(x, wt, bias, out, ep, n, oz, oh, ow0, k0):")
     w.indent()
-    _channels(w, v_, out_c, mult, dt_ * r_ * s_)
+    channel_lines(w, v_, out_c, mult, dt_ * r_ * s_)
     for q in range(vq):
         w(f"{names_of(q, v_)} = {', '.join(['zero'] * v_)}")
     w(f"iw0 = i32(i32(i32(ow0) * i32({sw})) - i32({pw}))")

@@ -49,7 +49,10 @@ WARP = 32
 WGRAD_THREADS_GPU, WGRAD_THREADS_SIM = 256, 8
 MIN_UNITS = 4  # strips each thread of a split sums at least
 SPLITS_PER_SM = 2  # at most this many splits an SM: the ordered sum reads splits x K x taps serially per output
-MAX_WGRAD_TAPS = 49  # wgrad's accumulators (taps x V) live in registers: see wgrad_tile
+#: wgrad's accumulator registers a thread (taps x V, float64 two each) at most: ptxas sm_90, 256 threads,
+#: VQ = 8: 5x5 fp16 (50) 96 registers, 7x7 fp32 (49) 96, 3x3x3 fp16 (54) 123, 7x7 fp16 (98) 168, 7x7 float64
+#: (98) 166, 11x11 fp32 (121) 168, none spilling; 9x9 fp16 (162) 240, at the 255 limit: NCHW copies
+MAX_WGRAD_WORDS = 128
 
 
 def _pow2_at_least(n: int) -> int:
@@ -103,11 +106,11 @@ register_cache(nhwc_launch.cache_clear)  # its fused launches hold kernels built
 
 def takes_channels_last(problem: Problem, a: Any, b: Any, out: Any) -> bool:
     """Whether the call runs a channels-last kernel: a forward, or a stride-1 dgrad with M = 1, into a
-    channels-last ``out``; a wgrad (``a`` x, ``b`` dy, ``out`` dw) of at most MAX_WGRAD_TAPS taps on a
-    channels-last x and dy."""
+    channels-last ``out``; a wgrad (``a`` x, ``b`` dy, ``out`` dw) of at most MAX_WGRAD_WORDS accumulator
+    registers on a channels-last x and dy."""
     pr = problem
     if pr.op == "wgrad":
-        return taps(pr) <= MAX_WGRAD_TAPS and layouts.is_channels_last(a) and layouts.is_channels_last(b)
+        return wgrad_words(pr) <= MAX_WGRAD_WORDS and layouts.is_channels_last(a) and layouts.is_channels_last(b)
     stride_1 = pr.stride == (1, 1) and (pr.ndim != 3 or pr.stride_d == 1)
     return (pr.op == "forward" or (pr.op == "dgrad" and stride_1 and pr.k == pr.c)) and layouts.is_channels_last(out)
 
@@ -137,6 +140,11 @@ def run_channels_last(problem: Problem, a: Any, b: Any, bias: Any, out: Any, epi
         else:
             launch(*args, flat[2] if epilogue.residual is None else epilogue.residual, epilogue.scale,
                    epilogue.shift)  # no residual: out stands in, never read
+
+
+def wgrad_words(problem: Problem) -> int:
+    """Accumulator registers of a channels-last wgrad thread: taps x V (2 for fp16 / bf16), x 2 for float64."""
+    return taps(problem) * (2 if half_kind(problem.dtype) or problem.dtype == "float64" else 1)
 
 
 def wgrad_tile(problem: Problem, target: Target) -> tuple[int, int, int, int]:

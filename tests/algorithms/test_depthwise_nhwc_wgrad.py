@@ -2,7 +2,7 @@
 channels_last.py): channels-last x and dy read as they are, dw NaN-poisoned, against the float64 reference
 within the plugin's tolerance: float32 / float64 / float16 / bfloat16, stride 1, 2 and 2x3, padding,
 dilation, M = 2, odd K (a tail thread with V = 2), 1D and 3D, split and unsplit, other tiles; two runs
-bit-identical; mixed layouts and filters past MAX_WGRAD_TAPS take the NCHW kernels."""
+bit-identical; mixed layouts and filters past MAX_WGRAD_WORDS take the NCHW kernels."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,6 +32,7 @@ CASES = {
     "bf16_dil2_3x5": mk("wgrad", 2, 2, 8, 9, 2, 3, 5, padding=(2, 3), dilation=2, groups=2, dtype="bfloat16"),
     "bf16_s2x3_5x5": mk("wgrad", 1, 3, 11, 10, 3, 5, 5, stride=(2, 3), padding=2, groups=3, dtype="bfloat16"),
     "f32_no_pad": mk("wgrad", 1, 4, 6, 7, 4, 3, 3, groups=4),
+    "f32_7x7_s2": mk("wgrad", 1, 2, 9, 10, 2, 7, 7, stride=2, padding=3, groups=2),  # 49 accumulators
     "1d_m2": make_problem_nd("wgrad", 4, 2, (13,), 4, (3,), stride=2, padding=1, groups=2).lowered(),
     "3d": make_problem_nd("wgrad", 3, 2, (4, 5, 6), 2, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1),
                           dilation=(1, 2, 1), groups=2),
@@ -123,8 +124,8 @@ def test_mixed_layouts_take_nchw_copies(monkeypatch, x_last, dy_last):
 
 
 def test_a_filter_past_the_register_cap_takes_nchw_copies(monkeypatch):
-    problem = mk("wgrad", 1, 2, 8, 9, 2, 7, 9, padding=(3, 4), groups=2)  # 63 taps > MAX_WGRAD_TAPS
-    assert 63 > channels_last.MAX_WGRAD_TAPS
+    problem = mk("wgrad", 1, 2, 10, 9, 2, 9, 9, padding=4, groups=2, dtype="float16")  # 81 taps x 2 channels
+    assert channels_last.wgrad_words(problem) > channels_last.MAX_WGRAD_WORDS
     host = random_operands(problem, np.random.default_rng(4))
     calls = _spy(monkeypatch)
     got = _run(problem, host)

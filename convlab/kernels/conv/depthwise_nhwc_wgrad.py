@@ -39,7 +39,7 @@ from convlab import runtime
 from convlab.runtime import cuda
 
 from convlab.kernels.conv.depthwise_common import device, reduce_group
-from convlab.kernels.conv.depthwise_nhwc import channel_lines, columns
+from convlab.kernels.conv.depthwise_nhwc import channel_lines, column_loads, columns, strip_origin
 from convlab.kernels.data.convert import from_f32, half_kind, to_f32
 from convlab.kernels.epilogue import compute_dtype
 from convlab.kernels.source import Writer
@@ -72,13 +72,10 @@ def _rows(w: Writer, tile: tuple, filt: tuple, sizes: tuple, depth: tuple, rd: s
     """For every depth tap and filter row inside the input: the strip's input columns and the products
     into each tap's accumulators (all unrolled: the accumulators are registers)."""
     _, vq, _, v_ = tile
-    r_, s_, sh, sw, ph, pw, dh, dw = filt
+    r_, s_, _, sw, _, _, dh, dw = filt
     in_h, in_w, in_c = sizes[0], sizes[1], sizes[4]
     dt_, sd, pd, dd, in_d, _ = depth or (1, 1, 0, 1, 1, 1)
-    w(f"iw0 = i32(i32(i32(ow0) * i32({sw})) - i32({pw}))")
-    w(f"ih0 = i32(i32(i32(oh) * i32({sh})) - i32({ph}))")
-    for j in columns(vq, s_, sw, dw):
-        w(f"ok{j} = u32(i32(iw0 + i32({j}))) < u32({in_w})")
+    strip_origin(w, filt, vq, in_w)
     for dt in range(dt_):
         if depth:
             w(f"iz = i32(i32(i32(oz) * i32({sd})) + i32({dt * dd - pd}))")
@@ -88,13 +85,7 @@ def _rows(w: Writer, tile: tuple, filt: tuple, sizes: tuple, depth: tuple, rd: s
                 w(f"ih = i32(ih0 + i32({r * dh}))")
                 with w.block(f"if u32(ih) < u32({in_h}):"):
                     w(f"rowb = u32(u32(u32({'plane' if depth else 'n'} * u32({in_h})) + u32(ih)) * u32({in_w}))")
-                    for j in columns(vq, s_, sw, dw):
-                        for v in range(v_):
-                            w(f"x{j}_{v} = zero")
-                        with w.block(f"if ok{j}:"):
-                            w(f"xi = u32(u32(rowb + u32(iw0 + i32({j}))) * u32({in_c}))")
-                            for v in range(v_):
-                                w(f"x{j}_{v} = {rd}(x[i64(u32(xi + c{v}))])")
+                    column_loads(w, columns(vq, s_, sw, dw), v_, in_c, rd)
                     for s in range(s_):
                         tap = (dt * r_ + r) * s_ + s
                         for q in range(vq):
@@ -129,7 +120,7 @@ def _reduce(w: Writer, tile: tuple, taps: int, out_c: int, group: int, wr: str) 
             w(f"cv = u32(e // u32({size}))")
             w(f"gi = u32(e - u32(cv * u32({size})))")
             w(f"ln = u32(cv // u32({v_}))")
-            w(f"k = u32(kb + cv)")
+            w("k = u32(kb + cv)")
             with w.block(f"if k < u32({out_c}):"):
                 w(f"at = u32(u32(u32(u32(z * u32({out_c})) + k) * u32({taps})) + u32(gi + u32({i0})))")
                 w(f"part[i64(at)] = {wr}(red[u32(u32(u32(u32(gi * u32({v_})) + u32(cv - u32(ln * u32({v_})))) "

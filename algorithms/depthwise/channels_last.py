@@ -1,12 +1,14 @@
-"""The depthwise forward and stride-1 dgrad on channels-last operands (convlab.kernels.conv.depthwise_nhwc):
-their tile, their launch, and which kernel a call's layouts take.
+"""The depthwise channels-last kernels (convlab.kernels.conv.depthwise_nhwc, depthwise_nhwc_wgrad): their
+tiles, their launches, and which kernel a call's layouts take.
 
 Routing (a Problem carries no layout, so the configs are the NCHW tiles' and the route follows the
 operands' strides): a forward, or a dgrad of stride 1 and M = 1, whose ``out`` is channels-last runs the
 channels-last kernel, its input (x, dy) copied to channels-last scratch first if it is C-contiguous (the
-filter (K, 1, [T,] R, S) has one memory order in either layout); any other call (wgrad, strided or M > 1
-dgrad, an NCHW ``out``) runs the NCHW kernels, channels-last operands copied to C-contiguous scratch
-(convlab.kernels.data.layouts.operands_for). The kernel follows ``out`` so that a fused epilogue's
+filter (K, 1, [T,] R, S) has one memory order in either layout); a wgrad whose x and dy (``a``, ``b``;
+``out`` is dw) are both channels-last runs the channels-last wgrad when its accumulators fit
+MAX_WGRAD_WORDS registers; any other call (strided or M > 1 dgrad, an NCHW ``out``, a mixed-layout or
+larger-filter wgrad) runs the NCHW kernels, channels-last operands copied to C-contiguous scratch
+(convlab.kernels.data.layouts.operands_for). The forward kernel follows ``out`` so that a fused epilogue's
 residual, which has out's layout, is read at the output's offset. The stride-1 M = 1 dgrad is the
 forward correlation of dy with the filter flipped in every axis, padding dil*(taps-1) - pad.
 
@@ -17,6 +19,12 @@ threads (the simulator: VQ = 2, 8 threads); ROWS halved (down to MIN_THREADS thr
 has fewer than two blocks an SM. Measured on an H100, MobileNetV2's depthwise layers at batch 32, fp16
 (kernel times): VQ = 8 with 128 threads 3-20% faster than VQ = 4 with 256 on its 28 / 14 / 7-wide
 outputs, up to 15% slower on the 56 / 112-wide ones; VQ = 2 slower everywhere.
+
+wgrad (``wgrad_tile``, ``wgrad_split``; not yet timed on a GPU): CB, VQ and V as the forward's on dy's
+width, ROWS = WGRAD_THREADS / CB threads a block summing different strips; splits aim at two waves of
+blocks, each thread at least MIN_UNITS strips, at most SPLITS_PER_SM splits an SM (the ordered sum reads
+splits values serially per filter tap), the partials within the workspace limit (splits = 1 writes dw
+directly, so any limit is met: no fallback to the NCHW route is needed).
 """
 from __future__ import annotations
 

@@ -37,10 +37,14 @@ Layouts (``layouts = fused_layouts = {"nchw", "nhwc"}``, channels_last.py): a fo
 with M = 1 (dy correlated with the flipped filter), into a channels-last output (NHWC, NDHWC) runs
 convlab.kernels.conv.depthwise_nhwc, reading its input as it is (a C-contiguous one is copied to
 channels-last scratch first) and storing through the same fused store: one thread sums a strip of VQ
-outputs x V channels in registers, loads coalesced along C, no shared memory. Every other call (wgrad,
-a strided or M > 1 dgrad, an NCHW output) runs the kernels above on NCHW copies of its channels-last
-operands. A Problem carries no layout, so the configs are the NCHW tiles'; the channels-last tile is planned from
-the problem and the target (not tuned).
+outputs x V channels in registers, loads coalesced along C, no shared memory. A wgrad on channels-last x
+and dy runs convlab.kernels.conv.depthwise_nhwc_wgrad (a thread keeps every tap x V channels in registers
+over its strips, a fixed-order tree over the block's rows, splits summed in order by ``sum_partials``) up
+to MAX_WGRAD_WORDS accumulator registers. Every other call (a strided or M > 1 dgrad, an NCHW output, a
+wgrad with an NCHW x or dy or a larger filter) runs the kernels above on NCHW copies of its channels-last
+operands. A Problem carries no layout, so the configs are the NCHW tiles' (the channels-last tiles and
+splits are planned from the problem and the target, not tuned) and ``workspace_bytes`` declares the larger
+of the two wgrad routes' partials.
 
 Applicability: groups == C; at most MAX_TAPS filter taps (the per-thread code is unrolled over them);
 the halo tile of some config fits 48 KiB of shared memory; every tensor within 32-bit indexing; at most
@@ -66,7 +70,7 @@ from convlab.kernels.data.convert import half_kind
 from convlab.kernels.data.splitk import MAX_INDEX, sum_partials  # the ordered split sum
 from convlab.kernels.epilogue import EpilogueOperands, compute_dtype
 
-from .channels_last import run_channels_last, takes_channels_last
+from .channels_last import run_channels_last, run_wgrad_channels_last, takes_channels_last, wgrad_workspace_bytes
 from .plan import Plan, blocks, configs_for, launch_plan, taps, tile_of, waste, wgrad_plan
 
 NCHW = frozenset({"nchw"})  # what operands_for copies channels-last operands into
@@ -88,11 +92,11 @@ class Depthwise(Algorithm):
     #: plan.py's tile tables list the H200's best first (results/depthwise/h200/0fec88e: on MobileNetV2's
     #: large planes the first tile ran 1.5-2.2x faster than the last, which the model estimated within 0.4 %)
     ordered_configs = True
-    layouts = frozenset({"nchw", "nhwc"})  # channels_last.py: forward, stride-1 dgrad read / write NHWC as is
+    layouts = frozenset({"nchw", "nhwc"})  # channels_last.py: forward, stride-1 dgrad, wgrad take NHWC as is
     fused_layouts = frozenset({"nchw", "nhwc"})
     description = ("depthwise (groups == C, any K/C): halo tile + filter in shared memory, rows per "
                    "thread in registers; dgrad by stride phases; wgrad ordered tree + split sum; 1D "
-                   "row windows, 3D by depth taps; channels-last forward / stride-1 dgrad: register strips")
+                   "row windows, 3D by depth taps; channels-last forward / stride-1 dgrad / wgrad: register strips")
 
     def check(self, problem: Problem, target: Target) -> Verdict:
         if problem.groups != problem.c:
@@ -120,7 +124,8 @@ class Depthwise(Algorithm):
         if problem.op != "wgrad":
             return 0
         splits, _ = wgrad_plan(problem, config, workspace_limit, target)
-        return 0 if splits == 1 else splits * problem.k * taps(problem) * compute_itemsize(problem.dtype)
+        nchw = 0 if splits == 1 else splits * problem.k * taps(problem) * compute_itemsize(problem.dtype)
+        return max(nchw, wgrad_workspace_bytes(problem, target, workspace_limit))  # either layout may come
 
     def cost_features(self, problem: Problem, config: Config, target: Target, workspace_limit: int) -> Features:
         """The tiles' computed outputs (edges, idle phases, empty planes: ``waste``), the halo re-read
@@ -168,7 +173,7 @@ class Depthwise(Algorithm):
 
     def run_fused(self, problem: Problem, config: Config, a, b, bias, out, epilogue: EpilogueOperands, *,
                   workspace_limit: int) -> None:
-        if takes_channels_last(problem, out):  # out channels-last (fused_layouts): the residual is too
+        if takes_channels_last(problem, a, b, out):  # out channels-last (fused_layouts): the residual is too
             run_channels_last(problem, a, b, bias, out, epilogue)
             return
         plan = launch_plan(problem, config, workspace_limit, runtime.target(), epilogue.epilogue)
@@ -179,8 +184,11 @@ class Depthwise(Algorithm):
 
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
         """a, b, out: device arrays, C-contiguous or channels-last (``layouts``; channels_last.py routes)."""
-        if takes_channels_last(problem, out):
-            run_channels_last(problem, a, b, bias, out)
+        if takes_channels_last(problem, a, b, out):
+            if problem.op == "wgrad":  # a: x, b: dy, out: dw
+                run_wgrad_channels_last(problem, a, b, out, workspace_limit)
+            else:
+                run_channels_last(problem, a, b, bias, out)
             return
         with layouts.operands_for(NCHW, (a, b, bias, out)) as taken:
             self._run_nchw(problem, config, *taken, workspace_limit)

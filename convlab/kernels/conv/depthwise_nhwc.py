@@ -50,7 +50,7 @@ def columns(vq: int, s_: int, sw: int, dw: int) -> list[int]:
     return sorted({q * sw + s * dw for q in range(vq) for s in range(s_)})
 
 
-def _channels(w: Writer, v_: int, out_c: int, mult: int, taps: int) -> None:
+def channel_lines(w: Writer, v_: int, out_c: int, mult: int, taps: int) -> None:
     """k{v} (stored channel), c{v} (input channel), wb{v} (its filter's first tap): loads of a missing
     channel of a tail thread read channel K - 1 (kl{v}), in bounds."""
     for v in range(v_):
@@ -59,6 +59,28 @@ def _channels(w: Writer, v_: int, out_c: int, mult: int, taps: int) -> None:
         w(f"kl{v} = k{v} if k{v} < u32({out_c}) else u32({out_c - 1})" if tail else f"kl{v} = k{v}")
         w(f"c{v} = kl{v}" if mult == 1 else f"c{v} = u32(kl{v} // u32({mult}))")
         w(f"wb{v} = u32(kl{v} * u32({taps}))")
+
+
+def strip_origin(w: Writer, filt: tuple, vq: int, in_w: int) -> None:
+    """iw0, ih0: the input origin of the strip at (oh, ow0) of filter ``filt`` (R, S, sh, sw, ph, pw, dh,
+    dw); ok{j}: whether its input column j lies inside the row."""
+    s_, sh, sw, ph, pw, dw = filt[1], filt[2], filt[3], filt[4], filt[5], filt[7]
+    w(f"iw0 = i32(i32(i32(ow0) * i32({sw})) - i32({pw}))")
+    w(f"ih0 = i32(i32(i32(oh) * i32({sh})) - i32({ph}))")
+    for j in columns(vq, s_, sw, dw):
+        w(f"ok{j} = u32(i32(iw0 + i32({j}))) < u32({in_w})")
+
+
+def column_loads(w: Writer, cols: list[int], v_: int, in_c: int, rd: str) -> None:
+    """x{j}_{v} = x[row rowb, column iw0 + j, channel c{v}] for each column j (0 unless ok{j}), read
+    through ``rd`` (the widening of a half type, or '')."""
+    for j in cols:
+        for v in range(v_):
+            w(f"x{j}_{v} = zero")
+        with w.block(f"if ok{j}:"):
+            w(f"xi = u32(u32(rowb + u32(iw0 + i32({j}))) * u32({in_c}))")
+            for v in range(v_):
+                w(f"x{j}_{v} = {rd}(x[i64(u32(xi + c{v}))])")
 
 
 def _filter_row(w: Writer, tile: tuple, filt: tuple, in_c: int, r: int, tap0: str, rd: str, flip: bool) -> None:
@@ -70,13 +92,7 @@ def _filter_row(w: Writer, tile: tuple, filt: tuple, in_c: int, r: int, tap0: st
         tap = (r_ - 1 - r) * s_ + s_ - 1 - s if flip else r * s_ + s
         for v in range(v_):
             w(f"w{s}_{v} = {rd}(wt[i64(u32(wb{v} + {tap0}u32({tap})))])")
-    for j in columns(vq, s_, sw, dw):
-        for v in range(v_):
-            w(f"x{j}_{v} = zero")
-        with w.block(f"if ok{j}:"):
-            w(f"xi = u32(u32(rowb + u32(iw0 + i32({j}))) * u32({in_c}))")
-            for v in range(v_):
-                w(f"x{j}_{v} = {rd}(x[i64(u32(xi + c{v}))])")
+    column_loads(w, columns(vq, s_, sw, dw), v_, in_c, rd)
     for q in range(vq):
         for s in range(s_):
             for v in range(v_):
@@ -96,13 +112,10 @@ def strip_function(dtype: str, tile: tuple[int, int, int, int], filt: tuple[int,
     rd = "rd" if kind else ""
     w = Writer("def strip(x, wt, bias, out, ep, n, oz, oh, ow0, k0):")
     w.indent()
-    _channels(w, v_, out_c, mult, dt_ * r_ * s_)
+    channel_lines(w, v_, out_c, mult, dt_ * r_ * s_)
     for q in range(vq):
         w(f"{names_of(q, v_)} = {', '.join(['zero'] * v_)}")
-    w(f"iw0 = i32(i32(i32(ow0) * i32({sw})) - i32({pw}))")
-    w(f"ih0 = i32(i32(i32(oh) * i32({sh})) - i32({ph}))")
-    for j in columns(vq, s_, sw, dw):
-        w(f"ok{j} = u32(i32(iw0 + i32({j}))) < u32({in_w})")
+    strip_origin(w, filt, vq, in_w)
     if depth:  # 3D: the depth taps whose input plane exists, a loop around the unrolled rows
         w("dt = u32(0)")
         w(f"while dt < u32({dt_}):")

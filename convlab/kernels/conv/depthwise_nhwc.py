@@ -71,16 +71,22 @@ def strip_origin(w: Writer, filt: tuple, vq: int, in_w: int) -> None:
         w(f"ok{j} = u32(i32(iw0 + i32({j}))) < u32({in_w})")
 
 
+def guarded_loads(w: Writer, dst: str, v_: int, cond: str, at: str, array: str, chan: str, rd: str) -> None:
+    """{dst}_{v} = rd(array[at + {chan}{v}]) for v < V where ``cond`` holds, else 0 (``at``: the pixel's
+    first element, computed only where it is read; ``rd``: the widening of a half type, or '')."""
+    for v in range(v_):
+        w(f"{dst}_{v} = zero")
+    with w.block(f"if {cond}:"):
+        w(f"pix = {at}")
+        for v in range(v_):
+            w(f"{dst}_{v} = {rd}({array}[i64(u32(pix + {chan}{v}))])")
+
+
 def column_loads(w: Writer, cols: list[int], v_: int, in_c: int, rd: str) -> None:
     """x{j}_{v} = x[row rowb, column iw0 + j, channel c{v}] for each column j (0 unless ok{j}), read
     through ``rd`` (the widening of a half type, or '')."""
     for j in cols:
-        for v in range(v_):
-            w(f"x{j}_{v} = zero")
-        with w.block(f"if ok{j}:"):
-            w(f"xi = u32(u32(rowb + u32(iw0 + i32({j}))) * u32({in_c}))")
-            for v in range(v_):
-                w(f"x{j}_{v} = {rd}(x[i64(u32(xi + c{v}))])")
+        guarded_loads(w, f"x{j}", v_, f"ok{j}", f"u32(u32(rowb + u32(iw0 + i32({j}))) * u32({in_c}))", "x", "c", rd)
 
 
 def _filter_row(w: Writer, tile: tuple, filt: tuple, in_c: int, r: int, tap0: str, rd: str, flip: bool) -> None:

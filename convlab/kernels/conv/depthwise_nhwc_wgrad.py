@@ -39,7 +39,7 @@ from convlab import runtime
 from convlab.runtime import cuda
 
 from convlab.kernels.conv.depthwise_common import device, reduce_group
-from convlab.kernels.conv.depthwise_nhwc import channel_lines, column_loads, columns, strip_origin
+from convlab.kernels.conv.depthwise_nhwc import channel_lines, column_loads, columns, guarded_loads, strip_origin
 from convlab.kernels.data.convert import from_f32, half_kind, to_f32
 from convlab.kernels.epilogue import compute_dtype
 from convlab.kernels.source import Writer
@@ -60,12 +60,8 @@ def _unit(w: Writer, tile: tuple, sizes: tuple, out_d: int, deep: bool, rd: str)
     plane = f"u32(u32(n * u32({out_d})) + oz)" if deep else "n"
     w(f"obase = u32(u32(u32({plane} * u32({out_h})) + oh) * u32({out_w}))")
     for q in range(vq):
-        for v in range(v_):
-            w(f"g{q}_{v} = zero")
-        with w.block(f"if u32(ow0 + u32({q})) < u32({out_w}):"):
-            w(f"oi = u32(u32(obase + u32(ow0 + u32({q}))) * u32({out_c}))")
-            for v in range(v_):
-                w(f"g{q}_{v} = {rd}(dy[i64(u32(oi + kl{v}))])")
+        guarded_loads(w, f"g{q}", v_, f"u32(ow0 + u32({q})) < u32({out_w})",
+                      f"u32(u32(obase + u32(ow0 + u32({q}))) * u32({out_c}))", "dy", "kl", rd)
 
 
 def _rows(w: Writer, tile: tuple, filt: tuple, sizes: tuple, depth: tuple, rd: str) -> None:

@@ -50,7 +50,7 @@ def tiles(geo: Geometry, itype: str, out_size: int, target: Target) -> list[Hopp
 
 
 #: one planning per (geometry, type, target): the verdict of each config asks for the problem's tiles
-#: again (convlab compile's corpus collection: 2/3 of its time in these before)
+#: again (per config, replanning took 2/3 of convlab compile's corpus collection on the CI cover)
 @functools.lru_cache(maxsize=4096)
 def _tiles(geo: Geometry, itype: str, out_size: int, target: Target) -> tuple[HopperConfig, ...]:
     size = ITEMSIZE[itype]

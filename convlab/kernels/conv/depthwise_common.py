@@ -153,6 +153,21 @@ def entry_kernel(body, fused: bool):
     return kernel
 
 
+def halving_tree(w: Writer, half: int, who: str, adds: list[tuple[str, str]], prelude: tuple[str, ...] = ()) -> None:
+    """The wgrad kernels' fixed-pairing tree in shared memory ``red``: for h = ``half``, half / 2, ..., 1 the
+    threads whose ``who`` (their index along the reduced axis) is below h run ``prelude`` then
+    red[dst] += red[src] for each (dst, src) of ``adds`` (expressions in h), a barrier after each level."""
+    w(f"h = u32({half})")
+    with w.block("while h > u32(0):"):
+        with w.block(f"if {who} < h:"):
+            for line in prelude:
+                w(line)
+            for dst, src in adds:
+                w(f"red[{dst}] += red[{src}]")
+        w("cuda.syncthreads()")
+        w("h >>= u32(1)")
+
+
 def names(prefix: str, count: int) -> str:
     return "".join(f"{prefix}{i}, " for i in range(count))
 

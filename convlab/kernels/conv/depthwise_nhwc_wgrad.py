@@ -38,7 +38,7 @@ from numba import from_dtype
 from convlab import runtime
 from convlab.runtime import cuda
 
-from convlab.kernels.conv.depthwise_common import device, reduce_group
+from convlab.kernels.conv.depthwise_common import device, halving_tree, reduce_group
 from convlab.kernels.conv.depthwise_nhwc import channel_lines, column_loads, columns, guarded_loads, strip_origin
 from convlab.kernels.data.convert import from_f32, half_kind, to_f32
 from convlab.kernels.epilogue import compute_dtype
@@ -102,15 +102,8 @@ def _reduce(w: Writer, tile: tuple, taps: int, out_c: int, group: int, wr: str) 
                 w(f"red[u32({(g * v_ + v) * t}) + tid] = a{i0 + g}_{v}")
         w("cuda.syncthreads()")
         if rows > 1:
-            w(f"h = u32({rows // 2})")
-            with w.block("while h > u32(0):"):
-                with w.block("if row < h:"):
-                    w(f"up = u32(tid + u32(h * u32({cb})))")
-                    for g in range(size):
-                        for v in range(v_):
-                            w(f"red[u32({(g * v_ + v) * t}) + tid] += red[u32({(g * v_ + v) * t}) + up]")
-                w("cuda.syncthreads()")
-                w("h >>= u32(1)")
+            halving_tree(w, rows // 2, "row", [(f"u32({i * t}) + tid", f"u32({i * t}) + up") for i in range(size * v_)],
+                         (f"up = u32(tid + u32(h * u32({cb})))",))
         w("e = tid")
         with w.block(f"while e < u32({cb * v_ * size}):"):
             w(f"cv = u32(e // u32({size}))")

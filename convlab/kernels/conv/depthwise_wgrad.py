@@ -28,7 +28,7 @@ from numba import from_dtype, int32, uint32
 from convlab import runtime
 from convlab.runtime import cuda
 
-from convlab.kernels.conv.depthwise_common import (axis, device, halo_loader, names, reads, reduce_group,
+from convlab.kernels.conv.depthwise_common import (axis, device, halo_loader, halving_tree, names, reads, reduce_group,
                                                    tile_products)
 from convlab.kernels.data.convert import from_f32, half_kind, to_f32
 from convlab.kernels.epilogue import compute_dtype
@@ -104,13 +104,7 @@ def block_reduce(taps: int, tp: int, pl: int, group: int, out_kind: str | None =
         for g in range(size):
             w(f"red[u32({g * t}) + tid] = a{i0 + g}")
         w("cuda.syncthreads()")
-        w(f"h = u32({tp // 2})")
-        with w.block("while h > u32(0):"):
-            with w.block("if lane < h:"):
-                for g in range(size):
-                    w(f"red[u32({g * t}) + tid] += red[u32({g * t}) + tid + h]")
-            w("cuda.syncthreads()")
-            w("h >>= u32(1)")
+        halving_tree(w, tp // 2, "lane", [(f"u32({g * t}) + tid", f"u32({g * t}) + tid + h") for g in range(size)])
         w("g = lane")
         with w.block(f"while ok and g < u32({size}):"):
             w(f"out[i64(u32(at + u32({i0}) + g))] = "

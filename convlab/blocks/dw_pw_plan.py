@@ -42,7 +42,7 @@ from convlab.call.plan import aliased, freeze
 from convlab.dtypes import np_dtype
 from convlab.kernels.data.layouts import channels_last_view
 from convlab.kernels.epilogue import compute_dtype
-from convlab.ops import conv2d
+from convlab.ops import conv2d, epilogue
 from convlab.runtime import context, launch
 from convlab.runtime.thin import stream_handle
 
@@ -116,10 +116,14 @@ def activation_argument(epi: Any) -> Any:
 
 def device_vector(obj: Any, ct: np.dtype) -> Any:
     """A scale or shift (C,) / (K,) as a device array of the compute type ``ct``: a device one of that
-    dtype as it is, another device one through the host, a host one copied."""
+    dtype as it is, a torch CUDA one of another float dtype cast on its device
+    (:func:`convlab.ops.epilogue.device_vector`), another device one through the host, a host one copied."""
     if obj is None:
         return None
     if is_device(obj):
+        cast = epilogue.device_vector(obj, len(obj), ct)
+        if cast is not None:
+            return cast
         dev = runtime.as_device_array(obj)
         return dev if dev.dtype == ct else runtime.to_device(runtime.to_host(dev).astype(ct))
     return runtime.to_device(np.asarray(obj, ct))

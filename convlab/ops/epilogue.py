@@ -47,14 +47,11 @@ def _is_host(obj: Any) -> bool:
     return isinstance(obj, np.ndarray) or operands.is_host_tensor(obj)
 
 
-def _on_device(value: Any, channels: int, dtype: str) -> Any:
-    """A device ``scale`` / ``shift`` as a device array (K,) of the compute dtype without a copy to the
-    host (which would wait for the device on every call): a torch tensor of another float dtype is cast
-    on its device; None where the value is not on the device, or not a dense float vector (K,) a cast
-    alone makes right (the host path then converts it, or raises naming the argument)."""
-    from convlab.kernels.epilogue import compute_dtype  # the kernels import numba.cuda: on first use
-
-    want = compute_dtype(dtype)
+def device_vector(value: Any, channels: int, want: np.dtype) -> Any:
+    """A device vector (``channels``,) as a device array of dtype ``want`` without a copy to the host
+    (which would wait for the device on every call): a torch tensor of another float dtype is cast on its
+    device; None where the value is not on the device, or not a dense float vector (``channels``,) a cast
+    alone makes right (the caller then converts it on the host, or raises naming the argument)."""
     if operands.is_torch(value):
         torch = sys.modules["torch"]
         if not value.is_cuda or not value.is_floating_point() or tuple(value.shape) != (channels,):
@@ -66,6 +63,13 @@ def _on_device(value: Any, channels: int, dtype: str) -> Any:
         if np.dtype(dev.dtype) == want and tuple(dev.shape) == (channels,) and dev.is_c_contiguous():
             return dev
     return None
+
+
+def _on_device(value: Any, channels: int, dtype: str) -> Any:
+    """A device ``scale`` / ``shift`` as a device array (K,) of the compute dtype (:func:`device_vector`)."""
+    from convlab.kernels.epilogue import compute_dtype  # the kernels import numba.cuda: on first use
+
+    return device_vector(value, channels, compute_dtype(dtype))
 
 
 def _channel_vector(value: Any, name: str, channels: int, dtype: str) -> Any:

@@ -80,15 +80,20 @@ def kernel_geometry(problem: Problem) -> tuple[tuple, tuple, tuple, bool]:
     return filt, (pr.p, pr.q, pr.h, pr.w, pr.k, pr.c, 1), depth, True
 
 
+def lanes(dtype: str, out_c: int, out_w: int, target: Target) -> tuple[int, int, int]:
+    """(CB, VQ, V) of a channels-last kernel whose threads walk ``out_w``-wide rows of ``out_c`` channels:
+    V channels a thread, CB threads along the channels, strips of VQ outputs (module docstring)."""
+    v = 2 if half_kind(dtype) else 1
+    vq = min(VQ_SIM if target.simulator else VQ_NARROW if out_w <= NARROW_Q else VQ_GPU, out_w)
+    return min(4 if target.simulator else WARP, _pow2_at_least(math.ceil(out_c / v))), vq, v
+
+
 def nhwc_tile(problem: Problem, target: Target) -> tuple[int, int, int, int]:
     """(CB, VQ, ROWS, V) of ``problem``'s channels-last kernel on ``target`` (module docstring)."""
     _, (_, _, out_h, out_w, _, out_c, _), depth, _ = kernel_geometry(problem)
     out_d = depth[-1] if depth else 1
-    v = 2 if half_kind(problem.dtype) else 1
-    narrow = out_w <= NARROW_Q
-    vq = min(VQ_SIM if target.simulator else VQ_NARROW if narrow else VQ_GPU, out_w)
-    threads = THREADS_SIM if target.simulator else THREADS_NARROW if narrow else THREADS_GPU
-    cb = min(4 if target.simulator else WARP, _pow2_at_least(math.ceil(out_c / v)))
+    cb, vq, v = lanes(problem.dtype, out_c, out_w, target)
+    threads = THREADS_SIM if target.simulator else THREADS_NARROW if out_w <= NARROW_Q else THREADS_GPU
     strips = out_d * out_h * math.ceil(out_w / vq)
     rows = max(1, min(threads // cb, _pow2_at_least(strips)))
 
@@ -158,9 +163,7 @@ def wgrad_words(problem: Problem) -> int:
 def wgrad_tile(problem: Problem, target: Target) -> tuple[int, int, int, int]:
     """(CB, VQ, ROWS, V) of the channels-last wgrad: CB, VQ and V as the forward's on dy's width, ROWS
     filling WGRAD_THREADS threads (a power of two, no more than the strips need)."""
-    v = 2 if half_kind(problem.dtype) else 1
-    vq = min(VQ_SIM if target.simulator else VQ_NARROW if problem.q <= NARROW_Q else VQ_GPU, problem.q)
-    cb = min(4 if target.simulator else WARP, _pow2_at_least(math.ceil(problem.k / v)))
+    cb, vq, v = lanes(problem.dtype, problem.k, problem.q, target)
     units = wgrad_units(problem, vq)
     threads = WGRAD_THREADS_SIM if target.simulator else WGRAD_THREADS_GPU
     return cb, vq, max(1, min(threads // cb, _pow2_at_least(units))), v

@@ -198,6 +198,32 @@ def test_simulator_catches_an_unfenced_or_unwaited_copy(broken):
         _launch(cfg, extra, name=broken)
 
 
+@pytest.mark.skipif(not runtime.SIMULATOR, reason="the simulator's checks")
+def test_a_thread_of_an_aborted_launch_stops_at_its_next_intrinsic():
+    """The simulator leaves a raising block's other threads running, and the next launch's context is
+    global: such a thread must not record copies or reads in that launch's ordering state."""
+    import threading
+
+    from convlab.kernels.arch import wgmma_sim
+
+    caught = []
+
+    class Zombie(threading.Thread):
+        abort = True
+
+        def run(self):
+            for hook in (wgmma_sim.note_commit, wgmma_sim.fence_proxy_async, wgmma_sim.wgmma_commit):
+                try:
+                    hook()
+                except RuntimeError as e:
+                    caught.append(str(e))
+
+    z = Zombie()
+    z.start()
+    z.join()
+    assert len(caught) == 3 and all("aborted" in m for m in caught)
+
+
 @pytest.mark.skipif(runtime.SIMULATOR, reason="needs a Hopper GPU")
 @pytest.mark.parametrize("itype", ["f16", "bf16", "tf32"])
 def test_wgmma_gpu_configs(itype):

@@ -45,9 +45,15 @@ _BYTE = np.dtype(np.uint8)
 
 
 def _context():
+    """The running launch's context and the calling ``BlockThread``. A thread of an aborted launch stops
+    here: the simulator does not join a raising block's other threads, and the next launch's context is
+    global, so such a thread would otherwise record its copies and reads in that launch's state."""
     from convlab.runtime import device  # the one importer of numba.cuda
 
-    return device.simulator_kernel_context(), threading.current_thread()
+    thread = threading.current_thread()
+    if getattr(thread, "abort", False):
+        raise RuntimeError("a thread of an aborted simulated launch stopped at its next warpgroup intrinsic")
+    return device.simulator_kernel_context(), thread
 
 
 class _Thread:

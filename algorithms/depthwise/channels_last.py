@@ -1,22 +1,23 @@
-"""The depthwise channels-last kernels (convlab.kernels.conv.depthwise_nhwc, depthwise_nhwc_wgrad): their
-tiles, their launches, and which kernel a call's layouts take.
+"""The depthwise channels-last kernels (convlab.kernels.conv.depthwise_nhwc, depthwise_nhwc_dgrad,
+depthwise_nhwc_wgrad): their tiles, their launches, and which kernel a call's layouts take.
 
 Routing (a Problem carries no layout, so the configs are the NCHW tiles' and the route follows the
-operands' strides): a forward, or a dgrad of stride 1 and M = 1, whose ``out`` is channels-last runs the
-channels-last kernel, its input (x, dy) copied to channels-last scratch first if it is C-contiguous (the
-filter (K, 1, [T,] R, S) has one memory order in either layout); a wgrad whose x and dy (``a``, ``b``;
-``out`` is dw) are both channels-last runs the channels-last wgrad when its accumulators fit
-MAX_WGRAD_WORDS registers; any other call (strided or M > 1 dgrad, an NCHW ``out``, a mixed-layout or
-larger-filter wgrad) runs the NCHW kernels, channels-last operands copied to C-contiguous scratch
-(convlab.kernels.data.layouts.operands_for). The forward kernel follows ``out`` so that a fused epilogue's
-residual, which has out's layout, is read at the output's offset. The stride-1 M = 1 dgrad is the
-forward correlation of dy with the filter flipped in every axis, padding dil*(taps-1) - pad.
+operands' strides): a forward or dgrad whose ``out`` is channels-last runs a channels-last kernel, its
+input (x, dy) copied to channels-last scratch first if it is C-contiguous (the filter (K, 1, [T,] R, S) has
+one memory order in either layout): the forward and the stride-1 M = 1 dgrad (dy correlated with the
+filter flipped in every axis, padding dil*(taps-1) - pad) the forward kernel, any other dgrad the dgrad
+kernel; a wgrad whose x and dy (``a``, ``b``; ``out`` is dw) are both channels-last runs the
+channels-last wgrad when its accumulators fit MAX_WGRAD_WORDS registers; any other call (an NCHW
+``out``, a mixed-layout or larger-filter wgrad) runs the NCHW kernels, channels-last operands copied to
+C-contiguous scratch (convlab.kernels.data.layouts.operands_for). The forward kernel follows ``out`` so
+that a fused epilogue's residual, which has out's layout, is read at the output's offset.
 
 Tile (CB, VQ, ROWS, V): V = 2 channels a thread for fp16 / bf16 (a warp's loads then span 128 bytes),
 else 1; CB threads along channel vectors, at most a warp and no more than K / V needs; VQ outputs a strip
 and ROWS strips a block: VQ = 4 and 256 threads, or on narrow planes (Q <= NARROW_Q) VQ = 8 and 128
 threads (the simulator: VQ = 2, 8 threads); ROWS halved (down to MIN_THREADS threads) while the grid
-has fewer than two blocks an SM. Measured on an H100, MobileNetV2's depthwise layers at batch 32, fp16
+has fewer than two blocks an SM; the dgrad kernel's VQ rounded up to a multiple of the stride along W
+(its strips start at whole strides). Measured on an H100, MobileNetV2's depthwise layers at batch 32, fp16
 (kernel times): VQ = 8 with 128 threads 3-20% faster than VQ = 4 with 256 on its 28 / 14 / 7-wide
 outputs, up to 15% slower on the 56 / 112-wide ones; VQ = 2 slower everywhere.
 
@@ -41,6 +42,7 @@ from convlab.runtime.targets import Target
 
 from convlab.kernels.conv.depthwise_common import compute_itemsize
 from convlab.kernels.conv.depthwise_nhwc import grid, nhwc_kernel
+from convlab.kernels.conv.depthwise_nhwc_dgrad import nhwc_dgrad_kernel
 from convlab.kernels.conv.depthwise_nhwc_wgrad import nhwc_wgrad_kernel, wgrad_grid
 from convlab.kernels.data import layouts
 from convlab.kernels.data.convert import half_kind
@@ -67,17 +69,28 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(n, 1))))
 
 
-def kernel_geometry(problem: Problem) -> tuple[tuple, tuple, tuple, bool]:
-    """(filter, sizes, depth, flip) of :func:`convlab.kernels.conv.depthwise_nhwc.nhwc_kernel` for a
-    forward, or a stride-1 M = 1 dgrad: dy correlated with the flipped filter, padding dil*(taps-1) - pad."""
+def flipped(problem: Problem) -> bool:
+    """Whether a dgrad runs as the forward kernel of the flipped filter: stride 1 and M = 1."""
     pr = problem
+    return pr.stride == (1, 1) and (pr.ndim != 3 or pr.stride_d == 1) and pr.k == pr.c
+
+
+def kernel_geometry(problem: Problem) -> tuple[tuple, tuple, tuple, str]:
+    """(filter, sizes, depth, kernel) of a channels-last call: ``kernel`` "forward" or "flipped"
+    (:func:`convlab.kernels.conv.depthwise_nhwc.nhwc_kernel`: a forward, or a stride-1 M = 1 dgrad as dy
+    correlated with the flipped filter, padding dil*(taps-1) - pad), or "dgrad" (any other dgrad:
+    :func:`convlab.kernels.conv.depthwise_nhwc_dgrad.nhwc_dgrad_kernel`, the forward's filter)."""
+    pr = problem
+    forward_filter = (pr.r, pr.s, *pr.stride, *pr.padding, *pr.dilation)
     if pr.op == "forward":
-        filt = (pr.r, pr.s, *pr.stride, *pr.padding, *pr.dilation)
-        return filt, (pr.h, pr.w, pr.p, pr.q, pr.c, pr.k, pr.k // pr.c), depth_sizes(pr), False
+        return forward_filter, (pr.h, pr.w, pr.p, pr.q, pr.c, pr.k, pr.k // pr.c), depth_sizes(pr), "forward"
+    if not flipped(pr):
+        depth = (pr.t, pr.stride_d, pr.padding_d, pr.dilation_d, pr.do, pr.d) if pr.ndim == 3 else ()
+        return forward_filter, (pr.p, pr.q, pr.h, pr.w, pr.k, pr.c, pr.k // pr.c), depth, "dgrad"
     (ph, pw), (dh, dw) = pr.padding, pr.dilation
     filt = (pr.r, pr.s, 1, 1, dh * (pr.r - 1) - ph, dw * (pr.s - 1) - pw, dh, dw)
     depth = (pr.t, 1, pr.dilation_d * (pr.t - 1) - pr.padding_d, pr.dilation_d, pr.do, pr.d) if pr.ndim == 3 else ()
-    return filt, (pr.p, pr.q, pr.h, pr.w, pr.k, pr.c, 1), depth, True
+    return filt, (pr.p, pr.q, pr.h, pr.w, pr.k, pr.c, 1), depth, "flipped"
 
 
 def lanes(dtype: str, out_c: int, out_w: int, target: Target) -> tuple[int, int, int]:
@@ -89,10 +102,13 @@ def lanes(dtype: str, out_c: int, out_w: int, target: Target) -> tuple[int, int,
 
 
 def nhwc_tile(problem: Problem, target: Target) -> tuple[int, int, int, int]:
-    """(CB, VQ, ROWS, V) of ``problem``'s channels-last kernel on ``target`` (module docstring)."""
-    _, (_, _, out_h, out_w, _, out_c, _), depth, _ = kernel_geometry(problem)
+    """(CB, VQ, ROWS, V) of ``problem``'s channels-last kernel on ``target`` (module docstring; the
+    strided dgrad's VQ rounded up to a multiple of its stride along W)."""
+    filt, (_, _, out_h, out_w, _, out_c, _), depth, kernel = kernel_geometry(problem)
     out_d = depth[-1] if depth else 1
     cb, vq, v = lanes(problem.dtype, out_c, out_w, target)
+    if kernel == "dgrad":
+        vq = -(-vq // filt[3]) * filt[3]
     threads = THREADS_SIM if target.simulator else THREADS_NARROW if out_w <= NARROW_Q else THREADS_GPU
     strips = out_d * out_h * math.ceil(out_w / vq)
     rows = max(1, min(threads // cb, _pow2_at_least(strips)))
@@ -108,8 +124,11 @@ def nhwc_tile(problem: Problem, target: Target) -> tuple[int, int, int, int]:
 def nhwc_launch(problem: Problem, target: Target, has_bias: bool, epi: Epilogue | None = None) -> Any:
     """The configured channels-last kernel of one forward or dgrad call (cached: replays skip this)."""
     tile = nhwc_tile(problem, target)
-    filt, sizes, depth, flip = kernel_geometry(problem)
-    kernel = nhwc_kernel(problem.dtype, tile, filt, sizes, has_bias, depth, epi, flip)
+    filt, sizes, depth, route = kernel_geometry(problem)
+    if route == "dgrad":
+        kernel = nhwc_dgrad_kernel(problem.dtype, tile, filt, sizes, has_bias, depth)
+    else:
+        kernel = nhwc_kernel(problem.dtype, tile, filt, sizes, has_bias, depth, epi, route == "flipped")
     blocks = grid(tile, sizes[2], sizes[3], sizes[5], depth[-1] if depth else 1, problem.n)
     return kernel[blocks, tile[0] * tile[2]]
 
@@ -118,14 +137,13 @@ register_cache(nhwc_launch.cache_clear)  # its fused launches hold kernels built
 
 
 def takes_channels_last(problem: Problem, a: Any, b: Any, out: Any) -> bool:
-    """Whether the call runs a channels-last kernel: a forward, or a stride-1 dgrad with M = 1, into a
-    channels-last ``out``; a wgrad (``a`` x, ``b`` dy, ``out`` dw) of at most MAX_WGRAD_WORDS accumulator
-    registers on a channels-last x and dy."""
-    pr = problem
-    if pr.op == "wgrad":
-        return wgrad_words(pr) <= MAX_WGRAD_WORDS and layouts.is_channels_last(a) and layouts.is_channels_last(b)
-    stride_1 = pr.stride == (1, 1) and (pr.ndim != 3 or pr.stride_d == 1)
-    return (pr.op == "forward" or (pr.op == "dgrad" and stride_1 and pr.k == pr.c)) and layouts.is_channels_last(out)
+    """Whether the call runs a channels-last kernel: a forward or dgrad into a channels-last ``out``; a
+    wgrad (``a`` x, ``b`` dy, ``out`` dw) of at most MAX_WGRAD_WORDS accumulator registers on a
+    channels-last x and dy."""
+    if problem.op == "wgrad":
+        return (wgrad_words(problem) <= MAX_WGRAD_WORDS and layouts.is_channels_last(a)
+                and layouts.is_channels_last(b))
+    return layouts.is_channels_last(out)
 
 
 @contextlib.contextmanager

@@ -33,18 +33,20 @@ kernels' store, 1D-3D and every dtype (``run_fused``): each output is summed who
 registers (forward has one stride phase and no split), then stored once through
 convlab.kernels.epilogue.fused_store with its output channel k. dgrad and wgrad take the separate pass.
 
-Layouts (``layouts = fused_layouts = {"nchw", "nhwc"}``, channels_last.py): a forward, or a stride-1 dgrad
-with M = 1 (dy correlated with the flipped filter), into a channels-last output (NHWC, NDHWC) runs
-convlab.kernels.conv.depthwise_nhwc, reading its input as it is (a C-contiguous one is copied to
-channels-last scratch first) and storing through the same fused store: one thread sums a strip of VQ
-outputs x V channels in registers, loads coalesced along C, no shared memory. A wgrad on channels-last x
+Layouts (``layouts = fused_layouts = {"nchw", "nhwc"}``, channels_last.py): a forward into a
+channels-last output (NHWC, NDHWC) runs convlab.kernels.conv.depthwise_nhwc, reading its input as it is
+(a C-contiguous one is copied to channels-last scratch first) and storing through the same fused store:
+one thread sums a strip of VQ outputs x V channels in registers, loads coalesced along C, no shared
+memory. A dgrad into a channels-last dx runs the same kernel on the flipped filter when it has stride 1
+and M = 1, else convlab.kernels.conv.depthwise_nhwc_dgrad (strips of VQ dx columns, a multiple of the
+stride, so each column's taps are literals; rows test their residue). A wgrad on channels-last x
 and dy runs convlab.kernels.conv.depthwise_nhwc_wgrad (a thread keeps every tap x V channels in registers
 over its strips, a fixed-order tree over the block's rows, splits summed in order by ``sum_partials``) up
-to MAX_WGRAD_WORDS accumulator registers. Every other call (a strided or M > 1 dgrad, an NCHW output, a
-wgrad with an NCHW x or dy or a larger filter) runs the kernels above on NCHW copies of its channels-last
-operands. A Problem carries no layout, so the configs are the NCHW tiles' (the channels-last tiles and
-splits are planned from the problem and the target, not tuned) and ``workspace_bytes`` declares the larger
-of the two wgrad routes' partials.
+to MAX_WGRAD_WORDS accumulator registers. Every other call (an NCHW output, a wgrad with an NCHW x or dy
+or a larger filter) runs the kernels above on NCHW copies of its channels-last operands. A Problem
+carries no layout, so the configs are the NCHW tiles' (the channels-last tiles and splits are planned
+from the problem and the target, not tuned) and ``workspace_bytes`` declares the larger of the two wgrad
+routes' partials.
 
 Applicability: groups == C; at most MAX_TAPS filter taps (the per-thread code is unrolled over them);
 the halo tile of some config fits 48 KiB of shared memory; every tensor within 32-bit indexing; at most
@@ -96,7 +98,7 @@ class Depthwise(Algorithm):
     fused_layouts = frozenset({"nchw", "nhwc"})
     description = ("depthwise (groups == C, any K/C): halo tile + filter in shared memory, rows per "
                    "thread in registers; dgrad by stride phases; wgrad ordered tree + split sum; 1D "
-                   "row windows, 3D by depth taps; channels-last forward / stride-1 dgrad / wgrad: register strips")
+                   "row windows, 3D by depth taps; channels-last forward / dgrad / wgrad: register strips")
 
     def check(self, problem: Problem, target: Target) -> Verdict:
         if problem.groups != problem.c:

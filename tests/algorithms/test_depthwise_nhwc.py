@@ -3,8 +3,9 @@ channels_last.py): channels-last x and out read and written as they are, against
 within the plugin's tolerance, the output NaN-poisoned: float32 / float64 / float16 / bfloat16, stride 1
 and 2, padding, dilation, M = 2 and 3, odd K (a tail thread with V = 2), bias or none, 1D and 3D, other
 tiles; fused epilogues (scale, shift, activation, residual before / after) in its store; mixed layouts
-(the kernel follows out's); the stride-1 M = 1 dgrad on the same kernel (filter flipped); strided dgrad
-on channels-last operands through NCHW copies (wgrad: test_depthwise_nhwc_wgrad.py)."""
+(the kernel follows out's); the stride-1 M = 1 dgrad on the same kernel (filter flipped); any other
+dgrad (strides, M > 1, rows no tap reaches) on the channels-last dgrad kernel, its strips of several
+VQ; a channels-last dy into a C-contiguous dx through NCHW copies (wgrad: test_depthwise_nhwc_wgrad.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -56,8 +57,24 @@ DGRAD = {
                           groups=2, bias=True),
 }
 
-#: every problem the channels-last kernel takes here
-KERNEL_CASES = {**CASES, **{f"dgrad_{name}": problem for name, problem in DGRAD.items()}}
+#: any other dgrad (stride > 1 or M > 1): the channels-last dgrad kernel (depthwise_nhwc_dgrad)
+STRIDED_DGRAD = {
+    "s2_m1_f32": mk("dgrad", 2, 3, 8, 7, 3, 3, 3, stride=2, padding=1, groups=3),
+    "s2_m2_f16_bias": mk("dgrad", 1, 2, 9, 8, 4, 3, 3, stride=2, padding=1, groups=2, bias=True, dtype="float16"),
+    "s2x3_5x5_bf16": mk("dgrad", 1, 3, 11, 10, 3, 5, 5, stride=(2, 3), padding=2, groups=3, bias=True,
+                        dtype="bfloat16"),
+    "s1_m2_f64": mk("dgrad", 1, 2, 7, 6, 4, 3, 3, padding=1, groups=2, dtype="float64"),
+    "s2_m3_dil2_odd_c_f16": mk("dgrad", 1, 3, 9, 9, 9, 3, 3, stride=2, padding=2, dilation=2, groups=3,
+                               dtype="float16"),  # a tail thread (C = 3, V = 2)
+    "s3_unreached_rows": mk("dgrad", 1, 2, 11, 11, 2, 3, 3, stride=3, groups=2, bias=True),  # rows 9, 10: bias
+    "1d_s2_m2": make_problem_nd("dgrad", 2, 2, (13,), 4, (3,), stride=2, padding=1, groups=2, bias=True).lowered(),
+    "3d_s2": make_problem_nd("dgrad", 1, 2, (4, 5, 6), 2, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1),
+                             dilation=(1, 2, 1), groups=2, bias=True),
+}
+
+#: every problem the channels-last kernels take here
+KERNEL_CASES = {**CASES, **{f"dgrad_{name}": problem for name, problem in DGRAD.items()},
+                **{f"dgrad_{name}": problem for name, problem in STRIDED_DGRAD.items()}}
 
 
 def _spy(monkeypatch) -> list:
@@ -171,25 +188,42 @@ def test_fused_epilogue_in_the_channels_last_store(monkeypatch, name):
         np.testing.assert_array_equal(got, separate)
 
 
-def test_strided_dgrad_takes_nchw_copies(monkeypatch):
-    problem = mk("dgrad", 1, 2, 9, 8, 4, 3, 3, stride=2, padding=1, groups=2, bias=True, dtype="float16")
+@pytest.mark.parametrize("tile", [(1, 2, 3, 1), (2, 4, 1, 2), (4, 6, 2, 1)])
+def test_every_dgrad_tile_shape(monkeypatch, tile):
+    """The dgrad kernel's strips of VQ = 2, 4, 6 (multiples of sw = 2; 6 on stride 3 too) with V = 1, 2."""
+    monkeypatch.setattr(channels_last, "nhwc_tile", lambda problem, target: tile)
+    channels_last.nhwc_launch.cache_clear()
+    try:
+        for case in ("s2_m2_f16_bias", "3d_s2") + (("s3_unreached_rows",) if tile[1] % 3 == 0 else ()):
+            problem = STRIDED_DGRAD[case]
+            host = random_operands(problem, np.random.default_rng(11))
+            _check(problem, _run(problem, host), reference.solve(problem, *host))
+    finally:
+        channels_last.nhwc_launch.cache_clear()
+
+
+def test_dgrad_strip_must_cover_whole_strides():
+    from convlab.kernels.conv.depthwise_nhwc_dgrad import nhwc_dgrad_kernel
+    with pytest.raises(ValueError, match="multiple of the stride"):
+        nhwc_dgrad_kernel("float32", (1, 3, 1, 1), (3, 3, 2, 2, 1, 1, 1, 1), (4, 4, 8, 8, 2, 2, 1), False)
+
+
+def test_dgrad_into_a_contiguous_dx_takes_nchw_copies(monkeypatch):
+    """A channels-last dy into a C-contiguous dx: the NCHW kernels (the channels-last ones follow out)."""
+    problem = STRIDED_DGRAD["s2_m2_f16_bias"]
     host = random_operands(problem, np.random.default_rng(5))
     calls = _spy(monkeypatch)
-    a, bias = channels_last_copy(host[0]), runtime.to_device(host[2])
-    out = channels_last_copy(np.full(problem.operand_shapes[2], np.nan, np_dtype(problem.dtype)))
-    assert is_channels_last(out)
-    run_candidate(Candidate(PLUGIN, PLUGIN.configs(problem)[0]), problem, a, runtime.to_device(host[1]), bias,
-                  out, 2**28)
+    got = _run(problem, host, x_last=True, out_last=False)
     assert not calls
-    _check(problem, runtime.to_host(out), reference.solve(problem, *host))
+    _check(problem, got, reference.solve(problem, *host))
 
 
 @pytest.mark.skipif(runtime.SIMULATOR, reason="PTX needs the GPU compiler")
-@pytest.mark.parametrize("op,dtype,size", [("forward", "float16", 112), ("forward", "bfloat16", 28),
-                                           ("dgrad", "float32", 56)])
-def test_ptx_keeps_registers_and_32_bit_indices(op, dtype, size):
+@pytest.mark.parametrize("op,dtype,size,stride", [("forward", "float16", 112, 1), ("forward", "bfloat16", 28, 1),
+                                                  ("dgrad", "float32", 56, 1), ("dgrad", "float16", 112, 2)])
+def test_ptx_keeps_registers_and_32_bit_indices(op, dtype, size, stride):
     """Accumulators, inputs and taps stay in registers (no local memory); index math stays 32-bit."""
-    problem = mk(op, 2, 32, size, size, 32, 3, 3, padding=1, groups=32, dtype=dtype)
+    problem = mk(op, 2, 32, size, size, 32, 3, 3, stride=stride, padding=1, groups=32, dtype=dtype)
     host = random_operands(problem, np.random.default_rng(1))
     _run(problem, host)  # compiles the kernel
     (ptx,) = channels_last.nhwc_launch(problem, runtime.target(), False).dispatcher.inspect_asm().values()

@@ -182,9 +182,18 @@ def nhwc_kernel(dtype: str, tile: tuple[int, int, int, int], filt: tuple[int, ..
     residual in out's memory order). ``flip``: the filter read flipped in every spatial axis, w[k, 0,
     T-1-dt, R-1-r, S-1-s] (the stride-1, M = 1 dgrad: dx is dy correlated with the flipped filter, padding
     dil*(taps-1) - pad). Launch: :func:`grid` blocks of CB * ROWS threads."""
+    strip = strip_function(dtype, tile, filt, sizes, depth, has_bias, epi, flip)
+    return strip_kernel(strip, tile, sizes, depth, epi is not None)
+
+
+def strip_kernel(strip, tile: tuple[int, int, int, int], sizes: tuple[int, ...], depth: tuple[int, ...],
+                 fused: bool):
+    """The kernel around a device ``strip(x, wt, bias, out, ep, n, oz, oh, ow0, k0)``: thread (row, lane)
+    of block (x, y, z) runs strip x * ROWS + row = (oz, oh, ow0 / VQ) of the output's ``sizes`` (as
+    :func:`nhwc_kernel`'s; ``depth``'s last entry the output depth, 2D: empty) at channels k0 = (y * CB +
+    lane) * V of image z (module docstring)."""
     cb, vq, rows, v_ = tile
     out_h, out_w, out_c = sizes[2], sizes[3], sizes[5]
-    strip = strip_function(dtype, tile, filt, sizes, depth, has_bias, epi, flip)
     q_blocks = -(-out_w // vq)
     uCB, uROWS, uV, uVQ, uK = (np.uint32(v) for v in (cb, rows, v_, vq, out_c))
     uQB, uPQB = np.uint32(q_blocks), np.uint32(out_h * q_blocks)
@@ -204,7 +213,7 @@ def nhwc_kernel(dtype: str, tile: tuple[int, int, int, int], filt: tuple[int, ..
             strip(x, wt, bias, out, ep, uint32(cuda.blockIdx.z), oz, oh,
                   uint32(uint32(rem - uint32(oh * uQB)) * uVQ), k0)
 
-    return entry_kernel(body, epi is not None)
+    return entry_kernel(body, fused)
 
 
 def grid(tile: tuple[int, int, int, int], out_h: int, out_w: int, out_c: int, out_d: int, n: int) -> tuple:

@@ -6,6 +6,8 @@ from the plan their ``run`` follows on each route:
                           gathered forward (plugin.py)      padded (none read as they are), split-K sum
     dgrad, stride > 1     N*P*Q x C*R*S x Kpad              dy / filter copies, a GEMM and a fold per pass
                           (strided.py), passes of images    of images (fp32 columns)
+    dgrad, stride > 1,    per phase N*Hf*Wf x C x Th*Tw*Kp  dy's NHWC copy, a filter per phase, the bias
+    C >= 16 (phases.py)   (the phases' sums)                fill when a phase has no taps
     wgrad                 K x C*R*S x N*PQp (wgrad.py)      the unfolds of dy and x (none read as they
                                                             are), the split and part partials' sum
 
@@ -25,7 +27,7 @@ from convlab.plugin.cost import Features, blocks_per_sm, gemm_tiles, operand_loa
 from convlab.problem import Problem
 from convlab.runtime.targets import Target
 
-from . import strided, wgrad
+from . import phases, strided, wgrad
 
 #: the kernels' input type -> the arithmetic the cost model prices
 ARITH = {"f16": "f16", "bf16": "f16", "tf32": "tf32", "tf32x3": "tf32x3"}
@@ -49,6 +51,15 @@ def features(plugin: Algorithm, problem: Problem, cfg: TcConfig, target: Target,
         aux = 2.0 * unfold * size + (2.0 * 4 * parts * m * n if parts > 1 else 0.0)
         launches = 1 + (not dense) + (not x_too) + (parts > 1)
         blocks = gemm_tiles(m, n, cfg.BM, cfg.BN)[0] * parts
+    elif gathered is None and phases.applies(pr):  # the phase route of a strided dgrad
+        flops, blocks = phases.flops_and_blocks(pr, cfg)
+        copies = 2 * pr.n * pr.p * pr.q * (pr.k + wgrad.padded(pr.k, align)) + 2 * phases.filter_elements(pr)
+        aux = float(copies * size) + (float(pr.n * pr.c * pr.h * pr.w * size) if phases.empty(pr) else 0.0)
+        launches = 1 + 2 * len(phases.gemms(pr)) + phases.empty(pr)
+        family = plugin.name + ("_wgmma" if cfg.wgmma else "")
+        return Features(family, ARITH[plugin.itype(pr.dtype)], flops, float(pr.bytes), aux, launches, blocks, 1,
+                        cfg.threads, occupancy, sum(operand_loads(*g, cfg.BM, cfg.BN, size) for g in phases.gemms(pr)),
+                        kind="tensor")
     elif gathered is None:  # the column route of a strided dgrad
         m, n, k = strided.gemm_shape(pr)
         passes = math.ceil(pr.n / strided.images_per_pass(pr, workspace_limit))

@@ -5,8 +5,11 @@ under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in 
     forward   x NCHW -> NHWC, w KCRS -> KRSC           N*P*Q       K    R*S*C           tc_conv
     dgrad     dy NCHW -> NHWC, w -> flipped CRSK       N*H*W       C    R*S*K           tc_conv (stride 1)
               (1x1 stride 1 unpadded, H*W and C in whole chunks: x or dy read as NCHW, no copy: tc_conv.NchwA)
+    dgrad     dy NCHW -> NHWC, w -> a filter a phase   N*Hf*Wf     C    Th*Tw*K         tc_conv a phase
+              (stride > 1, 2D, C >= 16: phases.py, each stride phase of dx a stride-1 gather, stored in place)
     dgrad     dy NCHW -> NHWC, w -> [CRS, K]           N*P*Q       CRS  K               tc_gemm + fold
-              (stride > 1: strided.py's column route, fp32 columns; 3D: per image CTRS x DoPQ + the channel-major fold)
+              (stride > 1 otherwise: strided.py's column route, fp32 columns; 3D: per image CTRS x DoPQ + the
+              channel-major fold)
     wgrad     dy, x unfolded split-major (wgrad.py)    K           CRS  N*P*Q           tc_gemm + split-K
     wgrad 3D  x -> NDHWC, dy split-major (taps.py)     T*R*S*Cp    K    N*Do*P*Q        tc_wgrad (tap gather)
 
@@ -69,7 +72,7 @@ from convlab.problem import Problem, make_problem, make_problem_nd, np_dtype, un
 from convlab.runtime.settings import get_float32_precision
 from convlab.runtime.targets import Target
 
-from . import configs, cost, gather, strided, taps, wgrad
+from . import configs, cost, gather, phases, strided, taps, wgrad
 from .configs import tc_config, to_config
 from .gather import ALIGN, NCHW, split_k  # noqa: F401  (split_k: a name of the cost model's, autotune.families)
 
@@ -78,7 +81,8 @@ _padded, _gathered, _split_f32 = gather.padded, gather.gathered, gather.split_f3
 
 
 def _strided_dgrad(problem: Problem) -> bool:
-    """Backward-data with stride > 1: the column GEMM and fold of :mod:`.strided`."""
+    """Backward-data with stride > 1: the stride phases of :mod:`.phases`, or the column GEMM and fold of
+    :mod:`.strided`."""
     return problem.op == "dgrad" and set(problem.strides) != {1}
 
 
@@ -101,7 +105,8 @@ class TensorCore(Algorithm):
     fused_layouts = frozenset({"nchw", "nhwc"})  # the staged store writes either layout with the epilogue
     description = ("tensor-core implicit GEMM (fp16/bf16; TF32 for float32 under precision 'high'): "
                    "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
-                   "strided dgrad as a column GEMM (fp32 columns) + fold; split-K (fp32 partials summed in order) "
+                   "strided dgrad by stride phases (C >= 16) or a column GEMM (fp32 columns) + fold; "
+                   "split-K (fp32 partials summed in order) "
                    "where tiles are few; wgrad on unfolded operands with split-K (3D: a tap gather)")
 
     def itype(self, dtype: str) -> str:
@@ -127,6 +132,11 @@ class TensorCore(Algorithm):
         for tensor, shape in zip(("x", "w", "y"), (problem.x_shape, problem.w_shape, problem.y_shape)):
             if math.prod(shape) > MAX_INDEX:
                 return Verdict.no(f"{tensor} {shape} has 2**31 elements or more (32-bit indexing)")
+        if _strided_dgrad(problem) and phases.applies(problem):
+            if not phases.fits(problem):
+                return Verdict.no("the phase route's dy copy, filters or dx have 2**31 elements or more "
+                                  "(32-bit indexing)")
+            return Verdict.yes()
         if _strided_dgrad(problem):
             if not strided.fits(problem):
                 return Verdict.no("the column route's operands or one image's column buffer have 2**31 "
@@ -151,7 +161,9 @@ class TensorCore(Algorithm):
             m, n = wgrad.gemm_mn(problem, ALIGN[problem.dtype])
             tiles = configs.tiles(problem, (m, n, problem.gemm_shape()[2]), itype, target, False)
             return [to_config(t) for t in tiles if km_tile_ok(t.BM, ITYPES[itype][1])]
-        gemm = strided.gemm_shape(problem) if _strided_dgrad(problem) else problem.gemm_shape()
+        gemm = problem.gemm_shape()
+        if _strided_dgrad(problem):
+            gemm = phases.gemm_shape(problem) if phases.applies(problem) else strided.gemm_shape(problem)
         return [to_config(t) for t in configs.tiles(problem, gemm, itype, target, self.takes_wgmma(itype, target))]
 
     def takes_wgmma(self, itype: str, target: Target) -> bool:
@@ -169,7 +181,8 @@ class TensorCore(Algorithm):
             n_store, n_f32 = wgrad.workspace_elements(problem, tc_config(config), ALIGN[problem.dtype], target)
             return n_store * problem.itemsize + 4 * n_f32
         if _strided_dgrad(problem):
-            return strided.workspace_bytes(problem, workspace_limit)
+            return phases.workspace_bytes(problem) if phases.applies(problem) else \
+                strided.workspace_bytes(problem, workspace_limit)
         n_store, n_f32 = gather.workspace_elements(problem, tc_config(config), target)
         return n_store * problem.itemsize + 4 * n_f32
 
@@ -203,6 +216,9 @@ class TensorCore(Algorithm):
                     make_problem("dgrad", 2, 8, 8, 8, 8, 3, 3, padding=1, dtype="float16", bias=True),
                     # strided: the column route (K = 12 padded to 16), 3D strided on two axes
                     make_problem("dgrad", 2, 5, 9, 8, 12, 3, 3, stride=2, padding=1, dtype="bfloat16", bias=True),
+                    # strided with C >= 16: the phase route, four phases; a 1x1 one with phases of no taps
+                    make_problem("dgrad", 1, 16, 7, 6, 8, 3, 3, stride=2, padding=1, dtype="float16", bias=True),
+                    make_problem("dgrad", 1, 16, 6, 5, 8, 1, 1, stride=2, dtype="bfloat16"),
                     make_problem_nd("dgrad", 1, 3, (5, 4, 5), 4, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1),
                                     dtype="float16")] + self._samples_3d(op)
         if op == "wgrad":
@@ -227,7 +243,8 @@ class TensorCore(Algorithm):
         if problem.op == "wgrad":
             return "fuses epilogues into its gather route (forward, stride-1 dgrad) only, not wgrad"
         if _strided_dgrad(problem):
-            return "fuses epilogues into its gather route only: a strided dgrad's column route ends in a fold"
+            return ("fuses epilogues into its gather route only, not a strided dgrad (its phase stores or its "
+                    "columns' fold)")
         return ""
 
     def run_fused(self, problem: Problem, config: Config, a, b, bias, out, epilogue: EpilogueOperands, *,
@@ -249,6 +266,9 @@ class TensorCore(Algorithm):
             with layouts.operands_for(NCHW, (a, b, bias, out)) as (a, b, bias, out):
                 wgrad.run_wgrad(problem, cfg, itype, runtime.kernel_dtype(np_dtype(problem.dtype)),
                                 ALIGN[problem.dtype], *(runtime.kernel_view(t) for t in (a, b, out)))
+            return
+        if _strided_dgrad(problem) and phases.applies(problem):  # dx written in its own layout
+            phases.run_phases(problem, cfg, itype, a, b, bias, out)
             return
         if _strided_dgrad(problem):  # the column route reads NCHW: channels-last operands copied first
             with layouts.operands_for(NCHW, (a, b, bias, out)) as (a, b, bias, out):

@@ -21,9 +21,9 @@ at a time, so that it fits the workspace limit.
 
 (A = the filter [CTRS, Kp], shared by every image; Bt = dy's NDHWC copy [Do*P*Q, Kp] of image n).
 
-Why not a phase decomposition in the implicit-GEMM kernel (as implicit_gemm does on the SIMT path):
-the stems' strided dgrads have 3 input channels, a GEMM N of 3 per phase (a 16-wide tile 5/6 zeros);
-here the GEMM's N is C*R*S (147 for ResNet's stem, 363 for AlexNet's) and its M every output pixel.
+The route of the strided dgrads that the phase route (phases.py) leaves: fewer than PHASE_MIN_CHANNELS
+channels (the stems' 3 would make a phase's GEMM N 3, a 16-wide tile 13/16 zeros, where here the GEMM's N
+is C*R*S: 147 for ResNet's stem, 363 for AlexNet's), and 3D.
 """
 from __future__ import annotations
 

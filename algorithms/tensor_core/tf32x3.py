@@ -42,7 +42,7 @@ class TensorCoreTf32x3(TensorCore):
     priority = 15
     description = ("float32 on tensor cores at fp32-class accuracy: operands split into two TF32 parts, "
                    "three mma.sync a product (3xTF32, error < 2**-20 a product); otherwise tensor_core's "
-                   "kernels (groups 1, strided dgrad as a column GEMM + fold, split-K, NCHW/NHWC)")
+                   "kernels (groups 1, strided dgrad by stride phases or a column GEMM + fold, split-K, NCHW/NHWC)")
 
     def itype(self, dtype: str) -> str:
         return "tf32x3"
@@ -55,8 +55,8 @@ class TensorCoreTf32x3(TensorCore):
         return 2.0**-20
 
     def sample_problems(self, op: str) -> list[Problem]:
-        """tensor_core's shapes in float32 (a split-K forward and dgrad on the simulator among them), and
-        strided dgrads (the column route): a 3-channel stem with bias, stride 3 with dilation and a
+        """tensor_core's shapes in float32 (a split-K forward and dgrad on the simulator among them, the
+        phase route's strided dgrads), and strided dgrads of the column route: a 3-channel stem with bias, stride 3 with dilation and a
         transpose's output size (H beyond the forward formula)."""
         shapes = [p.replace(dtype="float32") for p in super().sample_problems(op)]
         if op == "dgrad":

@@ -122,6 +122,7 @@ def test_fuses_its_gather_route_only():
     assert TC.fuses(PROBLEMS["fwd_bf16"], epi) == TC.fuses(PROBLEMS["dgrad_f16"], epi) == ""
     assert "not wgrad" in TC.fuses(make_problem("wgrad", 1, 8, 5, 5, 8, 3, 3, dtype="float16"), epi)
     assert "fold" in TC.fuses(make_problem("dgrad", 1, 8, 6, 6, 8, 3, 3, stride=2, dtype="float16"), epi)
+    assert "phase" in TC.fuses(make_problem("dgrad", 1, 16, 6, 6, 8, 3, 3, stride=2, dtype="float16"), epi)
     assert TC.fused_layouts == {"nchw", "nhwc"}
     assert registry.get("direct").fused_layouts == {"nchw"}
 

@@ -176,17 +176,18 @@ class NchwA(ALoader):
 
 
 def _source(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool, split: bool, nchw_in: bool, nd: int,
-            epi: Epilogue | None = None) -> str:
+            epi: Epilogue | None = None, phase: bool = False) -> str:
     if split and bias:
         raise ValueError("split-K kernels write fp32 partials without bias (added after the sum)")
-    store = store_for(itype, bias, nhwc_out, split, epi)
+    store = store_for(itype, bias, nhwc_out, split, epi, phase)
     loader = NchwA(split) if nchw_in else GatherA(split, nd)
     return pipeline_source(TcConfig(*cfg).validate(itype), itype, loader, store, "conv")
 
 
 @functools.cache
 def make_tc_conv(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool = False,
-                 split: bool = False, nchw_in: bool = False, nd: int = 2, epi: Epilogue | None = None) -> Callable:
+                 split: bool = False, nchw_in: bool = False, nd: int = 2, epi: Epilogue | None = None,
+                 phase: bool = False) -> Callable:
     """The kernel (X, Bt, Y, bias, M, N, K, geometry... [, tps][, ep_r, ep_scale, ep_shift], vec) of one input
     type, config, bias flag, output layout, split-K flag, input read, number of spatial dimensions ``nd``
     (2 or 3) and fused epilogue ``epi`` (None: none; not with ``split``; :mod:`.stores`).
@@ -195,15 +196,16 @@ def make_tc_conv(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool = False,
     N, :class:`NchwA`); Bt: [K_out, R*S*C] weights, flat; Y: NCHW output (NHWC with ``nhwc_out``),
     flat, in the input type (bf16 as uint16 bits); bias: [K_out] (a 1-element dummy when ``bias`` is
     False). ``split``: grid z = split, k tiles [z*tps, (z+1)*tps) each, Y float32 [splits, y's layout]
-    partials.
+    partials. ``phase``: Y is one stride phase of a larger output (:mod:`.stores`' phase stores, their
+    parameters after the loader's), 2D, neither split nor fused.
     """
     cfg = TcConfig(*cfg).validate(itype)
     nd = 2 if nchw_in else nd  # the NCHW read of a 1x1 layer sees only pixels
     filename = f"<convlab.kernels.tensor_core.conv {itype} {cfg.name} bias={bias} nhwc_out={nhwc_out}" + \
         (" split" if split else "") + (" nchw_in" if nchw_in else "") + (" 3d" if nd == 3 else "") + \
-        ("" if epi is None else f" {epi}") + ">"
-    return compile_kernel(_source(itype, cfg, bias, nhwc_out, split, nchw_in, nd, epi), "conv", filename, cfg,
-                          itype, fused_namespace(itype, epi))
+        ("" if epi is None else f" {epi}") + (" phase" if phase else "") + ">"
+    return compile_kernel(_source(itype, cfg, bias, nhwc_out, split, nchw_in, nd, epi, phase), "conv", filename,
+                          cfg, itype, fused_namespace(itype, epi))
 
 
 register_cache(make_tc_conv.cache_clear)  # its fused kernels are built from the epilogue's code
@@ -230,7 +232,7 @@ def reads_nchw(itype: str, x: Any, *, c: int, spatial: tuple, kernel: tuple, str
 def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any, *, n: int, c: int, k: int,
                   spatial: tuple, kernel: tuple, out: tuple, stride: tuple, padding: tuple, dilation: tuple,
                   nhwc_out: bool = False, tps: int = 0, nchw_in: bool = False,
-                  epilogue: EpilogueOperands | None = None) -> Callable[[], None]:
+                  epilogue: EpilogueOperands | None = None, phase: tuple | None = None) -> Callable[[], None]:
     """A no-argument launch of the forward kernel on flat device arrays, 2 or 3 spatial dimensions
     (``spatial`` (H, W) or (D, H, W), ``kernel`` and ``out`` alike, one stride / padding / dilation per
     axis): xh [n*h*w*c] NHWC (NDHWC; ``nchw_in``: [n*c*h*w] NCHW, :func:`reads_nchw`), wt [k*r*s*c]
@@ -238,14 +240,19 @@ def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any
     of ``itype``); ``padding`` entries may be negative. ``tps`` > 0: split-K, tps k tiles (of BK) per
     split, y float32 [splits * n*k*p*q] (split-major partials in y's layout, for
     :func:`convlab.kernels.data.splitk.sum_partials`), bias None. ``epilogue``: fused into the store (not
-    with ``tps``), its residual in y's layout."""
+    with ``tps``), its residual in y's layout. ``phase`` (2D, no split, no epilogue): (OH, OW, osh, osw,
+    ofh, ofw), y is [n*k*OH*OW] (NHWC: [n*OH*OW*k]) and output pixel (p, q) goes to (ofh + osh*p, ofw +
+    osw*q) of it."""
     cfg = TcConfig(*cfg)
     nd = len(spatial)
     if not (nd in (2, 3) and len(kernel) == len(out) == len(stride) == len(padding) == len(dilation) == nd):
         raise ValueError(f"spatial {spatial}, kernel {kernel}, out {out}, stride {stride}, padding {padding} and "
                          f"dilation {dilation} must have 2 or 3 entries each, one per axis")
     epi = None if epilogue is None else epilogue.epilogue
-    kern = make_tc_conv(itype, cfg, bias is not None, nhwc_out, tps > 0, nchw_in, nd, epi)
+    if phase is not None and (nd != 2 or tps > 0 or epi is not None or nchw_in):
+        raise ValueError("a phase store is 2D, with neither split-K, a fused epilogue nor the NCHW read")
+    kern = make_tc_conv(itype, cfg, bias is not None, nhwc_out, tps > 0, nchw_in, nd, epi,
+                        **({} if phase is None else {"phase": True}))  # one cache key per kernel
     px = math.prod(out)
     m, kk = n * px, math.prod(kernel) * c
     splits = split_count(kk, cfg.BK, tps) if tps > 0 else 1
@@ -263,7 +270,10 @@ def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any
     args += (U(tps),) if tps > 0 else ()
     if epilogue is not None:  # no residual: y stands in (never read)
         args += (y if epilogue.residual is None else epilogue.residual, epilogue.scale, epilogue.shift)
-    vec = vector_ok(y, k) if nhwc_out else vector_ok(y, px)
+    if phase is not None:  # PHASE_PARAMS
+        oh, ow, osh, osw, ofh, ofw = phase
+        args += (U(oh), U(ow), U(oh * ow), U(osh), U(osw), U(ofh), U(ofw))
+    vec = vector_ok(y, k) if nhwc_out else phase is None and vector_ok(y, px)
     configured = configure(kern, cfg, itype, args + (vec,), m, k, splits,
                            out_dtype=y.dtype if epi is None else np.float32, contig="n" if nhwc_out else "m")
     return lambda: configured(*args, vec)

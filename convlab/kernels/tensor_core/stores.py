@@ -4,6 +4,8 @@ epilogue (convlab.epilogue) fused into the write-out.
 
     NchwStore   y[n, col, pq] at (n*K + col)*P*Q + pq     rows (pixels) contiguous: contig "m"
     NhwcStore   y[row, col]   at row*K + col              columns (channels) contiguous: contig "n"
+    PhaseNchwStore, PhaseNhwcStore: the same into one stride phase of a larger output, pixel (i, j) of the
+                the GEMM's P x Q at (ofh + osh*i, ofw + osw*j) of y's OH x OW (a strided dgrad's phase)
 
 A fused store (``epi``) stages acc + bias in float32 and writes each element through ``fput``
 (:func:`convlab.kernels.epilogue.fused_store` of the output dtype and epilogue, the one definition of its
@@ -77,8 +79,54 @@ class NhwcStore(NchwStore):
     base = "yb = U({0} * N)"
 
 
-def store_for(itype: str, bias: bool, nhwc_out: bool, split: bool, epi: Epilogue | None) -> Store:
-    """The store of a convolution kernel: NHWC or NCHW, split-K partials, a fused epilogue."""
+#: the kernel parameters a phase store adds: y's height, width and pixels, the phase's steps and offsets
+PHASE_PARAMS = ", OH, OW, OHW, osh, osw, ofh, ofw"
+
+
+def _phase_pixel(w: Writer, row: str) -> None:
+    """pn, the image of GEMM row ``row``, and px, its pixel in y: (ofh + osh*i)*OW + ofw + osw*j for the
+    phase pixel (i, j) of the P x Q rows of an image (PQ, Q: the gather's parameters)."""
+    w(f"pn = U({row} // PQ)")
+    w(f"pr = U({row} - U(pn * PQ))")
+    w("pi = U(pr // Q)")
+    w("px = U(U(U(ofh + U(osh * pi)) * OW) + U(ofw + U(osw * U(pr - U(pi * Q)))))")
+
+
+class PhaseNchwStore(NchwStore):
+    """:class:`NchwStore` into one stride phase of y [n, col, OH, OW]: rows (pixels) osh / osw apart, so
+    the write-out goes element by element (the launcher passes ``vec`` False)."""
+
+    step = "U(yb + U({} * OHW))"
+
+    def __init__(self, itype: str, bias: bool) -> None:
+        super().__init__(itype, bias)
+        self.params = PHASE_PARAMS
+
+    def row(self, w: Writer, row: str, batch: str | None) -> None:
+        _phase_pixel(w, row)
+        w("yb = U(U(pn * U(N * OHW)) + px)")
+
+
+class PhaseNhwcStore(NhwcStore):
+    """:class:`NhwcStore` into one stride phase of y [n, OH, OW, col]: a row's channels stay contiguous."""
+
+    def __init__(self, itype: str, bias: bool) -> None:
+        super().__init__(itype, bias)
+        self.params = PHASE_PARAMS
+
+    def row(self, w: Writer, row: str, batch: str | None) -> None:
+        _phase_pixel(w, row)
+        w("yb = U(U(U(pn * OHW) + px) * N)")
+
+
+def store_for(itype: str, bias: bool, nhwc_out: bool, split: bool, epi: Epilogue | None,
+              phase: bool = False) -> Store:
+    """The store of a convolution kernel: NHWC or NCHW, split-K partials, a fused epilogue, or (``phase``:
+    neither split nor fused) one stride phase of a larger output."""
+    if phase:
+        if split or epi is not None:
+            raise ValueError("a phase store takes neither split-K partials nor a fused epilogue")
+        return (PhaseNhwcStore if nhwc_out else PhaseNchwStore)(itype, bias)
     return (NhwcStore if nhwc_out else NchwStore)(itype, bias, split, epi)
 
 

@@ -20,7 +20,6 @@ from convlab.problem import Problem
 from .plan import sizes
 
 FMA_EPS = 2.0**-23  # direct's compute_eps for float32
-HIGHEST_LIMIT = 10.0  # float32 under precision "highest" declines growth above this
 #: (NH, NW) -> growth, measured: results/transform_accuracy/cpu/ebac156/accuracy.json ("fft") x 1.25
 GROWTH_2D = {(4, 4): 3.4, (8, 8): 2.9, (16, 16): 3.6, (32, 32): 4.7}
 GROWTH_1D = {(1, 16): 5.3, (1, 64): 6.3, (1, 256): 5.7, (1, 1024): 6.8}

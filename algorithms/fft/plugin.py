@@ -24,34 +24,26 @@ position, a strided one would discard most), a dilated filter longer than the la
 """
 from __future__ import annotations
 
-import math
-
 from convlab import runtime
-from convlab.plugin.contract import Algorithm, Config, Verdict
+from convlab.plugin.contract import Config, Verdict
 from convlab.plugin.cost import Features
+from convlab.plugin.lossy import TransformAlgorithm, operands_indexable
 from convlab.plugin.registry import register
 from convlab.problem import Problem, make_problem, make_problem_nd
-from convlab.runtime.settings import get_float32_precision
 from convlab.runtime.targets import Target
 
 from . import accuracy, cost, run
 from .plan import SIZES_1D, SIZES_2D, dilated, make_plan, sizes
 
-_INDEX_LIMIT = 2**31 - 1
 #: input channels a group at most for product=inline (its load sums them per bin)
 INLINE_CHANNELS = 4
 
 
 @register
-class Fft(Algorithm):
+class Fft(TransformAlgorithm):
     """FFT convolution with overlap-save tiles (module docstring)."""
 
     name = "fft"
-    ops = frozenset({"forward", "dgrad", "wgrad"})
-    dtypes = frozenset({"float32", "float16", "bfloat16"})
-    priority = -20  # lossy: never the pick by priority (the simulator, untuned); timing or the cost model picks it
-    layouts = frozenset({"nchw", "nhwc"})
-    simulator_examples = 4  # conformance draws a check: most hits are sample problems (stride 1 only)
     description = ("FFT convolution: radix-4/2 real-to-complex transforms of overlap-save tiles in shared memory, "
                    "products by a batched SIMT GEMM per bin (or inline for depthwise), 1D and 2D, stride 1, "
                    "dilation folded into the filter")
@@ -64,9 +56,9 @@ class Fft(Algorithm):
         biggest = SIZES_1D[-1] if pr.r == 1 else SIZES_2D[-1]
         if (pr.r > 1 and rd > biggest) or sd > biggest:
             return Verdict.no(f"the dilated filter {rd}x{sd} is longer than the largest FFT tile ({biggest})")
-        for name, shape in zip(("a", "b", "out"), pr.operand_shapes):
-            if math.prod(shape) > _INDEX_LIMIT:
-                return Verdict.no(f"operand {name} has {math.prod(shape)} elements, over 2**31 - 1")
+        indexable = operands_indexable(pr)
+        if not indexable:
+            return indexable
         return Verdict.yes()
 
     def configs(self, problem: Problem, target: Target) -> list[Config]:
@@ -86,13 +78,8 @@ class Fft(Algorithm):
             out = [c for c in out if c["product"] == "inline"] or out
         return sorted(out, key=lambda c: not self.check_config(problem, c, target))
 
-    def check_config(self, problem: Problem, config: Config, target: Target) -> Verdict:
-        if problem.dtype == "float32" and get_float32_precision() == "highest":
-            growth = self.error_growth(problem, config)
-            if growth > accuracy.HIGHEST_LIMIT:
-                return Verdict.no(f"float32 precision 'highest': FFT {accuracy.label(problem, config)} makes "
-                                  f"{growth:.3g}x fp32 FMA's error, over {accuracy.HIGHEST_LIMIT:g}x")
-        return Verdict.yes()
+    def accuracy_label(self, problem: Problem, config: Config) -> str:
+        return f"FFT {accuracy.label(problem, config)}"
 
     def compute_eps(self, dtype: str) -> float:
         """The largest error_eps over the sizes (the tolerance of callers that know no config)."""

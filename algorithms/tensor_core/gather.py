@@ -13,12 +13,14 @@ split-K the ordered sum of the partials (:mod:`convlab.kernels.splitk_epilogue`)
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from convlab import runtime
+from convlab.kernels.conv.axes import ForwardGeometry
 from convlab.kernels.data import convert, layouts, transpose
 from convlab.kernels.data.splitk import MAX_INDEX, sum_partials
 from convlab.kernels.epilogue import EpilogueOperands
@@ -43,45 +45,11 @@ def padded(channels: int, dtype: str) -> int:
     return -(-channels // ALIGN[dtype]) * ALIGN[dtype]
 
 
-class Geometry(NamedTuple):
-    """The forward convolution the gather kernel runs: batch, gathered and output channels, and per
-    spatial axis (2 or 3, depth first) the input, filter and output sizes, stride, padding (negative for
-    some dgrads: the gather works in padded coordinates) and dilation."""
-
-    n: int
-    c: int
-    k: int
-    spatial: tuple[int, ...]
-    kernel: tuple[int, ...]
-    out: tuple[int, ...]
-    stride: tuple[int, ...]
-    padding: tuple[int, ...]
-    dilation: tuple[int, ...]
-
-    @property
-    def m(self) -> int:
-        """GEMM rows: every output pixel of every image."""
-        return self.n * math.prod(self.out)
-
-    @property
-    def pixels(self) -> int:
-        """Input pixels of every image."""
-        return self.n * math.prod(self.spatial)
-
-    @property
-    def taps(self) -> int:
-        return math.prod(self.kernel)
-
-
-def geometry(problem: Problem) -> Geometry:
-    """The forward geometry the kernel runs: the problem's own (forward), or dgrad's as a forward of dy."""
-    pr = problem
-    if pr.op == "forward":
-        return Geometry(pr.n, pr.c, pr.k, pr.spatial_in, pr.kernel_size, pr.spatial_out, pr.strides, pr.paddings,
-                        pr.dilations)
-    pad = tuple(d * (t - 1) - p for d, t, p in zip(pr.dilations, pr.kernel_size, pr.paddings))
-    return Geometry(pr.n, pr.k, pr.c, pr.spatial_out, pr.kernel_size, pr.spatial_in, (1,) * pr.ndim, pad,
-                    pr.dilations)
+def geometry(problem: Problem) -> ForwardGeometry:
+    """The forward geometry the kernel runs, over all of the problem's axes (2 or 3, depth first): the
+    problem's own (forward), or a stride-1 dgrad's as a forward of dy, its padding negative where the
+    gather starts inside dy (the gather works in padded coordinates)."""
+    return ForwardGeometry.of(problem)
 
 
 def gathered(problem: Problem) -> dict:
@@ -89,8 +57,8 @@ def gathered(problem: Problem) -> dict:
     3D problem's depth folded into the height (h = D*H, r = T*R, p = Do*P: the products a GEMM view
     counts, M = n*p*q, K = r*s*c, the input n*h*w*c)."""
     geo = geometry(problem)
-    (h, w), (r, s), (p, q) = ((math.prod(v[:-1]), v[-1]) for v in (geo.spatial, geo.kernel, geo.out))
-    return dict(geo._asdict(), h=h, w=w, r=r, s=s, p=p, q=q)
+    (h, w), (r, s), (p, q) = ((math.prod(v[:-1]), v[-1]) for v in (geo.size, geo.kernel, geo.out))
+    return dict(dataclasses.asdict(geo), h=h, w=w, r=r, s=s, p=p, q=q)
 
 
 def split_k(problem: Problem, cfg: TcConfig, target: Target) -> tuple[int, int]:
@@ -119,7 +87,7 @@ def split_f32(problem: Problem, splits: int) -> int:
 def fits(problem: Problem) -> bool:
     """Whether the channel-padded channels-last copy stays within 32-bit indexing."""
     geo = geometry(problem)
-    return geo.pixels * padded(geo.c, problem.dtype) <= MAX_INDEX
+    return geo.input_pixels * padded(geo.c, problem.dtype) <= MAX_INDEX
 
 
 def workspace_elements(problem: Problem, cfg: TcConfig, target: Target) -> tuple[int, int]:
@@ -127,7 +95,7 @@ def workspace_elements(problem: Problem, cfg: TcConfig, target: Target) -> tuple
     (channels padded), and the split-K partials."""
     geo = geometry(problem)
     cp = padded(geo.c, problem.dtype)
-    return (geo.pixels + geo.k * geo.taps) * cp, split_f32(problem, split_k(problem, cfg, target)[0])
+    return (geo.input_pixels + geo.k * geo.taps) * cp, split_f32(problem, split_k(problem, cfg, target)[0])
 
 
 def run_gather(problem: Problem, itype: str, cfg: TcConfig, config_wgmma: bool, a, b, bias, out,
@@ -137,7 +105,7 @@ def run_gather(problem: Problem, itype: str, cfg: TcConfig, config_wgmma: bool, 
     ``epilogue``: fused (its residual in out's layout), into the store or the split-K sum."""
     geo = geometry(problem)
     c, k, taps = geo.c, geo.k, geo.taps
-    vox = math.prod(geo.spatial)
+    vox = math.prod(geo.size)
     cp = padded(c, problem.dtype)
     # operands the kernel reads as they are: a channels-last gathered input (NHWC / NDHWC) and forward
     # filter (KRSC; a 1x1 filter in either layout), when no channel padding is needed; the output in
@@ -146,7 +114,7 @@ def run_gather(problem: Problem, itype: str, cfg: TcConfig, config_wgmma: bool, 
     x_as_is = a_last and cp == c and runtime.is_aligned(a)  # cp.async reads 16 aligned bytes
     # a 1x1 stride-1 unpadded forward (dgrad) reads its NCHW x (dy) as it is (tc_conv.NchwA)
     nchw_in = not a_last and not config_wgmma and \
-        tc_conv.reads_nchw(itype, a, c=c, spatial=geo.spatial, kernel=geo.kernel, stride=geo.stride,
+        tc_conv.reads_nchw(itype, a, c=c, spatial=geo.size, kernel=geo.kernel, stride=geo.stride,
                            padding=geo.padding, bm=cfg.BM)  # wgmma reads A K-major: NHWC
     # a 1x1 filter's KCRS memory is already KRSC
     w_as_is = problem.op == "forward" and cp == c and (b_last or taps == 1) and runtime.is_aligned(b)
@@ -154,7 +122,7 @@ def run_gather(problem: Problem, itype: str, cfg: TcConfig, config_wgmma: bool, 
     copy_x = (a,) if a_last and not x_as_is else ()  # to NCHW scratch first (operands_for)
     copy_w = (b,) if b_last and not w_as_is else ()
     store = runtime.kernel_dtype(np_dtype(problem.dtype))
-    nx, nw = (0 if x_as_is or nchw_in else geo.pixels * cp), (0 if w_as_is else k * taps * cp)
+    nx, nw = (0 if x_as_is or nchw_in else geo.input_pixels * cp), (0 if w_as_is else k * taps * cp)
     with layouts.operands_for(NCHW, copy_x, out_index=None) as nchw_x, \
             layouts.operands_for(NCHW, copy_w, out_index=None) as nchw_w, \
             scratch(max(nx + nw, 1), store) as buf:
@@ -171,17 +139,17 @@ def run_gather(problem: Problem, itype: str, cfg: TcConfig, config_wgmma: bool, 
         else:  # wt[c', r, s, k'] = w[k', c', R-1-r, S-1-s] (c' = output channel, k' = gathered)
             transpose.to_channels_last(flat(src_w), wt, 1, c, k * taps, cp, flip=taps)
         _conv(problem, itype, cfg, xh, wt, flat(out), None if bias is None else runtime.kernel_view(bias),
-              nhwc_out, geo._replace(c=cp), nchw_in, epilogue)
+              nhwc_out, dataclasses.replace(geo, c=cp), nchw_in, epilogue)
 
 
 def _conv(problem: Problem, itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any, nhwc_out: bool,
-          geo: Geometry, nchw_in: bool = False, epilogue: EpilogueOperands | None = None) -> None:
+          geo: ForwardGeometry, nchw_in: bool = False, epilogue: EpilogueOperands | None = None) -> None:
     """The convolution kernel on the channels-last (``nchw_in``: NCHW, a 1x1 layer's) / KRSC operands
     into y (flat, NCHW or NHWC memory order): one launch, or with split-K the partials' launch, their sum
     (+ bias) and the rounding. ``geo``: the channel-padded geometry; ``epilogue``: applied by the store
     of the one launch, or by the sum of the partials."""
     splits, tps = split_k(problem, cfg, runtime.target())
-    shape = dict(n=geo.n, c=geo.c, k=geo.k, spatial=geo.spatial, kernel=geo.kernel, out=geo.out,
+    shape = dict(n=geo.n, c=geo.c, k=geo.k, spatial=geo.size, kernel=geo.kernel, out=geo.out,
                  stride=geo.stride, padding=geo.padding, dilation=geo.dilation)
     if splits == 1:
         tc_conv.conv_launcher(itype, cfg, xh, wt, y, bias, nhwc_out=nhwc_out, nchw_in=nchw_in, epilogue=epilogue,

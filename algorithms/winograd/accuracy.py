@@ -24,8 +24,6 @@ from .plan import axis_transforms, storage
 
 #: direct's compute_eps for float32 (finfo(float32).eps): the unit a growth multiplies
 FMA_EPS = 2.0**-23
-#: float32 under precision "highest" declines configs whose growth exceeds this
-HIGHEST_LIMIT = 10.0
 #: (op class, F_h x F_w) -> GEMM operands -> growth: results/transform_accuracy/cpu/ebac156/accuracy.json x 1.25
 GROWTH = {
     ("forward", "F(2,3)xF(2,3)"): {"simt": 1.5, "tf32x3": 2.2, "f16": 6000, "bf16": 45000},

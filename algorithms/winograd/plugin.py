@@ -20,20 +20,17 @@ exceeds fp32 FMA's by more than 10x; convlab.set_allow_lossy(False) declines eve
 """
 from __future__ import annotations
 
-import math
-
 from convlab import runtime
-from convlab.plugin.contract import Algorithm, Config, Verdict
+from convlab.plugin.contract import Config, Verdict
 from convlab.plugin.cost import Features
+from convlab.plugin.lossy import TransformAlgorithm, operands_indexable
 from convlab.plugin.registry import register
 from convlab.problem import Problem, make_problem, make_problem_nd
-from convlab.runtime.settings import get_float32_precision
 from convlab.runtime.targets import Target
 
 from . import accuracy, cost, fused, nonfused
 from .plan import TILES, make_plan, tile_fits
 
-_INDEX_LIMIT = 2**31 - 1
 
 
 def filter_ok(problem: Problem) -> bool:
@@ -43,15 +40,10 @@ def filter_ok(problem: Problem) -> bool:
 
 
 @register
-class Winograd(Algorithm):
+class Winograd(TransformAlgorithm):
     """Winograd's minimal filtering, fused and non-fused (module docstring)."""
 
     name = "winograd"
-    ops = frozenset({"forward", "dgrad", "wgrad"})
-    dtypes = frozenset({"float32", "float16", "bfloat16"})
-    priority = -20  # lossy: never the pick by priority (the simulator, untuned); timing or the cost model picks it
-    layouts = frozenset({"nchw", "nhwc"})
-    simulator_examples = 4  # conformance draws a check: most hits are sample problems (stride 1 only)
     description = ("Winograd F(m x m, 3 x 3) (m = 2, 4, 6) and F(m, r) on one axis (r <= 7): generated "
                    "Toom-Cook transforms, fused (transforms in the GEMM kernel) or non-fused (batched GEMM on "
                    "SIMT or tensor cores); stride 1, dilation 1; wgrad where it pays")
@@ -64,9 +56,9 @@ class Winograd(Algorithm):
             return Verdict.no(f"needs dilation 1 (a dilated filter's zeros would be multiplied), got {pr.dilation}")
         if not filter_ok(pr):
             return Verdict.no(f"needs a 3x3 filter, or 1xS / Rx1 with 2 <= S, R <= 7, got {pr.r}x{pr.s}")
-        for name, shape in zip("a, b, out".split(", "), pr.operand_shapes):
-            if math.prod(shape) > _INDEX_LIMIT:
-                return Verdict.no(f"operand {name} has {math.prod(shape)} elements, over 2**31 - 1")
+        indexable = operands_indexable(pr)
+        if not indexable:
+            return indexable
         if pr.op == "wgrad":
             pays = cost.wgrad_pays(pr, self.configs(pr, target), target)
             if not pays:
@@ -93,13 +85,8 @@ class Winograd(Algorithm):
             out = [config(m, *fg) for m in tiles for fg in forms]
         return sorted(out, key=lambda c: not self.check_config(problem, c, target))
 
-    def check_config(self, problem: Problem, config: Config, target: Target) -> Verdict:
-        if problem.dtype == "float32" and get_float32_precision() == "highest":
-            growth = self.error_growth(problem, config)
-            if growth > accuracy.HIGHEST_LIMIT:
-                return Verdict.no(f"float32 precision 'highest': {accuracy.label(problem, config)} makes "
-                                  f"{growth:.3g}x fp32 FMA's error, over {accuracy.HIGHEST_LIMIT:g}x")
-        return Verdict.yes()
+    def accuracy_label(self, problem: Problem, config: Config) -> str:
+        return accuracy.label(problem, config)
 
     def compute_eps(self, dtype: str) -> float:
         """The largest error_eps over the configs (the tolerance of callers that know no config)."""

@@ -26,18 +26,11 @@ from .corpus import Case
 
 
 @dataclass(frozen=True)
-class Launch:
-    """One launch of a case: the kernel's id, its block, grid and dynamic shared memory."""
+class Launch(offline.LaunchShape):
+    """One launch of a case: its shape (grid, block, dynamic shared memory), the kernel's id and name."""
 
     kernel: str
     name: str
-    block: tuple[int, int, int]
-    grid: tuple[int, int, int]
-    shared: int
-
-    @property
-    def threads(self) -> int:
-        return self.block[0] * self.block[1] * self.block[2]
 
 
 def kernel_id(dispatcher: Any, argtypes: tuple) -> str:
@@ -79,7 +72,7 @@ def launches(case: Case, target: Target, known: dict[str, tuple[Any, tuple]] | N
         kid = kernel_id(req.dispatcher, req.argtypes)
         if known is not None:
             known.setdefault(kid, (req.dispatcher, req.argtypes))
-        out_list.append(Launch(kid, req.name, req.block, req.grid, req.shared))
+        out_list.append(Launch(req.grid, req.block, req.shared, kernel=kid, name=req.name))
     return out_list
 
 

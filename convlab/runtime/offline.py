@@ -120,11 +120,9 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Request:
-    """One launch asked for in the compile-only runtime."""
+class LaunchShape:
+    """How a kernel is launched: grid and block (x, y, z) and dynamic shared memory in bytes."""
 
-    dispatcher: Any
-    argtypes: tuple
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared: int
@@ -132,6 +130,15 @@ class Request:
     @property
     def threads(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
+
+
+@dataclass(frozen=True)
+class Request(LaunchShape):
+    """One launch asked for in the compile-only runtime: its shape, the dispatcher and its Numba
+    argument types."""
+
+    dispatcher: Any
+    argtypes: tuple
 
     @property
     def name(self) -> str:
@@ -152,7 +159,7 @@ def request(dispatcher: Any, grid: Any, block: Any, shared: int, args: Sequence[
         raise RuntimeError("the compile-only runtime launches no kernel: use convlab.compile (or run on a "
                            "GPU, or on the simulator with NUMBA_ENABLE_CUDASIM=1)")
     argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
-    sink.append(Request(dispatcher, argtypes, _dims3(grid), _dims3(block), int(shared)))
+    sink.append(Request(_dims3(grid), _dims3(block), int(shared), dispatcher=dispatcher, argtypes=argtypes))
 
 
 @contextlib.contextmanager

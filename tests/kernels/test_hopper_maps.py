@@ -33,7 +33,8 @@ def geometries(draw):
         out = draw(st.integers(max(1, full - 2), full))  # conv_transpose's output_padding: fewer outputs
         axes.append((size, k, out, s, p, d))
     size, kernel, out, stride, pad, dil = (tuple(a[i] for a in axes) for i in range(6))
-    return Geometry(draw(st.integers(1, 3)), draw(st.integers(1, 20)), 16, size, kernel, out, stride, pad, dil)
+    n, c = draw(st.integers(1, 3)), draw(st.integers(1, 20))
+    return Geometry(size, kernel, out, stride, pad, dil, n=n, c=c, k=16)
 
 
 def _reference_rows(geo: Geometry, x: np.ndarray, m0: int, rows: int, tap: int, c0: int, bk: int) -> np.ndarray:
@@ -44,7 +45,7 @@ def _reference_rows(geo: Geometry, x: np.ndarray, m0: int, rows: int, tap: int, 
         if n >= geo.n:
             continue
         idx = []
-        for out, s, p in zip(reversed(geo.out), reversed(geo.stride), reversed(geo.pad)):
+        for out, s, p in zip(reversed(geo.out), reversed(geo.stride), reversed(geo.padding)):
             rest, o = divmod(rest, out)
             idx.append(o * s - p)
         pos = [a + b for a, b in zip(reversed(idx), offs)]
@@ -62,7 +63,7 @@ def test_im2col_boxes_are_the_reference_rows(geo, data):
     why = geo.reason("float16", 2, bm, 16, bk)
     lower, upper = geo.corners()
     limit = CORNER_LIMIT[geo.nd]
-    reach = max(d * (t - 1) for d, t in zip(geo.dil, geo.kernel))
+    reach = max(d * (t - 1) for d, t in zip(geo.dilation, geo.kernel))
     fits = all(-limit <= v < limit for v in lower + upper) and max(geo.stride) <= 8 and reach < OFFSET_LIMIT[geo.nd]
     assert (why == "") == fits, (why, geo)
     if why:
@@ -89,7 +90,7 @@ def test_dgrad_forms_flip_the_padding():
 
     pr = make_problem("dgrad", 2, 8, 7, 9, 16, 3, 5, padding=(0, 3), dilation=(2, 1))
     geo = Geometry.of(pr)
-    assert (geo.c, geo.k, geo.size, geo.out, geo.pad) == (16, 8, (pr.p, pr.q), (7, 9), (4, 1))
+    assert (geo.c, geo.k, geo.size, geo.out, geo.padding) == (16, 8, (pr.p, pr.q), (7, 9), (4, 1))
     one_d = Geometry.of(make_problem("forward", 1, 8, 1, 9, 8, 1, 3, padding=(0, 1)))
     assert (one_d.nd, one_d.size, one_d.kernel) == (1, (9,), (3,))
 
@@ -102,7 +103,7 @@ def test_the_predicate_flips_exactly_at_each_corner_limit():
         def geo(pad, dil, k):
             size = max(1, dil * (k - 1) + 1 - 2 * pad) + 3
             out = size + 2 * pad - dil * (k - 1)
-            return Geometry(1, 8, 16, (size,) * nd, (k,) * nd, (out,) * nd, (1,) * nd, (pad,) * nd, (dil,) * nd)
+            return Geometry((size,) * nd, (k,) * nd, (out,) * nd, (1,) * nd, (pad,) * nd, (dil,) * nd, n=1, c=8, k=16)
         why = lambda g: g.reason("float16", 2, 64, 16, 16)  # noqa: E731
         assert why(geo(limit, 1, 2)) == "" and why(geo(limit - 1, 1, 1)) == ""
         assert "lower corner" in why(geo(limit + 1, 1, 3))

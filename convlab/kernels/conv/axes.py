@@ -16,7 +16,8 @@ its 2D kernels, the height a literal 1).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
+from dataclasses import dataclass
 
 from convlab.problem import Problem
 
@@ -50,8 +51,10 @@ def kernel_ndim(problem: Problem) -> int:
     return 2
 
 
-class Geometry(NamedTuple):
-    """A problem's spatial geometry over the N axes its kernels take, depth first."""
+@dataclass(frozen=True)
+class Geometry:
+    """A problem's spatial geometry over the N axes its kernels take, depth first: input size, filter
+    size, output size, stride, padding and dilation, each an N-tuple."""
 
     size: tuple[int, ...]
     kernel: tuple[int, ...]
@@ -64,13 +67,66 @@ class Geometry(NamedTuple):
     def nd(self) -> int:
         return len(self.size)
 
+    @property
+    def taps(self) -> int:
+        """Filter taps: prod(kernel)."""
+        return math.prod(self.kernel)
+
+
+def _last_axes(problem: Problem, nd: int) -> tuple[tuple[int, ...], ...]:
+    """(size, kernel, out, stride, padding, dilation) of ``problem`` over its last ``nd`` axes."""
+    pr = problem
+    return tuple(tuple(v)[-nd:] for v in (pr.spatial_in, pr.kernel_size, pr.spatial_out, pr.strides,
+                                           pr.paddings, pr.dilations))
+
 
 def geometry(problem: Problem, nd: int | None = None) -> Geometry:
     """The geometry of ``problem`` over its last ``nd`` axes (default :func:`kernel_ndim`)."""
-    nd = kernel_ndim(problem) if nd is None else nd
-    pr = problem
-    return Geometry(*(tuple(v)[-nd:] for v in (pr.spatial_in, pr.kernel_size, pr.spatial_out, pr.strides,
-                                                pr.paddings, pr.dilations)))
+    return Geometry(*_last_axes(problem, kernel_ndim(problem) if nd is None else nd))
+
+
+@dataclass(frozen=True)
+class ForwardGeometry(Geometry):
+    """The forward convolution an implicit GEMM runs for a problem: n images, c gathered (input)
+    channels, k output channels, and the spatial geometry of that forward (:meth:`of`)::
+
+        y[n, o, k] = sum_{tap, c} x[n, o * stride - padding + tap * dilation, c] * w[k, tap, c]
+
+    GEMM M = n * prod(out) output pixels, N = k, reduction taps x c."""
+
+    n: int
+    c: int
+    k: int
+
+    @property
+    def m(self) -> int:
+        """GEMM rows: every output pixel of every image."""
+        return self.n * math.prod(self.out)
+
+    @property
+    def input_pixels(self) -> int:
+        """Input pixels of every image: n * prod(size)."""
+        return self.n * math.prod(self.size)
+
+    @staticmethod
+    def axes_of(problem: Problem) -> int:
+        """The spatial axes :meth:`of` takes by default: all of the problem's."""
+        return problem.ndim
+
+    @classmethod
+    def of(cls, problem: Problem, nd: int | None = None) -> "ForwardGeometry":
+        """The forward over the last ``nd`` axes (default :meth:`axes_of`) of a forward problem, of a
+        wgrad (the forward whose filter gradient is wanted) and of a stride-1 dgrad: the forward of dy
+        with the spatially flipped, K<->C transposed filter and padding dilation * (kernel - 1) - padding
+        (negative where that exceeds the reach: the window starts inside dy); ValueError otherwise."""
+        pr = problem
+        size, kernel, out, stride, padding, dilation = _last_axes(pr, cls.axes_of(pr) if nd is None else nd)
+        if pr.op in ("forward", "wgrad"):
+            return cls(size, kernel, out, stride, padding, dilation, n=pr.n, c=pr.c, k=pr.k)
+        if pr.op == "dgrad" and all(s == 1 for s in stride):
+            flipped = tuple(d * (t - 1) - p for d, t, p in zip(dilation, kernel, padding))
+            return cls(out, kernel, size, stride, flipped, dilation, n=pr.n, c=pr.k, k=pr.c)
+        raise ValueError(f"no forward form for {pr.describe()}: forward, or dgrad with stride 1")
 
 
 def u32_product(factors) -> str:

@@ -69,7 +69,8 @@ def _swizzle(cfg: HopperConfig, size: int) -> int:
 
 def _args(geo: Geometry, sched: schedule.Schedule, maps: Any, bias: Any, n: int, cb: int) -> tuple:
     axes = []
-    for out, st, pd, ks, dl in zip(*(reversed(v) for v in (geo.out, geo.stride, geo.pad, geo.kernel, geo.dil))):
+    per_axis = (geo.out, geo.stride, geo.padding, geo.kernel, geo.dilation)
+    for out, st, pd, ks, dl in zip(*(reversed(v) for v in per_axis)):
         axes += [U(out), U(st), np.int32(pd), U(ks), U(dl)]
     return (maps, bias, U(n), U(sched.ktiles), U(cb), U(sched.tiles_m), U(sched.tiles_n), U(sched.units),
             U(sched.per_split), U(sched.group), U(geo.pixels), *axes)

@@ -19,61 +19,32 @@ The maps (:mod:`convlab.kernels.arch.tensormap`): A is an im2col map of x (C, W,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from convlab.kernels.arch.tensormap import OFFSET_LIMIT, Im2colMap, TiledMap, reason
+from convlab.kernels.conv.axes import ForwardGeometry
 from convlab.problem import Problem
 
 
-@dataclass(frozen=True)
-class Geometry:
-    """The forward form; per-axis tuples outermost first (D, H, W), of length ``nd``."""
-
-    n: int
-    c: int
-    k: int
-    size: tuple[int, ...]
-    kernel: tuple[int, ...]
-    out: tuple[int, ...]
-    stride: tuple[int, ...]
-    pad: tuple[int, ...]
-    dil: tuple[int, ...]
-
-    @property
-    def nd(self) -> int:
-        return len(self.size)
+class Geometry(ForwardGeometry):
+    """The forward form (:class:`~convlab.kernels.conv.axes.ForwardGeometry`) with its tensor maps; per-axis
+    tuples outermost first (D, H, W), of length ``nd``."""
 
     @property
     def pixels(self) -> int:
         """Output pixels of one image."""
         return math.prod(self.out)
 
-    @property
-    def m(self) -> int:
-        return self.n * self.pixels
-
-    @property
-    def taps(self) -> int:
-        return math.prod(self.kernel)
-
-    @classmethod
-    def of(cls, pr: Problem) -> "Geometry":
-        """The forward form of a forward, wgrad or stride-1 dgrad problem (module doc); ValueError otherwise."""
-        axes = slice(1, None) if pr.ndim == 2 and (pr.h, pr.r, pr.p) == (1, 1, 1) else slice(None)
-        size, kernel, out = pr.spatial_in[axes], pr.kernel_size[axes], pr.spatial_out[axes]
-        stride, pad, dil = pr.strides[axes], pr.paddings[axes], pr.dilations[axes]
-        if pr.op in ("forward", "wgrad"):  # wgrad: the forward whose filter gradient is wanted
-            return cls(pr.n, pr.c, pr.k, size, kernel, out, stride, pad, dil)
-        if pr.op == "dgrad" and all(s == 1 for s in stride):
-            flipped = tuple(d * (t - 1) - p for d, t, p in zip(dil, kernel, pad))
-            return cls(pr.n, pr.k, pr.c, out, kernel, size, stride, flipped, dil)
-        raise ValueError(f"no forward form for {pr.describe()}: forward, or dgrad with stride 1")
+    @staticmethod
+    def axes_of(problem: Problem) -> int:
+        """The axes :meth:`of` takes: a 2D problem of unit height (a conv1d's embedding) runs as 1D."""
+        pr = problem
+        return 1 if pr.ndim == 2 and (pr.h, pr.r, pr.p) == (1, 1, 1) else pr.ndim
 
     def corners(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(lower, upper) im2col corners in W, H, D order: lower = -pad, upper the value nearest 0 giving
         out positions per axis (any in [(o-1)s + 1 - size - pad, o*s - size - pad] does)."""
         lower, upper = [], []
-        for size, out, s, p in zip(self.size, self.out, self.stride, self.pad):
+        for size, out, s, p in zip(self.size, self.out, self.stride, self.padding):
             lo, hi = (out - 1) * s + 1 - size - p, out * s - size - p
             lower.append(-p)
             upper.append(min(max(0, lo), hi))
@@ -82,7 +53,7 @@ class Geometry:
     def offsets(self, tap: int) -> tuple[int, ...]:
         """Filter offsets (W, H, D order) of tap number ``tap`` (taps row-major, the last axis fastest)."""
         out = []
-        for t, d in zip(reversed(self.kernel), reversed(self.dil)):
+        for t, d in zip(reversed(self.kernel), reversed(self.dilation)):
             tap, r = divmod(tap, t)
             out.append(r * d)
         return tuple(out)
@@ -91,7 +62,7 @@ class Geometry:
         """The im2col box position (W, [H, [D]], N) of GEMM row ``m0``: its image and first window."""
         n, rest = divmod(m0, self.pixels)
         coords = []
-        for out, s, p in zip(reversed(self.out), reversed(self.stride), reversed(self.pad)):
+        for out, s, p in zip(reversed(self.out), reversed(self.stride), reversed(self.padding)):
             rest, o = divmod(rest, out)
             coords.append(o * s - p)
         return tuple(coords) + (n,)
@@ -123,7 +94,7 @@ class Geometry:
             why = reason(m)
             if why:
                 return why
-        reach = max(d * (t - 1) for d, t in zip(self.dil, self.kernel))
+        reach = max(d * (t - 1) for d, t in zip(self.dilation, self.kernel))
         if reach >= OFFSET_LIMIT[self.nd]:  # CUTLASS's bound (can_implement): offsets below the field's top
             return (f"the filter reaches {reach} pixels (dilation x (kernel - 1)); the im2col copy's offsets "
                     f"stop below {OFFSET_LIMIT[self.nd]} for {self.nd} spatial dimensions")

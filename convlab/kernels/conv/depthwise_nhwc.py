@@ -30,7 +30,9 @@ float32, the sums are float32, the store rounds (``depthwise_common``).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+from typing import Callable, Iterator
 
 import numpy as np
 from numba import uint32
@@ -50,13 +52,18 @@ def columns(vq: int, s_: int, sw: int, dw: int) -> list[int]:
     return sorted({q * sw + s * dw for q in range(vq) for s in range(s_)})
 
 
+def stored_channel(w: Writer, v: int, v_: int, out_c: int) -> None:
+    """k{v}, the stored channel k0 + v of a thread's V, and kl{v}, the channel its loads use: K - 1 for a
+    missing channel of a tail thread (K = ``out_c`` not a multiple of V), in bounds."""
+    w(f"k{v} = u32(k0 + u32({v}))")
+    tail = out_c % v_ != 0 and v > 0
+    w(f"kl{v} = k{v} if k{v} < u32({out_c}) else u32({out_c - 1})" if tail else f"kl{v} = k{v}")
+
+
 def channel_lines(w: Writer, v_: int, out_c: int, mult: int, taps: int) -> None:
-    """k{v} (stored channel), c{v} (input channel), wb{v} (its filter's first tap): loads of a missing
-    channel of a tail thread read channel K - 1 (kl{v}), in bounds."""
+    """k{v} and kl{v} (:func:`stored_channel`), c{v} (input channel), wb{v} (its filter's first tap)."""
     for v in range(v_):
-        w(f"k{v} = u32(k0 + u32({v}))")
-        tail = out_c % v_ != 0 and v > 0
-        w(f"kl{v} = k{v} if k{v} < u32({out_c}) else u32({out_c - 1})" if tail else f"kl{v} = k{v}")
+        stored_channel(w, v, v_, out_c)
         w(f"c{v} = kl{v}" if mult == 1 else f"c{v} = u32(kl{v} // u32({mult}))")
         w(f"wb{v} = u32(kl{v} * u32({taps}))")
 
@@ -114,37 +121,62 @@ def strip_function(dtype: str, tile: tuple[int, int, int, int], filt: tuple[int,
     r_, s_, sh, sw, ph, pw, dh, dw = filt
     in_h, in_w, out_h, out_w, in_c, out_c, mult = sizes
     dt_, sd, pd, dd, in_d, out_d = depth or (1, 1, 0, 1, 1, 1)
-    kind = half_kind(dtype)
-    rd = "rd" if kind else ""
-    w = Writer("def strip(x, wt, bias, out, ep, n, oz, oh, ow0, k0):")
-    w.indent()
-    channel_lines(w, v_, out_c, mult, dt_ * r_ * s_)
-    for q in range(vq):
-        w(f"{names_of(q, v_)} = {', '.join(['zero'] * v_)}")
+    w, rd = open_strip(dtype, tile, lambda w: channel_lines(w, v_, out_c, mult, dt_ * r_ * s_))
     strip_origin(w, filt, vq, in_w)
-    if depth:  # 3D: the depth taps whose input plane exists, a loop around the unrolled rows
-        w("dt = u32(0)")
-        w(f"while dt < u32({dt_}):")
-        w.indent()
-        w(f"iz = i32(i32(i32(i32(oz) * i32({sd})) - i32({pd})) + i32(i32(dt) * i32({dd})))")
-        w(f"if u32(iz) < u32({in_d}):")
-        w.indent()
-        w(f"plane = u32(u32(n * u32({in_d})) + u32(iz))")
-        w(f"tap0 = u32(u32(u32({dt_ - 1}) - dt) * u32({r_ * s_}))" if flip else f"tap0 = u32(dt * u32({r_ * s_}))")
-    else:
+    position = f"iz = i32(i32(i32(i32(oz) * i32({sd})) - i32({pd})) + i32(i32(dt) * i32({dd})))"
+    first_tap = f"u32(u32(u32({dt_ - 1}) - dt) * u32({r_ * s_}))" if flip else f"u32(dt * u32({r_ * s_}))"
+    with planes(w, depth, position, f"u32(iz) < u32({in_d})", "u32(iz)", first_tap):
+        for r in range(r_):
+            w(f"ih = i32(ih0 + i32({r * dh}))")
+            with w.block(f"if u32(ih) < u32({in_h}):"):
+                w(f"rowb = u32(u32(u32(plane * u32({in_h})) + u32(ih)) * u32({in_w}))")
+                _filter_row(w, tile, filt, in_c, r, "tap0 + " if depth else "", rd, flip)
+    return finish_strip(w, dtype, tile, (out_h, out_w, out_c, out_d if depth else 0), has_bias, epi)
+
+
+@contextlib.contextmanager
+def planes(w: Writer, depth: tuple[int, ...], position: str, inside: str, plane_index: str,
+           first_tap: str) -> Iterator[None]:
+    """The frame of a strip's unrolled filter rows: 2D, ``plane = n``; 3D, a loop over the depth taps dt
+    whose plane exists: ``position`` (a line), then where ``inside`` holds, ``plane`` = n * D_in +
+    ``plane_index`` and ``tap0`` = ``first_tap`` (the tap index of (dt, 0, 0))."""
+    if not depth:
         w("plane = n")
-    for r in range(r_):
-        w(f"ih = i32(ih0 + i32({r * dh}))")
-        with w.block(f"if u32(ih) < u32({in_h}):"):
-            w(f"rowb = u32(u32(u32(plane * u32({in_h})) + u32(ih)) * u32({in_w}))")
-            _filter_row(w, tile, filt, in_c, r, "tap0 + " if depth else "", rd, flip)
-    if depth:
-        w.indent(-1)
-        w("dt = u32(dt + u32(1))")
-        w.indent(-1)
-    _store(w, tile, out_h, out_w, out_c, out_d if depth else 0, has_bias, rd, kind, epi is not None)
+        yield
+        return
+    w("dt = u32(0)")
+    w(f"while dt < u32({depth[0]}):")
+    w.indent()
+    w(position)
+    w(f"if {inside}:")
+    w.indent()
+    w(f"plane = u32(u32(n * u32({depth[4]})) + {plane_index})")
+    w(f"tap0 = {first_tap}")
+    yield
+    w.indent(-1)
+    w("dt = u32(dt + u32(1))")
+    w.indent(-1)
+
+
+def finish_strip(w: Writer, dtype: str, tile: tuple, out: tuple[int, int, int, int], has_bias: bool,
+                 epi: Epilogue | None):
+    """The strip's store (``out``: H, W, C of the output and its depth, 0 in 2D) and its device function."""
+    kind = half_kind(dtype)
+    _store(w, tile, *out, has_bias, "rd" if kind else "", kind, epi is not None)
     return device(w, "strip", {"i32": np.int32, "zero": compute_dtype(dtype).type(0), "rd": to_f32(kind),
                                "wr": from_f32(kind), "put": None if epi is None else fused_store(dtype, epi)})
+
+
+def open_strip(dtype: str, tile: tuple, channels: Callable[[Writer], None]) -> tuple[Writer, str]:
+    """A strip's header, its channel lines (``channels``) and its VQ x V accumulators at zero; and the name
+    of its reads' widening (``rd``, '' for float32 / float64)."""
+    _, vq, _, v_ = tile
+    w = Writer("def strip(x, wt, bias, out, ep, n, oz, oh, ow0, k0):")
+    w.indent()
+    channels(w)
+    for q in range(vq):
+        w(f"{names_of(q, v_)} = {', '.join(['zero'] * v_)}")
+    return w, "rd" if half_kind(dtype) else ""
 
 
 def names_of(q: int, v_: int) -> str:

@@ -25,12 +25,9 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
-
-from convlab.kernels.conv.depthwise_common import device
-from convlab.kernels.conv.depthwise_nhwc import _store, guarded_loads, names_of, strip_kernel
-from convlab.kernels.data.convert import from_f32, half_kind, to_f32
-from convlab.kernels.epilogue import compute_dtype, register_cache
+from convlab.kernels.conv.depthwise_nhwc import (finish_strip, guarded_loads, open_strip, planes, stored_channel,
+                                                 strip_kernel)
+from convlab.kernels.epilogue import register_cache
 from convlab.kernels.source import Writer
 
 
@@ -46,12 +43,10 @@ def column_taps(vq: int, s_: int, sw: int, pw: int, dw: int) -> dict[int, list[t
 
 
 def _channels(w: Writer, v_: int, out_c: int, mult: int, taps: int) -> None:
-    """k{v}: the stored dx channel, kl{v} it clamped to C - 1 (a tail thread's loads stay in bounds);
+    """k{v}, kl{v}: the stored dx channel and the one its loads use (``depthwise_nhwc.stored_channel``);
     e{m}_{v}: dy's channel kl{v} * M + m, wb{m}_{v}: its filter's first tap."""
     for v in range(v_):
-        w(f"k{v} = u32(k0 + u32({v}))")
-        tail = out_c % v_ != 0 and v > 0
-        w(f"kl{v} = k{v} if k{v} < u32({out_c}) else u32({out_c - 1})" if tail else f"kl{v} = k{v}")
+        stored_channel(w, v, v_, out_c)
         for m in range(mult):
             w(f"e{m}_{v} = kl{v}" if mult == 1 else f"e{m}_{v} = u32(u32(kl{v} * u32({mult})) + u32({m}))")
             w(f"wb{m}_{v} = u32(e{m}_{v} * u32({taps}))")
@@ -88,13 +83,7 @@ def dgrad_strip_function(dtype: str, tile: tuple[int, int, int, int], filt: tupl
     dt_, sd, pd, dd, in_d, out_d = depth or (1, 1, 0, 1, 1, 1)
     if vq % sw:
         raise ValueError(f"the strip's VQ ({vq}) must be a multiple of the stride along W ({sw})")
-    kind = half_kind(dtype)
-    rd = "rd" if kind else ""
-    w = Writer("def strip(x, wt, bias, out, ep, n, oz, oh, ow0, k0):")
-    w.indent()
-    _channels(w, v_, out_c, mult, dt_ * r_ * s_)
-    for q in range(vq):
-        w(f"{names_of(q, v_)} = {', '.join(['zero'] * v_)}")
+    w, rd = open_strip(dtype, tile, lambda w: _channels(w, v_, out_c, mult, dt_ * r_ * s_))
     w(f"jb = u32(ow0 // u32({sw}))")
     by_column = column_taps(vq, s_, sw, pw, dw)
     low = min(by_column)
@@ -106,30 +95,15 @@ def dgrad_strip_function(dtype: str, tile: tuple[int, int, int, int], filt: tupl
         inside = f"u32({var}) < u32({limit * step})"
         return inside if step == 1 else f"{inside} and u32(u32({var}) % u32({step})) == u32(0)"
 
-    if depth:  # 3D: the depth taps whose dy plane exists, a loop around the unrolled rows
-        w("dt = u32(0)")
-        w(f"while dt < u32({dt_}):")
-        w.indent()
-        w(f"tz = i32(i32(i32(oz) + i32({pd})) - i32(i32(dt) * i32({dd})))")
-        w(f"if {divides('tz', sd, in_d)}:")
-        w.indent()
-        w(f"plane = u32(u32(n * u32({in_d})) + u32(u32(tz) // u32({sd})))")
-        w(f"tap0 = u32(dt * u32({r_ * s_}))")
-    else:
-        w("plane = n")
-    for r in range(r_):
-        w(f"th = i32(i32(oh) + i32({ph - r * dh}))")
-        with w.block(f"if {divides('th', sh, in_h)}:"):
-            w(f"rowb = u32(u32(u32(plane * u32({in_h})) + u32(u32(th) // u32({sh}))) * u32({in_w}))")
-            _row(w, tile, filt, in_c, mult, r, "tap0 + " if depth else "", rd)
-    if depth:
-        w.indent(-1)
-        w("dt = u32(dt + u32(1))")
-        w.indent(-1)
-    _store(w, tile, out_h, out_w, out_c, out_d if depth else 0, has_bias, rd, kind, False)
-    return device(w, "strip", {"i32": np.int32, "zero": compute_dtype(dtype).type(0), "rd": to_f32(kind),
-                               "wr": from_f32(kind), "put": None})
-
+    position = f"tz = i32(i32(i32(oz) + i32({pd})) - i32(i32(dt) * i32({dd})))"
+    first_tap = f"u32(dt * u32({r_ * s_}))"
+    with planes(w, depth, position, divides("tz", sd, in_d), f"u32(u32(tz) // u32({sd}))", first_tap):
+        for r in range(r_):
+            w(f"th = i32(i32(oh) + i32({ph - r * dh}))")
+            with w.block(f"if {divides('th', sh, in_h)}:"):
+                w(f"rowb = u32(u32(u32(plane * u32({in_h})) + u32(u32(th) // u32({sh}))) * u32({in_w}))")
+                _row(w, tile, filt, in_c, mult, r, "tap0 + " if depth else "", rd)
+    return finish_strip(w, dtype, tile, (out_h, out_w, out_c, out_d if depth else 0), has_bias, None)
 
 @functools.cache
 def nhwc_dgrad_kernel(dtype: str, tile: tuple[int, int, int, int], filt: tuple[int, ...], sizes: tuple[int, ...],

@@ -83,40 +83,37 @@ class NhwcStore(NchwStore):
 PHASE_PARAMS = ", OH, OW, OHW, osh, osw, ofh, ofw"
 
 
-def _phase_pixel(w: Writer, row: str) -> None:
-    """pn, the image of GEMM row ``row``, and px, its pixel in y: (ofh + osh*i)*OW + ofw + osw*j for the
-    phase pixel (i, j) of the P x Q rows of an image (PQ, Q: the gather's parameters)."""
-    w(f"pn = U({row} // PQ)")
-    w(f"pr = U({row} - U(pn * PQ))")
-    w("pi = U(pr // Q)")
-    w("px = U(U(U(ofh + U(osh * pi)) * OW) + U(ofw + U(osw * U(pr - U(pi * Q)))))")
+class _PhaseRows:
+    """The rows of a phase store: ``pn``, the image of GEMM row ``row``, and ``px``, its pixel in y, (ofh +
+    osh*i)*OW + ofw + osw*j for the phase pixel (i, j) of the P x Q rows of an image (PQ, Q: the gather's
+    parameters); then the row's base ``yb`` (the class's line)."""
+
+    base_line = ""
+
+    def __init__(self, itype: str, bias: bool) -> None:
+        super().__init__(itype, bias)  # type: ignore[call-arg]  (the store it is mixed into)
+        self.params = PHASE_PARAMS
+
+    def row(self, w: Writer, row: str, batch: str | None) -> None:
+        w(f"pn = U({row} // PQ)")
+        w(f"pr = U({row} - U(pn * PQ))")
+        w("pi = U(pr // Q)")
+        w("px = U(U(U(ofh + U(osh * pi)) * OW) + U(ofw + U(osw * U(pr - U(pi * Q)))))")
+        w(self.base_line)
 
 
-class PhaseNchwStore(NchwStore):
+class PhaseNchwStore(_PhaseRows, NchwStore):
     """:class:`NchwStore` into one stride phase of y [n, col, OH, OW]: rows (pixels) osh / osw apart, so
     the write-out goes element by element (the launcher passes ``vec`` False)."""
 
     step = "U(yb + U({} * OHW))"
-
-    def __init__(self, itype: str, bias: bool) -> None:
-        super().__init__(itype, bias)
-        self.params = PHASE_PARAMS
-
-    def row(self, w: Writer, row: str, batch: str | None) -> None:
-        _phase_pixel(w, row)
-        w("yb = U(U(pn * U(N * OHW)) + px)")
+    base_line = "yb = U(U(pn * U(N * OHW)) + px)"
 
 
-class PhaseNhwcStore(NhwcStore):
+class PhaseNhwcStore(_PhaseRows, NhwcStore):
     """:class:`NhwcStore` into one stride phase of y [n, OH, OW, col]: a row's channels stay contiguous."""
 
-    def __init__(self, itype: str, bias: bool) -> None:
-        super().__init__(itype, bias)
-        self.params = PHASE_PARAMS
-
-    def row(self, w: Writer, row: str, batch: str | None) -> None:
-        _phase_pixel(w, row)
-        w("yb = U(U(U(pn * OHW) + px) * N)")
+    base_line = "yb = U(U(U(pn * OHW) + px) * N)"
 
 
 def store_for(itype: str, bias: bool, nhwc_out: bool, split: bool, epi: Epilogue | None,

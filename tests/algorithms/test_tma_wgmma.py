@@ -74,3 +74,32 @@ def test_cost_features_describe_a_persistent_tensor_kernel(plugin):
     assert (f.family, f.arith, f.kind, f.blocks_per_sm) == ("tma_wgmma", "f16", "tensor", 1)
     assert f.flops >= pr.flops and f.launches >= 1 and f.blocks >= 1
     assert plugin.workspace_bytes(pr, config, 2**30, target=SM90) > 0  # an NCHW call's copies (an upper bound)
+
+
+@pytest.mark.parametrize("op", ["forward", "wgrad"])
+def test_a_unit_height_problem_with_height_padding_keeps_its_two_axes(op):
+    """Its one output row reads only the padding (the forward's output is the bias alone, wgrad's dw 0): it
+    must not run as the 1D embedding, which drops the height padding (a dgrad of such a forward has
+    stride 3 and is declined)."""
+    import numpy as np
+
+    from convlab import reference, runtime
+    from convlab.call.candidate import run_candidate
+    from convlab.dtypes import np_dtype
+    from convlab.kernels.hopper.geometry import Geometry
+    from convlab.measure import plugin_tolerance, random_operands, rel_error
+    from convlab.plugin.registry import Candidate
+
+    problem = make_problem(op, 1, 16, 1, 9, 16, 1, 3, stride=(3, 1), padding=(1, 1), dtype="float16",
+                           bias=op != "wgrad")
+    assert Geometry.axes_of(problem) == 2
+    assert Geometry.axes_of(problem.replace(padding=(0, 1))) == 1
+    plugin = registry.get("tma_wgmma")
+    assert plugin.check(problem, target=SM90) and not plugin.check(problem.replace(op="dgrad"), target=SM90)
+    host = random_operands(problem, np.random.default_rng(3))
+    out = runtime.to_device(np.full(problem.operand_shapes[2], np.nan, np_dtype(problem.dtype)))
+    config = plugin.configs(problem)[0]
+    run_candidate(Candidate(plugin, config), problem, *(None if h is None else runtime.to_device(h) for h in host),
+                  out, 2**28)
+    got, want = runtime.to_host(out), reference.solve(problem, *host)
+    assert np.all(np.isfinite(got)) and rel_error(got, want) <= plugin_tolerance(plugin, problem, config, want)

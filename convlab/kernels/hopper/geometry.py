@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from convlab.kernels.arch.tensormap import OFFSET_LIMIT, Im2colMap, TiledMap, reason
-from convlab.kernels.conv.axes import ForwardGeometry
+from convlab.kernels.conv.axes import ForwardGeometry, kernel_ndim
 from convlab.problem import Problem
 
 
@@ -36,9 +36,10 @@ class Geometry(ForwardGeometry):
 
     @staticmethod
     def axes_of(problem: Problem) -> int:
-        """The axes :meth:`of` takes: a 2D problem of unit height (a conv1d's embedding) runs as 1D."""
-        pr = problem
-        return 1 if pr.ndim == 2 and (pr.h, pr.r, pr.p) == (1, 1, 1) else pr.ndim
+        """The axes :meth:`of` takes (``axes.kernel_ndim``): a 2D problem of unit height and no height
+        padding (a conv1d's embedding) runs as 1D; with height padding its one row reads the padding, so
+        it keeps its two axes."""
+        return kernel_ndim(problem)
 
     def corners(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(lower, upper) im2col corners in W, H, D order: lower = -pad, upper the value nearest 0 giving

@@ -15,7 +15,7 @@ from convlab import reference, runtime
 from convlab.call.candidate import run_candidate
 from convlab.dtypes import np_dtype
 from convlab.epilogue import Epilogue
-from convlab.kernels.data.layouts import channels_last_copy, is_channels_last
+from convlab.kernels.data.layouts import channels_last_copy
 from convlab.kernels.epilogue import compute_dtype
 from convlab.measure import plugin_tolerance, random_operands, rel_error
 from convlab.ops.epilogue import DeviceEpilogue, EpilogueCall

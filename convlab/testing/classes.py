@@ -2,7 +2,9 @@
 
 A class is a property of a problem where kernels go wrong in their own way (:data:`CLASSES`): a batch of
 two or more images, a padding of 2 or more, a dilation on each axis (depth included), a stride, groups,
-a bias, a 1D or 3D problem, and a reduction of 512 products or more in float32 and in a half type.
+a bias, a 1D or 3D problem, a 2D one of unit height whose one row reads only the height padding
+(kernels that run unit height as 1D drop it), and a reduction of 512 products or more in float32 and in
+a half type.
 :func:`class_examples` picks, for one plugin and op, a few fixed problems from :func:`candidates` (each
 covering several classes at once; variants with groups 1, 2 and C, strides 1 and 2) that the plugin
 accepts, until every class one of them reaches is covered; the suite runs them as hypothesis's explicit
@@ -18,6 +20,9 @@ candidates that the plugin accepts reaches (groups for a groups-1 plugin) is lef
                                                                               output pixels: 512)
     long 3D    1      1       2x3x3   1        0x1x1    1         2x3x3       reduction 576 (wgrad: 512)
     (aligned wgrad: 8 channels in and out, a 1x1 filter, then 3x3, the long rows' pixels)
+    unit H     2      1/C     1x3     3x1      1x2      1x2       1x9         op != wgrad (its one row
+                                                                              reads only padding; also
+                                                                              8 channels, groups 1)
 
 (C): wgrad only, whose reduction is over pixels. Dilations and paddings differ between axes, so a kernel
 that swaps two axes' values fails. After them come the same rows with 8 input and 8 output channels and
@@ -47,6 +52,7 @@ CLASSES: dict[str, Callable[[Problem], bool]] = {
     "groups>1": lambda p: p.groups > 1,
     "bias": lambda p: p.bias,
     "1D": lambda p: p.ndim == 2 and (p.h, p.r, p.p) == (1, 1, 1),
+    "padded unit height": lambda p: p.ndim == 2 and (p.h, p.r, p.p) == (1, 1, 1) and p.padding[0] > 0,
     "3D": lambda p: p.ndim == 3,
     "long float32": lambda p: p.dtype == "float32" and p.reduction_length >= 512,
     "long half": lambda p: p.dtype in HALF_DTYPES and p.reduction_length >= 512,
@@ -103,6 +109,15 @@ def _long(op: str, dtype: str, nd: int = 2, depthwise: bool = False, aligned: bo
     return make_problem_nd(op, 2, c, (2, 4), k, (3, 3), padding=1, dtype=dtype, bias=True)
 
 
+def _unit_height(op: str, dtype: str, groups: str) -> Problem:
+    """The unit-height row: H = R = P = 1 with height padding, so the output row reads only padding (not a
+    conv1d's embedding, which has none); ``groups`` "1", "C" (depthwise, 4 channels) or "aligned" (8
+    channels, groups 1)."""
+    c, g = {"1": (4, 1), "C": (4, 4), "aligned": (8, 1)}[groups]
+    return make_problem_nd(op, 2, c, (1, 9), c, (1, 3), stride=(3, 1), padding=(1, 2), dilation=(1, 2),
+                           groups=g, dtype=dtype, bias=op != "wgrad")
+
+
 def candidates(op: str, dtypes: tuple[str, ...], ndims: tuple[int, ...]) -> list[Problem]:
     """The fixed problems :func:`class_examples` chooses from, richest first: for every N in ``ndims``
     (and 1D for a 2D plugin), each groups variant strided and not, in the first dtype of
@@ -126,6 +141,8 @@ def candidates(op: str, dtypes: tuple[str, ...], ndims: tuple[int, ...]) -> list
             for nd in nds:
                 for strided in (True, False):
                     found.append(_rich(op, nd, groups, strided, dtype, dilated))
+    if 2 in ndims:
+        found += [_unit_height(op, dtype, groups) for groups in ("1", "C", "aligned") for dtype in order]
     if op == "wgrad":
         for pointwise in (True, False):  # 1x1 first: 3x3 for a plugin that takes only larger filters
             found += [_long(op, dtype, nd, aligned=True, pointwise=pointwise) for dtype in halves

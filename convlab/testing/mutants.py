@@ -112,6 +112,14 @@ def _depth_dilation(plugin, super_run, problem, config, a, b, bias, out, limit) 
         super_run()
 
 
+def _unit_height_padding(plugin, super_run, problem, config, a, b, bias, out, limit) -> None:
+    pr = problem
+    if pr.ndim == 2 and (pr.h, pr.r, pr.p) == (1, 1, 1) and pr.padding[0] > 0:  # as a conv1d's embedding
+        super_run(pr=pr.replace(padding=(0, pr.padding[1])))
+    else:
+        super_run()
+
+
 def half_accumulated(problem: Problem, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None,
                      chunk: int = 16) -> np.ndarray:
     """The output of a kernel that accumulates in ``problem.dtype``: the reduction cut into chunks of
@@ -154,6 +162,8 @@ OUTPUT_LEVEL: dict[str, tuple[str, Callable[..., None], Callable[[Algorithm], bo
                        lambda p: 3 in p.ndims),
     "half_sum": ("float16 / bfloat16 accumulated in the half type (a rounding every 16 products)", _half_sum,
                  lambda p: bool(set(p.dtypes) & set(HALF_DTYPES))),
+    "unit_height_padding": ("a unit-height 2D problem with height padding run as a conv1d's embedding (its "
+                            "height padding dropped)", _unit_height_padding, lambda p: 2 in p.ndims),
 }
 
 

@@ -73,7 +73,7 @@ def suite_mutants() -> list[Mutant]:
 
 #: the output-level mutants of the CI set, each on one built-in plugin (the cheapest that takes its class)
 SUITE_OUTPUT_LEVEL = (("image0", "direct"), ("column_shift", "implicit_gemm"), ("depth_dilation", "direct"),
-                      ("half_sum", "tensor_core"))
+                      ("half_sum", "tensor_core"), ("unit_height_padding", "direct"))
 
 
 def hunt_all(plugin: Algorithm | str, say: Callable[[str], None] = print) -> list[Hunt]:

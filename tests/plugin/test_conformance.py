@@ -170,6 +170,7 @@ def _probes(op: str, name: str, dtype: str) -> list:
     options = {"batch>1": dict(n=2), "padding>=2": dict(padding=2), "dilation H": dict(dilation=(2, 1)),
                "dilation W": dict(dilation=(1, 2)), "stride>1": dict(stride=2), "bias": dict(bias=True),
                "1D": dict(spatial=(7,), kernel=(3,), padding=1),
+               "padded unit height": dict(spatial=(1, 7), kernel=(1, 3), stride=(3, 1), padding=1),
                "3D": dict(spatial=(3, 4, 5), kernel=(2, 3, 3), padding=(0, 1, 1)),
                "dilation D": dict(spatial=(4, 4, 5), kernel=(2, 3, 3), padding=(0, 1, 1), dilation=(2, 1, 1)),
                "groups>1": dict(groups=2)}

@@ -53,13 +53,13 @@ def features(plugin: Algorithm, problem: Problem, cfg: TcConfig, target: Target,
         blocks = gemm_tiles(m, n, cfg.BM, cfg.BN)[0] * parts
     elif gathered is None and phases.applies(pr):  # the phase route of a strided dgrad
         flops, blocks = phases.flops_and_blocks(pr, cfg)
+        gemms, fill = phases.gemms(pr), phases.empty(pr)
         copies = 2 * pr.n * pr.p * pr.q * (pr.k + wgrad.padded(pr.k, align)) + 2 * phases.filter_elements(pr)
-        aux = float(copies * size) + (float(pr.n * pr.c * pr.h * pr.w * size) if phases.empty(pr) else 0.0)
-        launches = 1 + 2 * len(phases.gemms(pr)) + phases.empty(pr)
+        aux = float(copies * size) + (float(pr.n * pr.c * pr.h * pr.w * size) if fill else 0.0)
         family = plugin.name + ("_wgmma" if cfg.wgmma else "")
-        return Features(family, ARITH[plugin.itype(pr.dtype)], flops, float(pr.bytes), aux, launches, blocks, 1,
-                        cfg.threads, occupancy, sum(operand_loads(*g, cfg.BM, cfg.BN, size) for g in phases.gemms(pr)),
-                        kind="tensor")
+        return Features(family, ARITH[plugin.itype(pr.dtype)], flops, float(pr.bytes), aux, 1 + 2 * len(gemms) + fill,
+                        blocks, 1, cfg.threads, occupancy,
+                        sum(operand_loads(*g, cfg.BM, cfg.BN, size) for g in gemms), kind="tensor")
     elif gathered is None:  # the column route of a strided dgrad
         m, n, k = strided.gemm_shape(pr)
         passes = math.ceil(pr.n / strided.images_per_pass(pr, workspace_limit))

@@ -273,7 +273,7 @@ def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any
     if phase is not None:  # PHASE_PARAMS
         oh, ow, osh, osw, ofh, ofw = phase
         args += (U(oh), U(ow), U(oh * ow), U(osh), U(osw), U(ofh), U(ofw))
-    vec = vector_ok(y, k) if nhwc_out else phase is None and vector_ok(y, px)
+    vec = vector_ok(y, k) if nhwc_out else vector_ok(y, px)  # an NCHW phase store has no vector write-out
     configured = configure(kern, cfg, itype, args + (vec,), m, k, splits,
                            out_dtype=y.dtype if epi is None else np.float32, contig="n" if nhwc_out else "m")
     return lambda: configured(*args, vec)

@@ -51,13 +51,16 @@ class Store:
     Fused epilogue (optional):
         ``params``  what the kernel's parameters add after the loader's (", ep_r, ep_scale, ep_shift"; "" none)
         ``put``     None, or the write-out statement of one element: its ``{}`` the global offset, then
-                    the staged one, the column in the local ``col`` (then ``dtype`` is float32)"""
+                    the staged one, the column in the local ``col`` (then ``dtype`` is float32)
+    ``vectors``: False where the staged tile's contiguous runs are not contiguous in the output (no 16-byte
+    write-out is generated; ``vec`` is then ignored)"""
 
     contig: str
     dtype: Any
     array: str
     params: str = ""
     put: str | None = None
+    vectors: bool = True
 
     def row(self, w: Writer, row: str, batch: str | None) -> None:
         raise NotImplementedError(f"{type(self).__name__} must define row")
@@ -135,8 +138,9 @@ def staged_epilogue(w: Writer, cfg: Any, itype: str, store: Store, batched: bool
                             at = f"U(U(U(cl + {u}) * {LD}) + {rl})" if m_major else f"U(U({rl} * {LD}) + U(cl + {u}))"
                             w(f"Cs[{at}] = {store.value(f'c{u}', f'c{i}_{j}_{2 * h + u}')}")
         w("cuda.syncthreads()")
-        if store.put is not None:  # the fused epilogue: element by element from the float32 Cs
-            _write_out(w, cfg, p * RP, RP, LD, store, batch, 1, store.put)
+        if store.put is not None or not store.vectors:  # a fused epilogue (from the float32 Cs), or a store
+            # whose contiguous runs are not the output's: element by element only
+            _write_out(w, cfg, p * RP, RP, LD, store, batch, 1, store.put or f"{store.array}[{{}}] = Cs[{{}}]")
             if p < passes - 1:
                 w("cuda.syncthreads()")
             continue

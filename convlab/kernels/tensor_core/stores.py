@@ -104,9 +104,10 @@ class _PhaseRows:
 
 class PhaseNchwStore(_PhaseRows, NchwStore):
     """:class:`NchwStore` into one stride phase of y [n, col, OH, OW]: rows (pixels) osh / osw apart, so
-    the write-out goes element by element (the launcher passes ``vec`` False)."""
+    the write-out goes element by element (no vector write-out is generated)."""
 
     step = "U(yb + U({} * OHW))"
+    vectors = False
     base_line = "yb = U(U(pn * U(N * OHW)) + px)"
 
 

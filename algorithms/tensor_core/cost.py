@@ -8,8 +8,11 @@ from the plan their ``run`` follows on each route:
                           (strided.py), passes of images    of images (fp32 columns)
     dgrad, stride > 1,    per phase N*Hf*Wf x C x Th*Tw*Kp  dy's NHWC copy, a filter per phase, the bias
     C >= 16 (phases.py)   (the phases' sums)                fill when a phase has no taps
-    wgrad                 K x C*R*S x N*PQp (wgrad.py)      the unfolds of dy and x (none read as they
+    wgrad, 1x1            K x C x N*PQp (wgrad.py)          the unfolds of dy and x (none read as they
                                                             are), the split and part partials' sum
+    wgrad, more taps, 3D  T*R*S*Cp x K x N*PQp (taps.py)    dy's split-major copy (none when dense), x's
+                                                            NHWC copy (an NCHW x: the layout the cost
+                                                            model prices), the partials' ordered sum
 
 ``flops`` counts the K tiles (BK) and the output tiles' padding; ``l2_bytes`` the operands the tiles load;
 occupancy at the config's register cap (168 for wgmma, 128 for mma.sync, when it sets none). The
@@ -44,12 +47,18 @@ def features(plugin: Algorithm, problem: Problem, cfg: TcConfig, target: Target,
     passes = 1
     if pr.op == "wgrad":
         plan = wgrad.plan(pr, cfg, align, target)
-        m, n, k = pr.k, pr.c * pr.r * pr.s, pr.n * plan.pqp
+        (m, n), k = wgrad.gemm_mn(pr, align), pr.n * plan.pqp
         dense, x_too = wgrad.as_is(pr, plan.splits, align, plan.pqp)
-        unfold = (0 if dense else pr.n * plan.pqp * pr.k) + (0 if x_too else pr.n * plan.pqp * n)
         parts = plan.splits * plan.parts
-        aux = 2.0 * unfold * size + (2.0 * 4 * parts * m * n if parts > 1 else 0.0)
-        launches = 1 + (not dense) + (not x_too) + (parts > 1)
+        if wgrad.tap_gather(pr):  # dy's copy, x to NHWC (read C channels, written Cp), partials summed
+            vox, cp = math.prod(pr.spatial_in), wgrad.padded(pr.c, align)
+            copies = (0 if dense else 2 * pr.n * plan.pqp * pr.k) + pr.n * vox * (pr.c + cp)
+            aux = float(copies * size) + 2.0 * 4 * parts * m * n
+            launches = 3 + (not dense)
+        else:
+            unfold = (0 if dense else pr.n * plan.pqp * pr.k) + (0 if x_too else pr.n * plan.pqp * n)
+            aux = 2.0 * unfold * size + (2.0 * 4 * parts * m * n if parts > 1 else 0.0)
+            launches = 1 + (not dense) + (not x_too) + (parts > 1)
         blocks = gemm_tiles(m, n, cfg.BM, cfg.BN)[0] * parts
     elif gathered is None and phases.applies(pr):  # the phase route of a strided dgrad
         flops, blocks = phases.flops_and_blocks(pr, cfg)

@@ -10,13 +10,15 @@ under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in 
     dgrad     dy NCHW -> NHWC, w -> [CRS, K]           N*P*Q       CRS  K               tc_gemm + fold
               (stride > 1 otherwise: strided.py's column route, fp32 columns; 3D: per image CTRS x DoPQ + the
               channel-major fold)
-    wgrad     dy, x unfolded split-major (wgrad.py)    K           CRS  N*P*Q           tc_gemm + split-K
-    wgrad 3D  x -> NDHWC, dy split-major (taps.py)     T*R*S*Cp    K    N*Do*P*Q        tc_wgrad (tap gather)
+    wgrad     dy, x unfolded split-major (wgrad.py)    K           C    N*P*Q           tc_gemm + split-K
+              (a 1x1 filter: an NCHW x, and dy, read as they are when dense)
+    wgrad     x -> NHWC (NDHWC), dy split-major        T*R*S*Cp    K    N*Do*P*Q        tc_wgrad (tap gather)
+              (more than one tap, and 3D: taps.py; a channels-last x read as it is)
 
 3D problems (NCDHW, KCTRS; channels-last-3d NDHWC operands alike) run natively: the gather of
 :mod:`convlab.kernels.tensor_core.conv` is one N-d index map (gather.py; M = N*Do*P*Q, K = T*R*S*C), the
-NDHWC / KTRSC copies are the same transposes over D*H*W / T*R*S, and wgrad gathers x's taps
-(:mod:`.taps`) instead of unfolding T*R*S copies of it. 1D problems run as 2D ones of height 1.
+NDHWC / KTRSC copies are the same transposes over D*H*W / T*R*S, and a wgrad of more than one tap gathers
+x's taps (:mod:`.taps`) instead of unfolding T*R*S copies of it. 1D problems run as 2D ones of height 1.
 
 dgrad (and conv_transpose2d, its dgrad) with stride 1 is the forward convolution of dy with the
 spatially flipped, K<->C transposed filter and padding dilation*(R-1) - padding (negative padding is fine:
@@ -24,8 +26,9 @@ the gather works in padded coordinates). The GEMM is :mod:`convlab.kernels.tenso
 NHWC gather of :mod:`convlab.kernels.tensor_core.conv`: 16-byte ``cp.async`` chunks of 8 (fp16/bf16) or 4 (tf32)
 channels, so the NHWC / KRSC copies pad the gathered channel count with zeros up to a multiple of 8 (4)
 (C = 3 becomes 8: more reduction work, still on tensor cores); zero-fill for padding and remainders.
-wgrad (:mod:`.wgrad`) unfolds dy and x into dense split-major operands and runs the tensor-core GEMM
-per image group (one launch, grid z), the fp32 partials summed in order. Not done here: groups > 1.
+wgrad of a 1x1 filter (:mod:`.wgrad`) unfolds dy and x into dense split-major operands and runs the
+tensor-core GEMM per image group (one launch, grid z), the fp32 partials summed in order; of a larger one
+(:mod:`.taps`) gathers x's taps from an NHWC x into the GEMM's pipeline. Not done here: groups > 1.
 
 Configs (the tuner times them all; the first wastes the least): 128x128 / 128x64 / 64x64 tiles, plus
 16- and 32-wide ones when the GEMM's N is at most 32 (the seed's 16-channel layers) and a 16-row one for
@@ -40,8 +43,9 @@ one pass that also rounds to fp16 / bf16. The split count depends on the problem
 Layouts (``layouts = {"nchw", "nhwc"}``): a channels-last (NHWC-memory) input is read as it is when its
 channel count needs no padding (a multiple of 8, or 4 for TF32) and its data is 16-byte aligned, and so
 is a channels-last forward filter (KRSC memory) and a 1x1 forward filter in either layout (KCRS = KRSC);
-a channels-last output is written NHWC by the epilogue. Other channels-last operands (an unaligned
-channel count, dgrad's filter, every wgrad operand) are copied to NCHW scratch first.
+a channels-last output is written NHWC by the epilogue, and the tap gather's x (channels a multiple of 8
+or 4, aligned) is read as it is. Other channels-last operands (an unaligned channel count, dgrad's filter,
+wgrad's dy and dw, a 1x1 wgrad's x) are copied to NCHW scratch first.
 
 Epilogues (convlab.epilogue; ``fuses``, ``run_fused``): the gather route (forward, stride-1 dgrad: the
 transpose ops) applies one in its staged store, Cs in float32 so that the value is rounded once
@@ -87,8 +91,8 @@ def _strided_dgrad(problem: Problem) -> bool:
 
 
 def _taps(problem: Problem) -> bool:
-    """A 3D backward-weight: the tap gather of :mod:`.taps`."""
-    return problem.op == "wgrad" and problem.ndim == 3
+    """A backward-weight of more than one tap, or 3D: the tap gather of :mod:`.taps`."""
+    return problem.op == "wgrad" and wgrad.tap_gather(problem)
 
 
 @register
@@ -107,7 +111,7 @@ class TensorCore(Algorithm):
                    "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
                    "strided dgrad by stride phases (C >= 16) or a column GEMM (fp32 columns) + fold; "
                    "split-K (fp32 partials summed in order) "
-                   "where tiles are few; wgrad on unfolded operands with split-K (3D: a tap gather)")
+                   "where tiles are few; wgrad by a gather of x's taps (a 1x1 filter: on unfolded operands) with split-K")
 
     def itype(self, dtype: str) -> str:
         """The kernels' input type for ``dtype`` (tc_config.ITYPES)."""
@@ -176,7 +180,7 @@ class TensorCore(Algorithm):
                         target: Target) -> int:
         """The NHWC copy of x (forward) or dy (dgrad) and the reordered weights, channels padded, and
         the split-K fp32 partials (:func:`gather.split_f32`); wgrad: the unfolded operands and the
-        split-K partials (3D: x's channels-last copy, dy's split-major one and the partials)."""
+        split-K partials (the tap gather: x's channels-last copy, dy's split-major one and the partials)."""
         if problem.op == "wgrad":
             n_store, n_f32 = wgrad.workspace_elements(problem, tc_config(config), ALIGN[problem.dtype], target)
             return n_store * problem.itemsize + 4 * n_f32
@@ -221,10 +225,12 @@ class TensorCore(Algorithm):
                     make_problem("dgrad", 1, 16, 6, 5, 8, 1, 1, stride=2, dtype="bfloat16"),
                     make_problem_nd("dgrad", 1, 3, (5, 4, 5), 4, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1),
                                     dtype="float16")] + self._samples_3d(op)
-        if op == "wgrad":
+        if op == "wgrad":  # the tap gather (padded; strided and dilated, 5 channels padded to 8), then the
+            # 1x1 route on unfolded operands (strided: x unfolded to its output pixels)
             return [make_problem("wgrad", 3, 8, 6, 5, 16, 3, 3, padding=1, dtype="float16"),
                     make_problem("wgrad", 2, 5, 7, 6, 12, 2, 3, stride=2, dilation=(2, 1), padding=(1, 0),
-                                 dtype="bfloat16")] + self._samples_3d(op)
+                                 dtype="bfloat16"),
+                    make_problem("wgrad", 2, 8, 7, 6, 16, 1, 1, stride=2, dtype="float16")] + self._samples_3d(op)
         return []
 
     def _samples_3d(self, op: str) -> list[Problem]:

@@ -1,19 +1,19 @@
-"""Backward-weight of a 3D convolution on tensor cores: the tap gather of
-:mod:`convlab.kernels.tensor_core.wgrad`, no column buffer.
+"""Backward-weight on tensor cores by the tap gather of :mod:`convlab.kernels.tensor_core.wgrad`, no column
+buffer: every 3D problem, and a 2D (1D) one whose filter has more than one tap (:func:`.wgrad.tap_gather`).
 
-    dwT[(t, r, s, c), k] = sum_{n, o, p, q} xh[n, o*sd - pd + t*dd, ..., c] * dy[n, k, o, p, q]
+    dwT[(t, r, s, c), k] = sum_{n, o, p, q} xh[n, o*sd - pd + t*dd, ..., c] * dy[n, k, o, p, q]   (2D: no o, t)
 
-    xh  x in NDHWC, channels padded to Cp (whole 16-byte chunks): x itself when it is channels-last with
-        C = Cp and 16-byte aligned, else one transposing copy (x's size, not T*R*S times it)
+    xh  x in NDHWC (NHWC), channels padded to Cp (whole 16-byte chunks): x itself when it is channels-last
+        with C = Cp and 16-byte aligned, else one transposing copy (x's size, not T*R*S times it)
     dy  split-major [z][k][ipb * OPQp] as the 2D route's (:mod:`.wgrad`): dy itself when every split is
         one image, Do*P*Q is in whole chunks and dy is aligned, else a padded copy
     dw  the fp32 partials of every (split, slice) summed in order and transposed into dw (K, C, T, R, S)
         in the output type (:func:`convlab.kernels.tensor_core.wgrad.finish`)
 
 The splits and slices of the reduction are :func:`.wgrad.plan`'s, on the GEMM M = T*R*S*Cp, N = K.
-Why not the unfold of the 2D route: it writes and reads T*R*S copies of x (27 for a 3x3x3 layer); the
-gather reads x once per tap from L2. The gather reads A m-contiguous, which wgmma does not take: the
-3D wgrad runs on mma.sync configs only.
+Why not the unfold of the 1x1 route (:mod:`.wgrad`): it writes and reads T*R*S copies of x (9 for a 3x3
+layer, 27 for a 3x3x3 one); the gather reads x once per tap from L2. The gather reads A m-contiguous,
+which wgmma does not take: this route runs on mma.sync configs only.
 """
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ from .wgrad import as_is, dy_as_image, padded, plan
 
 
 def run_taps(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x, dy, dw, x_last: bool) -> None:
-    """dw (K, C, T, R, S) from x (N, C, D, H, W; channels-last memory when ``x_last``) and dy (N, K, Do, P,
-    Q), C-contiguous device arrays in the storage type (x in either layout)."""
+    """dw (K, C, [T,] R, S) from x (N, C, [D,] H, W; channels-last memory when ``x_last``) and dy (N, K,
+    [Do,] P, Q), C-contiguous device arrays in the storage type (x in either layout)."""
     the_plan = plan(pr, cfg, align, runtime.target())
     splits, parts, pqp = the_plan
     ipb, cp, taps = pr.n // splits, padded(pr.c, align), math.prod(pr.kernel_size)

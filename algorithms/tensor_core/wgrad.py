@@ -28,6 +28,11 @@ aligned start (``cp.async``); otherwise they are unfolded as above.
 
 Workspace: the two unfolded operands (N*PQp*(K + CRS) elements; an upper bound when one is read as it
 is) and, when split, the fp32 partials.
+
+Which route (:func:`tap_gather`): a filter of more than one tap, and every 3D one, takes the tap gather of
+:mod:`.taps` (x read once per tap from L2 instead of unfolded R*S times: 9 copies of x written and read
+for a 3x3 layer); a 1x1 filter stays here, where an NCHW x is read as it is or a strided one unfolded to
+its output pixels only.
 """
 from __future__ import annotations
 
@@ -89,10 +94,16 @@ def splits_of(pr: Problem, cfg: TcConfig, align: int, target: Target) -> int:
     return best
 
 
+def tap_gather(pr: Problem) -> bool:
+    """Whether the backward-weight ``pr`` runs the tap gather of :mod:`.taps` (module doc): 3D, or a filter
+    of more than one tap."""
+    return pr.ndim == 3 or math.prod(pr.kernel_size) > 1
+
+
 def gemm_mn(pr: Problem, align: int) -> tuple[int, int]:
-    """(M, N) of the wgrad GEMM: (K, C*R*S) on the unfolded operands (2D), (T*R*S*Cp, K) for the tap
-    gather (3D, :mod:`.taps`; Cp: C in whole chunks)."""
-    if pr.ndim == 3:
+    """(M, N) of the wgrad GEMM: (K, C*R*S) on the unfolded operands, (T*R*S*Cp, K) for the tap gather
+    (:func:`tap_gather`, :mod:`.taps`; Cp: C in whole chunks)."""
+    if tap_gather(pr):
         return math.prod(pr.kernel_size) * padded(pr.c, align), pr.k
     return pr.k, pr.c * pr.r * pr.s
 
@@ -108,7 +119,7 @@ class Plan(NamedTuple):
         """float32 elements of the partials (0: one GEMM straight into dw; the tap gather's always, its
         rows ``align``-padded)."""
         partials = self.splits * self.parts
-        if pr.ndim == 3:
+        if tap_gather(pr):
             return partials * math.prod(gemm_mn(pr, align))
         return 0 if partials == 1 else partials * pr.k * pr.c * pr.r * pr.s
 
@@ -137,10 +148,10 @@ def plan(pr: Problem, cfg: TcConfig, align: int, target: Target) -> Plan:
 
 
 def workspace_elements(pr: Problem, cfg: TcConfig, align: int, target: Target) -> tuple[int, int]:
-    """(elements in the storage type, float32 elements) the run lends from the scratch pool (3D: dy's
-    split-major copy and x's channels-last one, :mod:`.taps`)."""
+    """(elements in the storage type, float32 elements) the run lends from the scratch pool (the tap
+    gather: dy's split-major copy and x's channels-last one, :mod:`.taps`)."""
     p = plan(pr, cfg, align, target)
-    if pr.ndim == 3:
+    if tap_gather(pr):
         return pr.n * (p.pqp * pr.k + math.prod(pr.spatial_in) * padded(pr.c, align)), p.partial_elements(pr, align)
     return pr.n * p.pqp * (pr.k + pr.c * pr.r * pr.s), p.partial_elements(pr)
 

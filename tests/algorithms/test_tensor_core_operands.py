@@ -11,7 +11,7 @@ from convlab import reference, runtime
 from convlab.runtime import targets
 from convlab.algorithms import tensor_core
 from convlab.kernels.tensor_core import conv as tc_conv
-from convlab.kernels.data import transpose
+from convlab.kernels.data import layouts, transpose
 from convlab.measure import random_operands, rel_error, tolerance
 from convlab.problem import make_problem
 from tc_helpers import TC, run_tc as _run, split_like_the_simulator, spy as _spy  # noqa: F401  (a fixture)
@@ -31,20 +31,40 @@ def _wgrad_unfolds(monkeypatch, problem, seed: int) -> int:
     return len(calls)
 
 
-@pytest.mark.parametrize("r,padding,unfolds", [(1, 0, 0), (3, 1, 1)])
-def test_wgrad_reads_dy_and_1x1_x_as_they_are(monkeypatch, r, padding, unfolds):
+def test_wgrad_reads_dy_and_1x1_x_as_they_are(monkeypatch):
     """One image per split and P*Q a multiple of the chunk: dy is the GEMM's A as it is, and for a 1x1
-    filter x is its Bt (no unfold); a 3x3 filter still unfolds x."""
+    filter x is its Bt (no unfold)."""
     from convlab.algorithms.tensor_core import wgrad
-    problem = make_problem("wgrad", 2, 8, 8, 8, 16, r, r, padding=padding, dtype="float16")
+    problem = make_problem("wgrad", 2, 8, 8, 8, 16, 1, 1, dtype="float16")
     cfg = tensor_core.tc_config(TC.configs(problem)[0])
-    assert wgrad.splits_of(problem, cfg, 8, runtime.target()) == 2 and wgrad.as_is(problem, 2, 8) == (True, r == 1)
-    assert _wgrad_unfolds(monkeypatch, problem, seed=4) == unfolds
+    assert wgrad.splits_of(problem, cfg, 8, runtime.target()) == 2 and wgrad.as_is(problem, 2, 8) == (True, True)
+    assert _wgrad_unfolds(monkeypatch, problem, seed=4) == 0
+
+
+@pytest.mark.parametrize("x_last", [False, True], ids=["nchw x", "channels-last x"])
+def test_wgrad_of_a_3x3_filter_gathers_the_taps_of_x(monkeypatch, x_last):
+    """A filter of more than one tap takes the tap gather (taps.py): dy read as it is (one image per
+    split, P*Q in whole chunks), x never unfolded: an NCHW x transposed once to NHWC, a channels-last one
+    read as it is; the partials of both images summed in order into dw."""
+    from convlab.algorithms.tensor_core import taps, wgrad
+    problem = make_problem("wgrad", 2, 8, 8, 8, 16, 3, 3, padding=1, dtype="float16")
+    cfg = tensor_core.tc_config(TC.configs(problem)[0])
+    assert wgrad.tap_gather(problem) and wgrad.gemm_mn(problem, 8) == (9 * 8, 16)
+    assert wgrad.plan(problem, cfg, 8, runtime.target()).splits == 2
+    unfolds = _spy(monkeypatch, taps, "unfold_into") + _spy(monkeypatch, wgrad, "unfold_into")
+    copies = _spy(monkeypatch, transpose, "to_channels_last")
+    host = random_operands(problem, np.random.default_rng(7))
+    x = layouts.channels_last_copy(host[0]) if x_last else runtime.to_device(host[0])
+    out = runtime.to_device(np.full(problem.operand_shapes[2], np.nan, np.float16))
+    TC.run(problem, TC.configs(problem)[0], x, runtime.to_device(host[1]), None, out, workspace_limit=2**28)
+    err = rel_error(runtime.to_host(out), reference.solve(problem, *host))
+    assert err <= tolerance(problem, TC.compute_eps(problem.dtype))
+    assert not unfolds and len(copies) == (0 if x_last else 1)
 
 
 @pytest.mark.parametrize("shape,padded,unfolds", [
-    (dict(h=9, w=9, r=3, s=3, padding=1), True, 2),  # 81 -> 11 chunks (prime): images padded further
-    (dict(h=8, w=8, r=1, s=1), False, 0),            # 8 chunks in 2 or 4 parts; dy and x as they are
+    (dict(h=9, w=9, r=1, s=1), True, 2),  # 81 -> 11 chunks (prime): images padded further, both unfolded
+    (dict(h=8, w=8, r=1, s=1), False, 0),  # 8 chunks in 2 or 4 parts; dy and x as they are
 ])
 def test_wgrad_cuts_a_short_gemm_reduction_in_slices(monkeypatch, shape, padded, unfolds):
     """K = 16 output channels, one image: the image groups leave SMs idle, so each reduction is cut in

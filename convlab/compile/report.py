@@ -227,6 +227,8 @@ def markdown(report: dict) -> str:
              + (f", suites {', '.join(spec['suites'])}" if spec["suites"] else "")
              + (", the default mode's picks (convlab.compile.corpus.picks)" if spec.get("picks") else "")
              + (", covering subset (convlab.compile.corpus.cover)" if spec.get("cover") else ", every case")
+             + ((", each plugin's first config" if spec["configs"] == 1 else f", each plugin's first "
+                 f"{spec['configs']} configs") if spec.get("configs") else "")
              + f"; dtypes {', '.join(spec['dtypes'])}; ops {', '.join(spec['ops'])}. "
              f"{report['wall_seconds']:.0f} s on {report['jobs']} workers; numba-cuda "
              f"{report['versions'].get('numba_cuda')}.", "",

@@ -13,6 +13,9 @@ from the plan their ``run`` follows on each route:
     wgrad, more taps, 3D  T*R*S*Cp x K x N*PQp (taps.py)    dy's split-major copy (none when dense), x's
                                                             NHWC copy (an NCHW x: the layout the cost
                                                             model prices), the partials' ordered sum
+                                                            (and a 1x1 one whose x is channels-last:
+                                                            priced as the 1x1 route, the model sees no
+                                                            layout)
 
 ``flops`` counts the K tiles (BK) and the output tiles' padding; ``l2_bytes`` the operands the tiles load;
 occupancy at the config's register cap (168 for wgmma, 128 for mma.sync, when it sets none). The

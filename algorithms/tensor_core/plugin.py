@@ -13,7 +13,8 @@ under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in 
     wgrad     dy, x unfolded split-major (wgrad.py)    K           C    N*P*Q           tc_gemm + split-K
               (a 1x1 filter: an NCHW x, and dy, read as they are when dense)
     wgrad     x -> NHWC (NDHWC), dy split-major        T*R*S*Cp    K    N*Do*P*Q        tc_wgrad (tap gather)
-              (more than one tap, and 3D: taps.py; a channels-last x read as it is)
+              (more than one tap, and 3D: taps.py; a channels-last x read as it is, which takes a
+              1x1 filter here too when its channels are whole chunks and the config is mma.sync)
 
 3D problems (NCDHW, KCTRS; channels-last-3d NDHWC operands alike) run natively: the gather of
 :mod:`convlab.kernels.tensor_core.conv` is one N-d index map (gather.py; M = N*Do*P*Q, K = T*R*S*C), the
@@ -44,8 +45,9 @@ Layouts (``layouts = {"nchw", "nhwc"}``): a channels-last (NHWC-memory) input is
 channel count needs no padding (a multiple of 8, or 4 for TF32) and its data is 16-byte aligned, and so
 is a channels-last forward filter (KRSC memory) and a 1x1 forward filter in either layout (KCRS = KRSC);
 a channels-last output is written NHWC by the epilogue, and the tap gather's x (channels a multiple of 8
-or 4, aligned) is read as it is. Other channels-last operands (an unaligned channel count, dgrad's filter,
-wgrad's dy and dw, a 1x1 wgrad's x) are copied to NCHW scratch first.
+or 4, aligned) is read as it is: such an x takes a 1x1 wgrad to the gather too, on an mma.sync config,
+instead of its NCHW copy. Other channels-last operands (an unaligned channel count, dgrad's filter,
+wgrad's dy and dw) are copied to NCHW scratch first.
 
 Epilogues (convlab.epilogue; ``fuses``, ``run_fused``): the gather route (forward, stride-1 dgrad: the
 transpose ops) applies one in its staged store, Cs in float32 so that the value is rounded once
@@ -67,7 +69,7 @@ from convlab.kernels.data import layouts
 from convlab.kernels.data.splitk import MAX_INDEX
 from convlab.kernels.epilogue import EpilogueOperands
 from convlab.kernels.tensor_core.copy import km_tile_ok
-from convlab.kernels.tensor_core.config import ITYPES
+from convlab.kernels.tensor_core.config import ITYPES, TcConfig
 from convlab.kernels.tensor_core.warp import DEFAULT_TF32_ROUND
 from convlab.plugin.contract import Algorithm, Config, Verdict
 from convlab.plugin.cost import Features
@@ -93,6 +95,16 @@ def _strided_dgrad(problem: Problem) -> bool:
 def _taps(problem: Problem) -> bool:
     """A backward-weight of more than one tap, or 3D: the tap gather of :mod:`.taps`."""
     return problem.op == "wgrad" and wgrad.tap_gather(problem)
+
+
+def may_gather_1x1(problem: Problem, cfg: TcConfig, itype: str) -> bool:
+    """Whether a 1x1 backward-weight takes the tap gather when its x is channels-last: whole chunks of
+    channels (x read as it is, no layout copy of it), a config the gather takes (mma.sync, a BM whose
+    m-contiguous rows swizzle) and its operands within 32-bit indexing."""
+    pr, align = problem, ALIGN[problem.dtype]
+    rows = pr.n * max(wgrad.padded(math.prod(pr.spatial_out), align) * pr.k, math.prod(pr.spatial_in) * pr.c)
+    return (pr.op == "wgrad" and not _taps(pr) and pr.c % align == 0 and not cfg.wgmma
+            and km_tile_ok(cfg.BM, ITYPES[itype][1]) and rows <= MAX_INDEX)
 
 
 @register
@@ -182,7 +194,11 @@ class TensorCore(Algorithm):
         the split-K fp32 partials (:func:`gather.split_f32`); wgrad: the unfolded operands and the
         split-K partials (the tap gather: x's channels-last copy, dy's split-major one and the partials)."""
         if problem.op == "wgrad":
-            n_store, n_f32 = wgrad.workspace_elements(problem, tc_config(config), ALIGN[problem.dtype], target)
+            cfg, align = tc_config(config), ALIGN[problem.dtype]
+            n_store, n_f32 = wgrad.workspace_elements(problem, cfg, align, target)
+            if may_gather_1x1(problem, cfg, self.itype(problem.dtype)):  # either route, by x's layout
+                g_store, g_f32 = wgrad.workspace_elements(problem, cfg, align, target, gather=True)
+                n_store, n_f32 = max(n_store, g_store), max(n_f32, g_f32)
             return n_store * problem.itemsize + 4 * n_f32
         if _strided_dgrad(problem):
             return phases.workspace_bytes(problem) if phases.applies(problem) else \
@@ -262,8 +278,9 @@ class TensorCore(Algorithm):
     def run(self, problem: Problem, config: Config, a, b, bias, out, *, workspace_limit: int) -> None:
         """a, b, out: 4-D (5-D) device arrays, C-contiguous or channels-last (``layouts``), bias 1-D or None."""
         itype, cfg = self.itype(problem.dtype), tc_config(config)
-        if _taps(problem):  # x read channels-last as it is; dy and a channels-last dw through NCDHW copies
-            x_last = layouts.is_channels_last(a)
+        x_last = problem.op == "wgrad" and layouts.is_channels_last(a)
+        if _taps(problem) or (x_last and may_gather_1x1(problem, cfg, itype)):
+            # x read channels-last as it is; dy and a channels-last dw through NCDHW copies
             with layouts.operands_for(NCHW, (None, b, bias, out)) as (_, b, bias, out):
                 taps.run_taps(problem, cfg, itype, runtime.kernel_dtype(np_dtype(problem.dtype)),
                               ALIGN[problem.dtype], *(runtime.kernel_view(t) for t in (a, b, out)), x_last)

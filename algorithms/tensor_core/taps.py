@@ -36,7 +36,7 @@ from .wgrad import as_is, dy_as_image, padded, plan
 def run_taps(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x, dy, dw, x_last: bool) -> None:
     """dw (K, C, [T,] R, S) from x (N, C, [D,] H, W; channels-last memory when ``x_last``) and dy (N, K,
     [Do,] P, Q), C-contiguous device arrays in the storage type (x in either layout)."""
-    the_plan = plan(pr, cfg, align, runtime.target())
+    the_plan = plan(pr, cfg, align, runtime.target(), gather=True)
     splits, parts, pqp = the_plan
     ipb, cp, taps = pr.n // splits, padded(pr.c, align), math.prod(pr.kernel_size)
     vox = math.prod(pr.spatial_in)
@@ -44,7 +44,7 @@ def run_taps(pr: Problem, cfg: TcConfig, itype: str, store: type, align: int, x,
     dy_as_is = as_is(pr, splits, align, pqp)[0] and runtime.is_aligned(dy)
     x_as_is = x_last and cp == pr.c and runtime.is_aligned(x)
     n_dy, n_x = (0 if dy_as_is else splits * pr.k * lz), (0 if x_as_is else pr.n * vox * cp)
-    n_f32 = the_plan.partial_elements(pr, align)
+    n_f32 = the_plan.partial_elements(pr, align, gather=True)
     bits = np.uint16 if np.dtype(store).itemsize == 2 else store  # the copies move bits
     flat = lambda t: runtime.kernel_view(runtime.flat_view(t))  # noqa: E731  (memory order)
     with scratch(max(n_dy + n_x, 1), store) as buf, scratch(max(n_f32, 1), np.float32) as part:

@@ -67,7 +67,7 @@ def padded(length: int, align: int) -> int:
     return -(-length // align) * align
 
 
-def splits_of(pr: Problem, cfg: TcConfig, align: int, target: Target) -> int:
+def splits_of(pr: Problem, cfg: TcConfig, align: int, target: Target, gather: bool | None = None) -> int:
     """How many image groups on ``target``: enough blocks to fill the SMs twice, each split at least
     :func:`min_ktiles` k
     tiles long, and a divisor of N (equal groups keep every split's operands dense). When P*Q is in
@@ -76,12 +76,14 @@ def splits_of(pr: Problem, cfg: TcConfig, align: int, target: Target) -> int:
     N*K*C*R*S fp32 against N*P*Q*K (+ N*P*Q*C for a 1x1 x) input elements written and read again
     (16-bit 3x3 layers with 2*C*9 <= P*Q: ResNet-50's c2 3x3 at 56x56 and Burn's 64-channel layers at
     56x56 and more, not the 28x28 ones; the 1x1 layers at 28x28 and more), each image at least
-    min_ktiles k tiles long and N within grid z (65535)."""
+    min_ktiles k tiles long and N within grid z (65535). ``gather``: the route (None: the problem's,
+    :func:`tap_gather`)."""
     least = min_ktiles(target)
+    gather = tap_gather(pr) if gather is None else gather
     dense, x_too = as_is(pr, pr.n, align)
     px = math.prod(pr.spatial_out)
-    copied = px * (pr.k + (pr.c if x_too else 0)) * pr.itemsize
-    m, n = gemm_mn(pr, align)
+    copied = px * (pr.k + (pr.c if x_too and not gather else 0)) * pr.itemsize
+    m, n = gemm_mn(pr, align, gather)
     if dense and 0 < pr.n <= 65535 and 4 * m * n <= copied and px >= least * cfg.BK:
         return pr.n
     blocks = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN)
@@ -96,14 +98,15 @@ def splits_of(pr: Problem, cfg: TcConfig, align: int, target: Target) -> int:
 
 def tap_gather(pr: Problem) -> bool:
     """Whether the backward-weight ``pr`` runs the tap gather of :mod:`.taps` (module doc): 3D, or a filter
-    of more than one tap."""
+    of more than one tap, in either layout (a 1x1 one with a channels-last x may too: the plugin's
+    ``gathers``)."""
     return pr.ndim == 3 or math.prod(pr.kernel_size) > 1
 
 
-def gemm_mn(pr: Problem, align: int) -> tuple[int, int]:
+def gemm_mn(pr: Problem, align: int, gather: bool | None = None) -> tuple[int, int]:
     """(M, N) of the wgrad GEMM: (K, C*R*S) on the unfolded operands, (T*R*S*Cp, K) for the tap gather
-    (:func:`tap_gather`, :mod:`.taps`; Cp: C in whole chunks)."""
-    if tap_gather(pr):
+    (``gather``, None: :func:`tap_gather`; :mod:`.taps`; Cp: C in whole chunks)."""
+    if tap_gather(pr) if gather is None else gather:
         return math.prod(pr.kernel_size) * padded(pr.c, align), pr.k
     return pr.k, pr.c * pr.r * pr.s
 
@@ -115,26 +118,26 @@ class Plan(NamedTuple):
     parts: int
     pqp: int
 
-    def partial_elements(self, pr: Problem, align: int = 1) -> int:
+    def partial_elements(self, pr: Problem, align: int = 1, gather: bool | None = None) -> int:
         """float32 elements of the partials (0: one GEMM straight into dw; the tap gather's always, its
-        rows ``align``-padded)."""
+        rows ``align``-padded; ``gather`` None: :func:`tap_gather`)."""
         partials = self.splits * self.parts
-        if tap_gather(pr):
-            return partials * math.prod(gemm_mn(pr, align))
+        if tap_gather(pr) if gather is None else gather:
+            return partials * math.prod(gemm_mn(pr, align, True))
         return 0 if partials == 1 else partials * pr.k * pr.c * pr.r * pr.s
 
 
-def plan(pr: Problem, cfg: TcConfig, align: int, target: Target) -> Plan:
+def plan(pr: Problem, cfg: TcConfig, align: int, target: Target, gather: bool | None = None) -> Plan:
     """The image groups (:func:`splits_of`), and when their tiles still leave SMs idle (few output
     channels, a long reduction: the seed's 16-channel layer) slices of each group's reduction, at least
     min_ktiles k tiles each and a whole number of chunks: a divisor of the chunk count near the wanted
     number, else every image padded up to a multiple of parts chunks (not when the groups are single
     images read as they are: padding would bring dy's copy back, so the divisor is kept); splits *
-    parts stays within grid z (65535)."""
-    splits = splits_of(pr, cfg, align, target)
+    parts stays within grid z (65535). ``gather``: the route (None: :func:`tap_gather`)."""
+    splits = splits_of(pr, cfg, align, target, gather)
     pqp = padded(math.prod(pr.spatial_out), align)
     lz = pr.n // splits * pqp
-    m, n = gemm_mn(pr, align)
+    m, n = gemm_mn(pr, align, gather)
     blocks = math.ceil(m / cfg.BM) * math.ceil(n / cfg.BN) * splits
     parts = max(1, min(math.ceil(2 * target.sm_count / blocks), lz // (min_ktiles(target) * cfg.BK),
                        65535 // splits))
@@ -147,12 +150,16 @@ def plan(pr: Problem, cfg: TcConfig, align: int, target: Target) -> Plan:
     return Plan(splits, parts, pqp)
 
 
-def workspace_elements(pr: Problem, cfg: TcConfig, align: int, target: Target) -> tuple[int, int]:
+def workspace_elements(pr: Problem, cfg: TcConfig, align: int, target: Target,
+                       gather: bool | None = None) -> tuple[int, int]:
     """(elements in the storage type, float32 elements) the run lends from the scratch pool (the tap
-    gather: dy's split-major copy and x's channels-last one, :mod:`.taps`)."""
-    p = plan(pr, cfg, align, target)
-    if tap_gather(pr):
-        return pr.n * (p.pqp * pr.k + math.prod(pr.spatial_in) * padded(pr.c, align)), p.partial_elements(pr, align)
+    gather, ``gather`` None: :func:`tap_gather`: dy's split-major copy and x's channels-last one,
+    :mod:`.taps`)."""
+    gather = tap_gather(pr) if gather is None else gather
+    p = plan(pr, cfg, align, target, gather)
+    if gather:
+        return (pr.n * (p.pqp * pr.k + math.prod(pr.spatial_in) * padded(pr.c, align)),
+                p.partial_elements(pr, align, True))
     return pr.n * p.pqp * (pr.k + pr.c * pr.r * pr.s), p.partial_elements(pr)
 
 

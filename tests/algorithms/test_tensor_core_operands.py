@@ -62,6 +62,32 @@ def test_wgrad_of_a_3x3_filter_gathers_the_taps_of_x(monkeypatch, x_last):
     assert not unfolds and len(copies) == (0 if x_last else 1)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_1x1_wgrad_of_a_channels_last_x_gathers_it_as_it_is(monkeypatch, stride):
+    """A channels-last x with whole chunks of channels takes a 1x1 wgrad to the tap gather on an mma.sync
+    config: x read as it is (no layout copy of x, no unfold; strided: its pixels gathered at the stride),
+    dy copied once; the same problem with an NCHW x, or on a wgmma config, stays on the unfolded
+    operands. Each against the reference."""
+    from convlab.algorithms.tensor_core import taps, wgrad
+    problem = make_problem("wgrad", 2, 16, 6, 8, 8, 1, 1, stride=stride, dtype="float16")
+    sync = next(c for c in TC.configs(problem) if "MMA" not in c)
+    assert TC.workspace_bytes(problem, sync, 2**28, runtime.target()) >= 2 * problem.n * 6 * 8 * 16
+    host = random_operands(problem, np.random.default_rng(8 + stride))
+    for x_last, config, gathered in ((True, sync, True), (False, sync, False)):
+        runs = _spy(monkeypatch, taps, "run_taps")
+        unfolds = _spy(monkeypatch, wgrad, "unfold_into")
+        x = layouts.channels_last_copy(host[0]) if x_last else runtime.to_device(host[0])
+        out = runtime.to_device(np.full(problem.operand_shapes[2], np.nan, np.float16))
+        copies = _spy(monkeypatch, transpose, "to_channels_last")
+        TC.run(problem, config, x, runtime.to_device(host[1]), None, out, workspace_limit=2**28)
+        err = rel_error(runtime.to_host(out), reference.solve(problem, *host))
+        assert err <= tolerance(problem, TC.compute_eps(problem.dtype)), (x_last, err)
+        assert bool(runs) == gathered and (not copies if gathered else True)
+        assert not unfolds if gathered else True
+    wgmma = next(c for c in TC.configs(problem, targets.get("sm_90")) if "MMA" in c)
+    assert not tensor_core.plugin.may_gather_1x1(problem, tensor_core.tc_config(wgmma), "f16")
+
+
 @pytest.mark.parametrize("shape,padded,unfolds", [
     (dict(h=9, w=9, r=1, s=1), True, 2),  # 81 -> 11 chunks (prime): images padded further, both unfolded
     (dict(h=8, w=8, r=1, s=1), False, 0),  # 8 chunks in 2 or 4 parts; dy and x as they are

@@ -300,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     if not plan:
         raise SystemExit(f"--steps {args.steps!r} matches no step; --list shows them")
     t_end, commit, tag = time.time() + args.budget, args.commit or git_commit(), device_tag()
+    os.environ["CONVLAB_COMMIT"] = commit  # the benchmarks record this commit, not the copy's git HEAD
     ensure_installed()
     vers, wrote, report, pending = versions(), [], [], []
 

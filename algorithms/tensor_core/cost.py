@@ -8,9 +8,10 @@ from the plan their ``run`` follows on each route:
                           (strided.py), passes of images    of images (fp32 columns)
     dgrad, stride > 1,    per phase N*Hf*Wf x C x Th*Tw*Kp  dy's NHWC copy, a filter per phase, the bias
     C >= 16 (phases.py)   (the phases' sums)                fill when a phase has no taps
-    wgrad, 1x1            K x C x N*PQp (wgrad.py)          the unfolds of dy and x (none read as they
-                                                            are), the split and part partials' sum
-    wgrad, more taps, 3D  T*R*S*Cp x K x N*PQp (taps.py)    dy's split-major copy (none when dense), x's
+    wgrad, 1x1, small     K x C*R*S x N*PQp (wgrad.py)      the unfolds of dy and x (none read as they
+    planes, stems                                           are), the split and part partials' sum
+    wgrad, more taps on   T*R*S*Cp x K x N*PQp (taps.py)    dy's split-major copy (none when dense), x's
+    large planes, 3D
                                                             NHWC copy (an NCHW x: the layout the cost
                                                             model prices), the partials' ordered sum
                                                             (and a 1x1 one whose x is channels-last:

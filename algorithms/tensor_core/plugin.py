@@ -10,16 +10,18 @@ under ``convlab.set_float32_precision("high")``), fp32 accumulation, outputs in 
     dgrad     dy NCHW -> NHWC, w -> [CRS, K]           N*P*Q       CRS  K               tc_gemm + fold
               (stride > 1 otherwise: strided.py's column route, fp32 columns; 3D: per image CTRS x DoPQ + the
               channel-major fold)
-    wgrad     dy, x unfolded split-major (wgrad.py)    K           C    N*P*Q           tc_gemm + split-K
-              (a 1x1 filter: an NCHW x, and dy, read as they are when dense)
+    wgrad     dy, x unfolded split-major (wgrad.py)    K           CRS  N*P*Q           tc_gemm + split-K
+              (2D / 1D: a 1x1 filter, whose NCHW x and dy are read as they are when dense; planes under
+              wgrad.GATHER_MIN_PIXELS output pixels; channels not in whole chunks, a stem's 3)
     wgrad     x -> NHWC (NDHWC), dy split-major        T*R*S*Cp    K    N*Do*P*Q        tc_wgrad (tap gather)
-              (more than one tap, and 3D: taps.py; a channels-last x read as it is, which takes a
-              1x1 filter here too when its channels are whole chunks and the config is mma.sync)
+              (3D, and more than one tap on the larger planes: taps.py; a channels-last x read as it
+              is, which takes a 1x1 filter here too when its channels are whole chunks, C >= K and
+              the config is mma.sync)
 
 3D problems (NCDHW, KCTRS; channels-last-3d NDHWC operands alike) run natively: the gather of
 :mod:`convlab.kernels.tensor_core.conv` is one N-d index map (gather.py; M = N*Do*P*Q, K = T*R*S*C), the
-NDHWC / KTRSC copies are the same transposes over D*H*W / T*R*S, and a wgrad of more than one tap gathers
-x's taps (:mod:`.taps`) instead of unfolding T*R*S copies of it. 1D problems run as 2D ones of height 1.
+NDHWC / KTRSC copies are the same transposes over D*H*W / T*R*S, and wgrad gathers x's taps
+(:mod:`.taps`) instead of unfolding T*R*S copies of it. 1D problems run as 2D ones of height 1.
 
 dgrad (and conv_transpose2d, its dgrad) with stride 1 is the forward convolution of dy with the
 spatially flipped, K<->C transposed filter and padding dilation*(R-1) - padding (negative padding is fine:
@@ -27,9 +29,10 @@ the gather works in padded coordinates). The GEMM is :mod:`convlab.kernels.tenso
 NHWC gather of :mod:`convlab.kernels.tensor_core.conv`: 16-byte ``cp.async`` chunks of 8 (fp16/bf16) or 4 (tf32)
 channels, so the NHWC / KRSC copies pad the gathered channel count with zeros up to a multiple of 8 (4)
 (C = 3 becomes 8: more reduction work, still on tensor cores); zero-fill for padding and remainders.
-wgrad of a 1x1 filter (:mod:`.wgrad`) unfolds dy and x into dense split-major operands and runs the
-tensor-core GEMM per image group (one launch, grid z), the fp32 partials summed in order; of a larger one
-(:mod:`.taps`) gathers x's taps from an NHWC x into the GEMM's pipeline. Not done here: groups > 1.
+wgrad (:mod:`.wgrad`) unfolds dy and x into dense split-major operands and runs the tensor-core GEMM per
+image group (one launch, grid z), the fp32 partials summed in order; a filter of more than one tap on a
+large plane (:func:`.wgrad.tap_gather`) and every 3D one instead gather x's taps from an NHWC x into the
+GEMM's pipeline (:mod:`.taps`). Not done here: groups > 1.
 
 Configs (the tuner times them all; the first wastes the least): 128x128 / 128x64 / 64x64 tiles, plus
 16- and 32-wide ones when the GEMM's N is at most 32 (the seed's 16-channel layers) and a 16-row one for
@@ -45,8 +48,8 @@ Layouts (``layouts = {"nchw", "nhwc"}``): a channels-last (NHWC-memory) input is
 channel count needs no padding (a multiple of 8, or 4 for TF32) and its data is 16-byte aligned, and so
 is a channels-last forward filter (KRSC memory) and a 1x1 forward filter in either layout (KCRS = KRSC);
 a channels-last output is written NHWC by the epilogue, and the tap gather's x (channels a multiple of 8
-or 4, aligned) is read as it is: such an x takes a 1x1 wgrad to the gather too, on an mma.sync config,
-instead of its NCHW copy. Other channels-last operands (an unaligned channel count, dgrad's filter,
+or 4, aligned) is read as it is: such an x takes a 1x1 wgrad of C >= K to the gather too, on an
+mma.sync config, instead of its NCHW copy. Other channels-last operands (an unaligned channel count, dgrad's filter,
 wgrad's dy and dw) are copied to NCHW scratch first.
 
 Epilogues (convlab.epilogue; ``fuses``, ``run_fused``): the gather route (forward, stride-1 dgrad: the
@@ -93,17 +96,26 @@ def _strided_dgrad(problem: Problem) -> bool:
 
 
 def _taps(problem: Problem) -> bool:
-    """A backward-weight of more than one tap, or 3D: the tap gather of :mod:`.taps`."""
+    """A backward-weight the tap gather of :mod:`.taps` takes in either layout (:func:`.wgrad.tap_gather`:
+    3D, or more than one tap on a large plane)."""
     return problem.op == "wgrad" and wgrad.tap_gather(problem)
 
 
 def may_gather_1x1(problem: Problem, cfg: TcConfig, itype: str) -> bool:
     """Whether a 1x1 backward-weight takes the tap gather when its x is channels-last: whole chunks of
-    channels (x read as it is, no layout copy of it), a config the gather takes (mma.sync, a BM whose
-    m-contiguous rows swizzle) and its operands within 32-bit indexing."""
+    channels (x read as it is, no layout copy of it), at least as many input channels as output ones, a
+    config the gather takes (mma.sync, a BM whose m-contiguous rows swizzle) and its operands within
+    32-bit indexing. (A larger filter that :func:`.wgrad.tap_gather` leaves unfolded stays unfolded in
+    either layout.)
+
+    C >= K: the gather's GEMM is C x K on the tile the tuner chose for the unfold's K x C. H100, fp16,
+    channels-last time over NCHW time against the unfolded route's (results/auto_bench/h100/65f736e
+    against 92e7a00 and 05aa939): the reduce and project layers (C >= K) 0.94 (ResNet-50, 8 layers) and
+    0.87 (MobileNetV2, 12) of it, the expand layers (C < K) up to 2.5x (MobileNetV2's 24->144 at 56x56)."""
     pr, align = problem, ALIGN[problem.dtype]
     rows = pr.n * max(wgrad.padded(math.prod(pr.spatial_out), align) * pr.k, math.prod(pr.spatial_in) * pr.c)
-    return (pr.op == "wgrad" and not _taps(pr) and pr.c % align == 0 and not cfg.wgmma
+    return (pr.op == "wgrad" and math.prod(pr.kernel_size) == 1 and not _taps(pr) and pr.c % align == 0
+            and pr.c >= pr.k and not cfg.wgmma
             and km_tile_ok(cfg.BM, ITYPES[itype][1]) and rows <= MAX_INDEX)
 
 
@@ -123,7 +135,8 @@ class TensorCore(Algorithm):
                    "NHWC/KRSC in scratch (channels padded to 8 / 4), cp.async pipeline, mma.sync; groups 1, "
                    "strided dgrad by stride phases (C >= 16) or a column GEMM (fp32 columns) + fold; "
                    "split-K (fp32 partials summed in order) "
-                   "where tiles are few; wgrad by a gather of x's taps (a 1x1 filter: on unfolded operands) with split-K")
+                   "where tiles are few; wgrad on unfolded operands, or by a gather of x's taps (3D, and more than "
+                   "one tap on planes of 56x56 and more), with split-K")
 
     def itype(self, dtype: str) -> str:
         """The kernels' input type for ``dtype`` (tc_config.ITYPES)."""

@@ -1,5 +1,7 @@
 """Backward-weight on tensor cores by the tap gather of :mod:`convlab.kernels.tensor_core.wgrad`, no column
-buffer: every 3D problem, and a 2D (1D) one whose filter has more than one tap (:func:`.wgrad.tap_gather`).
+buffer: every 3D problem, and a 2D (1D) one whose filter has more than one tap over whole chunks of
+channels on a large plane (:func:`.wgrad.tap_gather`; a 1x1 one whose x is channels-last: the plugin's
+``may_gather_1x1``).
 
     dwT[(t, r, s, c), k] = sum_{n, o, p, q} xh[n, o*sd - pd + t*dd, ..., c] * dy[n, k, o, p, q]   (2D: no o, t)
 

@@ -29,10 +29,11 @@ aligned start (``cp.async``); otherwise they are unfolded as above.
 Workspace: the two unfolded operands (N*PQp*(K + CRS) elements; an upper bound when one is read as it
 is) and, when split, the fp32 partials.
 
-Which route (:func:`tap_gather`): a filter of more than one tap, and every 3D one, takes the tap gather of
-:mod:`.taps` (x read once per tap from L2 instead of unfolded R*S times: 9 copies of x written and read
-for a 3x3 layer); a 1x1 filter stays here, where an NCHW x is read as it is or a strided one unfolded to
-its output pixels only.
+Which route (:func:`tap_gather`): every 3D filter, and a 2D (1D) one of more than one tap over whole
+chunks of channels on a plane of at least :data:`GATHER_MIN_PIXELS` output pixels, takes the tap gather
+of :mod:`.taps` (x read once per tap from L2 instead of unfolded R*S times: 9 copies of x written and read
+for a 3x3 layer); smaller planes, a channel count the gather would pad (a stem's 3) and a 1x1 filter stay
+here, where an NCHW x is read as it is or a strided one unfolded to its output pixels only.
 """
 from __future__ import annotations
 
@@ -54,9 +55,21 @@ from convlab.runtime.targets import Target
 
 from convlab.kernels.conv.unfold import unfold_into
 
+from .gather import ALIGN
+
 #: k tiles each split keeps at least (fewer: the prologue and epilogue dominate); 1 on the simulator,
 #: so that its tiny test problems split
 MIN_KTILES_GPU, MIN_KTILES_SIM = 8, 1
+
+
+#: output pixels an image from which a 2D (1D) filter of more than one tap takes the tap gather. H100, ResNet-50
+#: fp16 batch 32, the gather (results/auto_bench/h100/65f736e) against the unfold (h100/92e7a00; that run's
+#: unchanged forward rows were 1.11x faster): c2 3x3 at 56x56 0.146 -> 0.130 ms (NCHW), 0.165 -> 0.131
+#: (channels-last); the 28x28 to 7x7 3x3 layers slower, c4 3x3 0.093 -> 0.130 and c5 3x3 0.081 -> 0.133
+#: (channels-last): there x's and dy's copies, the fp32 partials and the launches cost more than the
+#: unfolded copies save. Channels not in whole chunks (the stems' 3, gathered as 8) stay unfolded:
+#: ResNet-50's 7x7 stem ran 0.213 -> 0.297 ms, MobileNetV2's 3x3 stem 0.091 -> 0.199 (h100/05aa939)
+GATHER_MIN_PIXELS = 56 * 56
 
 
 def min_ktiles(target: Target) -> int:
@@ -98,9 +111,13 @@ def splits_of(pr: Problem, cfg: TcConfig, align: int, target: Target, gather: bo
 
 def tap_gather(pr: Problem) -> bool:
     """Whether the backward-weight ``pr`` runs the tap gather of :mod:`.taps` (module doc): 3D, or a filter
-    of more than one tap, in either layout (a 1x1 one with a channels-last x may too: the plugin's
-    ``gathers``)."""
-    return pr.ndim == 3 or math.prod(pr.kernel_size) > 1
+    of more than one tap over whole chunks of channels and at least :data:`GATHER_MIN_PIXELS` output pixels
+    an image, in either layout (a 1x1 one with a channels-last x may too: the plugin's
+    ``may_gather_1x1``)."""
+    if pr.ndim == 3:
+        return True
+    return (math.prod(pr.kernel_size) > 1 and pr.c % ALIGN.get(pr.dtype, 1) == 0
+            and math.prod(pr.spatial_out) >= GATHER_MIN_PIXELS)
 
 
 def gemm_mn(pr: Problem, align: int, gather: bool | None = None) -> tuple[int, int]:

@@ -41,17 +41,24 @@ def test_wgrad_reads_dy_and_1x1_x_as_they_are(monkeypatch):
     assert _wgrad_unfolds(monkeypatch, problem, seed=4) == 0
 
 
+@pytest.mark.parametrize("large", [True, False], ids=["large plane", "small plane"])
 @pytest.mark.parametrize("x_last", [False, True], ids=["nchw x", "channels-last x"])
-def test_wgrad_of_a_3x3_filter_gathers_the_taps_of_x(monkeypatch, x_last):
-    """A filter of more than one tap takes the tap gather (taps.py): dy read as it is (one image per
-    split, P*Q in whole chunks), x never unfolded: an NCHW x transposed once to NHWC, a channels-last one
-    read as it is; the partials of both images summed in order into dw."""
+def test_wgrad_of_a_3x3_filter_gathers_the_taps_of_x_on_large_planes(monkeypatch, x_last, large):
+    """On a plane of at least GATHER_MIN_PIXELS output pixels (lowered here to this problem's 64) a filter
+    of more than one tap takes the tap gather (taps.py): dy read as it is (one image per split, P*Q in
+    whole chunks), x never unfolded: an NCHW x transposed once to NHWC, a channels-last one read as it
+    is; the partials of both images summed in order into dw. On a smaller plane x is unfolded, in either
+    layout. Each against the reference."""
     from convlab.algorithms.tensor_core import taps, wgrad
+    if large:
+        monkeypatch.setattr(wgrad, "GATHER_MIN_PIXELS", 64)
     problem = make_problem("wgrad", 2, 8, 8, 8, 16, 3, 3, padding=1, dtype="float16")
     cfg = tensor_core.tc_config(TC.configs(problem)[0])
-    assert wgrad.tap_gather(problem) and wgrad.gemm_mn(problem, 8) == (9 * 8, 16)
+    assert wgrad.tap_gather(problem) == large
+    assert wgrad.gemm_mn(problem, 8) == ((9 * 8, 16) if large else (16, 9 * 8))
     assert wgrad.plan(problem, cfg, 8, runtime.target()).splits == 2
-    unfolds = _spy(monkeypatch, taps, "unfold_into") + _spy(monkeypatch, wgrad, "unfold_into")
+    runs = _spy(monkeypatch, taps, "run_taps")
+    unfolds = (_spy(monkeypatch, taps, "unfold_into"), _spy(monkeypatch, wgrad, "unfold_into"))  # live lists
     copies = _spy(monkeypatch, transpose, "to_channels_last")
     host = random_operands(problem, np.random.default_rng(7))
     x = layouts.channels_last_copy(host[0]) if x_last else runtime.to_device(host[0])
@@ -59,15 +66,42 @@ def test_wgrad_of_a_3x3_filter_gathers_the_taps_of_x(monkeypatch, x_last):
     TC.run(problem, TC.configs(problem)[0], x, runtime.to_device(host[1]), None, out, workspace_limit=2**28)
     err = rel_error(runtime.to_host(out), reference.solve(problem, *host))
     assert err <= tolerance(problem, TC.compute_eps(problem.dtype))
-    assert not unfolds and len(copies) == (0 if x_last else 1)
+    assert bool(runs) == large
+    unfolded = sum(map(len, unfolds))
+    if large:
+        assert not unfolded and len(copies) == (0 if x_last else 1)
+    else:
+        assert unfolded == 1  # x's taps (dy read as it is: one image a split, P*Q in whole chunks)
+
+
+def test_the_tap_gather_takes_more_taps_on_large_planes_in_whole_chunks():
+    """The route rule (wgrad.tap_gather): 3D always; 2D (1D) a filter of more than one tap whose channels
+    are whole 16-byte chunks, on a plane of GATHER_MIN_PIXELS output pixels or more (ResNet-50's c2 3x3,
+    not its c3-c5 3x3 layers nor the stems' 3 channels); a 1x1 filter never (channels-last: may_gather_1x1)."""
+    from convlab.algorithms.tensor_core import wgrad
+    from convlab.problem import make_problem_nd
+    cases = [
+        (make_problem("wgrad", 32, 64, 56, 56, 64, 3, 3, padding=1, dtype="float16"), True),
+        (make_problem("wgrad", 32, 128, 28, 28, 128, 3, 3, padding=1, dtype="float16"), False),
+        (make_problem("wgrad", 32, 128, 56, 56, 128, 3, 3, stride=2, padding=1, dtype="float16"), False),
+        (make_problem("wgrad", 32, 3, 224, 224, 64, 7, 7, stride=2, padding=3, dtype="float16"), False),
+        (make_problem("wgrad", 32, 64, 56, 56, 256, 1, 1, dtype="float16"), False),
+        (make_problem("wgrad", 8, 12, 64, 64, 16, 3, 3, padding=1, dtype="float32"), True),  # TF32: chunks of 4
+        (make_problem("wgrad", 8, 12, 64, 64, 16, 3, 3, padding=1, dtype="bfloat16"), False),  # 12: not 8s
+        (make_problem_nd("wgrad", 4, 16, (4096,), 16, (3,), padding=1, dtype="float16"), True),  # 1D
+        (make_problem_nd("wgrad", 4, 16, (1024,), 16, (3,), padding=1, dtype="float16"), False),
+        (make_problem_nd("wgrad", 2, 3, (4, 4, 4), 8, (3, 3, 3), padding=1, dtype="float16"), True),  # 3D
+    ]
+    assert wgrad.GATHER_MIN_PIXELS == 56 * 56
+    assert [wgrad.tap_gather(p) for p, _ in cases] == [want for _, want in cases]
 
 
 @pytest.mark.parametrize("stride", [1, 2])
 def test_a_1x1_wgrad_of_a_channels_last_x_gathers_it_as_it_is(monkeypatch, stride):
     """A channels-last x with whole chunks of channels takes a 1x1 wgrad to the tap gather on an mma.sync
     config: x read as it is (no layout copy of x, no unfold; strided: its pixels gathered at the stride),
-    dy copied once; the same problem with an NCHW x, or on a wgmma config, stays on the unfolded
-    operands. Each against the reference."""
+    dy copied once; the same problem with an NCHW x, on a wgmma config, or with more output channels
+    than input ones stays on the unfolded operands. Each against the reference."""
     from convlab.algorithms.tensor_core import taps, wgrad
     problem = make_problem("wgrad", 2, 16, 6, 8, 8, 1, 1, stride=stride, dtype="float16")
     sync = next(c for c in TC.configs(problem) if "MMA" not in c)
@@ -86,6 +120,8 @@ def test_a_1x1_wgrad_of_a_channels_last_x_gathers_it_as_it_is(monkeypatch, strid
         assert not unfolds if gathered else True
     wgmma = next(c for c in TC.configs(problem, targets.get("sm_90")) if "MMA" in c)
     assert not tensor_core.plugin.may_gather_1x1(problem, tensor_core.tc_config(wgmma), "f16")
+    expand = make_problem("wgrad", 2, 8, 6, 8, 16, 1, 1, stride=stride, dtype="float16")  # C < K
+    assert not tensor_core.plugin.may_gather_1x1(expand, tensor_core.tc_config(sync), "f16")
 
 
 @pytest.mark.parametrize("shape,padded,unfolds", [

@@ -166,8 +166,8 @@ def test_builtin_plugins_count_launches_and_bytes(real):
     # winograd 4.1 ms on MobileNetV2's 112x112 depthwise layer against 0.06 ms; both had the lowest estimate.
     # That layer runs natively on depthwise now (a measured group, estimated lower: the test below); the
     # same plane with 2 channels a group, which depthwise does not take, still has winograd's estimate lowest.
-    # tensor_core's wgrad of a 3x3 filter gathers x's taps (taps.py), priced lower on those layers; on a
-    # 7x7 one tma_wgmma's estimate is still the lowest (0.0699 ms against tensor_core's 0.0707)
+    # At 56x56 tensor_core's wgrad gathers x's taps (taps.py), priced lower (0.094 ms against tma_wgmma's
+    # 0.150); on a 7x7 plane (unfolded operands) tma_wgmma's estimate is still the lowest (0.0699 against 0.0813)
     (make_problem("wgrad", 32, 256, 7, 7, 256, 3, 3, padding=1, dtype="float16"), "tma_wgmma|f16|wgrad"),
     (make_problem("forward", 32, 32, 112, 112, 32, 3, 3, padding=1, groups=16, dtype="float16"),
      "winograd|f16|forward"),

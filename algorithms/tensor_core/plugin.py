@@ -49,8 +49,8 @@ channel count needs no padding (a multiple of 8, or 4 for TF32) and its data is 
 is a channels-last forward filter (KRSC memory) and a 1x1 forward filter in either layout (KCRS = KRSC);
 a channels-last output is written NHWC by the epilogue, and the tap gather's x (channels a multiple of 8
 or 4, aligned) is read as it is: such an x takes a 1x1 wgrad of C >= K to the gather too, on an
-mma.sync config, instead of its NCHW copy. Other channels-last operands (an unaligned channel count, dgrad's filter,
-wgrad's dy and dw) are copied to NCHW scratch first.
+mma.sync config, instead of its NCHW copy. Other channels-last operands (an unaligned channel count,
+dgrad's filter, wgrad's dy and dw) are copied to NCHW scratch first.
 
 Epilogues (convlab.epilogue; ``fuses``, ``run_fused``): the gather route (forward, stride-1 dgrad: the
 transpose ops) applies one in its staged store, Cs in float32 so that the value is rounded once

@@ -4,8 +4,9 @@ Four file formats are read (anything else is skipped; see :meth:`Reader.read`):
 
     bench     ``convlab bench`` JSON (convlab/bench/report.py): each row a problem with its candidates'
               ``op_median_ms`` (through the public op) or ``median_ms``; each plugin's first config
-    tc_conv   ``benchmarks/tc_conv_bench.py`` lists: tensor_core rows by suite label, ``op_ms`` (else
-              ``ours_ms``); dtype "tf32" is float32 under precision "high"
+    tc_conv   the lists of ``results/tc_conv/`` (each folder's README names the command that wrote them):
+              tensor_core rows by suite label, ``op_ms`` (else ``ours_ms``); dtype "tf32" is float32 under
+              precision "high"
     autotune  ``benchmarks/autotune_bench.py`` JSON: every config's ``exhaustive_ms`` per problem
     cache     autotuner cache files (convlab/autotune/cache.py): every candidate's ``median_ms``
 
@@ -32,7 +33,7 @@ from convlab.plugin.contract import Config
 from convlab.problem import Problem
 
 DEFAULT_LIMIT = 256 * 2**20  # convlab's default workspace limit, which bench, tuner and caches ran under
-TC_CONV_LIMIT = 2**31  # benchmarks/tc_conv_bench.py's LIMIT
+TC_CONV_LIMIT = 2**31  # the workspace limit the results/tc_conv runs used
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ SIM_CONFIG = {"f16": TcConfig(32, 32, 16, 16, 32, 3), "bf16": TcConfig(32, 32, 1
 #: two warpgroups of m64n256 / m64n128 (one of two m64n128 slices: 256x128), or four of m64n128 (the last
 #: f16 one); one wgmma group in flight ("wgmma") or none ("wgmma0"). ptxas 13.5 (sm_90a): 225 registers
 #: for the n256 ones, 118 for 128x128, 200 for 256x128, 100 for the four-warpgroup tile; no spills
-#: (benchmarks/wgmma_ptx_check.py --configs all)
+#: (tools/wgmma_ptx_check.py --configs all)
 WGMMA_CONFIGS = {"f16": [TcConfig(128, 256, 64, 64, 256, 4, 0, "wgmma"),
                          TcConfig(128, 128, 64, 64, 128, 5, 0, "wgmma"),
                          TcConfig(256, 128, 64, 128, 128, 4, 0, "wgmma"),

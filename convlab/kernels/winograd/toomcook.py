@@ -23,7 +23,7 @@ entries between B^T and G, keeping transformed half-precision tiles far from ove
 Points (:data:`POINTS`): 0, 1, -1, 1/2, -2, -1/2, 2, ... in this order, the first n - 1 of them: the
 sets Barabasz et al. found most accurate for n = 4 .. 8 ({0, +-1}, {0, +-1, 1/2}, {0, +-1, 1/2, -2},
 {0, +-1, +-1/2, -2}, {0, +-1, +-1/2, +-2}); Lavin's integer points (0, +-1, +-2, +-3, ...) are
-:data:`LAVIN_POINTS`, kept for comparison (tools/winograd_accuracy.py measures both).
+:data:`LAVIN_POINTS`, kept for comparison (tools/transform_accuracy.py measures both).
 :func:`tensor_error` checks the trilinear identity sum_j A^T[i, j] G[j, a] B^T[j, b] = [b == i + a]
 exactly, which is the whole algorithm's correctness.
 """

@@ -11,8 +11,7 @@ from the plan their ``run`` follows on each route:
     wgrad, 1x1, small     K x C*R*S x N*PQp (wgrad.py)      the unfolds of dy and x (none read as they
     planes, stems                                           are), the split and part partials' sum
     wgrad, more taps on   T*R*S*Cp x K x N*PQp (taps.py)    dy's split-major copy (none when dense), x's
-    large planes, 3D
-                                                            NHWC copy (an NCHW x: the layout the cost
+    large planes, 3D                                        NHWC copy (an NCHW x: the layout the cost
                                                             model prices), the partials' ordered sum
                                                             (and a 1x1 one whose x is channels-last:
                                                             priced as the 1x1 route, the model sees no

@@ -41,3 +41,17 @@ def run_tc(problem, seed=0, nhwc_out=False, outputs=None):
     if outputs is not None:
         outputs.append((got.astype(np.float64), None if host[2] is None else host[2].astype(np.float64)))
     return rel_error(got, reference.solve(problem, *host)), tolerance(problem, TC.compute_eps(problem.dtype))
+
+
+def run_layouts(problem, lasts, seed=0, plugin=TC):
+    """(relative error, tolerance) of one run of ``plugin``'s first config on random operands, a, b and a
+    NaN-poisoned out channels-last where ``lasts`` says (the tolerance read under the caller's precision)."""
+    host = random_operands(problem, np.random.default_rng(seed))
+    a, b = (layouts.channels_last_copy(h) if last else runtime.to_device(h) for h, last in zip(host[:2], lasts))
+    bias = None if host[2] is None else runtime.to_device(host[2])
+    nan = np.full(problem.operand_shapes[2], np.nan, np_dtype(problem.dtype))
+    out = layouts.channels_last_copy(nan) if lasts[2] else runtime.to_device(nan)
+    plugin.run(problem, plugin.configs(problem)[0], a, b, bias, out, workspace_limit=2**28)
+    got = runtime.to_host(out)
+    assert not np.isnan(got.astype(np.float64)).any()
+    return rel_error(got, reference.solve(problem, *host)), tolerance(problem, plugin.compute_eps(problem.dtype))

@@ -3,35 +3,20 @@ they are, the strided dgrad's column route on the channel-major fold, and wgrad'
 
 Generic properties (every dtype and layout against the reference) are the conformance suite's, which
 draws 3D problems for the plugin; these tests cover what the 3D routes add."""
-import numpy as np
 import pytest
 
 import convlab
-from convlab import reference, runtime
+from convlab import runtime
 from convlab.algorithms.tensor_core import strided, taps
 from convlab.algorithms.tensor_core.configs import tc_config
 from convlab.algorithms.tensor_core.gather import ALIGN
-from convlab.kernels.data import layouts, transpose
+from convlab.kernels.data import transpose
 from convlab.kernels.tensor_core import conv as tc_conv, wgrad as tc_wgrad
 from convlab.kernels.tensor_core.config import TcConfig
-from convlab.measure import random_operands, rel_error, tolerance
 from convlab.ops.explain import plugin_rows
-from convlab.problem import make_problem_nd, np_dtype
+from convlab.problem import make_problem_nd
 
-from tc_helpers import TC, run_tc, spy
-
-
-def _run_layouts(problem, lasts, seed=0):
-    """(relative error, tolerance) of one run with a, b, out channels-last where ``lasts`` says."""
-    host = random_operands(problem, np.random.default_rng(seed))
-    a, b = (layouts.channels_last_copy(h) if last else runtime.to_device(h) for h, last in zip(host[:2], lasts))
-    bias = None if host[2] is None else runtime.to_device(host[2])
-    nan = np.full(problem.operand_shapes[2], np.nan, np_dtype(problem.dtype))
-    out = layouts.channels_last_copy(nan) if lasts[2] else runtime.to_device(nan)
-    TC.run(problem, TC.configs(problem)[0], a, b, bias, out, workspace_limit=2**28)
-    got = runtime.to_host(out)
-    assert not np.isnan(got.astype(np.float64)).any()
-    return rel_error(got, reference.solve(problem, *host)), tolerance(problem, TC.compute_eps(problem.dtype))
+from tc_helpers import TC, run_layouts, run_tc, spy
 
 
 def test_forward_reads_channels_last_3d_operands_as_they_are(monkeypatch):
@@ -39,7 +24,7 @@ def test_forward_reads_channels_last_3d_operands_as_they_are(monkeypatch):
     problem = make_problem_nd("forward", 2, 8, (3, 4, 5), 16, (2, 3, 3), padding=1, dilation=(2, 1, 1),
                               dtype="float16", bias=True)
     copies = spy(monkeypatch, transpose, "to_channels_last")
-    err, tol = _run_layouts(problem, (True, True, True))
+    err, tol = run_layouts(problem, (True, True, True))
     assert err <= tol and not copies
 
 
@@ -80,7 +65,7 @@ def test_wgrad_gathers_the_taps_of_x(dtype, x_last, monkeypatch):
     copies = spy(monkeypatch, transpose, "to_channels_last")
     with convlab.float32_precision("high"):
         the_plan = taps.plan(problem, tc_config(TC.configs(problem)[0]), ALIGN[dtype], runtime.target())
-        err, tol = _run_layouts(problem, (x_last, False, False), seed=5)
+        err, tol = run_layouts(problem, (x_last, False, False), seed=5)
     assert err <= tol
     assert the_plan.splits * the_plan.parts > 1  # the ordered sum over partials
     assert all((call[0].c, call[0].kernel_size) == (problem.k, (1, 1)) for call in unfolds)  # dy only, not x

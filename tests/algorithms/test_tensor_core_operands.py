@@ -14,7 +14,7 @@ from convlab.kernels.tensor_core import conv as tc_conv
 from convlab.kernels.data import layouts, transpose
 from convlab.measure import random_operands, rel_error, tolerance
 from convlab.problem import make_problem
-from tc_helpers import TC, run_tc as _run, split_like_the_simulator, spy as _spy  # noqa: F401  (a fixture)
+from tc_helpers import TC, run_layouts, run_tc as _run, split_like_the_simulator, spy as _spy  # noqa: F401  (a fixture)
 
 
 @pytest.fixture(autouse=True)
@@ -60,12 +60,8 @@ def test_wgrad_of_a_3x3_filter_gathers_the_taps_of_x_on_large_planes(monkeypatch
     runs = _spy(monkeypatch, taps, "run_taps")
     unfolds = (_spy(monkeypatch, taps, "unfold_into"), _spy(monkeypatch, wgrad, "unfold_into"))  # live lists
     copies = _spy(monkeypatch, transpose, "to_channels_last")
-    host = random_operands(problem, np.random.default_rng(7))
-    x = layouts.channels_last_copy(host[0]) if x_last else runtime.to_device(host[0])
-    out = runtime.to_device(np.full(problem.operand_shapes[2], np.nan, np.float16))
-    TC.run(problem, TC.configs(problem)[0], x, runtime.to_device(host[1]), None, out, workspace_limit=2**28)
-    err = rel_error(runtime.to_host(out), reference.solve(problem, *host))
-    assert err <= tolerance(problem, TC.compute_eps(problem.dtype))
+    err, tol = run_layouts(problem, (x_last, False, False), seed=7)
+    assert err <= tol
     assert bool(runs) == large
     unfolded = sum(map(len, unfolds))
     if large:

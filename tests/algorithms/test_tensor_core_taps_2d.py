@@ -4,17 +4,13 @@ conformance suite runs these plugins' 2D wgrad samples on the unfolded route: he
 lowered and the gather runs on strides, dilations, paddings, odd sizes and filters, 1D, both layouts of
 x and every input type (fp16, bf16, TF32, 3xTF32), each against the float64 reference into a
 NaN-poisoned dw."""
-import numpy as np
 import pytest
 
 import convlab
-from convlab import reference, runtime
 from convlab.algorithms.tensor_core import taps, wgrad
-from convlab.kernels.data import layouts
-from convlab.measure import random_operands, rel_error, tolerance
 from convlab.plugin import registry
-from convlab.problem import make_problem, make_problem_nd, np_dtype
-from tc_helpers import split_like_the_simulator, spy  # noqa: F401  (a fixture)
+from convlab.problem import make_problem, make_problem_nd
+from tc_helpers import run_layouts, split_like_the_simulator, spy  # noqa: F401  (a fixture)
 
 CASES = [  # (plugin, problem, x channels-last)
     ("tensor_core", make_problem("wgrad", 2, 8, 7, 9, 16, 3, 3, stride=2, padding=1, dtype="float16"), False),
@@ -42,14 +38,8 @@ def _every_plane_gathers(monkeypatch, split_like_the_simulator):
 def test_the_2d_tap_gather_matches_the_reference(monkeypatch, name, problem, x_last):
     plugin = registry.get(name)
     runs = spy(monkeypatch, taps, "run_taps")
-    host = random_operands(problem, np.random.default_rng(11))
     with convlab.float32_precision("high"):  # tensor_core's float32 is TF32 under "high"; tf32x3 takes either
         assert wgrad.tap_gather(problem) and plugin.applicable(problem)
-        x = layouts.channels_last_copy(host[0]) if x_last else runtime.to_device(host[0])
-        out = runtime.to_device(np.full(problem.operand_shapes[2], np.nan, np_dtype(problem.dtype)))
-        plugin.run(problem, plugin.configs(problem)[0], x, runtime.to_device(host[1]), None, out,
-                   workspace_limit=2**28)
-        tol = tolerance(problem, plugin.compute_eps(problem.dtype))
-    err = rel_error(runtime.to_host(out), reference.solve(problem, *host))
+        err, tol = run_layouts(problem, (x_last, False, False), seed=11, plugin=plugin)
     assert len(runs) == 1
     assert err <= tol, (err, tol)

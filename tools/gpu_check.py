@@ -133,8 +133,9 @@ def steps(workers: int) -> list[Step]:
                                        "{dir}/check"], 560)], "check/complete", 300),
             Step("fused", "fused", "benchmarks/fused_bench.py: ResNet-50 and MobileNetV2 block stacks forward and "
                  "train, convlab fused epilogues and blocks against convlab unfused, torch eager and torch.compile",
-                 [Job("fused_bench", [PY, "benchmarks/fused_bench.py", "--resume", "--budget", "380", "--out",
-                                      "{dir}"], 500)], "complete", 240),
+                 # train first: results/fused/h100/65f736e measured the forward cases only
+                 [Job("fused_bench", [PY, "benchmarks/fused_bench.py", "--modes", "train,forward", "--resume",
+                                      "--budget", "380", "--out", "{dir}"], 500)], "complete", 240),
             Step("fused/profile", "fused_profile", "benchmarks/fused_profile.py: where the fused stacks' time "
                  "goes, fused beside unfused: GPU and host ms per step, torch.profiler's kernels, cProfile",
                  # forward in both layouts: ResNet-50's 56x56x256 float16 NCHW stack ran slower fused than

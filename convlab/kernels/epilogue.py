@@ -30,8 +30,10 @@ from numba import int64
 
 from convlab import runtime
 from convlab.epilogue import Epilogue
+from convlab.kernels.arch.intrinsics import store_vector, vector_load
 from convlab.kernels.arch.intrinsics import u32 as U
 from convlab.kernels.data.convert import from_f32, half_kind, to_f32
+from convlab.kernels.source import Writer, compile_source
 from convlab.runtime import context, cuda
 
 #: threads a pass launches at most (each then walks its channel's elements ``step`` apart): 2**20 is
@@ -157,6 +159,32 @@ def fused_store(dtype: str, epi: Epilogue | None) -> Callable:
         rv = ct(read(r[at])) if has_residual else zero
         out[at] = write(finish(ct(v), k, rv, scale, shift))
     return runtime.jit(device=True, forceinline=True)(put)
+
+
+@epilogue_cache
+def fused_store_vector(dtype: str, epi: Epilogue, width: int, channel_step: int) -> Callable:
+    """:func:`fused_store`'s write-out of ``width`` consecutive output elements as one vector store (and the
+    residual's as one vector load): device function ``putv(out, at, cs, s, k, ep)`` stores ``epi``
+    applied to ``cs[s + e]`` (float32 staged values, bias included) of output channel ``k + e *
+    channel_step`` at ``out[at + e]``, e < ``width`` (0: an NCHW run of pixels shares its channel; 1: a
+    channels-last run of channels). Element ``at`` of ``out`` and of the residual is aligned to
+    ``width`` elements (the caller's check); each value is :func:`fused_store`'s, bit for bit."""
+    ct = compute_dtype(dtype).type
+    kind = half_kind(dtype)
+    w = Writer("def putv(out, at, cs, s, k, ep):")
+    w.indent()
+    w("r, scale, shift = ep")
+    if epi.residual is not None:
+        w("rr = load(r, at)")
+    for e in range(width):
+        rv = f"ct(read(rr[{e}]))" if epi.residual is not None else "zero"
+        w(f"v{e} = write(finish(ct(cs[s + {e}]), k + {e * channel_step}, {rv}, scale, shift))")
+    w(f"store_vector(out, at, ({', '.join(f'v{e}' for e in range(width))},))")
+    space = compile_source(w.source, f"<convlab.kernels.epilogue putv {dtype} {epi} {width}x{channel_step}>",
+                           {"ct": ct, "read": to_f32(kind), "write": from_f32(kind), "zero": ct(0.0),
+                            "finish": device_epilogue(dtype, epi), "load": vector_load(width),
+                            "store_vector": store_vector})
+    return runtime.jit(device=True, forceinline=True)(space["putv"])
 
 
 @epilogue_cache

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from convlab import runtime
-from convlab.kernels.arch.intrinsics import load_cg, u32, vector_load
+from convlab.kernels.arch.intrinsics import load_cg, store_vector, u32, vector_load
 from convlab.kernels.source import Writer, compile_source
 from convlab.runtime import cuda
 
 
-@pytest.mark.parametrize("width", [2, 4])
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("width, dtype", [(2, "float32"), (4, "float32"), (2, "float64"), (4, "float64"),
+                                          (8, "float16")])
 def test_vector_load_reads_width_consecutive_elements(width, dtype):
     load = vector_load(width)
     assert vector_load(width) is load  # one intrinsic per width
@@ -29,8 +29,27 @@ def test_vector_load_reads_width_consecutive_elements(width, dtype):
     dst = runtime.full((2 * width,), np.nan, dtype)
     kernel[1, 2](runtime.to_device(src), dst)
     np.testing.assert_array_equal(dst.copy_to_host(), 2 * src)
-    with pytest.raises(ValueError, match="2 or 4 wide"):
+    with pytest.raises(ValueError, match="2, 4 or 8 wide"):
         vector_load(3)
+
+
+@pytest.mark.parametrize("width, dtype", [(4, "float32"), (8, "float16"), (8, "uint16"), (2, "float64")])
+def test_store_vector_writes_width_elements_cast_to_the_array_type(width, dtype):
+    @runtime.jit
+    def kernel(dst):  # float32 values of each thread's run of width elements, cast to dst's dtype
+        i = u32(cuda.threadIdx.x) * u32(width)
+        v = np.float32(i) + np.float32(1.0)
+        if width == 2:
+            store_vector(dst, i, (v, v + np.float32(1.0)))
+        elif width == 4:
+            store_vector(dst, i, (v, v + np.float32(1.0), v + np.float32(2.0), v + np.float32(3.0)))
+        else:
+            store_vector(dst, i, (v, v + np.float32(1.0), v + np.float32(2.0), v + np.float32(3.0),
+                                  v + np.float32(4.0), v + np.float32(5.0), v + np.float32(6.0), v + np.float32(7.0)))
+
+    dst = runtime.full((3 * width,), 0, dtype)
+    kernel[1, 3](dst)
+    np.testing.assert_array_equal(dst.copy_to_host(), np.arange(1, 3 * width + 1).astype(dtype))
 
 
 def test_writer_and_compile_source_keep_tracebacks_readable():

@@ -3,7 +3,10 @@
     u32(x)             the cast that keeps index arithmetic 32-bit unsigned (numba widens integer
                        results to 64 bits otherwise); also makes compile-time uint32 constants
     vector_load(n)     ``load(arr, i) -> (arr[i], ..., arr[i + n - 1])`` as one vector load
-                       (``ld.shared.v4.f32`` for n = 4 fp32), n = 2 or 4, any float dtype
+                       (``ld.shared.v4.f32`` for n = 4 fp32), n = 2, 4 or 8 (at most 16 bytes)
+    store_vector(arr, i, values)  arr[i:i + n] = values (a tuple of n numbers, each cast to arr's
+                       dtype) as one vector store of n * itemsize (at most 16) bytes, element i aligned
+                       to them (``st.v4.b32`` for 8 fp16)
     store4(arr, i, a, b, c, d)  arr[i:i + 4] = (a, b, c, d) as one vector store (``st.v4.u32`` for
                        uint32): a 1-D array of 4-byte items, element i 16-byte aligned
     load_cg(arr, i)    arr[i] read through L2 only (``ld.global.cg``): data written by other blocks
@@ -32,14 +35,14 @@ SHARED_ALIGN = None if runtime.SIMULATOR else 16  # the simulator rejects alignm
 
 @functools.cache
 def vector_load(width: int) -> Callable:
-    """``load(arr, i) -> (arr[i], ..., arr[i + width - 1])`` as one vector load, ``width`` 2 or 4.
+    """``load(arr, i) -> (arr[i], ..., arr[i + width - 1])`` as one vector load, ``width`` 2, 4 or 8.
 
     The caller guarantees that element i of the 1-D array is ``min(16, width * itemsize)``-byte
-    aligned (16 bytes for 4 fp32; fp64 loads split into 16-byte halves). A plain Python function on
-    the simulator.
+    aligned (16 bytes for 4 fp32 or 8 fp16; fp64 loads split into 16-byte halves). A plain Python
+    function on the simulator.
     """
-    if width not in (2, 4):
-        raise ValueError(f"vector loads are 2 or 4 wide, got {width}")
+    if width not in (2, 4, 8):
+        raise ValueError(f"vector loads are 2, 4 or 8 wide, got {width}")
     if runtime.SIMULATOR:  # the stand-in: a plain Python function
         def load(arr, i):
             return tuple(arr[i + u] for u in range(width))
@@ -146,6 +149,50 @@ def _make_store4() -> Callable:
 
 
 store4 = _make_store4()
+
+
+def _make_store_vector() -> Callable:
+    if runtime.SIMULATOR:  # the stand-in: a plain Python function
+        def store_vector(arr, i, values):
+            n = len(values)
+            if (i * arr.dtype.itemsize) % (n * arr.dtype.itemsize):  # the GPU's st.v needs aligned bytes
+                raise ValueError(f"store_vector of {n} at element {i}: not {n * arr.dtype.itemsize}-byte aligned")
+            for u, v in enumerate(values):
+                arr[i + u] = v
+        return store_vector
+    from llvmlite import ir
+    from numba import types
+
+    @cuda.extending.intrinsic
+    def store_vector(typingctx, arr, index, values):
+        if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(index, types.Integer) \
+                or not isinstance(values, types.BaseTuple) or len(values) * arr.dtype.bitwidth > 128 \
+                or not all(isinstance(t, (types.Integer, types.Float)) for t in values):
+            return None
+        sig = types.void(arr, index, values)
+
+        def codegen(context, builder, signature, args):
+            aryty, idxty, valty = signature.args
+            ary = context.make_array(aryty)(context, builder, args[0])
+            idx = args[1]
+            if idx.type.width < 64:
+                idx = (builder.sext if idxty.signed else builder.zext)(idx, ir.IntType(64))
+            ptr = builder.gep(ary.data, [idx])
+            vec_t = ir.VectorType(context.get_value_type(aryty.dtype), len(valty))
+            vec = ir.Constant(vec_t, ir.Undefined)
+            for u, t in enumerate(valty):
+                item = context.cast(builder, builder.extract_value(args[2], u), t, aryty.dtype)
+                vec = builder.insert_element(vec, item, ir.Constant(ir.IntType(32), u))
+            builder.store(vec, builder.bitcast(ptr, vec_t.as_pointer(ptr.type.addrspace)),
+                          align=len(valty) * aryty.dtype.bitwidth // 8)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return store_vector
+
+
+store_vector = _make_store_vector()
 
 if runtime.SIMULATOR:  # the stand-in: a plain Python function
     def load_cg(arr, i):

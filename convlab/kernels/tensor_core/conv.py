@@ -32,6 +32,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from convlab import runtime
 from convlab.kernels.arch.intrinsics import u32 as U
 from convlab.kernels.source import Writer
 from convlab.kernels.tensor_core.config import ITYPES, TcConfig
@@ -205,7 +206,7 @@ def make_tc_conv(itype: str, cfg: TcConfig, bias: bool, nhwc_out: bool = False,
         (" split" if split else "") + (" nchw_in" if nchw_in else "") + (" 3d" if nd == 3 else "") + \
         ("" if epi is None else f" {epi}") + (" phase" if phase else "") + ">"
     return compile_kernel(_source(itype, cfg, bias, nhwc_out, split, nchw_in, nd, epi, phase), "conv", filename,
-                          cfg, itype, fused_namespace(itype, epi))
+                          cfg, itype, fused_namespace(itype, epi, nhwc_out))
 
 
 register_cache(make_tc_conv.cache_clear)  # its fused kernels are built from the epilogue's code
@@ -274,6 +275,8 @@ def conv_launcher(itype: str, cfg: TcConfig, xh: Any, wt: Any, y: Any, bias: Any
         oh, ow, osh, osw, ofh, ofw = phase
         args += (U(oh), U(ow), U(oh * ow), U(osh), U(osw), U(ofh), U(ofw))
     vec = vector_ok(y, k) if nhwc_out else vector_ok(y, px)  # an NCHW phase store has no vector write-out
+    if epilogue is not None and epilogue.residual is not None:  # read 16 bytes at a time beside y's stores
+        vec = vec and runtime.is_aligned(epilogue.residual)
     configured = configure(kern, cfg, itype, args + (vec,), m, k, splits,
                            out_dtype=y.dtype if epi is None else np.float32, contig="n" if nhwc_out else "m")
     return lambda: configured(*args, vec)

@@ -14,10 +14,11 @@ NCHW output (its pixels, the GEMM's rows, contiguous). Staged through shared mem
 fragments' own stores write 2-byte elements at best in 16-byte runs (results/tc_conv/h200/0654894).
 
 A store with a fused epilogue (``put``, a compile-time specialisation: a store without one generates
-none of its lines) stages Cs in float32 (acc + bias, not rounded) and writes out
-element by element, consecutive threads on consecutive addresses, each element through ``put``
+none of its lines) stages Cs in float32 (acc + bias, not rounded) and writes out through ``put``
 (convlab.kernels.epilogue.fused_store: the epilogue of its channel, the GEMM column, and the residual
-read at its own offset, rounded once to the output type); ``vec`` is unused there.
+read at its own offset, rounded once to the output type): with ``vec`` (the output and the residual
+aligned) ``put_width`` elements at a time (``put_vector``: one 16-byte residual load and output store),
+else element by element; consecutive threads on consecutive addresses either way.
 """
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ class Store:
         ``params``  what the kernel's parameters add after the loader's (", ep_r, ep_scale, ep_shift"; "" none)
         ``put``     None, or the write-out statement of one element: its ``{}`` the global offset, then
                     the staged one, the column in the local ``col`` (then ``dtype`` is float32)
+        ``put_vector``  None, or ``put``'s statement for ``put_width`` elements along the contiguous
+                    dimension (16 bytes of the output), run where ``vec`` holds
     ``vectors``: False where the staged tile's contiguous runs are not contiguous in the output (no 16-byte
     write-out is generated; ``vec`` is then ignored)"""
 
@@ -60,6 +63,8 @@ class Store:
     array: str
     params: str = ""
     put: str | None = None
+    put_vector: str | None = None
+    put_width: int = 1
     vectors: bool = True
 
     def row(self, w: Writer, row: str, batch: str | None) -> None:
@@ -138,16 +143,18 @@ def staged_epilogue(w: Writer, cfg: Any, itype: str, store: Store, batched: bool
                             at = f"U(U(U(cl + {u}) * {LD}) + {rl})" if m_major else f"U(U({rl} * {LD}) + U(cl + {u}))"
                             w(f"Cs[{at}] = {store.value(f'c{u}', f'c{i}_{j}_{2 * h + u}')}")
         w("cuda.syncthreads()")
-        if store.put is not None or not store.vectors:  # a fused epilogue (from the float32 Cs), or a store
-            # whose contiguous runs are not the output's: element by element only
-            _write_out(w, cfg, p * RP, RP, LD, store, batch, 1, store.put or f"{store.array}[{{}}] = Cs[{{}}]")
-            if p < passes - 1:
-                w("cuda.syncthreads()")
-            continue
-        with w.block("if vec:"):
-            _write_out(w, cfg, p * RP, RP, LD, store, batch, EPV, f"copy16({store.array}, {{}}, Cs, {{}})")
-        with w.block("else:"):
-            _write_out(w, cfg, p * RP, RP, LD, store, batch, 1, f"{store.array}[{{}}] = Cs[{{}}]")
+        element = store.put or f"{store.array}[{{}}] = Cs[{{}}]"
+        if store.put is not None:  # a fused epilogue, from the float32 Cs: 16 bytes of the output at a time
+            width, vector = store.put_width, store.put_vector
+        else:
+            width, vector = EPV, f"copy16({store.array}, {{}}, Cs, {{}})"
+        if vector is None or not store.vectors:  # a store whose contiguous runs are not the output's
+            _write_out(w, cfg, p * RP, RP, LD, store, batch, 1, element)
+        else:
+            with w.block("if vec:"):
+                _write_out(w, cfg, p * RP, RP, LD, store, batch, width, vector)
+            with w.block("else:"):
+                _write_out(w, cfg, p * RP, RP, LD, store, batch, 1, element)
         if p < passes - 1:
             w("cuda.syncthreads()")
 
@@ -161,6 +168,8 @@ def _write_out(w: Writer, cfg: Any, row0: int, RP: int, LD: int, store: Store, b
     fixed: its global offset base (a division by P*Q) is computed once."""
     T, BN = cfg.threads, cfg.BN
     m_major = store.contig == "m"
+    if (RP if m_major else BN) % width:
+        raise ValueError(f"the staged tile's runs ({RP if m_major else BN}) are not whole items of {width}")
     run = (RP if m_major else BN) // width  # items along one contiguous run of the tile
     items = BN * RP // width
     major, minor = ("cl", "rl") if m_major else ("rl", "cl")

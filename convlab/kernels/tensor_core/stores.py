@@ -7,7 +7,8 @@ epilogue (convlab.epilogue) fused into the write-out.
     PhaseNchwStore, PhaseNhwcStore: the same into one stride phase of a larger output, pixel (i, j) of the
                 the GEMM's P x Q at (ofh + osh*i, ofw + osw*j) of y's OH x OW (a strided dgrad's phase)
 
-A fused store (``epi``) stages acc + bias in float32 and writes each element through ``fput``
+A fused store (``epi``) stages acc + bias in float32 and writes each element through ``fput`` (16 bytes
+of them through ``fputv`` where the output and the residual are aligned)
 (:func:`convlab.kernels.epilogue.fused_store` of the output dtype and epilogue, the one definition of its
 arithmetic): channel ``col`` (the GEMM column is the output channel, forward and stride-1 dgrad alike),
 the residual read at the element's own offset (so it has the output's layout), ``scale`` and
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from convlab.epilogue import Epilogue
-from convlab.kernels.epilogue import fused_store
+from convlab.kernels.epilogue import fused_store, fused_store_vector
 from convlab.kernels.source import Writer
 from convlab.kernels.tensor_core.config import ITYPES
 from convlab.kernels.tensor_core.epilogue import Store
@@ -56,6 +57,8 @@ class NchwStore(Store):
         if epi is not None:
             self.params = FUSED_PARAMS
             self.put = f"fput({self.array}, {{}}, Cs[{{}}], col, (ep_r, ep_scale, ep_shift))"
+            self.put_vector = f"fputv({self.array}, {{}}, Cs, {{}}, col, (ep_r, ep_scale, ep_shift))"
+            self.put_width = put_width(itype)
 
     def row(self, w: Writer, row: str, batch: str | None) -> None:
         w(self.base.format(row))
@@ -128,6 +131,16 @@ def store_for(itype: str, bias: bool, nhwc_out: bool, split: bool, epi: Epilogue
     return (NhwcStore if nhwc_out else NchwStore)(itype, bias, split, epi)
 
 
-def fused_namespace(itype: str, epi: Epilogue | None) -> dict[str, Any]:
-    """The names a fused store's lines use (``fput``); none without an epilogue."""
-    return {} if epi is None else {"fput": fused_store(DTYPE_OF[itype], epi)}
+def put_width(itype: str) -> int:
+    """Output elements in 16 bytes: a fused store's vector write-out (``put_vector``)."""
+    return 16 // ITYPES[itype][1]
+
+
+def fused_namespace(itype: str, epi: Epilogue | None, nhwc_out: bool) -> dict[str, Any]:
+    """The names a fused store's lines use (``fput``; ``fputv``, 16 bytes along the output's contiguous
+    dimension: channels for NHWC, pixels of one channel for NCHW); none without an epilogue."""
+    if epi is None:
+        return {}
+    dtype = DTYPE_OF[itype]
+    return {"fput": fused_store(dtype, epi),
+            "fputv": fused_store_vector(dtype, epi, put_width(itype), 1 if nhwc_out else 0)}

@@ -9,7 +9,8 @@ from convlab import reference, runtime
 from convlab.dtypes import DTYPES, np_dtype, unit_roundoff
 from convlab.epilogue import ACTIVATIONS, Epilogue
 from convlab.kernels.data import layouts
-from convlab.kernels.epilogue import apply_epilogue, compute_dtype
+from convlab.kernels.epilogue import apply_epilogue, compute_dtype, fused_store, fused_store_vector
+from convlab.runtime import cuda
 from convlab.measure import rel_error
 
 
@@ -96,3 +97,37 @@ def test_operands_must_match_the_description():
         apply_epilogue(y, Epilogue(scale=True), "float32")
     with pytest.raises(ValueError, match="residual"):
         apply_epilogue(y, Epilogue(), "float32", residual=y)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("channel_step", [0, 1])
+def test_vector_write_out_is_the_element_write_out_bit_for_bit(dtype, channel_step):
+    """fused_store_vector's 16 bytes (one residual load, one store) hold fused_store's values, element by
+    element: a run of pixels of one channel (channel_step 0, NCHW) or of consecutive channels (1)."""
+    epi = Epilogue("hardswish", scale=True, shift=True, residual="after")
+    kind = np_dtype(dtype)
+    width = 16 // kind.itemsize
+    ct = compute_dtype(dtype)
+    put, putv = fused_store(dtype, epi), fused_store_vector(dtype, epi, width, channel_step)
+    rng = np.random.default_rng(3)
+    staged = (rng.standard_normal(2 * width) * 4).astype(np.float32)
+    residual = rng.standard_normal(2 * width).astype(np.float32)
+    residual = residual.astype(np.float16).view(np.uint16) if dtype == "bfloat16" else residual.astype(kind)
+    scale, shift = (runtime.to_device(rng.standard_normal(2 * width).astype(ct)) for _ in range(2))
+
+    @runtime.jit
+    def both(one, vec, cs, r, sc, sh):  # thread 0: element by element; thread 1: one vector each run
+        for run in range(2):
+            at, k = run * width, run * width // 2
+            if cuda.threadIdx.x == 0:
+                for e in range(width):
+                    put(one, at + e, cs[at + e], k + e * channel_step, (r, sc, sh))
+            else:
+                putv(vec, at, cs, at, k, (r, sc, sh))
+
+    store = np.uint16 if dtype == "bfloat16" else kind
+    one, vec = (runtime.full((2 * width,), 0, store) for _ in range(2))
+    both[1, 2](one, vec, runtime.to_device(staged), runtime.to_device(residual), scale, shift)
+    got, want = vec.copy_to_host(), one.copy_to_host()
+    assert np.any(want != 0)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))

@@ -141,7 +141,14 @@ def steps(workers: int) -> list[Step]:
                  # forward in both layouts: ResNet-50's 56x56x256 float16 NCHW stack ran slower fused than
                  # unfused (results/fused/h100/65f736e: 1.100 against 0.927 ms), its channels-last one faster
                  [Job("fused_profile", [PY, "benchmarks/fused_profile.py", "--modes", "forward", "--layouts",
-                                        "nchw,channels_last", "--out", "{dir}/profile.md"], 420)], "profile.complete", 180)]
+                                        "nchw,channels_last", "--out", "{dir}/profile.md"], 420)], "profile.complete", 180),
+            Step("profile/layers", "layer_profile", "benchmarks/layer_profile.py: where single layers' time goes, "
+                 "the tuner's pick beside cuDNN: torch.profiler's kernels of each call",
+                 # the ResNet-50 float16 layers furthest behind cuDNN (results/auto_bench/h100/65f736e: wgrad
+                 # 0.30-0.41 of cuDNN at 0.12-0.14 ms whatever the layer's size)
+                 [Job("layer_profile", [PY, "benchmarks/layer_profile.py", "--suite", "resnet50", "--labels",
+                                        "c4 3x3,c5 1x1 reduce (first),c2 3x3,c3 3x3 s2", "--ops", "wgrad,forward",
+                                        "--out", "{dir}/layers.md"], 300)], "layers.complete", 120)]
     out += [auto_step(s, t, workers) for s in SUITES_THEN for t in DTYPES_FIRST]
     out += transform_steps(workers)
     out += [auto_step(s, "float32+high", workers) for s in SUITES_FIRST + SUITES_THEN]

@@ -58,7 +58,7 @@ def test_every_job_names_a_script_here_with_arguments_it_takes(gpu_check):
                 continue
             assert (REPO / script).is_file(), f"{job.name}: {script} is not in the repository"
     benchmarks = {"benchmarks/cold_start.py", "benchmarks/overhead_bench.py", "benchmarks/gemm_bench.py",
-                  "benchmarks/fused_bench.py", "benchmarks/fused_profile.py"}
+                  "benchmarks/fused_bench.py", "benchmarks/fused_profile.py", "benchmarks/layer_profile.py"}
     used = {a for s in gpu_check.steps(workers=1) for j in s.jobs for a in j.argv if a.startswith("benchmarks/")}
     assert used == benchmarks
     gemm = next(j.argv for s in gpu_check.steps(workers=1) for j in s.jobs if "benchmarks/gemm_bench.py" in j.argv)
@@ -136,6 +136,30 @@ def test_fused_profile_step_follows_fused_with_arguments_its_script_takes(gpu_ch
     import torch
 
     if not torch.cuda.is_available():
+        with pytest.raises(SystemExit) as refused:
+            module.main(argv[2:])
+        assert refused.value.code == 2
+
+
+def test_layer_profile_step_names_suite_layers_and_refuses_a_machine_without_cuda(gpu_check):
+    """Its job parses in benchmarks/layer_profile.py; every label it names is a layer of its suite; without
+    a CUDA device the script refuses (exit 2) before any work; done once every case is profiled."""
+    step = next(s for s in gpu_check.steps(workers=1) if s.name == "profile/layers")
+    (job,) = step.jobs
+    argv = [a.replace("{dir}", "/tmp/x") for a in job.argv]
+    assert argv[1] == "benchmarks/layer_profile.py" and step.done == "layers.complete"
+    module = _load(REPO / "benchmarks" / "layer_profile.py")
+    with pytest.raises(SystemExit) as help_exit:
+        module.main(argv[2:] + ["--help"])
+    assert help_exit.value.code == 0
+    from convlab.bench.suite import load_suite
+
+    opts = dict(zip(argv[2::2], argv[3::2]))
+    labels = {e.label for e in load_suite(opts["--suite"]).entries}
+    assert set(opts["--labels"].split(",")) <= labels
+    from convlab.bench.user_calls import Side
+
+    if not Side().gpu:
         with pytest.raises(SystemExit) as refused:
             module.main(argv[2:])
         assert refused.value.code == 2

@@ -64,7 +64,10 @@ def _kernels(torch, step, calls: int = 3) -> str:
         for _ in range(calls):
             step()
         torch.cuda.synchronize()
-    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70)
+    try:  # torch 2.4 named the column device_time_total
+        return prof.key_averages().table(sort_by="device_time_total", row_limit=25, max_name_column_width=70)
+    except (AttributeError, KeyError, ValueError):
+        return prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70)
 
 
 def _host_profile(torch, step, repeat: int) -> str:

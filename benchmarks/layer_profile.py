@@ -35,8 +35,11 @@ def _kernels(torch, fn, calls: int) -> tuple[str, float]:
             fn()
         torch.cuda.synchronize()
     events = prof.key_averages()
-    total = sum(getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0.0)) for e in events)
-    table = events.table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=90)
+    total = sum(e.self_device_time_total for e in events)  # each kernel once (no parent sums its children)
+    try:  # torch 2.4 named the column device_time_total
+        table = events.table(sort_by="device_time_total", row_limit=15, max_name_column_width=90)
+    except (AttributeError, KeyError, ValueError):
+        table = events.table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=90)
     return table, total / 1e3 / calls
 
 
@@ -93,8 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     for entry, problem in found:
         for dtype in args.dtypes.split(","):
             for layout in args.layouts.split(","):
-                parts.append(profile_case(side, entry, problem.replace(dtype=dtype), layout, args.repeat,
-                                          args.calls))
+                case = problem.replace(dtype=dtype)
+                try:
+                    parts.append(profile_case(side, entry, case, layout, args.repeat, args.calls))
+                except Exception as exc:  # reported in its place: one failing case leaves the others' times
+                    parts.append(f"## {entry.label} {case.op} {dtype} {layout}\n- failed: "
+                                 f"{type(exc).__name__}: {exc}"[:2000])
                 Path(args.out).write_text("\n\n".join(parts) + "\n")
                 print(parts[-1].splitlines()[0], flush=True)
     Path(args.out).with_suffix(".complete").write_text("every case profiled\n")  # tools/gpu_check.py's mark

@@ -7,8 +7,6 @@
     store_vector(arr, i, values)  arr[i:i + n] = values (a tuple of n numbers, each cast to arr's
                        dtype) as one vector store of n * itemsize (at most 16) bytes, element i aligned
                        to them (``st.v4.b32`` for 8 fp16)
-    store4(arr, i, a, b, c, d)  arr[i:i + 4] = (a, b, c, d) as one vector store (``st.v4.u32`` for
-                       uint32): a 1-D array of 4-byte items, element i 16-byte aligned
     load_cg(arr, i)    arr[i] read through L2 only (``ld.global.cg``): data written by other blocks
     copy16(dst, di, src, si)   16 bytes from src[si:] to dst[di:] as one vector load and one vector
                        store (``ld.v4.u32`` / ``st.v4.u32``; e.g. a staged epilogue tile in shared memory
@@ -31,6 +29,18 @@ from convlab.runtime import cuda
 
 u32 = np.uint32
 SHARED_ALIGN = None if runtime.SIMULATOR else 16  # the simulator rejects alignment=
+
+
+def _element_pointer(context, builder, aryty, idxty, ary_value, idx_value, vec_t):
+    """The address of element ``idx_value`` of the 1-D array ``ary_value`` as a pointer to ``vec_t`` (the
+    index widened to 64 bits by its signedness), for the codegen of the intrinsics below."""
+    from llvmlite import ir
+
+    ary = context.make_array(aryty)(context, builder, ary_value)
+    if idx_value.type.width < 64:
+        idx_value = (builder.sext if idxty.signed else builder.zext)(idx_value, ir.IntType(64))
+    ptr = builder.gep(ary.data, [idx_value])
+    return builder.bitcast(ptr, vec_t.as_pointer(ptr.type.addrspace))
 
 
 @functools.cache
@@ -58,13 +68,8 @@ def vector_load(width: int) -> Callable:
 
         def codegen(context, builder, signature, args):
             aryty, idxty = signature.args
-            ary = context.make_array(aryty)(context, builder, args[0])
-            idx = args[1]
-            if idx.type.width < 64:
-                idx = (builder.sext if idxty.signed else builder.zext)(idx, ir.IntType(64))
-            ptr = builder.gep(ary.data, [idx])
             vec_t = ir.VectorType(context.get_value_type(aryty.dtype), width)
-            vec = builder.load(builder.bitcast(ptr, vec_t.as_pointer(ptr.type.addrspace)),
+            vec = builder.load(_element_pointer(context, builder, aryty, idxty, *args, vec_t),
                                align=min(16, width * aryty.dtype.bitwidth // 8))
             items = [builder.extract_element(vec, ir.Constant(ir.IntType(32), u)) for u in range(width)]
             return context.make_tuple(builder, signature.return_type, items)
@@ -92,16 +97,9 @@ def _make_copy16() -> Callable:
 
         def codegen(context, builder, signature, args):
             vec_t = ir.VectorType(ir.IntType(32), 4)
-            ptrs = []
-            for ary_i, idx_i in ((0, 1), (2, 3)):
-                aryty, idxty = signature.args[ary_i], signature.args[idx_i]
-                ary = context.make_array(aryty)(context, builder, args[ary_i])
-                idx = args[idx_i]
-                if idx.type.width < 64:
-                    idx = (builder.sext if idxty.signed else builder.zext)(idx, ir.IntType(64))
-                ptr = builder.gep(ary.data, [idx])
-                ptrs.append(builder.bitcast(ptr, vec_t.as_pointer(ptr.type.addrspace)))
-            builder.store(builder.load(ptrs[1], align=16), ptrs[0], align=16)
+            dst, src = (_element_pointer(context, builder, *signature.args[i:i + 2], *args[i:i + 2], vec_t)
+                        for i in (0, 2))
+            builder.store(builder.load(src, align=16), dst, align=16)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -112,50 +110,11 @@ def _make_copy16() -> Callable:
 copy16 = _make_copy16()
 
 
-def _make_store4() -> Callable:
-    if runtime.SIMULATOR:  # the stand-in: a plain Python function
-        def store4(arr, i, a, b, c, d):
-            if i % 4:  # the GPU's st.v4 needs 16 aligned bytes (the base: the caller's runtime.is_aligned)
-                raise ValueError(f"store4 at element {i}: not 16-byte aligned")
-            arr[i], arr[i + 1], arr[i + 2], arr[i + 3] = a, b, c, d
-        return store4
-    from llvmlite import ir
-    from numba import types
-
-    @cuda.extending.intrinsic
-    def store4(typingctx, arr, index, a, b, c, d):
-        if not isinstance(arr, types.Array) or arr.ndim != 1 or arr.dtype.bitwidth != 32 \
-                or not isinstance(index, types.Integer):
-            return None
-        sig = types.void(arr, index, arr.dtype, arr.dtype, arr.dtype, arr.dtype)
-
-        def codegen(context, builder, signature, args):
-            aryty, idxty = signature.args[:2]
-            ary = context.make_array(aryty)(context, builder, args[0])
-            idx = args[1]
-            if idx.type.width < 64:
-                idx = (builder.sext if idxty.signed else builder.zext)(idx, ir.IntType(64))
-            ptr = builder.gep(ary.data, [idx])
-            vec_t = ir.VectorType(context.get_value_type(aryty.dtype), 4)
-            vec = ir.Constant(vec_t, ir.Undefined)
-            for u, value in enumerate(args[2:]):
-                vec = builder.insert_element(vec, value, ir.Constant(ir.IntType(32), u))
-            builder.store(vec, builder.bitcast(ptr, vec_t.as_pointer(ptr.type.addrspace)), align=16)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return store4
-
-
-store4 = _make_store4()
-
-
 def _make_store_vector() -> Callable:
     if runtime.SIMULATOR:  # the stand-in: a plain Python function
         def store_vector(arr, i, values):
             n = len(values)
-            if (i * arr.dtype.itemsize) % (n * arr.dtype.itemsize):  # the GPU's st.v needs aligned bytes
+            if i % n:  # the GPU's st.v needs n * itemsize aligned bytes (the base: the caller's is_aligned)
                 raise ValueError(f"store_vector of {n} at element {i}: not {n * arr.dtype.itemsize}-byte aligned")
             for u, v in enumerate(values):
                 arr[i + u] = v
@@ -173,17 +132,12 @@ def _make_store_vector() -> Callable:
 
         def codegen(context, builder, signature, args):
             aryty, idxty, valty = signature.args
-            ary = context.make_array(aryty)(context, builder, args[0])
-            idx = args[1]
-            if idx.type.width < 64:
-                idx = (builder.sext if idxty.signed else builder.zext)(idx, ir.IntType(64))
-            ptr = builder.gep(ary.data, [idx])
             vec_t = ir.VectorType(context.get_value_type(aryty.dtype), len(valty))
             vec = ir.Constant(vec_t, ir.Undefined)
             for u, t in enumerate(valty):
                 item = context.cast(builder, builder.extract_value(args[2], u), t, aryty.dtype)
                 vec = builder.insert_element(vec, item, ir.Constant(ir.IntType(32), u))
-            builder.store(vec, builder.bitcast(ptr, vec_t.as_pointer(ptr.type.addrspace)),
+            builder.store(vec, _element_pointer(context, builder, aryty, idxty, *args[:2], vec_t),
                           align=len(valty) * aryty.dtype.bitwidth // 8)
             return context.get_dummy_value()
 

@@ -13,7 +13,7 @@ depth tap t and an output depth o, 1D keeps the width):
 
 E = 1 is the scalar kernel (any layout: im2col's unpadded rows). E = 16 / itemsize (8 halves, 4 floats)
 needs rows of whole 16-byte chunks: PQo, s1, s2 and s3 multiples of E, ``cols`` 16-byte aligned (the
-wgrad's padded operands); its values move as bits (uint16 / uint32) and leave as ``store4`` of packed
+wgrad's padded operands); its values move as bits (uint16 / uint32) and leave as ``store_vector`` of packed
 uint32. One generator writes every N and E (tile sizes as literals, so the E values stay in registers).
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 
 from convlab import runtime
 from convlab.problem import Problem
-from convlab.kernels.arch.intrinsics import store4
+from convlab.kernels.arch.intrinsics import store_vector
 from convlab.kernels.arch.intrinsics import u32 as U
 from convlab.kernels.conv.axes import geometry, names, u32_product
 from convlab.kernels.source import Writer, compile_source
@@ -114,10 +114,10 @@ def unfold_source(ept: int, nd: int = 2) -> str:
     if ept == 1:
         w("cols[dst] = v0")
     elif ept == 4:  # 4-byte bits
-        w("store4(cols, U(dst), U(v0), U(v1), U(v2), U(v3))")
+        w("store_vector(cols, U(dst), (U(v0), U(v1), U(v2), U(v3)))")
     else:  # 8 halves: packed in pairs, cols is the uint32 view
         packed = ", ".join(f"U(U(v{2 * u}) | U(U(v{2 * u + 1}) << U(16)))" for u in range(4))
-        w(f"store4(cols, U(dst // 2), {packed})")
+        w(f"store_vector(cols, U(dst // 2), ({packed}))")
     w("dst = U(dst + s3)")
     for a in range(nd - 1, -1, -1):
         w(f"{taps[a]} = U({taps[a]} + 1)")
@@ -143,7 +143,7 @@ def _offset(nd: int, coord, pads, sizes) -> str:
 @functools.cache
 def _unfold_kernel(dtype: str, ept: int, nd: int = 2):
     """The unfold kernel of ``ept`` elements per thread for values of ``dtype`` (E > 1: their bits)."""
-    namespace = {"cuda": cuda, "U": U, "store4": store4, "zero": np.dtype(dtype).type(0)}
+    namespace = {"cuda": cuda, "U": U, "store_vector": store_vector, "zero": np.dtype(dtype).type(0)}
     source = unfold_source(ept, nd)
     return runtime.jit(compile_source(source, f"<unfold {dtype} x{ept} {nd}d>", namespace)["unfold"])
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fused_stacks import STACKS, stack_model  # noqa: E402  (the benchmarks folder is no package)
+from profile_report import Report, kernel_table  # noqa: E402
 
 
 def _stepper(torch, model, x, gy):
@@ -54,20 +55,6 @@ def _steps(torch, step, repeat: int) -> tuple[float, float]:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / repeat, 1e3 * host / repeat
-
-
-def _kernels(torch, step, calls: int = 3) -> str:
-    """torch.profiler's CUDA kernels of ``calls`` steps, by total time."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            step()
-        torch.cuda.synchronize()
-    try:  # torch 2.4 named the column device_time_total
-        return prof.key_averages().table(sort_by="device_time_total", row_limit=25, max_name_column_width=70)
-    except (AttributeError, KeyError, ValueError):
-        return prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70)
 
 
 def _host_profile(torch, step, repeat: int) -> str:
@@ -106,7 +93,8 @@ def profile_case(torch, stack: tuple, dtype: str, layout: str, mode: str, repeat
         lines += [f"### {variant}: gpu {gpu:.4f} ms / step, host {host:.4f} ms / step, "
                   f"fusions {len(ct.fusions(model)) if fuse else 0}"]
         if fuse is not None:
-            lines += ["```", _kernels(torch, step), "```", "```", _host_profile(torch, step, repeat), "```"]
+            kernels = kernel_table(torch, step, 3, cpu=True)[0]
+            lines += ["```", kernels, "```", "```", _host_profile(torch, step, repeat), "```"]
     return "\n".join(lines)
 
 
@@ -124,15 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU (torch.cuda): it profiles CUDA kernels")
     stacks = {s[0]: s for s in STACKS["gpu"]}
-    parts = [f"# fused_profile: {torch.cuda.get_device_name()}, torch {torch.__version__}"]
+    report = Report(args.out, f"# fused_profile: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     for name in args.stacks.split(","):
         for dtype in args.dtypes.split(","):
             for layout in args.layouts.split(","):
                 for mode in args.modes.split(","):
-                    parts.append(profile_case(torch, stacks[name], dtype, layout, mode, args.repeat))
-                    Path(args.out).write_text("\n\n".join(parts) + "\n")
-                    print(parts[-1].splitlines()[0], flush=True)
-    Path(args.out).with_suffix(".complete").write_text("every case profiled\n")  # tools/gpu_check.py's mark
+                    report.add(profile_case(torch, stacks[name], dtype, layout, mode, args.repeat))
+    report.complete()  # tools/gpu_check.py's mark
     return 0
 
 

@@ -24,23 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-
-def _kernels(torch, fn, calls: int) -> tuple[str, float]:
-    """torch.profiler's CUDA kernels of ``calls`` calls of ``fn`` by total time, and their summed
-    device time per call (ms)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    events = prof.key_averages()
-    total = sum(e.self_device_time_total for e in events)  # each kernel once (no parent sums its children)
-    try:  # torch 2.4 named the column device_time_total
-        table = events.table(sort_by="device_time_total", row_limit=15, max_name_column_width=90)
-    except (AttributeError, KeyError, ValueError):
-        table = events.table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=90)
-    return table, total / 1e3 / calls
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from profile_report import Report, kernel_table  # noqa: E402  (the benchmarks folder is no package)
 
 
 def profile_case(side, entry, problem, layout: str, repeat: int, calls: int) -> str:
@@ -61,7 +46,7 @@ def profile_case(side, entry, problem, layout: str, repeat: int, calls: int) -> 
         for _ in range(3):  # the first call compiles (convlab) or benchmarks (cuDNN)
             outputs[name] = fn()
         median = statistics.median(side.clock(fn, repeat))
-        table, summed = _kernels(torch, fn, calls)
+        table, summed = kernel_table(torch, fn, calls, rows=15, width=90)
         lines += [f"### {name}: gpu {median:.4f} ms / call, kernels {summed:.4f} ms / call",
                   "```", table, "```"]
     err = rel_error(side.host(outputs["convlab"]), side.host(outputs["cudnn"]))
@@ -91,20 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     missing = set(labels) - {e.label for e, _ in found}
     if missing:
         parser.error(f"no layer labelled {sorted(missing)} in suite {args.suite!r}")
-    parts = [f"# layer_profile: {side.torch.cuda.get_device_name()}, torch {side.torch.__version__}, "
-             f"cuDNN {side.torch.backends.cudnn.version()}"]
+    report = Report(args.out, f"# layer_profile: {side.torch.cuda.get_device_name()}, torch "
+                              f"{side.torch.__version__}, cuDNN {side.torch.backends.cudnn.version()}")
     for entry, problem in found:
         for dtype in args.dtypes.split(","):
             for layout in args.layouts.split(","):
                 case = problem.replace(dtype=dtype)
                 try:
-                    parts.append(profile_case(side, entry, case, layout, args.repeat, args.calls))
+                    report.add(profile_case(side, entry, case, layout, args.repeat, args.calls))
                 except Exception as exc:  # reported in its place: one failing case leaves the others' times
-                    parts.append(f"## {entry.label} {case.op} {dtype} {layout}\n- failed: "
-                                 f"{type(exc).__name__}: {exc}"[:2000])
-                Path(args.out).write_text("\n\n".join(parts) + "\n")
-                print(parts[-1].splitlines()[0], flush=True)
-    Path(args.out).with_suffix(".complete").write_text("every case profiled\n")  # tools/gpu_check.py's mark
+                    report.add(f"## {entry.label} {case.op} {dtype} {layout}\n- failed: "
+                               f"{type(exc).__name__}: {exc}"[:2000])
+    report.complete()  # tools/gpu_check.py's mark
     return 0
 
 

@@ -119,39 +119,44 @@ def test_fused_step_follows_hopper_and_runs_the_fused_bench_with_arguments_it_ta
     assert gpu_check.summarize(step, tmp_path) == "fused_bench: 3 rows, 1 checked, 1 errors"
 
 
+def _profile_job(gpu_check, name: str, script: str, done: str):
+    """(argv, module) of the one job of profiling step ``name``: it runs ``script``, the step is done at
+    ``done``, and the script's parser takes every argument the job passes (``--help`` after them)."""
+    step = next(s for s in gpu_check.steps(workers=1) if s.name == name)
+    (job,) = step.jobs
+    argv = [a.replace("{dir}", "/tmp/x") for a in job.argv]
+    assert argv[1] == script and step.done == done
+    module = _load(REPO / script)
+    with pytest.raises(SystemExit) as help_exit:
+        module.main(argv[2:] + ["--help"])
+    assert help_exit.value.code == 0
+    return argv, module
+
+
+def _refuses(module, argv) -> None:
+    """The script exits 2 (argparse's error) on a machine without CUDA, before any work."""
+    with pytest.raises(SystemExit) as refused:
+        module.main(argv[2:])
+    assert refused.value.code == 2
+
+
 def test_fused_profile_step_follows_fused_with_arguments_its_script_takes(gpu_check):
     """Right after ``fused``; its job parses in benchmarks/fused_profile.py (``--help`` after them), which
     refuses a machine without CUDA; the step is done once the script marks every case profiled."""
     order = [s.name for s in gpu_check.steps(workers=1)]
     assert order.index("fused/profile") == order.index("fused") + 1
-    step = next(s for s in gpu_check.steps(workers=1) if s.name == "fused/profile")
-    (job,) = step.jobs
-    argv = [a.replace("{dir}", "/tmp/x") for a in job.argv]
-    assert argv[1] == "benchmarks/fused_profile.py" and step.done == "profile.complete"
-    module = _load(REPO / "benchmarks" / "fused_profile.py")
-    with pytest.raises(SystemExit) as help_exit:
-        module.main(argv[2:] + ["--help"])
-    assert help_exit.value.code == 0
+    argv, module = _profile_job(gpu_check, "fused/profile", "benchmarks/fused_profile.py", "profile.complete")
     pytest.importorskip("torch")
     import torch
 
     if not torch.cuda.is_available():
-        with pytest.raises(SystemExit) as refused:
-            module.main(argv[2:])
-        assert refused.value.code == 2
+        _refuses(module, argv)
 
 
 def test_layer_profile_step_names_suite_layers_and_refuses_a_machine_without_cuda(gpu_check):
     """Its job parses in benchmarks/layer_profile.py; every label it names is a layer of its suite; without
     a CUDA device the script refuses (exit 2) before any work; done once every case is profiled."""
-    step = next(s for s in gpu_check.steps(workers=1) if s.name == "profile/layers")
-    (job,) = step.jobs
-    argv = [a.replace("{dir}", "/tmp/x") for a in job.argv]
-    assert argv[1] == "benchmarks/layer_profile.py" and step.done == "layers.complete"
-    module = _load(REPO / "benchmarks" / "layer_profile.py")
-    with pytest.raises(SystemExit) as help_exit:
-        module.main(argv[2:] + ["--help"])
-    assert help_exit.value.code == 0
+    argv, module = _profile_job(gpu_check, "profile/layers", "benchmarks/layer_profile.py", "layers.complete")
     from convlab.bench.suite import load_suite
 
     opts = dict(zip(argv[2::2], argv[3::2]))
@@ -160,6 +165,4 @@ def test_layer_profile_step_names_suite_layers_and_refuses_a_machine_without_cud
     from convlab.bench.user_calls import Side
 
     if not Side().gpu:
-        with pytest.raises(SystemExit) as refused:
-            module.main(argv[2:])
-        assert refused.value.code == 2
+        _refuses(module, argv)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from convlab import runtime
 from convlab.plugin.contract import Config, Verdict
 from convlab.plugin.cost import Features
-from convlab.plugin.lossy import TransformAlgorithm, operands_indexable
+from convlab.plugin.lossy import TransformAlgorithm
 from convlab.plugin.registry import register
 from convlab.problem import Problem, make_problem, make_problem_nd
 from convlab.runtime.targets import Target
@@ -48,17 +48,11 @@ class Fft(TransformAlgorithm):
                    "products by a batched SIMT GEMM per bin (or inline for depthwise), 1D and 2D, stride 1, "
                    "dilation folded into the filter")
 
-    def check(self, problem: Problem, target: Target) -> Verdict:
-        pr = problem
-        if pr.stride != (1, 1):
-            return Verdict.no(f"needs stride 1 (the transform computes every output position), got {pr.stride}")
-        rd, sd = dilated(pr)
-        biggest = SIZES_1D[-1] if pr.r == 1 else SIZES_2D[-1]
-        if (pr.r > 1 and rd > biggest) or sd > biggest:
+    def check_transform(self, problem: Problem, target: Target) -> Verdict:
+        rd, sd = dilated(problem)
+        biggest = SIZES_1D[-1] if problem.r == 1 else SIZES_2D[-1]
+        if (problem.r > 1 and rd > biggest) or sd > biggest:
             return Verdict.no(f"the dilated filter {rd}x{sd} is longer than the largest FFT tile ({biggest})")
-        indexable = operands_indexable(pr)
-        if not indexable:
-            return indexable
         return Verdict.yes()
 
     def configs(self, problem: Problem, target: Target) -> list[Config]:

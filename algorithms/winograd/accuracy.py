@@ -17,6 +17,9 @@ these points' 16 (the same run), which is why toomcook.POINTS are 0, +-1, +-1/2,
 """
 from __future__ import annotations
 
+import json
+from importlib.resources import files
+
 from convlab.plugin.contract import Config
 from convlab.problem import Problem
 
@@ -24,39 +27,11 @@ from .plan import axis_transforms, storage
 
 #: direct's compute_eps for float32 (finfo(float32).eps): the unit a growth multiplies
 FMA_EPS = 2.0**-23
-#: (op class, F_h x F_w) -> GEMM operands -> growth: results/transform_accuracy/cpu/ebac156/accuracy.json x 1.25
-GROWTH = {
-    ("forward", "F(2,3)xF(2,3)"): {"simt": 1.5, "tf32x3": 2.2, "f16": 6000, "bf16": 45000},
-    ("forward", "F(4,3)xF(4,3)"): {"simt": 6.8, "tf32x3": 9.6, "f16": 24000, "bf16": 200000},
-    ("forward", "F(6,3)xF(6,3)"): {"simt": 21, "tf32x3": 30, "f16": 77000, "bf16": 590000},
-    ("wgrad", "F(3,2)xF(3,2)"): {"simt": 2.8},
-    ("wgrad", "F(3,4)xF(3,4)"): {"simt": 9},
-    ("wgrad", "F(3,6)xF(3,6)"): {"simt": 29},
-    ("forward", "F(1,1)xF(2,2)"): {"simt": 1.9, "tf32x3": 3.4, "f16": 11000, "bf16": 87000},
-    ("forward", "F(1,1)xF(4,2)"): {"simt": 4.4, "tf32x3": 6.5, "f16": 19000, "bf16": 140000},
-    ("forward", "F(1,1)xF(6,2)"): {"simt": 9, "tf32x3": 13, "f16": 33000, "bf16": 270000},
-    ("forward", "F(1,1)xF(2,3)"): {"simt": 1.8, "tf32x3": 2.7, "f16": 8100, "bf16": 66000},
-    ("forward", "F(1,1)xF(4,3)"): {"simt": 4.5, "tf32x3": 6.7, "f16": 18000, "bf16": 140000},
-    ("forward", "F(1,1)xF(6,3)"): {"simt": 9.2, "tf32x3": 12, "f16": 31000, "bf16": 250000},
-    ("forward", "F(1,1)xF(2,4)"): {"simt": 4.1, "tf32x3": 5.7, "f16": 17000, "bf16": 95000},
-    ("forward", "F(1,1)xF(4,4)"): {"simt": 5.9, "tf32x3": 8.2, "f16": 21000, "bf16": 160000},
-    ("forward", "F(1,1)xF(2,5)"): {"simt": 4.1, "tf32x3": 5.3, "f16": 14000, "bf16": 110000},
-    ("forward", "F(1,1)xF(4,5)"): {"simt": 6.4, "tf32x3": 9.4, "f16": 23000, "bf16": 180000},
-    ("forward", "F(1,1)xF(2,6)"): {"simt": 6.3, "tf32x3": 8, "f16": 20000, "bf16": 170000},
-    ("forward", "F(1,1)xF(2,7)"): {"simt": 5.8, "tf32x3": 7.8, "f16": 19000, "bf16": 160000},
-    ("wgrad", "F(1,1)xF(2,2)"): {"simt": 1.8},
-    ("wgrad", "F(1,1)xF(2,4)"): {"simt": 4.4},
-    ("wgrad", "F(1,1)xF(2,6)"): {"simt": 7.6},
-    ("wgrad", "F(1,1)xF(3,2)"): {"simt": 1.8},
-    ("wgrad", "F(1,1)xF(3,4)"): {"simt": 4.5},
-    ("wgrad", "F(1,1)xF(3,6)"): {"simt": 8.7},
-    ("wgrad", "F(1,1)xF(4,2)"): {"simt": 5.2},
-    ("wgrad", "F(1,1)xF(4,4)"): {"simt": 7.8},
-    ("wgrad", "F(1,1)xF(5,2)"): {"simt": 6.8},
-    ("wgrad", "F(1,1)xF(5,4)"): {"simt": 13},
-    ("wgrad", "F(1,1)xF(6,2)"): {"simt": 13},
-    ("wgrad", "F(1,1)xF(7,2)"): {"simt": 10},
-}
+#: (op class, F_h x F_w) -> GEMM operands -> growth: growth.json beside this module (its measurement and
+#: margin named there; tests/algorithms/test_winograd_growth.py checks it against the measurement)
+GROWTH: dict[tuple[str, str], dict[str, float]] = {
+    tuple(name.split(" ", 1)): row
+    for name, row in json.loads(files(__package__).joinpath("growth.json").read_text())["growth"].items()}
 
 
 def key(problem: Problem, config: Config) -> tuple[str, str]:

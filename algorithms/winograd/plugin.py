@@ -23,7 +23,7 @@ from __future__ import annotations
 from convlab import runtime
 from convlab.plugin.contract import Config, Verdict
 from convlab.plugin.cost import Features
-from convlab.plugin.lossy import TransformAlgorithm, operands_indexable
+from convlab.plugin.lossy import TransformAlgorithm
 from convlab.plugin.registry import register
 from convlab.problem import Problem, make_problem, make_problem_nd
 from convlab.runtime.targets import Target
@@ -44,25 +44,18 @@ class Winograd(TransformAlgorithm):
     """Winograd's minimal filtering, fused and non-fused (module docstring)."""
 
     name = "winograd"
+    stride_reason = "output tiles share their inputs"
     description = ("Winograd F(m x m, 3 x 3) (m = 2, 4, 6) and F(m, r) on one axis (r <= 7): generated "
                    "Toom-Cook transforms, fused (transforms in the GEMM kernel) or non-fused (batched GEMM on "
                    "SIMT or tensor cores); stride 1, dilation 1; wgrad where it pays")
 
-    def check(self, problem: Problem, target: Target) -> Verdict:
-        pr = problem
-        if pr.stride != (1, 1):
-            return Verdict.no(f"needs stride 1 (output tiles share their inputs), got stride {pr.stride}")
-        if pr.dilation != (1, 1):
-            return Verdict.no(f"needs dilation 1 (a dilated filter's zeros would be multiplied), got {pr.dilation}")
-        if not filter_ok(pr):
-            return Verdict.no(f"needs a 3x3 filter, or 1xS / Rx1 with 2 <= S, R <= 7, got {pr.r}x{pr.s}")
-        indexable = operands_indexable(pr)
-        if not indexable:
-            return indexable
-        if pr.op == "wgrad":
-            pays = cost.wgrad_pays(pr, self.configs(pr, target), target)
-            if not pays:
-                return pays
+    def check_transform(self, problem: Problem, target: Target) -> Verdict:
+        if problem.dilation != (1, 1):
+            return Verdict.no(f"needs dilation 1 (a dilated filter's zeros would be multiplied), got {problem.dilation}")
+        if not filter_ok(problem):
+            return Verdict.no(f"needs a 3x3 filter, or 1xS / Rx1 with 2 <= S, R <= 7, got {problem.r}x{problem.s}")
+        if problem.op == "wgrad":
+            return cost.wgrad_pays(problem, self.configs(problem, target), target)
         return Verdict.yes()
 
     def configs(self, problem: Problem, target: Target) -> list[Config]:

@@ -5,8 +5,10 @@ Both compute every op in fp32 transforms on float32, float16 and bfloat16 operan
 and both round more than plain accumulation (``Algorithm.error_growth`` above 1): neither is ever the
 pick by priority alone, and under float32 precision "highest" a config whose measured growth exceeds
 :data:`HIGHEST_LIMIT` is declined (:meth:`TransformAlgorithm.check_config`). The base is not
-registered: each plugin subclasses it, sets its own ``name`` and ``description``, implements
-:meth:`TransformAlgorithm.accuracy_label` and decorates itself with ``@register``.
+registered: each plugin subclasses it, sets its own ``name``, ``description`` and ``stride_reason``,
+implements :meth:`TransformAlgorithm.check_transform` and :meth:`TransformAlgorithm.accuracy_label` and
+decorates itself with ``@register``. Both need stride 1 and 32-bit operand indices, so the base's
+``check`` tests those and then asks the plugin.
 """
 from __future__ import annotations
 
@@ -45,6 +47,22 @@ class TransformAlgorithm(Algorithm):
     #: conformance draws a check on the simulator (convlab.testing.suite): most hits are the plugins'
     #: sample problems, random draws rarely meeting their stride-1 condition
     simulator_examples: ClassVar[int] = 4
+    #: why the transform needs stride 1, as the verdict says it
+    stride_reason: ClassVar[str] = "the transform computes every output position"
+
+    def check(self, problem: Problem, target: Target) -> Verdict:
+        """Stride 1, operands within :data:`INDEX_LIMIT`, then the plugin's own
+        :meth:`check_transform`."""
+        if problem.stride != (1, 1):
+            return Verdict.no(f"needs stride 1 ({self.stride_reason}), got stride {problem.stride}")
+        indexable = operands_indexable(problem)
+        if not indexable:
+            return indexable
+        return self.check_transform(problem, target)
+
+    def check_transform(self, problem: Problem, target: Target) -> Verdict:
+        """The plugin's own conditions on a stride-1 problem whose operands are indexable."""
+        raise NotImplementedError
 
     def accuracy_label(self, problem: Problem, config: Config) -> str:
         """The transform ``config`` runs on ``problem``, as the verdicts name it (e.g. "F(4x4, 3x3)")."""

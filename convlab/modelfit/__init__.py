@@ -4,6 +4,6 @@ report. ``python -m convlab.modelfit --help``; the runtime choice that loads the
 :mod:`convlab.autotune`.
 
 Modules: :mod:`.readers` (the result file formats), :mod:`.measured` (which rows are used),
-:mod:`.fitting` (the least-squares fit), :mod:`.evaluate` (regret and top-k, leave one network out),
+:mod:`.fitting` (the robust fit in log space), :mod:`.evaluate` (regret and top-k, leave one network out),
 :mod:`.report` (the Markdown report), :mod:`.fit` (the command).
 """

@@ -50,6 +50,26 @@ def test_fit_recovers_known_constants():
         fitting.fit([], SM90, "sm_90")
 
 
+def test_robust_loss_is_square_near_zero_and_linear_far_out():
+    assert fitting.robust_loss(np.array([1e-3])) == pytest.approx(1e-6, rel=1e-3)
+    s = fitting.ROBUST_SCALE
+    far = fitting.robust_loss(np.array([100.0 * s])) / fitting.robust_loss(np.array([50.0 * s]))
+    assert far == pytest.approx(2.0, rel=0.02)  # linear: doubling the residual doubles the loss
+
+
+def test_a_row_timed_on_another_kernel_moves_the_fit_little(monkeypatch):
+    """Rows whose times are 8x their features' (a replaced kernel's times): the robust fit keeps the
+    group's compute efficiency near the truth, least squares (a huge scale) does not."""
+    rows = _synthetic_rows()
+    wgrad = [i for i, r in enumerate(rows) if r.features.family == "fa" and r.op == "wgrad"][:3]
+    for i in wgrad:
+        rows[i] = fitting.Row(rows[i].features, "wgrad", rows[i].ms * 8)
+    robust = fitting.fit(rows, SM90, "sm_90").group("fa", "fp32", "wgrad").e_compute
+    monkeypatch.setattr(fitting, "ROBUST_SCALE", 1e9)  # rho(e) = e**2 there
+    squares = fitting.fit(rows, SM90, "sm_90").group("fa", "fp32", "wgrad").e_compute
+    assert abs(math.log(robust / 0.2)) < 0.5 * abs(math.log(squares / 0.2))
+
+
 def test_nelder_mead_finds_a_quadratic_minimum():
     x = fitting.nelder_mead(lambda v: float((v[0] - 3) ** 2 + 2 * (v[1] + 1) ** 2), [0.0, 0.0])
     assert x == pytest.approx([3.0, -1.0], abs=1e-3)

@@ -6,10 +6,10 @@ with a robust loss.
 
 rho is e**2 for residuals well under s and grows like 2 s |e| beyond: a row whose time belongs to a kernel
 other than the one its features describe (a row of an older commit, timed on a route since replaced)
-pulls its group with a bounded gradient instead of its squared residual. On results/ at 7e0dcd7, the
+pulls its group with a bounded gradient instead of its squared residual. On results/ at 743c455, the
 leave-one-network-out regret is 1.9 % with s = 0.5 (2.2 % with 0.3, 2.3 % with 1.0) against 4.0 % for
 least squares, one Burn TF32 wgrad row of 720ef48 (7.3 ms, timed before the wgrad slices) having moved
-its group's compute efficiency from 1.0 to 0.42.
+its group's compute efficiency from 1.0 to 0.42 (results/autotune_model/sm90/743c455/README.md).
 
 Rows are (Features, op, measured ms). Two phases, each ROUNDS rounds of two steps:
 

@@ -17,13 +17,16 @@ statistics) or ``train`` (forward + backward). Its variants, on copies of one mo
 
 convlab's variants run ``algorithm="auto"`` in the tuner's default mode; each first call (kernels
 compiled, picks made) is timed apart (``first_call_s``). The reference is the same model, input and gy
-in float64 (same device and memory format), run once per case. Each variant's first and last timed
-outputs (train: also the input gradient), torch eager's included, are checked against it by relative
-norm error: each output within max(``TOL[dtype]``, ``FACTOR`` x torch eager's own error on it), so an
-ill-conditioned stack (train-mode BatchNorm's backward) widens the bound as far as cuDNN's own error
-shows it must; torch eager sets the bounds, so it passes by construction, and its row shows its own
-error. Rows record ``reference``, ``rel_errs`` (per output; ``rel_err`` their largest), ``torch_rel_errs``
-and ``bounds``; a failed check reports no time. Variants are timed round-robin (order reversed every
+in float64 (same device and memory format); in train mode, for a variant whose activations are modules,
+each checked call's own: the float64 model with that call's ReLU / ReLU6 masks (``fused_check``: a kink
+flip is not an arithmetic error). Each variant's first and last timed outputs (train: also the input
+gradient), torch eager's included, are checked against it by relative norm error: each output within
+max(``TOL[dtype]``, ``FACTOR`` x torch eager's own error on it), so an ill-conditioned stack widens the
+bound as far as cuDNN's own error shows it must; torch eager sets the bounds, so it passes by
+construction, and its row shows its own error. Rows record ``reference``, ``masked``, ``flips`` (mask
+elements on the other side of a kink than float64's), ``rel_errs`` (per output; ``rel_err`` their
+largest), ``plain_rel_errs`` (against float64's own masks), ``torch_rel_errs`` and ``bounds``; a failed
+check reports no time. Variants are timed round-robin (order reversed every
 other round) with CUDA events, each call started on an idle GPU (host time it cannot hide counts),
 ``--repeat`` rounds after ``--warmup`` calls; rows give median ms and speedups over torch eager and over
 convlab unfused (> 1: faster). ``targets``: issue 43's, a fused MobileNetV2 forward >= 1.3x torch eager
@@ -46,17 +49,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from convlab import runtime
+from fused_check import FACTOR, TOL, MaskRecorder, check, masked_reference
 from fused_report import markdown, targets
 from fused_stacks import STACKS, stack_model
 
-#: relative norm error always allowed against the float64 reference: a well-conditioned stack's roundings
-#: and accumulation orders (float32: fp32 FMA, cuDNN's TF32 off; half: fp32 accumulators, half storage)
-TOL = {"float32": 2e-4, "float16": 1e-2, "bfloat16": 6e-2}
-#: beyond TOL a variant may be this many times torch eager's own error against the float64 reference (per
-#: output): an ill-conditioned stack (train-mode BatchNorm's backward subtracts batch means, a cancellation)
-#: shows in torch eager's own error, and other roundings and accumulation orders may be a few times worse
-#: than cuDNN's, not more
-FACTOR = 4
 VARIANTS = ("torch", "torch.compile", "convlab", "convlab_fused", "convlab_blocks")
 
 
@@ -74,11 +70,22 @@ def case_rows(torch: Any, stack: tuple, dtype: str, layout: str, mode: str, args
     with torch.no_grad():
         gy = torch.randn(base(x).shape, device=device, dtype=dt, generator=g).to(memory_format=fmt)
     x.requires_grad_(train)
-    # the reference: the same model, input and gy in float64 (same memory format), once per case
-    ref = _call(torch, copy.deepcopy(base).double(), x.detach().double().requires_grad_(train), gy.double())()
+    # the reference: the same model, input and gy in float64 (same memory format), once per case; in train mode
+    # each check's own too, along the checked call's activation masks (fused_check)
+    model64, x64, gy64 = copy.deepcopy(base).double(), x.detach().double(), gy.double()
+    ref = _call(torch, copy.deepcopy(model64), x64.clone().requires_grad_(train), gy64)()
+
+    def reference(row: dict, recorder: MaskRecorder | None, prefix: str = "") -> tuple:
+        row["masked"] = recorder is not None
+        row["reference"] = "float64" + (", the call's activation masks" if recorder else "")
+        if recorder is None:
+            return ref
+        masked, flips = masked_reference(torch, model64, x64, gy64, recorder.masks)
+        row[prefix + "flips"] = flips
+        return masked
     torch._dynamo.reset()  # every case's blocks share a forward code object: past its recompile limit dynamo runs eager
     builds: dict[str, Callable[[], Any]] = {
-        "torch": lambda: base, "torch.compile": lambda: torch.compile(base, backend=args.compile_backend),
+        "torch": lambda: copy.deepcopy(base), "torch.compile": lambda: torch.compile(base, backend=args.compile_backend),
         "convlab": lambda: ct.convert(copy.deepcopy(base)),
         "convlab_fused": lambda: ct.convert(copy.deepcopy(base), fuse=True)}
     if name.startswith("mobilenetv2") and not train:
@@ -86,7 +93,7 @@ def case_rows(torch: Any, stack: tuple, dtype: str, layout: str, mode: str, args
     builds = {v: b for v, b in builds.items() if v == "torch" or v in args.variants}
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    rows, fns, eager = {}, {}, None
+    rows, fns, recorders, eager = {}, {}, {}, None
     for variant, build in builds.items():
         row = rows[variant] = {"stack": name, "dtype": dtype, "layout": layout, "mode": mode, "variant": variant,
                                "batch": batch, "input": [batch, channels, size, size], "passed": False}
@@ -94,27 +101,32 @@ def case_rows(torch: Any, stack: tuple, dtype: str, layout: str, mode: str, args
             model = build()
             row["fusions"] = len(ct.fusions(model)) if variant.startswith("convlab") else 0
             fn = _call(torch, model, x, gy)
+            recorder = MaskRecorder(model) if train and variant != "torch.compile" else None
             t0 = time.perf_counter()
-            out = fn()
+            out = recorder.record(fn) if recorder else fn()
             sync()
             row["first_call_s"] = time.perf_counter() - t0
             for _ in range(args.warmup):
                 fn()
             if variant.startswith("convlab"):
                 row["records_per_step"] = _records_per_step(fn, sync)
-            errs = _check(row, out, ref, eager, dtype)
+            plain = check({}, out, ref, eager, dtype)
+            errs = check(row, out, reference(row, recorder), eager, dtype)
+            row["plain_rel_errs"] = plain  # against the float64 call's own branches
             eager = errs if variant == "torch" else eager
             if row["passed"]:
                 fns[variant] = fn
+                if recorder:
+                    recorders[variant] = recorder
         except Exception as exc:  # noqa: BLE001  (a variant's failure is its row's, not the case's)
             row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
             row["traceback"] = traceback.format_exc()[-3000:]
         if variant == "torch" and eager is None:
             break
-    samples, last = _interleaved(torch, fns, args.repeat, device)
+    samples, last = _interleaved(torch, fns, args.repeat, device, recorders)
     for variant, fn in fns.items():
         row = rows[variant]
-        _check(row, last[variant], ref, eager, dtype, "last_")
+        check(row, last[variant], reference(row, recorders.get(variant), "last_"), eager, dtype, "last_")
         if row["passed"]:
             row["median_ms"] = statistics.median(samples[variant])
             row["samples_ms"] = [round(s, 5) for s in samples[variant]]
@@ -154,35 +166,26 @@ def _call(torch: Any, model: Any, x: Any, gy: Any) -> Callable[[], tuple]:
     return step
 
 
-def _check(row: dict, out: tuple, ref: tuple, eager: list[float] | None, dtype: str, prefix: str = "") -> list:
-    """Each output's relative norm error ||o - r|| / ||r|| against the float64 reference ``ref``; ``passed``
-    while each is within its bound max(TOL[dtype], FACTOR x torch eager's error ``eager`` on that output).
-    torch eager's first check (``eager`` None) sets those errors, so it passes by construction. The errors."""
-    errs = [float((o.double() - r).norm() / r.norm().clamp_min(1e-300)) for o, r in zip(out, ref)]
-    eager = errs if eager is None else eager
-    bounds = [max(TOL[dtype], FACTOR * e) for e in eager]
-    row.update({prefix + "rel_errs": errs, prefix + "rel_err": max(errs), "reference": "torch eager, float64",
-                "torch_rel_errs": eager, "torch_rel_err": max(eager), "tol": TOL[dtype], "bounds": bounds})
-    row["passed"] = (prefix == "" or row["passed"]) and all(e <= b for e, b in zip(errs, bounds))
-    return errs
-
-
-def _interleaved(torch: Any, fns: dict, repeat: int, device: str) -> tuple[dict, dict]:
+def _interleaved(torch: Any, fns: dict, repeat: int, device: str, recorders: dict) -> tuple[dict, dict]:
     """ms per call of every variant (CUDA events; the CPU's clock on the simulator), one call each per
-    round, each started on an idle GPU, the order reversed every other round; and the last outputs."""
+    round, each started on an idle GPU, the order reversed every other round; and the last outputs, whose
+    activation masks ``recorders`` record (their compares are inside that round's one sample)."""
     samples: dict[str, list] = {v: [] for v in fns}
     last = {}
     for r in range(repeat):
         for v in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            call = fns[v]
+            if r == repeat - 1 and v in recorders:
+                call = lambda fn=fns[v], rec=recorders[v]: rec.record(fn)  # noqa: E731
             if device != "cuda":
                 t0 = time.perf_counter()
-                last[v] = fns[v]()
+                last[v] = call()
                 samples[v].append((time.perf_counter() - t0) * 1e3)
                 continue
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             start.record()
-            last[v] = fns[v]()
+            last[v] = call()
             end.record()
             end.synchronize()
             samples[v].append(start.elapsed_time(end))
@@ -260,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/fused_bench.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "versions": {**runtime.versions(), "torch": torch.__version__, "convlab": convlab.__version__, "cudnn": cudnn},
         "tune_mode": settings.get_tune_mode(), "repeat": args.repeat, "warmup": args.warmup, "tol": TOL,
-        "factor": FACTOR, "reference": "torch eager, float64", "without": args.without,
+        "factor": FACTOR,
+        "reference": "the model in float64 (train rows masked: with the checked call's activation masks)",
+        "without": args.without,
         "stacks": {s[0]: {"batch": s[1], "input": [s[1], s[3], s[2], s[2]], "blocks": s[4]} for s in stacks},
         "rows": [], "skipped": []}
     if args.resume and (out / "fused.json").exists():

@@ -24,21 +24,24 @@ def markdown(data: dict) -> str:
              f"Command: `{data['command']}`; convlab {data['versions'].get('convlab')} at `{data['commit']}`, "
              f"torch {data['versions'].get('torch')}, tuning mode {data['tune_mode']}, {data['repeat']} rounds.", "",
              "| stack | dtype | layout | mode | variant | median ms | vs torch | vs convlab | first call s | rel err "
-             "| torch err | bound | check | fusions | records / step |", "|" + " --- |" * 15]
+             "| torch err | bound | check | flips | fusions | records / step |", "|" + " --- |" * 16]
     for r in data["rows"]:
         check = "error" if "error" in r else "pass" if r["passed"] else "FAIL"
         errs = r.get("rel_errs", [r["rel_err"]] if "rel_err" in r else None)
         errs = [max(e, e2) for e, e2 in zip(errs, r.get("last_rel_errs", errs))] if errs else None
         err = es(errs) if errs else r.get("error", "")[:60].replace("|", "/")
+        flips = f"{r['flips']} / {r.get('last_flips', '')}" if r.get("masked") else ""
         lines.append(f"| {r['stack']} | {r['dtype']} | {r['layout']} | {r['mode']} | {r['variant']} | "
                      f"{f(r.get('median_ms'))} | {f(r.get('speedup_vs_torch'), 2)} | "
                      f"{f(r.get('speedup_vs_unfused'), 2)} | {f(r.get('first_call_s'), 2)} | {err} | "
-                     f"{es(r.get('torch_rel_errs', []))} | {es(r.get('bounds', []))} | {check} | "
+                     f"{es(r.get('torch_rel_errs', []))} | {es(r.get('bounds', []))} | {check} | {flips} | "
                      f"{r.get('fusions', '')} | {f(r.get('records_per_step'), 1)} |")
     lines += ["", "records / step: launch plans convlab recorded per step after the warm-up (0: every call "
               "replayed its plan).", "", f"rel err: each output's relative norm error (forward: the output; train: output / input "
               f"gradient; the worse of the first and last timed calls) against the reference, the same model, input "
-              f"and gy in float64. torch err: torch eager's (first call). bound: max(TOL[dtype], FACTOR x torch err),"
+              f"and gy in float64; a train row of a variant whose activations are modules: with the checked call's "
+              f"ReLU / ReLU6 masks (benchmarks/fused_check.py). flips: mask elements on the other side of a kink "
+              f"than float64's, first / last call. torch err: torch eager's (first call). bound: max(TOL[dtype], FACTOR x torch err),"
               f" TOL {data.get('tol')}, FACTOR {data.get('factor')}. check: pass while each rel err is within its "
               f"bound (torch eager sets the bounds: it passes by construction); a failed check reports no time.", ""]
     for key in ("at_least_1.3x_torch", "not_slower_than_unfused"):

@@ -18,6 +18,7 @@ from convlab import runtime  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import fused_bench  # noqa: E402
+import fused_check  # noqa: E402
 
 SMOKE = ["--smoke", "--dtypes", "float32", "--layouts", "channels_last", "--compile-backend", "eager"]
 
@@ -41,7 +42,10 @@ def test_smoke_rows_are_checked_timed_and_resumed(tmp_path):
         ("train", v) for v in fused_bench.VARIANTS if v != "convlab_blocks"}
     for (mode, variant), row in got.items():
         assert "error" not in row, (mode, variant, row.get("traceback"))
-        assert row["passed"] and row["reference"] == "torch eager, float64" and row["tol"] == fused_bench.TOL["float32"]
+        assert row["passed"] and row["tol"] == fused_bench.TOL["float32"]
+        masked = mode == "train" and variant != "torch.compile"
+        assert row["masked"] is masked and row["reference"] == "float64" + masked * ", the call's activation masks"
+        assert ("flips" in row and "last_flips" in row) is masked and len(row["plain_rel_errs"]) == len(row["rel_errs"])
         assert len(row["rel_errs"]) == len(row["bounds"]) == (2 if mode == "train" else 1)
         assert ("records_per_step" in row) == variant.startswith("convlab")
         assert row["rel_err"] == max(row["rel_errs"]) and row["last_rel_err"] == max(row["last_rel_errs"])
@@ -71,18 +75,18 @@ def test_the_check_bounds_each_output_by_torch_eagers_own_error():
     def off(e0: float, e1: float) -> tuple:  # outputs at relative norm errors e0, e1 from ref
         return tuple(torch.full((100,), 1 + e, dtype=torch.float64) for e in (e0, e1))
     eager: dict = {}
-    assert fused_bench._check(eager, off(1e-3, 1e-5), ref, None, "float32") == pytest.approx([1e-3, 1e-5])
+    assert fused_check.check(eager, off(1e-3, 1e-5), ref, None, "float32") == pytest.approx([1e-3, 1e-5])
     assert eager["passed"] and eager["bounds"] == pytest.approx([f * 1e-3, tol])  # passes by construction
     for got, passed in ((off(.97 * f * 1e-3, .95 * tol), True), (off(1.03 * f * 1e-3, 1e-5), False),
                         (off(1e-3, 1.05 * tol), False)):
         row: dict = {}
-        fused_bench._check(row, got, ref, eager["rel_errs"], "float32")
+        fused_check.check(row, got, ref, eager["rel_errs"], "float32")
         assert row["passed"] is passed and row["torch_rel_errs"] == eager["rel_errs"]
-        fused_bench._check(row, off(0, 0), ref, eager["rel_errs"], "float32", "last_")
+        fused_check.check(row, off(0, 0), ref, eager["rel_errs"], "float32", "last_")
         assert row["passed"] is passed and row["last_rel_err"] == 0  # a failed first check stays failed
     row = {}
-    fused_bench._check(row, off(0, 0), ref, eager["rel_errs"], "float32")
-    fused_bench._check(row, off(1.03 * f * 1e-3, 0), ref, eager["rel_errs"], "float32", "last_")
+    fused_check.check(row, off(0, 0), ref, eager["rel_errs"], "float32")
+    fused_check.check(row, off(1.03 * f * 1e-3, 0), ref, eager["rel_errs"], "float32", "last_")
     assert not row["passed"] and row["rel_err"] == 0  # the last timed call is held to the same bounds
 
 
@@ -113,3 +117,50 @@ def test_a_case_failing_while_timed_keeps_its_error_row(tmp_path, monkeypatch):
     (row,) = json.loads((tmp_path / "fused.json").read_text())["rows"]
     assert row["variant"] == "*" and not row["passed"] and row["error"] == "RuntimeError: timing failed"
     assert "| error |" in (tmp_path / "fused.md").read_text()
+
+
+def _relu_net(torch):
+    """Conv -> ReLU -> Conv -> ReLU6, float64, with the first ReLU's input set to exactly 0 at one element."""
+    g = torch.Generator().manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3, padding=1), torch.nn.ReLU(inplace=True),
+                              torch.nn.Conv2d(3, 2, 1), torch.nn.ReLU6()).double()
+    for p in net.parameters():
+        p.data.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64))
+    x = torch.randn(2, 2, 5, 5, generator=g, dtype=torch.float64)
+    return net, x, torch.randn(2, 2, 5, 5, generator=g, dtype=torch.float64)
+
+
+def test_masked_reference_with_the_float64_masks_is_the_plain_reference():
+    torch = pytest.importorskip("torch")
+    net, x, gy = _relu_net(torch)
+    rec = fused_check.MaskRecorder(net)
+    assert rec.modules == ["1", "3"]
+    out = rec.record(lambda: fused_bench._call(torch, net, x.clone().requires_grad_(True), gy)())
+    (y, gx), flips = fused_check.masked_reference(torch, net, x, gy, rec.masks)
+    assert flips == 0 and torch.equal(y, out[0]) and torch.allclose(gx, out[1], rtol=0, atol=1e-14)
+    assert not rec.on and [len(v) for v in rec.masks.values()] == [1, 1]
+
+
+def test_masked_reference_takes_the_recorded_branch_of_a_kink():
+    """One element of the first ReLU's mask flipped by hand: the reference's x.grad is the gradient with
+    that element on the other branch (the chain rule through it by hand), its output unchanged."""
+    torch = pytest.importorskip("torch")
+    net, x, gy = _relu_net(torch)
+    rec = fused_check.MaskRecorder(net)
+    rec.record(lambda: net(x))
+    masks = {k: [m.clone() for m in v] for k, v in rec.masks.items()}
+    masks["1"][0][0, 1, 2, 2] = ~masks["1"][0][0, 1, 2, 2]
+    (y, gx), flips = fused_check.masked_reference(torch, net, x, gy, masks)
+    assert flips == 1 and torch.equal(y, net(x).detach())
+    conv1, conv2 = net[0], net[2]
+    xr = x.clone().requires_grad_(True)
+    a = conv1(xr)
+    d1 = masks["1"][0].double()
+    h = torch.relu(a).detach() + (a - a.detach()) * d1
+    b = conv2(h)
+    d3 = ((torch.nn.functional.relu6(b) > 0) & (torch.nn.functional.relu6(b) < 6)).double()
+    (torch.nn.functional.relu6(b).detach() + (b - b.detach()) * d3).backward(gy)
+    assert torch.allclose(gx, xr.grad, rtol=0, atol=1e-13)
+    x2 = x.clone().requires_grad_(True)
+    net(x2).backward(gy)
+    assert not torch.allclose(gx, x2.grad, rtol=0, atol=1e-6)  # the flip moved x.grad

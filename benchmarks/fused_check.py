@@ -49,29 +49,29 @@ def check(row: dict, out: tuple, ref: tuple, eager: list[float] | None, dtype: s
 
 
 class MaskRecorder:
-    """Forward hooks on ``model``'s ReLU / ReLU6 modules; during :meth:`record` each call of one appends
-    its derivative mask (bool, the output's shape) to ``masks[name]``, in call order."""
+    """The ReLU / ReLU6 modules of ``model``; :meth:`record` hooks them for one call, each call of one
+    appending its derivative mask (bool, the output's shape) to ``masks[name]``, in call order. Outside
+    :meth:`record` the model has no hook (its timed calls run as they would)."""
 
     def __init__(self, model: Any) -> None:
-        self.on, self.masks = False, {}
-        self.modules = [name for name, m in model.named_modules() if type(m).__name__ in KINKS]
-        for name, m in model.named_modules():
-            if name in self.modules:
-                m.register_forward_hook(self._hook(name, *KINKS[type(m).__name__]))
-
-    def _hook(self, name: str, lo: float, hi: float) -> Any:
-        def hook(module: Any, args: tuple, out: Any) -> None:  # out, not the input: in place, they are one
-            if self.on:
-                self.masks.setdefault(name, []).append((out > lo) & (out < hi))
-        return hook
+        self.masks: dict = {}
+        self.found = [(name, m) for name, m in model.named_modules() if type(m).__name__ in KINKS]
+        self.modules = [name for name, _ in self.found]
 
     def record(self, fn: Any) -> Any:
-        """``fn()`` with the masks of this call only recorded."""
-        self.on, self.masks = True, {}
+        """``fn()`` with the masks of this call recorded."""
+        self.masks = {}
+
+        def hook(name: str, lo: float, hi: float) -> Any:
+            def keep(module: Any, args: tuple, out: Any) -> None:  # out, not the input: in place, they are one
+                self.masks.setdefault(name, []).append((out > lo) & (out < hi))
+            return keep
+        handles = [m.register_forward_hook(hook(name, *KINKS[type(m).__name__])) for name, m in self.found]
         try:
             return fn()
         finally:
-            self.on = False
+            for h in handles:
+                h.remove()
 
 
 def masked_reference(torch: Any, model64: Any, x64: Any, gy64: Any, masks: dict) -> tuple[tuple, int]:

@@ -85,7 +85,8 @@ def case_rows(torch: Any, stack: tuple, dtype: str, layout: str, mode: str, args
         return masked
     torch._dynamo.reset()  # every case's blocks share a forward code object: past its recompile limit dynamo runs eager
     builds: dict[str, Callable[[], Any]] = {
-        "torch": lambda: copy.deepcopy(base), "torch.compile": lambda: torch.compile(base, backend=args.compile_backend),
+        "torch": lambda: copy.deepcopy(base),  # its own copy: torch.compile traces base
+        "torch.compile": lambda: torch.compile(base, backend=args.compile_backend),
         "convlab": lambda: ct.convert(copy.deepcopy(base)),
         "convlab_fused": lambda: ct.convert(copy.deepcopy(base), fuse=True)}
     if name.startswith("mobilenetv2") and not train:

@@ -51,7 +51,8 @@ class Winograd(TransformAlgorithm):
 
     def check_transform(self, problem: Problem, target: Target) -> Verdict:
         if problem.dilation != (1, 1):
-            return Verdict.no(f"needs dilation 1 (a dilated filter's zeros would be multiplied), got {problem.dilation}")
+            return Verdict.no(f"needs dilation 1 (a dilated filter's zeros would be multiplied), "
+                              f"got {problem.dilation}")
         if not filter_ok(problem):
             return Verdict.no(f"needs a 3x3 filter, or 1xS / Rx1 with 2 <= S, R <= 7, got {problem.r}x{problem.s}")
         if problem.op == "wgrad":

@@ -35,6 +35,13 @@ FACTOR = 4
 KINKS = {"ReLU": (0.0, float("inf")), "ReLU6": (0.0, 6.0)}
 
 
+def derivative_mask(module: Any, out: Any) -> Any:
+    """Where the activation ``module`` (a KINKS class) has derivative 1, from its output ``out``: the output
+    lies strictly inside the linear piece (the same set as the input's, so an in-place module's will do)."""
+    lo, hi = KINKS[type(module).__name__]
+    return (out > lo) & (out < hi)
+
+
 def check(row: dict, out: tuple, ref: tuple, eager: list[float] | None, dtype: str, prefix: str = "") -> list:
     """Each output's relative norm error ||o - r|| / ||r|| against the float64 reference ``ref``; ``passed``
     while each is within its bound max(TOL[dtype], FACTOR x torch eager's error ``eager`` on that output).
@@ -56,17 +63,20 @@ class MaskRecorder:
     def __init__(self, model: Any) -> None:
         self.masks: dict = {}
         self.found = [(name, m) for name, m in model.named_modules() if type(m).__name__ in KINKS]
-        self.modules = [name for name, _ in self.found]
+
+    @property
+    def modules(self) -> list[str]:
+        return [name for name, _ in self.found]
 
     def record(self, fn: Any) -> Any:
         """``fn()`` with the masks of this call recorded."""
         self.masks = {}
 
-        def hook(name: str, lo: float, hi: float) -> Any:
-            def keep(module: Any, args: tuple, out: Any) -> None:  # out, not the input: in place, they are one
-                self.masks.setdefault(name, []).append((out > lo) & (out < hi))
+        def hook(name: str) -> Any:
+            def keep(module: Any, args: tuple, out: Any) -> None:
+                self.masks.setdefault(name, []).append(derivative_mask(module, out))
             return keep
-        handles = [m.register_forward_hook(hook(name, *KINKS[type(m).__name__])) for name, m in self.found]
+        handles = [m.register_forward_hook(hook(name)) for name, m in self.found]
         try:
             return fn()
         finally:
@@ -85,9 +95,9 @@ def masked_reference(torch: Any, model64: Any, x64: Any, gy64: Any, masks: dict)
         if hasattr(m, "inplace"):
             m.inplace = False  # the hook needs the input as it was
 
-        def hook(module: Any, args: tuple, out: Any, name: str = name, kink: tuple = KINKS[type(m).__name__]) -> Any:
+        def hook(module: Any, args: tuple, out: Any, name: str = name) -> Any:
             mask = queue[name].pop(0).to(out.device)
-            flips[0] += int((((out > kink[0]) & (out < kink[1])) != mask).sum())
+            flips[0] += int((derivative_mask(module, out) != mask).sum())
             x = args[0]
             return out.detach() + (x - x.detach()) * mask.to(x.dtype)
         m.register_forward_hook(hook)

@@ -1,6 +1,7 @@
 """Where a fused stack's time goes: benchmarks/fused_bench.py's block stacks, the eval forward or the train
 step (forward and backward), the ``convlab`` and ``convlab_fused`` variants (convlab.torch.convert without and with ``fuse=True``) side by
-side, each
+side (``convlab_fused_whole_path``: the fused model with every call through convlab.torch's whole path,
+convlab.torch.steady off), each
 
     gpu ms / step   CUDA events around ``--repeat`` steps (what fused_bench's medians measure)
     host ms / step  the steps' Python time before the final synchronise (the launch path's cost)
@@ -41,6 +42,16 @@ def _stepper(torch, model, x, gy):
         x.grad = None
         model(x).backward(gy)
     return step
+
+
+def _whole_path(step):
+    """``step`` with convlab.torch.steady off: each module call through convlab.torch's whole path."""
+    from convlab.torch import steady
+
+    def whole() -> None:
+        with steady.disabled():
+            step()
+    return whole
 
 
 def _steps(torch, step, repeat: int) -> tuple[float, float]:
@@ -84,15 +95,18 @@ def profile_case(torch, stack: tuple, dtype: str, layout: str, mode: str, repeat
     gy = torch.randn(want.shape, device="cuda", dtype=dt).to(memory_format=fmt)
     x.requires_grad_(mode == "train")
     lines = [f"## {name} {dtype} {layout} {mode} (batch {batch})"]
-    for variant, fuse in (("torch", None), ("convlab", False), ("convlab_fused", True)):
+    for variant, fuse in (("torch", None), ("convlab", False), ("convlab_fused", True),
+                          ("convlab_fused_whole_path", True)):
         model = base if fuse is None else ct.convert(copy.deepcopy(base), fuse=fuse)
         step = _stepper(torch, model, x, gy)
+        if variant.endswith("whole_path"):  # every call through the whole path (convlab.torch.steady off)
+            step = _whole_path(step)
         for _ in range(3):
             step()
         gpu, host = _steps(torch, step, repeat)
         lines += [f"### {variant}: gpu {gpu:.4f} ms / step, host {host:.4f} ms / step, "
                   f"fusions {len(ct.fusions(model)) if fuse else 0}"]
-        if fuse is not None:
+        if fuse is not None and not variant.endswith("whole_path"):
             kernels = kernel_table(torch, step, 3, cpu=True)[0]
             lines += ["```", kernels, "```", "```", _host_profile(torch, step, repeat), "```"]
     return "\n".join(lines)

@@ -112,11 +112,26 @@ def call_key(op: str, signatures: tuple, options: tuple, algorithm: Any,
     unhashable options); an ``epilogue`` adds its ``plan_key()``."""
     if False in signatures:
         return None
-    extra = () if epilogue is None else (epilogue.plan_key(),)
     try:
-        return (op, signatures, freeze(options), freeze(algorithm), freeze(workspace_limit), *extra)
+        return assemble(op, signatures, static_key(options, algorithm, workspace_limit),
+                        None if epilogue is None else epilogue.plan_key())
     except TypeError:
         return None
+
+
+def static_key(options: tuple, algorithm: Any, workspace_limit: Any) -> tuple:
+    """The part of a call's plan key that is not its operands: its options, ``algorithm`` and workspace
+    limit, frozen (:func:`freeze`; TypeError when unhashable). A caller that repeats a call with fixed
+    options (convlab.torch.steady) computes it once."""
+    return freeze(options), freeze(algorithm), freeze(workspace_limit)
+
+
+def assemble(op: str, signatures: tuple, static: tuple, epilogue_key: Any = None) -> tuple:
+    """The plan key of ``op`` on operands of ``signatures`` with the :func:`static_key` ``static`` and,
+    for a call with an epilogue, its ``plan_key()`` (convlab.ops.epilogue.key_of)."""
+    if epilogue_key is None:
+        return (op, signatures, *static)
+    return (op, signatures, *static, epilogue_key)
 
 
 def _valid(plan: Plan) -> bool:

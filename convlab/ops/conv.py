@@ -38,16 +38,8 @@ def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, opti
     if False in signatures and HOST_TENSOR in (recs[0][3], recs[1][3], recs[2][3], recs[3][3]):
         return _call_host_tensors(op, build, tuple(inputs), recs, algorithm, workspace_limit, stream, epilogue)
     key = plan.call_key(op, signatures, options, algorithm, workspace_limit, epilogue)
-    found = plan.lookup(key) if key is not None else None
-    if found is not None:
-        try:
-            result = found.run(recs, stream, () if epilogue is None else epilogue.slots)
-        except Exception as exc:
-            if not found.thin:
-                raise
-            launch.disable_thin(exc)  # the full path below recomputes the whole result
-            plan.clear()
-            result = None
+    if key is not None:
+        result = replay(key, recs, stream, () if epilogue is None else epilogue.slots)
         if result is not None:
             return result
     prob = build()
@@ -55,6 +47,24 @@ def _call(op: str, build: Any, inputs: dict[str, Any], bias: Any, out: Any, opti
         epilogue = epilogue.checked(prob, a)
     check_fits(op, prob)  # before anything is allocated
     return execute(prob, tuple(inputs), recs, algorithm, workspace_limit, stream, key, epilogue)
+
+
+def replay(key: tuple, recs: tuple, stream: Any, extra: tuple = ()) -> Any:
+    """The output of the plan stored under ``key`` (convlab.call.plan.call_key) replayed on the operand
+    records ``recs`` = (a, b, bias, out) and the epilogue's operands ``extra``; None when no plan serves
+    the call (the caller runs the full path). A thin launch that fails turns the thin path off for the
+    device and drops its plans (the full path then recomputes the whole result)."""
+    found = plan.lookup(key)
+    if found is None:
+        return None
+    try:
+        return found.run(recs, stream, extra)
+    except Exception as exc:
+        if not found.thin:
+            raise
+        launch.disable_thin(exc)
+        plan.clear()
+        return None
 
 
 def _call_host_tensors(op: str, build: Any, names: tuple[str, str], recs: tuple, algorithm: Any,

@@ -34,7 +34,7 @@ from torch import nn
 
 from convlab.epilogue import DEFAULT_NEGATIVE_SLOPE
 from convlab.problem import conv_output_size
-from . import epilogue as _epilogue
+from . import epilogue as _epilogue, steady
 from .functional import _conv
 from .modules import Conv1d, Conv2d, Conv3d, _recast
 
@@ -98,6 +98,10 @@ class _FusedConv:
         at = self.residual_at or "before"
         activation = (("leaky_relu", self.negative_slope) if self.activation == "leaky_relu" else
                       self.activation)
+        y = steady.forward(self, input, self.weight, self.bias, activation=activation,  # type: ignore[attr-defined]
+                           residual=residual, residual_at=self.residual_at)
+        if y is not None:
+            return y
         if residual is not None and not self._fits(input, residual):
             y = self._run(input, None)
             spec = _epilogue.Spec("conv", (), "auto", self.activation, self.negative_slope, at)

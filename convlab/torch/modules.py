@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from convlab.plugin import registry
+from . import steady
 from .functional import _conv, _conv_transpose
 
 
@@ -56,6 +57,9 @@ class _ConvN(_ConvlabModule):
 
     def _conv_forward(self, input: torch.Tensor, weight: torch.Tensor,
                       bias: torch.Tensor | None) -> torch.Tensor:
+        y = steady.forward(self, input, weight, bias)
+        if y is not None:
+            return y
         if self.padding_mode != "zeros":  # as torch does: pad with the mode, then convolve unpadded
             input = nn.functional.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
             return _conv(self._nd, input, weight, bias, self.stride, 0, self.dilation, self.groups,
@@ -78,6 +82,10 @@ class _ConvTransposeN(_ConvlabModule):
 
     def forward(self, input: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         """y from input; ``output_size`` picks the output_padding, as in torch."""
+        if output_size is None:
+            y = steady.forward(self, input, self.weight, self.bias, transpose=True)
+            if y is not None:
+                return y
         if self.padding_mode != "zeros":
             raise ValueError(f"Only `zeros` padding mode is supported for {type(self).__name__}")
         output_padding = self._output_padding(  # type: ignore[attr-defined]

@@ -107,3 +107,28 @@ def test_channels_last_model_trains_channels_last():
     yc = torch.compile(model, fullgraph=True)(x)
     assert yc.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(yc, y, rtol=1e-4, atol=1e-4)
+
+
+def test_steady_calls_replay_the_whole_paths_result():
+    """A converted, fused model's second no_grad call replays each convolution's plan (convlab.torch.steady)
+    and gives the whole path's output bit for bit, in both layouts; a new shape misses, then replays."""
+    from convlab.torch import steady
+
+    torch.manual_seed(0)
+    c = 16
+    base = torch.nn.Sequential(torch.nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False), torch.nn.BatchNorm2d(c),
+                               torch.nn.ReLU6(), torch.nn.Conv2d(c, 2 * c, 1), torch.nn.ReLU(),
+                               torch.nn.ConvTranspose2d(2 * c, c, 2, stride=2)).cuda().eval()
+    model = ct.convert(base, fuse=True)
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        for shape in ((4, c, 8, 8), (2, c, 6, 10)):
+            x = torch.randn(shape, device="cuda").to(memory_format=fmt)
+            with torch.no_grad(), steady.disabled():
+                want = model(x)
+            before = steady.stats()
+            with torch.no_grad():
+                first, again = model(x), model(x)
+            after = steady.stats()
+            assert after["steady"] - before["steady"] == 6, (after, before)  # 3 convolutions, 2 calls
+            assert torch.equal(first, want) and torch.equal(again, want)
+            assert again.is_contiguous(memory_format=fmt)

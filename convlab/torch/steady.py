@@ -1,0 +1,133 @@
+"""The steady-state forward of convlab's modules: a call whose launch plan exists replays it at once.
+
+A model calls each convolution module with operands of the same signatures on every step. The first
+call of a signature runs convlab.torch's whole path (argument checks, autocast, autograd, the epilogue's
+checks, then convlab's op, which records a launch plan: convlab.call.plan); a later call that records no
+autograd graph builds the key the op itself would build and replays the plan (convlab.ops.conv.replay),
+without the layers in between:
+
+    module.forward -> forward(): the module's options frozen once (:func:`_static`), the operands'
+                      signatures -> plan lookup -> Plan.run (the output from torch's allocator on the
+                      current stream; thin launches, or one CUDA graph)
+
+The key is the op's own (convlab.call.plan: op name, operand signatures, options, algorithm, workspace
+limit, the epilogue's key), so a hit replays exactly what the op would, and whatever the key does not
+match (a new shape, layout, dtype, device, an unaligned view, another epilogue) misses and takes the
+whole path, which records the plan the next call finds. A stored plan carries its own validity (the
+registered plugins, the precision and tuning settings: convlab.call.plan.lookup).
+
+Taken only where the whole path would call the op directly: operands on the device, a batched input,
+numeric zero padding, no graph to record (grad mode off, or no operand requiring grad), no autocast, not
+while torch.compile traces, and for a transposed convolution no ``output_size``. The fused depthwise ->
+pointwise block runs its own path. :func:`stats` counts the calls served here and the misses;
+:func:`disabled` turns the path off (to measure the whole path beside it, benchmarks/fused_profile.py).
+
+The host cost this removes is measured in results/fused_profile/h100/aa77346: about 0.14 ms per
+convolution through the whole path, where MobileNetV2's fused float16 stack spends 0.23-0.26 ms a step
+in its six kernels and 0.87 ms a step on the host.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from typing import Any, Iterator
+
+import torch
+
+from convlab.call import operands, plan
+from convlab.epilogue import describe
+from convlab.ops import conv as _ops
+from convlab.ops.epilogue import key_of
+from convlab.runtime import settings
+from . import _core
+from .functional import _tuple
+
+_STATS = {"steady": 0, "missed": 0}
+_STATE = threading.local()  # ``off``: disabled() on this thread
+#: each module's (token, static): what _static derived from the attributes in the token
+_STATICS: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def stats() -> dict[str, int]:
+    """Calls served by a steady replay and calls that qualified but found no plan (the whole path ran)."""
+    return dict(_STATS)
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Within the block, on this thread, every module call takes the whole path."""
+    before = getattr(_STATE, "off", False)
+    _STATE.off = True
+    try:
+        yield
+    finally:
+        _STATE.off = before
+
+
+def _static(module: Any, transpose: bool, activation: Any, residual_at: str | None) -> tuple | None:
+    """(op name, the plan key's static part, the epilogue or None) of ``module``'s calls; None where the
+    whole path must run (string or non-zero padding modes, options the whole path would refuse)."""
+    token = (module.stride, module.padding, module.dilation, module.groups, module.algorithm,
+             module.padding_mode, getattr(module, "output_padding", None), activation, residual_at,
+             settings.generation())
+    cached = _STATICS.get(module)
+    if cached is not None and cached[0] == token:
+        return cached[1]
+    _STATICS[module] = (token, _derive(module, transpose, activation, residual_at))
+    return _STATICS[module][1]
+
+
+def _derive(module: Any, transpose: bool, activation: Any, residual_at: str | None) -> tuple | None:
+    """The options as convlab.torch._core hands them to the op (:func:`_static`)."""
+    nd = module._nd
+    if isinstance(module.padding, str) or module.padding_mode != "zeros" or type(module.algorithm) is not str:
+        return None
+    try:
+        st, pd = _tuple(module.stride, "stride", 1, nd), _tuple(module.padding, "padding", 0, nd)
+        dl = _tuple(module.dilation, "dilation", 1, nd)
+        if transpose:
+            op = _tuple(module.output_padding, "output_padding", 0, nd)
+            options = (tuple(st), tuple(pd), tuple(op), module.groups, tuple(dl))
+        else:
+            options = (tuple(st), tuple(pd), tuple(dl), module.groups)
+        algorithm = _core._algorithm_for("dgrad" if transpose else "forward", module.algorithm)
+        epi = None if activation is None else describe(activation, residual_at is not None,
+                                                       residual_at or "before")
+        static = plan.static_key(options, algorithm, None)
+    except (TypeError, ValueError):
+        return None
+    name = f"conv_transpose{nd}d" if transpose else f"conv{nd}d"
+    return name, static, None if epi is None or epi.is_identity else epi
+
+
+def forward(module: Any, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+            transpose: bool = False, activation: Any = None, residual: torch.Tensor | None = None,
+            residual_at: str | None = None) -> torch.Tensor | None:
+    """``module``'s output from its stored plan, or None: the caller takes the whole path. ``activation``
+    and ``residual_at``: a fused module's epilogue (convlab.torch.fuse), ``residual`` its operand."""
+    if getattr(_STATE, "off", False) or input.dim() != module._nd + 2:
+        return None
+    if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)
+                                    or (residual is not None and residual.requires_grad)):
+        return None
+    if torch._C._is_any_autocast_enabled() or torch.compiler.is_compiling():
+        return None
+    static = _static(module, transpose, activation, residual_at)
+    if static is None:
+        return None
+    name, frozen, epi = static
+    lowered = module._nd == 1  # the 1D ops run on unit-height views (convlab.ops.conv_nd._lowered)
+    recs = (operands.adapt(input.unsqueeze(2) if lowered else input),
+            operands.adapt(weight.unsqueeze(2) if lowered else weight), operands.adapt(bias), operands.ABSENT)
+    signatures = (recs[0][0], recs[1][0], recs[2][0], None)
+    if False in signatures or (residual is not None and epi is None):
+        return None
+    key = plan.assemble(name, signatures, frozen, None if epi is None else key_of(epi, residual))
+    y = _ops.replay(key, recs, None, () if epi is None else (residual, None, None))
+    if y is None:
+        _STATS["missed"] += 1
+        return None
+    _STATS["steady"] += 1
+    return y.squeeze(2) if lowered else y

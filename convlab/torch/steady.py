@@ -106,13 +106,13 @@ def forward(module: Any, input: torch.Tensor, weight: torch.Tensor, bias: torch.
             residual_at: str | None = None) -> torch.Tensor | None:
     """``module``'s output from its stored plan, or None: the caller takes the whole path. ``activation``
     and ``residual_at``: a fused module's epilogue (convlab.torch.fuse), ``residual`` its operand."""
-    if getattr(_STATE, "off", False) or input.dim() != module._nd + 2:
+    if torch.compiler.is_compiling():  # first: what torch.compile traces ends here
+        return None
+    if getattr(_STATE, "off", False) or input.dim() != module._nd + 2 or torch._C._is_any_autocast_enabled():
         return None
     if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)
                                     or (residual is not None and residual.requires_grad)):
-        return None
-    if torch._C._is_any_autocast_enabled() or torch.compiler.is_compiling():
         return None
     static = _static(module, transpose, activation, residual_at)
     if static is None:

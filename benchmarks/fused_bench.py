@@ -21,8 +21,9 @@ in float64 (same device and memory format); in train mode, for a variant whose a
 each checked call's own: the float64 model with that call's ReLU / ReLU6 masks (``fused_check``: a kink
 flip is not an arithmetic error). Each variant's first and last timed outputs (train: also the input
 gradient), torch eager's included, are checked against it by relative norm error: each output within
-max(``TOL[dtype]``, ``FACTOR`` x torch eager's own error on it), so an ill-conditioned stack widens the
-bound as far as cuDNN's own error shows it must; torch eager sets the bounds, so it passes by
+max(``TOL[dtype]``, ``FACTOR`` x torch eager's own error on it against the same reference: the masked one,
+or float64's own masks for a variant checked on those), so an ill-conditioned stack widens the bound as far
+as cuDNN's own error shows it must; torch eager sets the bounds, so it passes by
 construction, and its row shows its own error. Rows record ``reference``, ``masked``, ``flips`` (mask
 elements on the other side of a kink than float64's), ``rel_errs`` (per output; ``rel_err`` their
 largest), ``plain_rel_errs`` (against float64's own masks), ``torch_rel_errs`` and ``bounds``; a failed
@@ -94,7 +95,9 @@ def case_rows(torch: Any, stack: tuple, dtype: str, layout: str, mode: str, args
     builds = {v: b for v, b in builds.items() if v == "torch" or v in args.variants}
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    rows, fns, recorders, eager = {}, {}, {}, None
+    # torch eager's errors against the masked reference (eager) and against float64's own masks (plain): a
+    # row's bounds come from torch eager's error against the same reference as the row's
+    rows, fns, recorders, eager, plain = {}, {}, {}, None, None
     for variant, build in builds.items():
         row = rows[variant] = {"stack": name, "dtype": dtype, "layout": layout, "mode": mode, "variant": variant,
                                "batch": batch, "input": [batch, channels, size, size], "passed": False}
@@ -111,10 +114,11 @@ def case_rows(torch: Any, stack: tuple, dtype: str, layout: str, mode: str, args
                 fn()
             if variant.startswith("convlab"):
                 row["records_per_step"] = _records_per_step(fn, sync)
-            errs = check(row, out, reference(row, recorder), eager, dtype)
+            errs = check(row, out, reference(row, recorder), eager if recorder else plain, dtype)
             # against the float64 call's own branches (the same reference where nothing was recorded)
-            row["plain_rel_errs"] = check({}, out, ref, eager, dtype) if recorder else errs
-            eager = errs if variant == "torch" else eager
+            row["plain_rel_errs"] = check({}, out, ref, plain, dtype) if recorder else errs
+            if variant == "torch":
+                eager, plain = errs, row["plain_rel_errs"]
             if row["passed"]:
                 fns[variant] = fn
                 if recorder:
@@ -127,7 +131,8 @@ def case_rows(torch: Any, stack: tuple, dtype: str, layout: str, mode: str, args
     samples, last = _interleaved(torch, fns, args.repeat, device, recorders)
     for variant, fn in fns.items():
         row = rows[variant]
-        check(row, last[variant], reference(row, recorders.get(variant), "last_"), eager, dtype, "last_")
+        recorder = recorders.get(variant)
+        check(row, last[variant], reference(row, recorder, "last_"), eager if recorder else plain, dtype, "last_")
         if row["passed"]:
             row["median_ms"] = statistics.median(samples[variant])
             row["samples_ms"] = [round(s, 5) for s in samples[variant]]

@@ -41,7 +41,8 @@ def markdown(data: dict) -> str:
               f"gradient; the worse of the first and last timed calls) against the reference, the same model, input "
               f"and gy in float64; a train row of a variant whose activations are modules: with the checked call's "
               f"ReLU / ReLU6 masks (benchmarks/fused_check.py). flips: mask elements on the other side of a kink "
-              f"than float64's, first / last call. torch err: torch eager's (first call). bound: max(TOL[dtype], FACTOR x torch err),"
+              f"than float64's, first / last call. torch err: torch eager's (first call) against the row's "
+              f"reference (masked, or float64's own masks). bound: max(TOL[dtype], FACTOR x torch err),"
               f" TOL {data.get('tol')}, FACTOR {data.get('factor')}. check: pass while each rel err is within its "
               f"bound (torch eager sets the bounds: it passes by construction); a failed check reports no time.", ""]
     for key in ("at_least_1.3x_torch", "not_slower_than_unfused"):

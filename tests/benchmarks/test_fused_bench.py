@@ -50,7 +50,8 @@ def test_smoke_rows_are_checked_timed_and_resumed(tmp_path):
         assert ("records_per_step" in row) == variant.startswith("convlab")
         assert row["rel_err"] == max(row["rel_errs"]) and row["last_rel_err"] == max(row["last_rel_errs"])
         assert all(e <= b for e, b in zip(row["rel_errs"] + row["last_rel_errs"], row["bounds"] * 2))
-        assert row["torch_rel_errs"] == got[(mode, "torch")]["rel_errs"] and 0 < row["rel_err"] < row["tol"]
+        eager = got[(mode, "torch")]["rel_errs" if masked else "plain_rel_errs"]  # the row's own reference
+        assert row["torch_rel_errs"] == eager and 0 < row["rel_err"] < row["tol"]
         assert row["median_ms"] > 0 and row["speedup_vs_torch"] > 0 and row["first_call_s"] > 0
     assert got[("forward", "convlab_fused")]["fusions"] > 0 and got[("forward", "convlab")]["fusions"] == 0
     assert got[("forward", "torch")]["speedup_vs_torch"] == 1.0
@@ -106,6 +107,24 @@ def test_without_unregisters_the_named_plugins_and_rejects_unknown_ones(tmp_path
     with pytest.raises(SystemExit):
         fused_bench.main([*SMOKE, "--without", "no_such_plugin", "--out", str(tmp_path)])
     assert dropped == ["tf32x3"]
+
+
+def test_a_row_on_the_plain_reference_is_bounded_by_torch_eagers_plain_error(tmp_path, monkeypatch):
+    """torch.compile records no masks: its bounds come from torch eager's error against float64's own
+    masks, not from torch eager's masked one (here a masked reference 0.1 % off, so the two differ)."""
+    real = fused_bench.masked_reference
+
+    def off(torch, *args):
+        ref, flips = real(torch, *args)
+        return tuple(r * 1.001 for r in ref), flips
+    monkeypatch.setattr(fused_bench, "masked_reference", off)
+    argv = [*SMOKE, "--models", "mobilenetv2*", "--modes", "train", "--variants", "torch,torch.compile",
+            "--out", str(tmp_path)]
+    assert fused_bench.main(argv) == 0
+    eager, compiled = json.loads((tmp_path / "fused.json").read_text())["rows"]
+    assert eager["rel_errs"][0] > 5e-4 > eager["plain_rel_errs"][0]
+    assert compiled["torch_rel_errs"] == eager["plain_rel_errs"] and not compiled["masked"]
+    assert compiled["bounds"] == [max(fused_bench.TOL["float32"], fused_bench.FACTOR * e) for e in eager["plain_rel_errs"]]
 
 
 def test_a_case_failing_while_timed_keeps_its_error_row(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ the packed parameters, the data pointers patched per call) with the pointers of 
 y, residual, dw_scale, dw_shift, scale, shift) as its operand slots; a device scale or shift of another
 dtype than the compute type is converted each call as the full path does. Operands that overlap at
 recording are not planned (a slot would be taken for another). A separate plan holds the two conv2d
-calls' arguments (each call replays conv2d's own plan). "auto"'s pick is made before a plan is stored
+calls bound to their arguments (convlab.ops.bound: each replays conv2d's own plan directly). "auto"'s pick is made before a plan is stored
 and kept with it; both are dropped by :func:`convlab.reset` (the context's stores).
 
 Bounds: at most :data:`MAX_PLANS` plans, the least recently stored dropped first (``stats()["dropped"]``).
@@ -42,7 +42,8 @@ from convlab.call.plan import aliased, freeze
 from convlab.dtypes import np_dtype
 from convlab.kernels.data.layouts import channels_last_view
 from convlab.kernels.epilogue import compute_dtype
-from convlab.ops import conv2d, epilogue
+from convlab.ops import epilogue
+from convlab.ops.bound import BoundCall
 from convlab.runtime import context, launch
 from convlab.runtime.thin import stream_handle
 
@@ -196,23 +197,26 @@ def record_fused(plan_key: tuple, args: BlockArgs, dev: BlockArgs, y: Any,
 
 
 class SeparatePlan:
-    """The block as two conv2d calls: the depthwise (groups = C) and the 1x1, each with its epilogue;
-    their arguments made once for a call signature."""
+    """The block as two conv2d calls: the depthwise (groups = C) and the 1x1, each with its epilogue,
+    bound once for a call signature (convlab.ops.bound: each replays conv2d's own plan directly, or
+    calls conv2d, which records it)."""
 
     def __init__(self, args: BlockArgs) -> None:
-        sh = args.shape
-        self.dw_options = (sh.stride, sh.padding, sh.dilation, sh.c)
-        self.dw_activation, self.activation = activation_argument(args.dw_epi), activation_argument(args.pw_epi)
-        self.residual_at = args.pw_epi.residual or "before"
+        sh, pw = args.shape, args.pw_epi
+        self.dw = BoundCall("conv2d", (sh.stride, sh.padding, sh.dilation, sh.c),
+                            activation=activation_argument(args.dw_epi), scale=args.dw_scale is not None,
+                            shift=args.dw_shift is not None)
+        self.pw = BoundCall("conv2d", (1, 0, 1, 1), activation=activation_argument(pw),
+                            residual=args.residual is not None, residual_at=pw.residual or "before",
+                            scale=args.scale is not None, shift=args.shift is not None)
         self.counts: dict | None = None
 
     def run(self, operands: Sequence[Any]) -> Any:
         """The two conv2d calls on ``operands`` (:data:`OPERANDS` order; any kind conv2d takes), the
         second's result returned."""
         x, w_dw, w_pw, b_dw, b_pw, residual, dw_scale, dw_shift, scale, shift = operands
-        t = conv2d(x, w_dw, b_dw, *self.dw_options, activation=self.dw_activation, scale=dw_scale, shift=dw_shift)
-        y = conv2d(t, w_pw, b_pw, activation=self.activation, scale=scale, shift=shift, residual=residual,
-                   residual_at=self.residual_at)
+        t = self.dw(x, w_dw, b_dw, scale=dw_scale, shift=dw_shift)
+        y = self.pw(t, w_pw, b_pw, residual, scale=scale, shift=shift)
         if self.counts is not None:
             self.counts["replayed"] += 1
         return y

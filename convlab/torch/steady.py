@@ -3,11 +3,11 @@
 A model calls each convolution module with operands of the same signatures on every step. The first
 call of a signature runs convlab.torch's whole path (argument checks, autocast, autograd, the epilogue's
 checks, then convlab's op, which records a launch plan: convlab.call.plan); a later call that records no
-autograd graph builds the key the op itself would build and replays the plan (convlab.ops.conv.replay),
-without the layers in between:
+autograd graph builds the key the op itself would build and replays the plan (convlab.ops.bound), without
+the layers in between:
 
-    module.forward -> forward(): the module's options frozen once (:func:`_static`), the operands'
-                      signatures -> plan lookup -> Plan.run (the output from torch's allocator on the
+    module.forward -> forward(): the module's op bound to its options once (:func:`_static`), the
+                      operands' signatures -> plan lookup -> Plan.run (the output from torch's allocator on the
                       current stream; thin launches, or one CUDA graph)
 
 The key is the op's own (convlab.call.plan: op name, operand signatures, options, algorithm, workspace
@@ -35,10 +35,7 @@ from typing import Any, Iterator
 
 import torch
 
-from convlab.call import operands, plan
-from convlab.epilogue import describe
-from convlab.ops import conv as _ops
-from convlab.ops.epilogue import key_of
+from convlab.ops.bound import BoundCall
 from convlab.runtime import settings
 from . import _core
 from .functional import _tuple
@@ -65,9 +62,10 @@ def disabled() -> Iterator[None]:
         _STATE.off = before
 
 
-def _static(module: Any, transpose: bool, activation: Any, residual_at: str | None) -> tuple | None:
-    """(op name, the plan key's static part, the epilogue or None) of ``module``'s calls; None where the
-    whole path must run (string or non-zero padding modes, options the whole path would refuse)."""
+def _static(module: Any, transpose: bool, activation: Any, residual_at: str | None) -> BoundCall | None:
+    """``module``'s op bound to its options and epilogue (convlab.ops.bound), made again only when an
+    attribute it depends on changed; None where the whole path must run (string or non-zero padding
+    modes, options the whole path would refuse)."""
     token = (module.stride, module.padding, module.dilation, module.groups, module.algorithm,
              module.padding_mode, getattr(module, "output_padding", None), activation, residual_at,
              settings.generation())
@@ -78,8 +76,8 @@ def _static(module: Any, transpose: bool, activation: Any, residual_at: str | No
     return _STATICS[module][1]
 
 
-def _derive(module: Any, transpose: bool, activation: Any, residual_at: str | None) -> tuple | None:
-    """The options as convlab.torch._core hands them to the op (:func:`_static`)."""
+def _derive(module: Any, transpose: bool, activation: Any, residual_at: str | None) -> BoundCall | None:
+    """The op bound to the options as convlab.torch._core hands them to it (:func:`_static`)."""
     nd = module._nd
     if isinstance(module.padding, str) or module.padding_mode != "zeros" or type(module.algorithm) is not str:
         return None
@@ -92,13 +90,11 @@ def _derive(module: Any, transpose: bool, activation: Any, residual_at: str | No
         else:
             options = (tuple(st), tuple(pd), tuple(dl), module.groups)
         algorithm = _core._algorithm_for("dgrad" if transpose else "forward", module.algorithm)
-        epi = None if activation is None else describe(activation, residual_at is not None,
-                                                       residual_at or "before")
-        static = plan.static_key(options, algorithm, None)
+        return BoundCall(f"conv_transpose{nd}d" if transpose else f"conv{nd}d", options, algorithm,
+                         activation=activation, residual=residual_at is not None,
+                         residual_at=residual_at or "before")
     except (TypeError, ValueError):
         return None
-    name = f"conv_transpose{nd}d" if transpose else f"conv{nd}d"
-    return name, static, None if epi is None or epi.is_identity else epi
 
 
 def forward(module: Any, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
@@ -114,20 +110,15 @@ def forward(module: Any, input: torch.Tensor, weight: torch.Tensor, bias: torch.
                                     or (bias is not None and bias.requires_grad)
                                     or (residual is not None and residual.requires_grad)):
         return None
-    static = _static(module, transpose, activation, residual_at)
-    if static is None:
+    bound = _static(module, transpose, activation, residual_at)
+    if bound is None:
         return None
-    name, frozen, epi = static
     lowered = module._nd == 1  # the 1D ops run on unit-height views (convlab.ops.conv_nd._lowered)
-    recs = (operands.adapt(input.unsqueeze(2) if lowered else input),
-            operands.adapt(weight.unsqueeze(2) if lowered else weight), operands.adapt(bias), operands.ABSENT)
-    signatures = (recs[0][0], recs[1][0], recs[2][0], None)
-    if False in signatures or (residual is not None and epi is None):
-        return None
-    key = plan.assemble(name, signatures, frozen, None if epi is None else key_of(epi, residual))
-    y = _ops.replay(key, recs, None, () if epi is None else (residual, None, None))
+    if lowered:
+        input, weight = input.unsqueeze(2), weight.unsqueeze(2)
+    y = bound.replay(input, weight, bias, residual)
     if y is None:
-        _STATS["missed"] += 1
+        _STATS["missed"] += input.is_cuda  # a host call never replays: no miss
         return None
     _STATS["steady"] += 1
     return y.squeeze(2) if lowered else y

@@ -159,3 +159,21 @@ def test_auto_times_both_ways_through_their_replayed_calls(cl, monkeypatch, chec
     text = blocks.explain_depthwise_pointwise(x, wd, wp, bd, bp, padding=1, residual=res)
     assert "runs fused" in text and "fused 1.0000 ms, separate 2.0000 ms" in text
     assert timed == [1, 0, 1, 0]  # each way checked once, then replayed
+
+
+@pytest.mark.parametrize("cl", [False, True])
+def test_the_separate_form_replays_both_convolutions_plans(cl, monkeypatch):
+    """A repeated separate-form call replays conv2d's own plans of its two convolutions
+    (convlab.ops.bound.BoundCall: the op's key, the op itself not called), with the first call's result."""
+    from convlab import ops
+    from convlab.call import plan
+
+    (x, wd, wp, bd, bp, res), _, _ = _host(1)
+    args = [_dev(a, cl) for a in (x, wd, wp)] + [_dev(bd), _dev(bp)]
+    kw = dict(KW, residual=_dev(res, cl), algorithm="separate")
+    first = runtime.to_host(blocks.depthwise_pointwise(*args, **kw))
+    built, replayed = plan.stats()["built"], plan.stats()["replayed"]
+    monkeypatch.setattr(ops, "conv2d", lambda *a, **k: pytest.fail("the op ran: BoundCall's key missed"))
+    again = runtime.to_host(blocks.depthwise_pointwise(*args, **kw))
+    assert plan.stats()["built"] == built and plan.stats()["replayed"] == replayed + 2
+    np.testing.assert_array_equal(again, first)

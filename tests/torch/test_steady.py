@@ -135,3 +135,49 @@ def test_changed_options_change_the_key(device_keys):
     layer.stride = (2, 2)
     whole, quick = _keys(copy.copy(layer), x)
     assert quick == whole != first
+
+
+BOUND = {  # op, operand shapes (a, b, bias, residual), options, epilogue form
+    "conv2d": ("conv2d", ((2, 4, 6, 6), (6, 2, 3, 3), (6,), None), ((2, 2), (1, 1), (1, 1), 2), {}),
+    "conv2d_relu_residual": ("conv2d", ((2, 4, 6, 6), (4, 4, 1, 1), None, (2, 4, 6, 6)), (1, 0, 1, 1),
+                             dict(activation="relu", residual_at="before")),
+    "conv2d_leaky_after": ("conv2d", ((1, 3, 5, 5), (3, 3, 3, 3), (3,), (1, 3, 5, 5)), (1, 1, 1, 1),
+                           dict(activation=("leaky_relu", 0.1), residual_at="after")),
+    "conv3d_silu": ("conv3d", ((1, 2, 3, 4, 4), (2, 2, 1, 3, 3), None, None), (1, (0, 1, 1), 1, 1),
+                    dict(activation="silu")),
+    "conv_transpose2d": ("conv_transpose2d", ((1, 4, 3, 3), (4, 2, 2, 2), (2,), None), (2, 0, 0, 1, 1), {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOUND))
+def test_bound_call_key_is_the_ops_key(device_keys, name):
+    """convlab.ops.bound.BoundCall.replay asks the plan table for the key the op itself asks for."""
+    import convlab
+    from convlab.ops.bound import BoundCall
+
+    op, shapes, options, epilogue = BOUND[name]
+    a, b, bias, residual = (None if s is None else torch.randn(s) for s in shapes)
+    bound = BoundCall(op, options, residual=residual is not None, **epilogue)
+    keys = []
+    for call in (lambda: bound.replay(a, b, bias, residual),
+                 lambda: getattr(convlab, op)(a, b, bias, *options, residual=residual, **epilogue)):
+        with pytest.raises(_Seen) as seen:
+            call()
+        keys.append(seen.value.args[0])
+    assert keys[0] == keys[1]
+
+
+def test_bound_call_with_scale_runs_the_op():
+    """scale / shift are converted per call by the op: such a call is not bound, and calling it runs the op
+    (here on host operands, through the simulator)."""
+    import numpy as np
+
+    import convlab
+    from convlab.ops.bound import BoundCall
+
+    g = np.random.default_rng(0)
+    x, w, scale = g.standard_normal((1, 2, 5, 5)), g.standard_normal((3, 2, 3, 3)), g.standard_normal(3)
+    bound = BoundCall("conv2d", (1, 1, 1, 1), activation="relu", scale=True)
+    assert not bound.bindable and bound.replay(x, w) is None
+    np.testing.assert_array_equal(bound(x, w, scale=scale),
+                                  convlab.conv2d(x, w, None, 1, 1, 1, 1, activation="relu", scale=scale))

@@ -30,6 +30,7 @@ from convlab import ops
 from convlab.call.operands import is_channels_last
 from convlab.plugin import registry
 from convlab.problem import conv_output_size
+from . import bound_calls
 
 
 def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -63,11 +64,17 @@ def _run(op: str, operands: tuple, args: tuple, algorithm: str, epilogue: dict |
     """``convlab.<op>(*operands, *args, algorithm=..., **epilogue)`` on C-contiguous or channels-last
     operands (float16 / bfloat16 problems no native half kernel runs go to the ``widen`` plugin, like
     any other choice); ``op`` is the 2D name, run as the op of the first operand's N. ``epilogue``: the
-    forward ops' ``activation`` / ``residual`` / ``residual_at`` / ``scale`` / ``shift`` keywords."""
+    forward ops' ``activation`` / ``residual`` / ``residual_at`` / ``scale`` / ``shift`` keywords. A
+    repeated device call replays its plan first (convlab.torch.bound_calls)."""
     nd = operands[0].dim() - 2
-    return getattr(ops, op.replace("2d", f"{nd}d"))(*map(_contiguous, operands), *args,
-                                                    algorithm=_algorithm_for(_KIND[op], algorithm),
-                                                    **(epilogue or {}))
+    name = op.replace("2d", f"{nd}d")
+    if nd != 1:  # the 1D ops run on unit-height views: their calls take the op (convlab.ops.conv_nd)
+        y = bound_calls.replay(name, operands, args, algorithm, epilogue,
+                               lambda given: _algorithm_for(_KIND[op], given))
+        if y is not None:
+            return y
+    return getattr(ops, name)(*map(_contiguous, operands), *args, algorithm=_algorithm_for(_KIND[op], algorithm),
+                              **(epilogue or {}))
 
 
 _KIND = {"conv2d": "forward", "conv2d_backward_data": "dgrad", "conv2d_backward_weight": "wgrad",

@@ -20,7 +20,8 @@ Taken only where the whole path would call the op directly: operands on the devi
 numeric zero padding, no graph to record (grad mode off, or no operand requiring grad), no autocast, not
 while torch.compile traces, and for a transposed convolution no ``output_size``. The fused depthwise ->
 pointwise block runs its own path. :func:`stats` counts the calls served here and the misses;
-:func:`disabled` turns the path off (to measure the whole path beside it, benchmarks/fused_profile.py).
+:func:`disabled` turns it off, and convlab.torch.bound_calls with it (to measure the whole path beside it,
+benchmarks/fused_profile.py).
 
 The host cost this removes is measured in results/fused_profile/h100/aa77346: about 0.14 ms per
 convolution through the whole path, where MobileNetV2's fused float16 stack spends 0.23-0.26 ms a step
@@ -28,38 +29,25 @@ in its six kernels and 0.87 ms a step on the host.
 """
 from __future__ import annotations
 
-import contextlib
-import threading
 import weakref
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
 from convlab.ops.bound import BoundCall
 from convlab.runtime import settings
-from . import _core
+from . import _core, bound_calls
+from .bound_calls import disabled  # noqa: F401  (the one switch: steady replays and bound calls)
 from .functional import _tuple
 
 _STATS = {"steady": 0, "missed": 0}
-_STATE = threading.local()  # ``off``: disabled() on this thread
-#: each module's (token, static): what _static derived from the attributes in the token
+#: each module's (token, bound call): what _static derived from the attributes in the token
 _STATICS: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
 
 
 def stats() -> dict[str, int]:
     """Calls served by a steady replay and calls that qualified but found no plan (the whole path ran)."""
     return dict(_STATS)
-
-
-@contextlib.contextmanager
-def disabled() -> Iterator[None]:
-    """Within the block, on this thread, every module call takes the whole path."""
-    before = getattr(_STATE, "off", False)
-    _STATE.off = True
-    try:
-        yield
-    finally:
-        _STATE.off = before
 
 
 def _static(module: Any, transpose: bool, activation: Any, residual_at: str | None) -> BoundCall | None:
@@ -104,7 +92,7 @@ def forward(module: Any, input: torch.Tensor, weight: torch.Tensor, bias: torch.
     and ``residual_at``: a fused module's epilogue (convlab.torch.fuse), ``residual`` its operand."""
     if torch.compiler.is_compiling():  # first: what torch.compile traces ends here
         return None
-    if getattr(_STATE, "off", False) or input.dim() != module._nd + 2 or torch._C._is_any_autocast_enabled():
+    if bound_calls.off() or input.dim() != module._nd + 2 or torch._C._is_any_autocast_enabled():
         return None
     if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)

@@ -181,3 +181,40 @@ def test_bound_call_with_scale_runs_the_op():
     assert not bound.bindable and bound.replay(x, w) is None
     np.testing.assert_array_equal(bound(x, w, scale=scale),
                                   convlab.conv2d(x, w, None, 1, 1, 1, 1, activation="relu", scale=scale))
+
+
+def _core_calls():
+    """convlab.torch._core's kernel calls of autograd and the functional ops (2D and 3D): name, call."""
+    from convlab.torch import _core
+
+    x, w, dy = torch.randn(2, 4, 6, 6), torch.randn(6, 2, 3, 3), torch.randn(2, 6, 3, 3)
+    x3, w3, dy3 = torch.randn(1, 2, 3, 4, 4), torch.randn(2, 2, 1, 3, 3), torch.randn(1, 2, 3, 4, 4)
+    res = torch.randn(2, 6, 3, 3)
+    geo = ((2, 2), (1, 1), (1, 1), 2)
+    epi = dict(activation=("leaky_relu", 0.1), residual=res, residual_at="after", scale=None, shift=None)
+    return {
+        "forward": lambda: _core.conv2d(x, w, torch.randn(6), *geo, "auto"),
+        "forward_epilogue": lambda: _core.conv2d(x, w, None, *geo, "auto", epi),
+        "dgrad": lambda: _core.backward_data(dy, w, list(x.shape), *geo, "auto"),
+        "wgrad": lambda: _core.backward_weight(x, dy, list(w.shape), *geo, "auto"),
+        "transpose": lambda: _core.conv_transpose2d(dy, w, None, (2, 2), (1, 1), (1, 1), 2, (1, 1), "auto"),
+        "dgrad3d": lambda: _core.backward_data(dy3, w3, list(x3.shape), (1, 1, 1), (0, 1, 1), (1, 1, 1), 1, "auto"),
+        "wgrad3d": lambda: _core.backward_weight(x3, dy3, list(w3.shape), (1, 1, 1), (0, 1, 1), (1, 1, 1), 1,
+                                                 "direct"),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_core_calls()))
+def test_core_calls_key_is_the_ops_key(device_keys, monkeypatch, name):
+    """convlab.torch.bound_calls asks the plan table for the key the op itself asks for, for every kernel
+    call convlab.torch makes (autograd's backward included), without entering the op."""
+    entered, real = [], plan.call_key  # the op's own key: only its _call builds one
+    monkeypatch.setattr(plan, "call_key", lambda *a, **k: entered.append(1) or real(*a, **k))
+    call = _core_calls()[name]
+    keys = []
+    for context in (_nothing, steady.disabled):
+        with context(), pytest.raises(_Seen) as seen:
+            call()
+        keys.append(seen.value.args[0])
+        assert len(entered) == (context is steady.disabled)
+    assert keys[0] == keys[1]

@@ -143,6 +143,14 @@ def steps(workers: int) -> list[Step]:
                  # unfused (results/fused/h100/65f736e: 1.100 against 0.927 ms), its channels-last one faster
                  [Job("fused_profile", [PY, "benchmarks/fused_profile.py", "--modes", "forward", "--layouts",
                                         "nchw,channels_last", "--out", "{dir}/profile.md"], 420)], "profile.complete", 180),
+            Step("fused/profile/train", "fused_profile", "benchmarks/fused_profile.py --modes train: where a "
+                 "training step's time goes, convlab (its calls bound: convlab.torch.bound_calls) beside its "
+                 "whole path",
+                 # convlab trained 0.59-0.98x torch eager in float16 (results/fused/h100/cdf96a4); host cost
+                 # of a training step unmeasured
+                 [Job("fused_profile_train", [PY, "benchmarks/fused_profile.py", "--modes", "train", "--layouts",
+                                              "nchw,channels_last", "--out", "{dir}/train.md"], 420)],
+                 "train.complete", 180),
             Step("profile/layers", "layer_profile", "benchmarks/layer_profile.py: where single layers' time goes, "
                  "the tuner's pick beside cuDNN: torch.profiler's kernels of each call",
                  # the ResNet-50 float16 layers furthest behind cuDNN (results/auto_bench/h100/65f736e: wgrad

@@ -22,8 +22,8 @@ the packed parameters, the data pointers patched per call) with the pointers of 
 y, residual, dw_scale, dw_shift, scale, shift) as its operand slots; a device scale or shift of another
 dtype than the compute type is converted each call as the full path does. Operands that overlap at
 recording are not planned (a slot would be taken for another). A separate plan holds the two conv2d
-calls bound to their arguments (convlab.ops.bound: each replays conv2d's own plan directly). "auto"'s pick is made before a plan is stored
-and kept with it; both are dropped by :func:`convlab.reset` (the context's stores).
+calls bound to their arguments (convlab.ops.bound: each replays conv2d's own plan directly). "auto"'s
+pick is made before a plan is stored and kept with it; both are dropped by :func:`convlab.reset` (the context's stores).
 
 Bounds: at most :data:`MAX_PLANS` plans, the least recently stored dropped first (``stats()["dropped"]``).
 """

@@ -85,7 +85,8 @@ def replay(name: str, operands: tuple, args: tuple, algorithm: str, epilogue: di
     return y
 
 
-def _bind(name: str, args: tuple, algorithm: str, activation: Any, residual: bool, residual_at: str) -> BoundCall | None:
+def _bind(name: str, args: tuple, algorithm: str, activation: Any, residual: bool,
+          residual_at: str) -> BoundCall | None:
     try:
         return BoundCall(name, args, algorithm, activation=activation, residual=residual, residual_at=residual_at)
     except (TypeError, ValueError):  # the op raises its own error on this call

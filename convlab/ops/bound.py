@@ -1,5 +1,5 @@
-"""A forward or transposed public op bound to its options, algorithm and epilogue form, for a caller that
-repeats one call on new operands (a converted module's forward, a block's separate form):
+"""A public op bound to its options, algorithm and epilogue form, for a caller that repeats one call on new
+operands (a converted module's forward, a block's separate form, convlab.torch's kernel calls):
 
     bound = BoundCall("conv2d", (stride, padding, dilation, groups), activation="relu", residual_at="before")
     bound.replay(x, w, bias, residual)   the output, or None where no stored plan serves the call
@@ -11,7 +11,9 @@ the epilogue the op looks up before any check: convlab.ops.epilogue.run_with) fr
 here, and replays the stored plan (convlab.ops.conv.replay). A hit is exactly the op's replay; anything the
 key does not match misses. The op looks its plan up first only where its epilogue has no ``scale`` /
 ``shift`` (host values converted per call), so a call with them is not bound (:attr:`BoundCall.bindable`
-False: :meth:`replay` gives None and the call runs the op).
+False: :meth:`replay` gives None and the call runs the op). :meth:`~BoundCall.replay` serves every op
+(dgrad and wgrad take no bias: None); calling the bound op runs the forward and transposed ops only
+(their operands a, b, bias come before the options).
 """
 from __future__ import annotations
 
@@ -25,10 +27,10 @@ from convlab.ops.epilogue import key_of
 
 
 class BoundCall:
-    """``op`` (a forward or transposed op's name, e.g. "conv2d", "conv_transpose3d") with ``options`` as
-    the op takes them positionally after its operands, ``algorithm``, and the epilogue form (``activation``,
-    whether a residual comes, ``residual_at``, whether scale / shift come). ValueError / TypeError for an
-    epilogue the op would refuse; TypeError for unhashable options."""
+    """``op`` (a public op's name: "conv2d", "conv_transpose3d", "conv3d_backward_weight", ...) with
+    ``options`` as the op takes them positionally after its operands, ``algorithm``, and the epilogue form
+    (``activation``, whether a residual comes, ``residual_at``, whether scale / shift come). ValueError /
+    TypeError for an epilogue the op would refuse; TypeError for unhashable options."""
 
     __slots__ = ("op", "options", "algorithm", "activation", "residual_at", "static", "epilogue", "bindable")
 

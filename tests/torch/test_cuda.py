@@ -132,3 +132,28 @@ def test_steady_calls_replay_the_whole_paths_result():
             assert after["steady"] - before["steady"] == 6, (after, before)  # 3 convolutions, 2 calls
             assert torch.equal(first, want) and torch.equal(again, want)
             assert again.is_contiguous(memory_format=fmt)
+
+
+def test_bound_calls_replay_a_training_steps_kernels():
+    """A converted model's training step replays its forward, dgrad and wgrad plans through
+    convlab.torch.bound_calls and gives the whole path's output and gradients bit for bit."""
+    from convlab.torch import bound_calls, steady
+
+    torch.manual_seed(0)
+    model = ct.convert(torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(),
+                                           torch.nn.Conv2d(16, 8, 1))).cuda()
+    x = torch.randn(4, 8, 10, 10, device="cuda", requires_grad=True)
+
+    def step():
+        for t in (x, *model.parameters()):
+            t.grad = None
+        y = model(x)
+        y.square().sum().backward()
+        return [y.detach(), x.grad, *(p.grad for p in model.parameters())]
+    with steady.disabled():
+        want = step()
+    before = bound_calls.stats()["replayed"]
+    got = step()
+    assert bound_calls.stats()["replayed"] - before == 6  # 2 forwards, 2 dgrads, 2 wgrads
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)

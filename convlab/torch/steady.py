@@ -38,7 +38,7 @@ from convlab.ops.bound import BoundCall
 from convlab.runtime import settings
 from . import _core, bound_calls
 from .bound_calls import disabled  # noqa: F401  (the one switch: steady replays and bound calls)
-from .functional import _tuple
+from .functional import _records_graph, _tuple
 
 _STATS = {"steady": 0, "missed": 0}
 #: each module's (token, bound call): what _static derived from the attributes in the token
@@ -94,9 +94,8 @@ def forward(module: Any, input: torch.Tensor, weight: torch.Tensor, bias: torch.
         return None
     if bound_calls.off() or input.dim() != module._nd + 2 or torch._C._is_any_autocast_enabled():
         return None
-    if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
-                                    or (bias is not None and bias.requires_grad)
-                                    or (residual is not None and residual.requires_grad)):
+    if _records_graph(input, weight, bias) or (residual is not None and residual.requires_grad
+                                                and torch.is_grad_enabled()):
         return None
     bound = _static(module, transpose, activation, residual_at)
     if bound is None:

@@ -3,6 +3,7 @@ stored, under the key the op builds. On the CPU, device operands are stood in fo
 say "CUDA tensor" for CPU tensors and the plan lookup reports the key it was asked for, so the steady
 path's key is compared with the op's own for every module kind (tests/torch/test_cuda.py replays them
 on a GPU)."""
+import contextlib
 import copy
 
 import pytest
@@ -42,19 +43,11 @@ def device_keys(monkeypatch):
 def _keys(module, *args):
     """(the steady path's key, the whole path's key) of ``module(*args)`` under no_grad."""
     keys = []
-    for context in (steady.disabled, None):
-        with torch.no_grad(), (context() if context else _nothing()), pytest.raises(_Seen) as seen:
+    for context in (steady.disabled, contextlib.nullcontext):
+        with torch.no_grad(), context(), pytest.raises(_Seen) as seen:
             module(*args)
         keys.append(seen.value.args[0])
     return keys[1], keys[0]
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 MODULES = {
@@ -212,7 +205,7 @@ def test_core_calls_key_is_the_ops_key(device_keys, monkeypatch, name):
     monkeypatch.setattr(plan, "call_key", lambda *a, **k: entered.append(1) or real(*a, **k))
     call = _core_calls()[name]
     keys = []
-    for context in (_nothing, steady.disabled):
+    for context in (contextlib.nullcontext, steady.disabled):
         with context(), pytest.raises(_Seen) as seen:
             call()
         keys.append(seen.value.args[0])

@@ -25,7 +25,7 @@ early do not hold it), the first exception found aborts the block's other thread
 traceback; a thread sees its block's ``blockIdx``, ``threadIdx`` and ``thread_id`` through
 ``threading.current_thread()`` as numba's threads do. The threads of a block that raised are not
 reused: they stop at their next barrier or at the end of their body, as numba's aborted threads do, and
-then exit. A launch in debug mode runs each body under ``np.errstate(divide="raise")``, restored after it.
+then exit. A forked child starts with an empty pool (the parent's threads do not exist there). A launch in debug mode runs each body under ``np.errstate(divide="raise")``, restored after it.
 
 Measured on this 2-core machine (``pytest -n 2 -p no:cacheprovider`` of the whole suite, simulator):
 1051 s with the waiting runner that started new threads and woke a barrier's threads all at once, 403 s
@@ -38,6 +38,7 @@ numba's runner (``BlockManager.numba_run``, kept for comparisons).
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -190,13 +191,21 @@ def stats() -> dict[str, int]:
     return _POOL.stats() if _POOL is not None else {"started": 0, "jobs": 0, "idle": 0}
 
 
+def _forget_threads() -> None:
+    """In a forked child: the parent's threads do not exist there, so the pool starts empty."""
+    global _POOL
+    if _POOL is not None:
+        _POOL = _Pool(_POOL._worker_class)
+
+
 def install(kernel_module: Any) -> None:
     """Replace ``kernel_module.BlockManager.run`` (module docstring); idempotent."""
     global _POOL
     manager = kernel_module.BlockManager
     if getattr(manager, "_convlab_waits", False):
         return
-    pool = _POOL = _Pool(_worker_class(kernel_module.BlockThread, kernel_module.Dim3))
+    _POOL = _Pool(_worker_class(kernel_module.BlockThread, kernel_module.Dim3))
+    os.register_at_fork(after_in_child=_forget_threads)
 
     def run(self: Any, grid_point: Any, *args: Any) -> None:
         block = _Block()
@@ -208,6 +217,7 @@ def install(kernel_module: Any) -> None:
             def body() -> None:
                 self._f(*args)
 
+        pool = _POOL
         points = list(np.ndindex(*self._block_dim))
         threads = pool.take(len(points))
         for t, point in zip(threads, points):

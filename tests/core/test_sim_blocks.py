@@ -112,3 +112,26 @@ def test_barrier_reductions_see_every_thread():
     out = runtime.to_device(np.zeros(3, np.int32))
     _count[1, 30](out)
     np.testing.assert_array_equal(runtime.to_host(out), [10, 1, 1])
+
+
+def _rotate_in_child(conn):
+    blocks, n = 2, 64
+    out = runtime.to_device(np.zeros(blocks * n, np.float32))
+    _rotate[blocks, n](out, 2, 0)
+    conn.send(bool(np.array_equal(runtime.to_host(out), _expected_rotation(blocks, n, 2, 0))))
+
+
+def test_a_forked_child_runs_blocks_without_the_parents_threads():
+    import multiprocessing
+
+    _rotate[1, 64](runtime.to_device(np.zeros(64, np.float32)), 1, 0)  # the parent's pool holds threads
+    assert sim_blocks.stats()["idle"] >= 64
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_rotate_in_child, args=(child,))
+    proc.start()
+    ok = parent.recv() if parent.poll(120) else None
+    proc.join(10)
+    if proc.is_alive():
+        proc.kill()
+    assert ok is True, "the forked child's launch hung or gave a wrong result"

@@ -64,7 +64,7 @@ def _worker_class(base: type, dim3: type) -> type:
     the end of each body to the job's block, and waits for its next job between them."""
 
     class Worker(base):
-        def __init__(self, pool: "_Pool") -> None:
+        def __init__(self) -> None:
             threading.Thread.__init__(self, daemon=True)  # the per-job fields are set by assign()
             self.syncthreads_blocked = False
             self._gate = threading.Lock()
@@ -72,7 +72,6 @@ def _worker_class(base: type, dim3: type) -> type:
             self.exception = None
             self.abort = False
             self.retired = False
-            self._pool = pool
             self._block: _Block | None = None
             self._go = threading.Lock()
             self._go.acquire()  # released once per job by the runner
@@ -113,7 +112,7 @@ def _worker_class(base: type, dim3: type) -> type:
                 if self.retired:
                     return
                 following, self._next = self._next, None
-                if following is not None:  # the relay of the start as of each barrier's opening
+                if following is not None:  # the relay, as at a barrier: the next thread's start
                     following.start_job()
                 block = self._block
                 try:
@@ -166,7 +165,7 @@ class _Pool:
             missing = n - len(got)
             self.started += missing
         for _ in range(missing):
-            worker = self._worker_class(self)
+            worker = self._worker_class()
             worker.start()
             got.append(worker)
         return got
